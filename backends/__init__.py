@@ -1,0 +1,88 @@
+"""Quantum backends behind one asynchronous protocol, looked up by name.
+
+    from hqflow.backends import get_backend
+    backend = get_backend("aer")                      # or "reference", "pennylane:default.qubit"
+    job = backend.submit(CircuitBatch.make(template, inputs, weights))
+    values = job.result().values
+
+Backends are imported lazily, so ``import hqflow.backends`` stays cheap.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+from .base import (
+    Backend,
+    BackendError,
+    BatchResult,
+    Capabilities,
+    CircuitBatch,
+    FutureJob,
+    Job,
+    JobCancelled,
+    JobFailed,
+    LocalBackend,
+)
+
+# name -> "module:factory"; a factory takes (suffix, **options) where suffix is the
+# part after "name:" (e.g. the PennyLane device name), or None.
+_REGISTRY: dict[str, str | Callable[..., Backend]] = {
+    "reference": "hqflow.backends.reference:ReferenceBackend",
+    "aer": "hqflow.backends.aer:AerBackend",
+    "pennylane": "hqflow.backends.pennylane_device:PennyLaneBackend",
+}
+# Names shown by ``hqflow backends`` (a prefix backend lists its common suffixes).
+_LISTED = ["reference", "aer", "pennylane:default.qubit", "pennylane:lightning.qubit"]
+
+
+def register_backend(name: str, factory: str | Callable[..., Backend], listed: bool = True) -> None:
+    """Register ``factory`` (a callable or ``"module:qualname"``) under ``name``."""
+    if ":" in name:
+        raise ValueError(f"backend names cannot contain ':' ({name!r}); the suffix is passed to the factory")
+    _REGISTRY[name] = factory
+    if listed and name not in _LISTED:
+        _LISTED.append(name)
+
+
+def _resolve(factory: str | Callable[..., Backend]) -> Callable[..., Backend]:
+    if callable(factory):
+        return factory
+    module, _, attr = factory.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def get_backend(name: str, **options) -> Backend:
+    """Make the backend registered as ``name`` (``"prefix:suffix"`` passes the suffix on)."""
+    if not isinstance(name, str) or not name:
+        raise BackendError(f"backend name must be a non-empty string, got {name!r}")
+    prefix, _, suffix = name.partition(":")
+    if prefix not in _REGISTRY:
+        raise BackendError(f"unknown backend {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    factory = _resolve(_REGISTRY[prefix])
+    try:
+        return factory(suffix, **options) if suffix else factory(**options)
+    except TypeError as exc:
+        raise BackendError(f"backend {name!r}: bad options {sorted(options)}: {exc}") from None
+
+
+def backend_names() -> list[str]:
+    """The names ``hqflow backends`` lists."""
+    return list(_LISTED)
+
+
+__all__ = [
+    "Backend",
+    "BackendError",
+    "BatchResult",
+    "Capabilities",
+    "CircuitBatch",
+    "FutureJob",
+    "Job",
+    "JobCancelled",
+    "JobFailed",
+    "LocalBackend",
+    "backend_names",
+    "get_backend",
+    "register_backend",
+]

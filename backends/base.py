@@ -1,0 +1,330 @@
+"""The backend protocol: ``submit(CircuitBatch) -> Job``.
+
+A backend runs one template over a batch of parameter rows. It is asynchronous
+from the start, because cloud QPUs answer in seconds to minutes:
+
+    job = backend.submit(batch)      # returns at once
+    job.done()                       # poll
+    result = job.result(timeout=30)  # block; raises TimeoutError / JobFailed
+    job.cancel()                     # best effort
+
+Most local backends only implement ``run(batch) -> BatchResult`` synchronously
+and inherit ``submit`` from ``LocalBackend``, which runs jobs on a small private
+thread pool.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from hqflow.ir.circuit import CircuitTemplate
+
+
+class BackendError(RuntimeError):
+    """A backend could not run a batch (bad request or backend failure)."""
+
+
+class JobFailed(BackendError):
+    """A submitted job ended in failure; ``__cause__`` holds the original error."""
+
+
+class JobCancelled(BackendError):
+    """``result()`` was called on a job that was cancelled."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do. ``None`` for ``max_circuits_per_job`` means unlimited."""
+
+    name: str
+    max_qubits: int
+    max_circuits_per_job: int | None = None
+    exact: bool = True  # can return exact expectation values / probabilities
+    shots: bool = True  # can sample
+    gradient: str | None = None  # native gradient: "autograd", "adjoint", or None
+    device: str = "cpu"  # "cpu", "cuda:0", "qpu", ...
+
+    def describe(self) -> str:
+        modes = "+".join(m for m, ok in (("exact", self.exact), ("shots", self.shots)) if ok)
+        per_job = self.max_circuits_per_job or "unlimited"
+        return (
+            f"{self.max_qubits} qubits, {per_job} circuits/job, {modes}, "
+            f"gradient={self.gradient or 'param-shift'}, device={self.device}"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class CircuitBatch:
+    """One template bound to ``B`` rows of parameters.
+
+    ``inputs`` has shape ``[B, n_inputs]``; ``weights`` is ``[n_weights]`` (shared
+    by all rows) or ``[B, n_weights]`` (one set per row, as parameter-shift
+    needs). Build it with ``CircuitBatch.make``, which checks shapes.
+    """
+
+    template: CircuitTemplate
+    inputs: np.ndarray
+    weights: np.ndarray
+    shots: int | None = None
+    seed: int | None = None
+
+    @property
+    def size(self) -> int:
+        return self.inputs.shape[0]
+
+    @staticmethod
+    def make(
+        template: CircuitTemplate,
+        inputs: Any = None,
+        weights: Any = None,
+        *,
+        shots: int | None | str = "template",
+        seed: int | None = None,
+    ) -> "CircuitBatch":
+        """Normalize loose arrays into a checked batch (the one place shapes are checked)."""
+        n_in, n_w = template.n_inputs, template.n_weights
+        w = np.zeros((n_w,)) if weights is None and n_w == 0 else _as_float(weights, "weights")
+        if w.ndim not in (1, 2) or w.shape[-1] != n_w:
+            raise BackendError(
+                f"weights for {template.name!r} must have shape [{n_w}] or [B, {n_w}], got {list(w.shape)}"
+            )
+        if inputs is None:
+            if n_in:
+                raise BackendError(f"circuit {template.name!r} needs inputs of shape [B, {n_in}]")
+            rows = w.shape[0] if w.ndim == 2 else 1
+            x = np.zeros((rows, 0))
+        else:
+            x = _as_float(inputs, "inputs")
+            if x.ndim == 1 and n_in:
+                x = x[None, :]
+            if x.ndim != 2 or x.shape[1] != n_in:
+                raise BackendError(
+                    f"inputs for {template.name!r} must have shape [B, {n_in}], got {list(x.shape)}"
+                )
+        if w.ndim == 2 and w.shape[0] != x.shape[0]:
+            if x.shape[1] == 0 and x.shape[0] == 1:
+                x = np.zeros((w.shape[0], 0))
+            else:
+                raise BackendError(
+                    f"per-row weights have {w.shape[0]} rows but inputs have {x.shape[0]}"
+                )
+        s = template.shots if shots == "template" else shots
+        if s is not None and (not isinstance(s, (int, np.integer)) or s < 1):
+            raise BackendError(f"shots must be a positive integer or None, got {s!r}")
+        return CircuitBatch(template, x, w, None if s is None else int(s), seed)
+
+    def weights_per_row(self) -> np.ndarray:
+        """Weights as ``[B, n_weights]``."""
+        if self.weights.ndim == 2:
+            return self.weights
+        return np.broadcast_to(self.weights, (self.size, self.weights.shape[0]))
+
+    def angles(self) -> list[np.ndarray]:
+        """The numeric angles of every op, each ``[B, num_params]`` (empty ops give ``[B, 0]``)."""
+        x, w = self.inputs, self.weights_per_row()
+        out = []
+        for op in self.template.ops:
+            cols = []
+            for a in op.angles:
+                if a.kind == "const":
+                    cols.append(np.full(self.size, a.offset))
+                else:
+                    src = x if a.kind == "input" else w
+                    cols.append(a.scale * src[:, a.index] + a.offset)
+            out.append(np.stack(cols, axis=1) if cols else np.zeros((self.size, 0)))
+        return out
+
+    def split(self, max_rows: int) -> list["CircuitBatch"]:
+        """Cut into batches of at most ``max_rows`` rows (for ``max_circuits_per_job``)."""
+        if self.size <= max_rows:
+            return [self]
+        parts = []
+        for lo in range(0, self.size, max_rows):
+            w = self.weights[lo : lo + max_rows] if self.weights.ndim == 2 else self.weights
+            seed = None if self.seed is None else self.seed + lo
+            parts.append(CircuitBatch(self.template, self.inputs[lo : lo + max_rows], w, self.shots, seed))
+        return parts
+
+
+def _as_float(a: Any, what: str) -> np.ndarray:
+    if hasattr(a, "detach"):  # torch tensors
+        a = a.detach().cpu().numpy()
+    try:
+        arr = np.asarray(a, dtype=float)
+    except (TypeError, ValueError):
+        raise BackendError(f"{what} must be numeric arrays, got {type(a).__name__}") from None
+    if not np.all(np.isfinite(arr)):
+        raise BackendError(f"{what} contain NaN or infinity")
+    return arr
+
+
+@dataclass
+class BatchResult:
+    """What a job returns. Which fields are set depends on the template:
+
+    * observables, exact: ``values`` ``[B, n_obs]``;
+    * observables, shots: ``values`` and ``stderr`` (standard error of the mean);
+    * no observables, exact: ``probs`` ``[B, 2**n]`` (wire 0 most significant);
+    * no observables, shots: ``counts``, one ``{bitstring: count}`` per row.
+    """
+
+    values: np.ndarray | None = None
+    stderr: np.ndarray | None = None
+    probs: np.ndarray | None = None
+    counts: list[dict[str, int]] | None = None
+    metadata: dict = field(default_factory=dict)
+
+    @staticmethod
+    def concat(parts: list["BatchResult"]) -> "BatchResult":
+        """Re-join the results of a split batch, in order."""
+
+        def cat(name: str):
+            vals = [getattr(p, name) for p in parts]
+            return None if vals[0] is None else np.concatenate(vals, axis=0)
+
+        counts = None if parts[0].counts is None else [c for p in parts for c in p.counts]
+        meta = dict(parts[0].metadata, parts=len(parts))
+        return BatchResult(cat("values"), cat("stderr"), cat("probs"), counts, meta)
+
+
+@runtime_checkable
+class Job(Protocol):
+    def done(self) -> bool: ...
+    def result(self, timeout: float | None = None) -> BatchResult: ...
+    def cancel(self) -> bool: ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+    def submit(self, batch: CircuitBatch) -> Job: ...
+
+
+class FutureJob:
+    """A ``Job`` backed by a ``concurrent.futures.Future``."""
+
+    def __init__(self, future: cf.Future, backend: str):
+        self._future = future
+        self.backend = backend
+        self.submitted_at = time.perf_counter()
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def status(self) -> str:
+        f = self._future
+        if f.cancelled():
+            return "cancelled"
+        if not f.done():
+            return "running" if f.running() else "queued"
+        return "failed" if f.exception() is not None else "done"
+
+    def cancel(self) -> bool:
+        return self._future.cancel()
+
+    def result(self, timeout: float | None = None) -> BatchResult:
+        try:
+            return self._future.result(timeout)
+        except cf.CancelledError:
+            raise JobCancelled(f"job on {self.backend} was cancelled") from None
+        except cf.TimeoutError:
+            raise TimeoutError(f"job on {self.backend} not done after {timeout}s") from None
+        except BackendError:
+            raise
+        except Exception as exc:  # a backend bug or a library error: keep the cause
+            raise JobFailed(f"job on {self.backend} failed: {type(exc).__name__}: {exc}") from exc
+
+
+class LocalBackend:
+    """Base for in-process backends: implement ``capabilities`` and ``run``.
+
+    ``submit`` checks the batch against the capabilities, splits it when it is
+    larger than ``max_circuits_per_job``, and runs it on a private thread pool
+    of ``max_workers`` threads (1 by default: simulators use their own threads).
+    """
+
+    name = "local"
+
+    def __init__(self, max_workers: int = 1):
+        self._max_workers = max_workers
+        self._pool: cf.ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def capabilities(self) -> Capabilities:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def run(self, batch: CircuitBatch) -> BatchResult:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def check(self, batch: CircuitBatch) -> None:
+        """Raise ``BackendError`` if this backend cannot run ``batch``."""
+        caps, t = self.capabilities, batch.template
+        if t.n_qubits > caps.max_qubits:
+            raise BackendError(
+                f"circuit {t.name!r} has {t.n_qubits} qubits but backend {self.name!r} allows at most {caps.max_qubits}"
+            )
+        if batch.shots is None and not caps.exact:
+            raise BackendError(f"backend {self.name!r} cannot compute exact values; set shots")
+        if batch.shots is not None and not caps.shots:
+            raise BackendError(f"backend {self.name!r} does not sample; use shots=None")
+        probs = t.problems()
+        if probs:
+            raise BackendError("; ".join(probs))
+
+    def run_checked(self, batch: CircuitBatch) -> BatchResult:
+        """Check, split by ``max_circuits_per_job``, run and re-join, synchronously."""
+        self.check(batch)
+        limit = self.capabilities.max_circuits_per_job
+        t0 = time.perf_counter()
+        parts = [self.run(b) for b in (batch.split(limit) if limit else [batch])]
+        res = parts[0] if len(parts) == 1 else BatchResult.concat(parts)
+        res.metadata.setdefault("backend", self.name)
+        res.metadata["seconds"] = time.perf_counter() - t0
+        return res
+
+    def submit(self, batch: CircuitBatch) -> FutureJob:
+        self.check(batch)  # fail fast, in the caller's thread
+        with self._lock:
+            if self._pool is None:
+                self._pool = cf.ThreadPoolExecutor(self._max_workers, thread_name_prefix=f"hqflow-{self.name}")
+        return FutureJob(self._pool.submit(self.run_checked, batch), self.name)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+def expectation_from_samples(bits: np.ndarray, template: CircuitTemplate) -> tuple[np.ndarray, np.ndarray]:
+    """Estimate each observable from measured bits, with the standard error.
+
+    ``bits`` is ``[B, shots, n_qubits]`` of 0/1 measured **in the computational
+    basis**, so it only serves observables made of I/Z. Backends that measure
+    X/Y terms rotate the basis first and call this per group.
+    """
+    signs = 1.0 - 2.0 * bits  # Z eigenvalue per qubit
+    vals, errs = [], []
+    for obs in template.observables:
+        total = np.zeros(bits.shape[:2])
+        for term in obs.terms:
+            if any(p != "Z" for _, p in term.paulis):
+                raise BackendError("expectation_from_samples only handles Z-type terms")
+            prod = np.ones(bits.shape[:2])
+            for w, _ in term.paulis:
+                prod = prod * signs[:, :, w]
+            total += term.coeff * prod
+        vals.append(total.mean(axis=1))
+        errs.append(total.std(axis=1, ddof=1) / np.sqrt(bits.shape[1]) if bits.shape[1] > 1 else np.zeros(bits.shape[0]))
+    return np.stack(vals, axis=1), np.stack(errs, axis=1)

@@ -1,0 +1,49 @@
+"""hqflow's dataflow IR: plain data that can be printed, validated, serialized and drawn.
+
+* ``CircuitTemplate`` — the canonical circuit (inputs/weights split, observables, shots);
+  ``Circuit`` builds one in Python; ``from_qiskit``/``from_pennylane`` normalize others.
+* ``Fragment``, ``Edge``, ``Graph`` — the hybrid pipeline as a graph of five fragment kinds.
+"""
+from .builder import Circuit, Sym
+from .circuit import Angle, CircuitError, CircuitTemplate, Observable, Op, PauliTerm
+from .gates import GATES, SHIFT_RULES, GateSpec, gate_matrix
+
+
+def from_qiskit(*args, **kwargs):
+    """Normalize a Qiskit ``QuantumCircuit`` (see ``hqflow.ir.qiskit_io.from_qiskit``)."""
+    from .qiskit_io import from_qiskit as f
+
+    return f(*args, **kwargs)
+
+
+def to_qiskit(*args, **kwargs):
+    """A Qiskit ``QuantumCircuit`` for a template (see ``hqflow.ir.qiskit_io.to_qiskit``)."""
+    from .qiskit_io import to_qiskit as f
+
+    return f(*args, **kwargs)
+
+
+def from_pennylane(*args, **kwargs):
+    """Normalize a PennyLane quantum function (see ``hqflow.ir.pennylane_io.from_pennylane``)."""
+    from .pennylane_io import from_pennylane as f
+
+    return f(*args, **kwargs)
+
+
+__all__ = [
+    "Angle",
+    "Circuit",
+    "CircuitError",
+    "CircuitTemplate",
+    "GATES",
+    "GateSpec",
+    "Observable",
+    "Op",
+    "PauliTerm",
+    "SHIFT_RULES",
+    "Sym",
+    "from_pennylane",
+    "from_qiskit",
+    "gate_matrix",
+    "to_qiskit",
+]

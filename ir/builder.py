@@ -1,0 +1,98 @@
+"""Write a ``CircuitTemplate`` directly in Python, without Qiskit or PennyLane.
+
+    c = Circuit(2, name="demo")
+    x = c.inputs("x", 2)            # per-sample symbols
+    w = c.weights("w", 2)           # trainable symbols
+    c.ry(x[0], 0).ry(2 * x[1] + 0.1, 1).cz(0, 1).rz(w[0], 0).rx(w[1], 1)
+    template = c.build(observables=["Z0 Z1"])
+
+Angles may be numbers or affine expressions ``a * symbol + b`` of one symbol.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from .circuit import Angle, CircuitError, CircuitTemplate, Observable, Op
+from .gates import GATES
+
+
+@dataclass(frozen=True)
+class Sym:
+    """An affine expression ``scale * symbol + offset`` during building."""
+
+    kind: str
+    index: int
+    scale: float = 1.0
+    offset: float = 0.0
+
+    def __mul__(self, k: float) -> "Sym":
+        return Sym(self.kind, self.index, self.scale * float(k), self.offset * float(k))
+
+    __rmul__ = __mul__
+
+    def __add__(self, k: float) -> "Sym":
+        if isinstance(k, Sym):
+            raise CircuitError("an angle may depend on one symbol only (affine in one input or weight)")
+        return Sym(self.kind, self.index, self.scale, self.offset + float(k))
+
+    __radd__ = __add__
+
+    def __sub__(self, k: float) -> "Sym":
+        return self + (-float(k))
+
+    def __neg__(self) -> "Sym":
+        return self * -1.0
+
+    def angle(self) -> Angle:
+        return Angle(self.kind, self.index, self.scale, self.offset)
+
+
+class Circuit:
+    """A mutable builder; ``build()`` returns the frozen, checked template."""
+
+    def __init__(self, n_qubits: int, name: str = "circuit"):
+        self.n_qubits, self.name = n_qubits, name
+        self._ops: list[Op] = []
+        self._inputs: list[str] = []
+        self._weights: list[str] = []
+
+    def inputs(self, prefix: str, n: int) -> list[Sym]:
+        start = len(self._inputs)
+        self._inputs += [f"{prefix}[{i}]" for i in range(n)]
+        return [Sym("input", start + i) for i in range(n)]
+
+    def weights(self, prefix: str, n: int) -> list[Sym]:
+        start = len(self._weights)
+        self._weights += [f"{prefix}[{i}]" for i in range(n)]
+        return [Sym("weight", start + i) for i in range(n)]
+
+    def gate(self, name: str, wires: Iterable[int], *angles: "float | Sym") -> "Circuit":
+        if name not in GATES:
+            raise CircuitError(f"unknown gate {name!r}; known gates: {', '.join(sorted(GATES))}")
+        coerced = tuple(a.angle() if isinstance(a, Sym) else Angle.const(a) for a in angles)
+        self._ops.append(Op(name, tuple(int(w) for w in wires), coerced))
+        return self
+
+    def __getattr__(self, name: str):
+        if name in GATES:
+            spec = GATES[name]
+
+            def add(*args):
+                angles, wires = args[: spec.num_params], args[spec.num_params :]
+                return self.gate(name, wires, *angles)
+
+            add.__doc__ = f"{name}(*angles, *wires)"
+            return add
+        raise AttributeError(name)
+
+    def build(self, observables: Iterable = (), shots: int | None = None) -> CircuitTemplate:
+        return CircuitTemplate(
+            self.n_qubits,
+            tuple(self._ops),
+            tuple(self._inputs),
+            tuple(self._weights),
+            tuple(Observable.coerce(o) for o in observables),
+            shots,
+            self.name,
+        ).check()

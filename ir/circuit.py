@@ -1,0 +1,286 @@
+"""The canonical circuit form: ``CircuitTemplate``.
+
+A template is a list of gates on ``n_qubits`` wires whose angles are affine in at
+most one symbol each. Symbols are split into per-sample **inputs** (data
+encodings: one row per sample in a batch) and shared **weights** (trainable).
+Observables are Pauli sums; ``shots=None`` means exact expectation values.
+
+Qiskit circuits and PennyLane quantum functions are normalized into this form
+once, at the edge (``hqflow.ir.from_qiskit``, ``hqflow.ir.from_pennylane``).
+Everything is a frozen dataclass of tuples, so a template is hashable and its
+``fingerprint()`` is stable across processes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from .gates import GATES
+
+
+class CircuitError(ValueError):
+    """A circuit template (or its conversion) is malformed."""
+
+
+@dataclass(frozen=True)
+class Angle:
+    """A gate angle: ``scale * symbol + offset``, or the constant ``offset``.
+
+    ``kind`` is ``"const"``, ``"input"`` or ``"weight"``; ``index`` points into the
+    template's ``input_names`` or ``weight_names``.
+    """
+
+    kind: str = "const"
+    index: int = -1
+    scale: float = 1.0
+    offset: float = 0.0
+
+    @staticmethod
+    def const(value: float) -> "Angle":
+        return Angle("const", -1, 0.0, float(value))
+
+    @staticmethod
+    def input(index: int, scale: float = 1.0, offset: float = 0.0) -> "Angle":
+        return Angle("input", int(index), float(scale), float(offset))
+
+    @staticmethod
+    def weight(index: int, scale: float = 1.0, offset: float = 0.0) -> "Angle":
+        return Angle("weight", int(index), float(scale), float(offset))
+
+
+@dataclass(frozen=True)
+class Op:
+    """One gate: a name from ``hqflow.ir.gates.GATES``, its wires and angles."""
+
+    name: str
+    wires: tuple[int, ...]
+    angles: tuple[Angle, ...] = ()
+
+
+_TERM = re.compile(r"([IXYZ])(\d+)")
+
+
+@dataclass(frozen=True)
+class PauliTerm:
+    """``coeff * P_{w0} P_{w1} ...``; ``paulis`` is sorted by wire, identities dropped."""
+
+    coeff: float
+    paulis: tuple[tuple[int, str], ...] = ()
+
+    @staticmethod
+    def parse(text: str, coeff: float = 1.0) -> "PauliTerm":
+        """Parse ``"Z0 Z1"`` (or ``"Z0Z1"``, ``"X2"``, ``""`` for identity)."""
+        compact = text.replace(" ", "").replace("*", "")
+        found = _TERM.findall(compact)
+        if "".join(p + w for p, w in found) != compact:
+            raise CircuitError(
+                f"cannot parse Pauli term {text!r}: use letters I/X/Y/Z each followed by a wire, e.g. 'Z0 Z1'"
+            )
+        paulis: dict[int, str] = {}
+        for p, w in found:
+            if int(w) in paulis:
+                raise CircuitError(f"Pauli term {text!r} names wire {w} twice")
+            if p != "I":
+                paulis[int(w)] = p
+        return PauliTerm(float(coeff), tuple(sorted(paulis.items())))
+
+    @property
+    def wires(self) -> tuple[int, ...]:
+        return tuple(w for w, _ in self.paulis)
+
+    def __str__(self) -> str:
+        body = " ".join(f"{p}{w}" for w, p in self.paulis) or "I"
+        return f"{self.coeff:+g}*{body}"
+
+
+@dataclass(frozen=True)
+class Observable:
+    """A Pauli sum: ``sum_k terms[k]``."""
+
+    terms: tuple[PauliTerm, ...]
+
+    @staticmethod
+    def coerce(obs: "ObservableLike") -> "Observable":
+        """Accept an ``Observable``, ``"Z0 Z1"``, or ``[(coeff, "Z0 Z1"), ...]``."""
+        if isinstance(obs, Observable):
+            return obs
+        if isinstance(obs, PauliTerm):
+            return Observable((obs,))
+        if isinstance(obs, str):
+            return Observable((PauliTerm.parse(obs),))
+        try:
+            terms = tuple(PauliTerm.parse(t, c) for c, t in obs)
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, CircuitError):
+                raise
+            raise CircuitError(
+                f"cannot read observable {obs!r}: give 'Z0 Z1' or a list of (coeff, 'Z0 Z1') pairs"
+            ) from None
+        if not terms:
+            raise CircuitError("an observable needs at least one term")
+        return Observable(terms)
+
+    @property
+    def wires(self) -> tuple[int, ...]:
+        return tuple(sorted({w for t in self.terms for w in t.wires}))
+
+    def __str__(self) -> str:
+        return " ".join(str(t) for t in self.terms)
+
+
+ObservableLike = "Observable | PauliTerm | str | Sequence[tuple[float, str]]"
+
+
+@dataclass(frozen=True)
+class CircuitTemplate:
+    """A parametrized circuit with an input/weight split, observables and shots.
+
+    ``observables`` empty means the circuit is sampled: exact runs return
+    probabilities, shot runs return counts. Bitstrings and probability indices
+    put wire 0 first (most significant), as PennyLane does.
+    """
+
+    n_qubits: int
+    ops: tuple[Op, ...]
+    input_names: tuple[str, ...] = ()
+    weight_names: tuple[str, ...] = ()
+    observables: tuple[Observable, ...] = ()
+    shots: int | None = None
+    name: str = "circuit"
+    _fp: list = field(default_factory=list, init=False, repr=False, compare=False, hash=False)
+
+    @property
+    def n_inputs(self) -> int:
+        return len(self.input_names)
+
+    @property
+    def n_weights(self) -> int:
+        return len(self.weight_names)
+
+    @property
+    def n_observables(self) -> int:
+        return len(self.observables)
+
+    def with_observables(self, observables: Iterable["ObservableLike"]) -> "CircuitTemplate":
+        obs = tuple(Observable.coerce(o) for o in observables)
+        return _replace(self, observables=obs)
+
+    def with_shots(self, shots: int | None) -> "CircuitTemplate":
+        return _replace(self, shots=shots)
+
+    def problems(self) -> list[str]:
+        """Everything wrong with this template, as readable messages (empty if fine)."""
+        out: list[str] = []
+        if not isinstance(self.n_qubits, int) or self.n_qubits < 1:
+            return [f"circuit {self.name!r}: n_qubits must be a positive integer, got {self.n_qubits!r}"]
+        for names, what in ((self.input_names, "input"), (self.weight_names, "weight")):
+            if len(set(names)) != len(names):
+                out.append(f"circuit {self.name!r}: duplicate {what} names in {list(names)}")
+        clash = set(self.input_names) & set(self.weight_names)
+        if clash:
+            out.append(f"circuit {self.name!r}: parameters {sorted(clash)} are both inputs and weights")
+        used = {"input": set(), "weight": set()}
+        for k, op in enumerate(self.ops):
+            where = f"circuit {self.name!r}, op {k} ({op.name})"
+            spec = GATES.get(op.name)
+            if spec is None:
+                out.append(f"{where}: unknown gate {op.name!r}; known gates: {', '.join(sorted(GATES))}")
+                continue
+            if len(op.wires) != spec.num_wires:
+                out.append(f"{where}: acts on {spec.num_wires} wire(s), got {list(op.wires)}")
+            if len(set(op.wires)) != len(op.wires):
+                out.append(f"{where}: repeated wire in {list(op.wires)}")
+            bad = [w for w in op.wires if not 0 <= w < self.n_qubits]
+            if bad:
+                out.append(f"{where}: wire(s) {bad} outside the circuit's {self.n_qubits} qubits")
+            if len(op.angles) != spec.num_params:
+                out.append(f"{where}: takes {spec.num_params} angle(s), got {len(op.angles)}")
+            for a in op.angles:
+                if a.kind == "const":
+                    continue
+                names = self.input_names if a.kind == "input" else self.weight_names
+                if a.kind not in used or not 0 <= a.index < len(names):
+                    out.append(f"{where}: unbound parameter ({a.kind} #{a.index}) is not declared")
+                else:
+                    used[a.kind].add(a.index)
+        for kind, names in (("input", self.input_names), ("weight", self.weight_names)):
+            extra = [n for i, n in enumerate(names) if i not in used[kind]]
+            if extra:
+                out.append(f"circuit {self.name!r}: extra {kind} parameter(s) {extra} not used by any gate")
+        for j, obs in enumerate(self.observables):
+            bad = [w for w in obs.wires if not 0 <= w < self.n_qubits]
+            if bad:
+                out.append(
+                    f"circuit {self.name!r}: observable {j} ({obs}) acts on qubit(s) {bad} "
+                    f"but the circuit has only {self.n_qubits} qubits"
+                )
+        if self.shots is not None and (not isinstance(self.shots, int) or self.shots < 1):
+            out.append(f"circuit {self.name!r}: shots must be a positive integer or None, got {self.shots!r}")
+        return out
+
+    def check(self) -> "CircuitTemplate":
+        """Raise ``CircuitError`` listing every problem; return self if none."""
+        probs = self.problems()
+        if probs:
+            raise CircuitError("; ".join(probs))
+        return self
+
+    def to_dict(self) -> dict:
+        """Plain-data form (used for hashing and display; serialization uses QPY)."""
+
+        def ang(a: Angle) -> list:
+            return [a.kind, a.index, a.scale, a.offset]
+
+        return {
+            "name": self.name,
+            "n_qubits": self.n_qubits,
+            "ops": [[op.name, list(op.wires), [ang(a) for a in op.angles]] for op in self.ops],
+            "inputs": list(self.input_names),
+            "weights": list(self.weight_names),
+            "observables": [[[t.coeff, [list(p) for p in t.paulis]] for t in o.terms] for o in self.observables],
+            "shots": self.shots,
+        }
+
+    @staticmethod
+    def from_dict(d: dict) -> "CircuitTemplate":
+        return CircuitTemplate(
+            n_qubits=int(d["n_qubits"]),
+            ops=tuple(
+                Op(name, tuple(wires), tuple(Angle(k, int(i), float(s), float(o)) for k, i, s, o in angs))
+                for name, wires, angs in d["ops"]
+            ),
+            input_names=tuple(d.get("inputs", ())),
+            weight_names=tuple(d.get("weights", ())),
+            observables=tuple(
+                Observable(tuple(PauliTerm(float(c), tuple((int(w), p) for w, p in ps)) for c, ps in o))
+                for o in d.get("observables", ())
+            ),
+            shots=d.get("shots"),
+            name=d.get("name", "circuit"),
+        )
+
+    def fingerprint(self) -> str:
+        """A stable content hash (cache key for compiled or transpiled forms)."""
+        if not self._fp:
+            blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+            self._fp.append(hashlib.sha256(blob).hexdigest()[:16])
+        return self._fp[0]
+
+    def __str__(self) -> str:
+        lines = [
+            f"CircuitTemplate {self.name!r}: {self.n_qubits} qubits, {len(self.ops)} ops, "
+            f"{self.n_inputs} inputs, {self.n_weights} weights, "
+            + (f"{self.shots} shots" if self.shots else "exact")
+        ]
+        for j, o in enumerate(self.observables):
+            lines.append(f"  <O{j}> = {o}")
+        return "\n".join(lines)
+
+
+def _replace(t: CircuitTemplate, **changes) -> CircuitTemplate:
+    import dataclasses
+
+    return dataclasses.replace(t, **changes)
