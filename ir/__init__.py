@@ -7,6 +7,7 @@
 from .builder import Circuit, Sym
 from .circuit import Angle, CircuitError, CircuitTemplate, Observable, Op, PauliTerm
 from .gates import GATES, SHIFT_RULES, GateSpec, gate_matrix
+from .graph import KINDS, RESOURCES, Edge, Fragment, Graph, GraphError, Port, execute_ports
 
 
 def from_qiskit(*args, **kwargs):
@@ -32,6 +33,14 @@ def from_pennylane(*args, **kwargs):
 
 __all__ = [
     "Angle",
+    "Edge",
+    "Fragment",
+    "Graph",
+    "GraphError",
+    "KINDS",
+    "Port",
+    "RESOURCES",
+    "execute_ports",
     "Circuit",
     "CircuitError",
     "CircuitTemplate",

@@ -1,0 +1,168 @@
+"""The synchronous reference executor: one fragment at a time, in graph order.
+
+``run(graph, stream)`` runs every fragment of the graph once per stream item
+(a dict of graph-input values; an ``int`` means that many steps of a graph
+without inputs). Loop-carried edges hand step ``t``'s value to step ``t + 1``
+(``init`` before step 0). It returns the graph outputs of every step, the timed
+spans, and the final loop-carried values. It is the semantics the overlap
+scheduler must reproduce exactly when it runs synchronously.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from hqflow.backends import Backend, BatchResult, CircuitBatch, get_backend
+from hqflow.ir.graph import Fragment, Graph, GraphError, resolve_fn
+
+from .gradients import param_shift
+from .trace import Span
+
+
+class FragmentError(RuntimeError):
+    """A fragment raised or returned something its ports do not allow."""
+
+
+@dataclass
+class RunResult:
+    outputs: list[dict[str, Any]]  # graph outputs, one dict per step
+    spans: list[Span]
+    state: dict[str, Any]  # final value on each loop-carried edge, keyed "src_frag.port"
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    def column(self, name: str) -> list[Any]:
+        """One graph output across all steps."""
+        return [o[name] for o in self.outputs]
+
+
+def _step_seed(seed: int | None, step: int, index: int) -> int | None:
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([seed, step, index]).generate_state(1)[0])
+
+
+def execute_fragment(f: Fragment, args: Mapping[str, Any], backend: Backend, seed: int | None) -> dict[str, Any]:
+    """Run an ``execute`` fragment: one job (with all parameter-shift rows when asked)."""
+    t = f.circuit
+    inputs, weights = args.get("inputs"), args.get("weights")
+    if f.gradient == "param-shift":
+        batch, post = param_shift(t, inputs, weights, seed=seed)
+        res = backend.submit(batch).result()
+        values, jac = post(res)
+        return {"values": values, "jacobian": jac}
+    res: BatchResult = backend.submit(CircuitBatch.make(t, inputs, weights, seed=seed)).result()
+    out = {"values": res.values, "stderr": res.stderr, "probs": res.probs, "counts": res.counts}
+    return {p.name: out[p.name] for p in f.outputs}
+
+
+def call_fragment(f: Fragment, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Call a classical fragment's function and check its outputs against its ports."""
+    fn = resolve_fn(f.fn)
+    try:
+        result = fn(**args, **f.kwargs)
+    except Exception as exc:
+        raise FragmentError(f"fragment {f.name!r} ({f.fn}) raised {type(exc).__name__}: {exc}") from exc
+    names = [p.name for p in f.outputs]
+    if not names:
+        return {}
+    if isinstance(result, dict) and set(result) == set(names):
+        return result
+    if len(names) == 1 and not isinstance(result, dict):
+        return {names[0]: result}
+    if isinstance(result, tuple) and len(result) == len(names):
+        return dict(zip(names, result))
+    got = sorted(result) if isinstance(result, dict) else type(result).__name__
+    raise FragmentError(f"fragment {f.name!r} must return its outputs {names} (a dict or a tuple in order), got {got}")
+
+
+class SyncExecutor:
+    """Runs a validated graph step by step on this thread. Backends are made once per run."""
+
+    def __init__(self, graph: Graph, backends: Mapping[str, Backend] | None = None):
+        self.backends: dict[str, Backend] = dict(backends or {})
+        for f in graph.fragments:
+            if f.kind == "execute" and f.backend and f.backend not in self.backends:
+                self.backends[f.backend] = get_backend(f.backend)
+        self.graph = graph.validate(backends={k: b.capabilities for k, b in self.backends.items()})
+        self.order = graph.topological_order()
+
+    def resource(self, f: Fragment) -> str:
+        return f"qpu:{f.backend}" if f.kind == "execute" else f.resource
+
+    def initial_state(self, overrides: Mapping[str, Any] | None) -> dict[int, Any]:
+        """Values on the loop-carried edges (by edge index) before step 0.
+
+        ``overrides`` maps a loop source ``"fragment.port"`` to a value that
+        replaces the ``init`` of every loop edge leaving that port.
+        """
+        overrides = dict(overrides or {})
+        state, used = {}, set()
+        for i, e in enumerate(self.graph.edges):
+            if not e.loop:
+                continue
+            key = f"{e.src[0]}.{e.src[1]}"
+            value = overrides[key] if key in overrides else e.init
+            used.add(key)
+            if value is None:
+                raise GraphError(f"loop-carried edge {e} has no initial value; give init= or initial_state={{{key!r}: ...}}")
+            state[i] = value
+        unknown = sorted(set(overrides) - used)
+        if unknown:
+            raise GraphError(f"initial_state names {unknown}, which are not loop-carried sources")
+        return state
+
+    def run_step(self, step: int, item: Mapping[str, Any], state: dict[int, Any], seed: int | None,
+                 t0: float, spans: list[Span]) -> dict[str, Any]:
+        g = self.graph
+        values: dict[tuple[str | None, str], Any] = {(None, k): v for k, v in item.items()}
+        incoming = {e.dst: i for i, e in enumerate(g.edges)}
+        for index, f in enumerate(self.order):
+            args = {}
+            for p in f.inputs:
+                i = incoming[(f.name, p.name)]
+                args[p.name] = state[i] if g.edges[i].loop else values[g.edges[i].src]
+            start = time.perf_counter() - t0
+            try:
+                if f.kind == "execute":
+                    out = execute_fragment(f, args, self.backends[f.backend], _step_seed(seed, step, index))
+                else:
+                    out = call_fragment(f, args)
+            except Exception as exc:
+                spans.append(Span(f.name, f.kind, self.resource(f), step, start, time.perf_counter() - t0, f"error: {exc}"))
+                raise
+            spans.append(Span(f.name, f.kind, self.resource(f), step, start, time.perf_counter() - t0))
+            values.update({(f.name, k): v for k, v in out.items()})
+        for i in state:
+            state[i] = values[g.edges[i].src]
+        return {p.name: values[g.edges[incoming[(None, p.name)]].src] for p in g.outputs}
+
+    def run(self, stream: Iterable[Mapping[str, Any]] | int, *, initial_state: Mapping[str, Any] | None = None,
+            seed: int | None = 0, progress=None) -> RunResult:
+        g = self.graph
+        if isinstance(stream, int):
+            if stream < 0:
+                raise ValueError(f"number of steps must be >= 0, got {stream}")
+            stream = ({} for _ in range(stream))
+        state = self.initial_state(initial_state)
+        expected = {p.name for p in g.inputs}
+        spans: list[Span] = []
+        outputs = []
+        t0 = time.perf_counter()
+        for step, item in enumerate(stream):
+            if set(item) != expected:
+                raise GraphError(f"step {step}: stream items must have keys {sorted(expected)}, got {sorted(item)}")
+            outputs.append(self.run_step(step, item, state, seed, t0, spans))
+            if progress is not None:
+                progress(step, outputs[-1])
+        final = {f"{g.edges[i].src[0]}.{g.edges[i].src[1]}": v for i, v in state.items()}
+        return RunResult(outputs, spans, final, time.perf_counter() - t0)
+
+
+def run(graph: Graph, stream: Iterable[Mapping[str, Any]] | int, *, backends: Mapping[str, Backend] | None = None,
+        initial_state: Mapping[str, Any] | None = None, seed: int | None = 0, progress=None) -> RunResult:
+    """Run ``graph`` synchronously over ``stream``; see the module docstring."""
+    return SyncExecutor(graph, backends).run(stream, initial_state=initial_state, seed=seed, progress=progress)

@@ -1,0 +1,170 @@
+"""``Pipeline``: build a graph in a few lines, with one decorator per fragment kind.
+
+    pipe = Pipeline("classifier")
+    pipe.input("x", "array")
+
+    @pipe.prepare(outputs={"angles": "array"})
+    def encode(x):
+        return np.pi * x
+
+    pipe.execute("circuit", template, backend="reference", gradient="param-shift")
+    pipe.connect("encode.angles", "circuit.inputs")
+
+    @pipe.learn(outputs=("weights", "loss"), params={"lr": 0.1})
+    def step(values, jacobian, weights, lr): ...
+
+    pipe.loop("step.weights", "circuit.weights", init=np.zeros(4))
+    pipe.output("step.loss", "loss")
+    graph = pipe.build()
+
+A decorated function's parameters are its input ports (less the names in
+``params``). An input port left unconnected is wired to the graph input of the
+same name, or else to the one earlier fragment with an output of that name.
+Loop-carried edges are always declared with ``loop``. Cuts are explicit: the
+graph is what these calls say, and ``print(graph)`` shows it.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Iterable, Mapping
+
+from hqflow.ir.circuit import CircuitTemplate
+from hqflow.ir.graph import Edge, Fragment, Graph, GraphError, Port, execute_ports, fn_ref, json_constant
+
+_DEFAULT_RESOURCE = {"preprocess": "cpu", "prepare": "cpu", "postprocess": "cpu", "learn": "cpu"}
+
+PortSpec = "str | Iterable[str] | Mapping[str, str] | None"
+
+
+def _ports(spec: Any) -> tuple[Port, ...]:
+    if spec is None:
+        return ()
+    if isinstance(spec, str):
+        return (Port(spec),)
+    if isinstance(spec, Mapping):
+        return tuple(Port(k, v) for k, v in spec.items())
+    return tuple(Port(s) for s in spec)
+
+
+def _split(ref: str) -> tuple[str | None, str]:
+    frag, sep, port = ref.rpartition(".")
+    if not sep or not port:
+        raise GraphError(f"{ref!r} is not of the form 'fragment.port' (or 'input.NAME' / 'output.NAME')")
+    return (None if frag in ("input", "output") else frag), port
+
+
+class Pipeline:
+    """A mutable graph builder; ``build()`` returns the frozen, validated ``Graph``."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._fragments: list[Fragment] = []
+        self._edges: list[Edge] = []
+        self._inputs: list[Port] = []
+        self._outputs: list[Port] = []
+
+    # -- graph inputs and outputs -------------------------------------------------
+    def input(self, name: str, type: str = "any") -> "Pipeline":
+        """Declare a stream field: each stream item supplies a value for ``name``."""
+        self._inputs.append(Port(name, type))
+        return self
+
+    def output(self, src: str, name: str | None = None, type: str = "any") -> "Pipeline":
+        """Expose ``"fragment.port"`` as a graph output (named after the port by default)."""
+        frag, port = _split(src)
+        name = name or port
+        self._outputs.append(Port(name, type))
+        self._edges.append(Edge((frag, port), (None, name)))
+        return self
+
+    # -- edges ------------------------------------------------------------------
+    def connect(self, src: str, dst: str) -> "Pipeline":
+        """Join ``"a.out"`` to ``"b.in"`` (``"input.NAME"`` for a graph input)."""
+        self._edges.append(Edge(_split(src), _split(dst)))
+        return self
+
+    def loop(self, src: str, dst: str, init: Any = None, max_staleness: int = 0) -> "Pipeline":
+        """A loop-carried edge: step ``t``'s ``src`` feeds step ``t + 1``'s ``dst``.
+
+        ``init`` (JSON data, or an array) is the value before the first step;
+        ``max_staleness`` is how many versions behind a consumer may run.
+        """
+        value = None if init is None else json_constant(init, f"init of loop {src} -> {dst}")
+        self._edges.append(Edge(_split(src), _split(dst), True, max_staleness, value))
+        return self
+
+    # -- fragments --------------------------------------------------------------
+    def add(self, fragment: Fragment) -> Fragment:
+        self._fragments.append(fragment)
+        return fragment
+
+    def _decorator(self, kind: str, name, outputs, inputs, resource, params) -> Callable:
+        def wrap(fn: Callable) -> Callable:
+            fname = name or fn.__name__
+            consts = {k: json_constant(v, f"param {k!r} of fragment {fname!r}") for k, v in (params or {}).items()}
+            types = dict(inputs or {})
+            sig = inspect.signature(fn)
+            ports = tuple(
+                Port(p, types.pop(p, "any"))
+                for p, par in sig.parameters.items()
+                if p not in consts and par.kind not in (par.VAR_POSITIONAL, par.VAR_KEYWORD)
+            )
+            if types:
+                raise GraphError(f"fragment {fname!r}: inputs= names {sorted(types)}, which are not parameters of {fn.__qualname__}")
+            self.add(Fragment(fname, kind, ports, _ports(outputs), fn_ref(fn, fname),
+                              resource or _DEFAULT_RESOURCE[kind], tuple(consts.items())))
+            return fn
+
+        return wrap
+
+    def preprocess(self, fn=None, *, name=None, outputs=None, inputs=None, resource=None, params=None):
+        """Decorate a classical preprocessing function (see the module docstring)."""
+        deco = self._decorator("preprocess", name, outputs, inputs, resource, params)
+        return deco(fn) if fn else deco
+
+    def prepare(self, fn=None, *, name=None, outputs=None, inputs=None, resource=None, params=None):
+        """Decorate a state-preparation function (turns data into circuit inputs)."""
+        deco = self._decorator("prepare", name, outputs, inputs, resource, params)
+        return deco(fn) if fn else deco
+
+    def postprocess(self, fn=None, *, name=None, outputs=None, inputs=None, resource=None, params=None):
+        """Decorate a function that reads circuit results."""
+        deco = self._decorator("postprocess", name, outputs, inputs, resource, params)
+        return deco(fn) if fn else deco
+
+    def learn(self, fn=None, *, name=None, outputs=None, inputs=None, resource=None, params=None):
+        """Decorate a learner step (usually returns the next weights for a loop edge)."""
+        deco = self._decorator("learn", name, outputs, inputs, resource, params)
+        return deco(fn) if fn else deco
+
+    def execute(self, name: str, circuit: CircuitTemplate, backend: str = "reference",
+                gradient: str | None = None) -> Fragment:
+        """Run ``circuit`` on ``backend``; ports follow from the circuit (``execute_ports``)."""
+        if not isinstance(circuit, CircuitTemplate):
+            raise GraphError(
+                f"fragment {name!r}: circuit must be a CircuitTemplate (use hqflow.ir.from_qiskit / "
+                f"from_pennylane / Circuit), got {type(circuit).__name__}"
+            )
+        ins, outs = execute_ports(circuit, gradient)
+        return self.add(Fragment(name, "execute", ins, outs, None, "qpu", (), circuit, backend, gradient))
+
+    # -- build --------------------------------------------------------------------
+    def _autowire(self) -> list[Edge]:
+        edges = list(self._edges)
+        fed = {e.dst for e in edges}
+        graph_inputs = {p.name for p in self._inputs}
+        for i, f in enumerate(self._fragments):
+            for p in f.inputs:
+                if (f.name, p.name) in fed:
+                    continue
+                if p.name in graph_inputs:
+                    edges.append(Edge((None, p.name), (f.name, p.name)))
+                    continue
+                sources = [g.name for g in self._fragments[:i] if g.port(p.name, output=True)]
+                if len(sources) == 1:
+                    edges.append(Edge((sources[0], p.name), (f.name, p.name)))
+        return edges
+
+    def build(self, validate: bool = True, backends: Mapping[str, Any] | None = None) -> Graph:
+        graph = Graph(self.name, tuple(self._fragments), tuple(self._autowire()), tuple(self._inputs), tuple(self._outputs))
+        return graph.validate(backends) if validate else graph

@@ -1,0 +1,171 @@
+"""Graphs to and from JSON.
+
+Functions are written as ``"module:qualname"``, circuits as QPY (Qiskit's
+standard binary format, base64 encoded) together with the input/weight split,
+the observables (as ``[coeff, "Z0 Z1"]`` terms) and the shots. ``from_json``
+checks the structure and gives one clear ``GraphError`` for malformed input;
+whether the graph makes sense is ``Graph.validate()``'s job.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .circuit import CircuitError, CircuitTemplate, Observable, PauliTerm
+from .graph import Edge, Fragment, Graph, GraphError, Port
+
+FORMAT, VERSION = "hqflow.graph", 1
+
+
+def _ports(ports) -> list[dict]:
+    return [{"name": p.name, "type": p.type} for p in ports]
+
+
+def _circuit(t: CircuitTemplate) -> dict:
+    from .qiskit_io import template_to_qpy
+
+    return {
+        "name": t.name,
+        "n_qubits": t.n_qubits,
+        "inputs": list(t.input_names),
+        "weights": list(t.weight_names),
+        "observables": [[[term.coeff, " ".join(f"{p}{w}" for w, p in term.paulis)] for term in o.terms] for o in t.observables],
+        "shots": t.shots,
+        "qpy": template_to_qpy(t),
+    }
+
+
+def graph_to_json(graph: Graph, indent: int | None = 2) -> str:
+    def end(e):
+        return [e[0], e[1]]
+
+    doc = {
+        "format": FORMAT,
+        "version": VERSION,
+        "name": graph.name,
+        "inputs": _ports(graph.inputs),
+        "outputs": _ports(graph.outputs),
+        "fragments": [
+            {
+                "name": f.name,
+                "kind": f.kind,
+                "resource": f.resource,
+                "inputs": _ports(f.inputs),
+                "outputs": _ports(f.outputs),
+                "fn": f.fn,
+                "params": f.kwargs,
+                "circuit": None if f.circuit is None else _circuit(f.circuit),
+                "backend": f.backend,
+                "gradient": f.gradient,
+            }
+            for f in graph.fragments
+        ],
+        "edges": [
+            {"src": end(e.src), "dst": end(e.dst), "loop": e.loop, "max_staleness": e.max_staleness, "init": e.init}
+            for e in graph.edges
+        ],
+    }
+    return json.dumps(doc, indent=indent)
+
+
+def _get(d: Any, key: str, where: str, kind: type | tuple = object, default: Any = ...) -> Any:
+    if not isinstance(d, dict):
+        raise GraphError(f"graph JSON: {where} must be an object, got {type(d).__name__}")
+    if key not in d:
+        if default is not ...:
+            return default
+        raise GraphError(f"graph JSON: {where} lacks {key!r}")
+    value = d[key]
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise GraphError(f"graph JSON: {where}: {key!r} must be {names}, got {type(value).__name__}")
+    return value
+
+
+def _read_ports(d: dict, key: str, where: str) -> tuple[Port, ...]:
+    ports = _get(d, key, where, list, [])
+    return tuple(
+        Port(_get(p, "name", f"{where} {key}[{i}]", str), _get(p, "type", f"{where} {key}[{i}]", str, "any"))
+        for i, p in enumerate(ports)
+    )
+
+
+def _read_circuit(c: dict, where: str) -> CircuitTemplate:
+    from .qiskit_io import template_from_qpy
+
+    try:
+        observables = tuple(
+            Observable(tuple(PauliTerm.parse(text, coeff) for coeff, text in obs))
+            for obs in _get(c, "observables", where, list, [])
+        )
+        return template_from_qpy(
+            _get(c, "qpy", where, str),
+            tuple(_get(c, "inputs", where, list, [])),
+            tuple(_get(c, "weights", where, list, [])),
+            observables,
+            _get(c, "shots", where, (int, type(None)), None),
+            _get(c, "name", where, str, "circuit"),
+        )
+    except (CircuitError, TypeError, ValueError) as exc:
+        if isinstance(exc, GraphError):
+            raise
+        raise GraphError(f"graph JSON: {where}: cannot read circuit: {exc}") from None
+
+
+def _read_end(e: dict, key: str, where: str) -> tuple[str | None, str]:
+    end = _get(e, key, where, list)
+    if len(end) != 2 or not isinstance(end[1], str) or not isinstance(end[0], (str, type(None))):
+        raise GraphError(f"graph JSON: {where}: {key!r} must be [fragment or null, port], got {end!r}")
+    return end[0], end[1]
+
+
+def graph_from_json(text: str) -> Graph:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise GraphError(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    fmt = _get(doc, "format", "document", str, FORMAT)
+    if fmt != FORMAT:
+        raise GraphError(f"graph JSON: format is {fmt!r}, expected {FORMAT!r}")
+    version = _get(doc, "version", "document", int, VERSION)
+    if version > VERSION:
+        raise GraphError(f"graph JSON: version {version} is newer than this hqflow reads ({VERSION})")
+    fragments = []
+    for i, f in enumerate(_get(doc, "fragments", "document", list)):
+        where = f"fragment #{i}"
+        name = _get(f, "name", where, str)
+        where = f"fragment {name!r}"
+        circuit = _get(f, "circuit", where, (dict, type(None)), None)
+        fragments.append(
+            Fragment(
+                name=name,
+                kind=_get(f, "kind", where, str),
+                inputs=_read_ports(f, "inputs", where),
+                outputs=_read_ports(f, "outputs", where),
+                fn=_get(f, "fn", where, (str, type(None)), None),
+                resource=_get(f, "resource", where, str, "cpu"),
+                params=tuple(_get(f, "params", where, dict, {}).items()),
+                circuit=None if circuit is None else _read_circuit(circuit, where),
+                backend=_get(f, "backend", where, (str, type(None)), None),
+                gradient=_get(f, "gradient", where, (str, type(None)), None),
+            )
+        )
+    edges = []
+    for i, e in enumerate(_get(doc, "edges", "document", list)):
+        where = f"edge #{i}"
+        edges.append(
+            Edge(
+                _read_end(e, "src", where),
+                _read_end(e, "dst", where),
+                _get(e, "loop", where, bool, False),
+                _get(e, "max_staleness", where, int, 0),
+                _get(e, "init", where, object, None),
+            )
+        )
+    return Graph(
+        _get(doc, "name", "document", str, "graph"),
+        tuple(fragments),
+        tuple(edges),
+        _read_ports(doc, "inputs", "document"),
+        _read_ports(doc, "outputs", "document"),
+    )

@@ -1,0 +1,161 @@
+"""``problems(graph)``: every reason a graph cannot run, as readable messages."""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Mapping
+
+from .graph import (
+    GRADIENTS,
+    KINDS,
+    PORT_TYPES,
+    RESOURCES,
+    Graph,
+    GraphError,
+    _cycle_message,
+    _toposort,
+    execute_ports,
+    resolve_fn,
+    types_compatible,
+)
+
+
+def problems(graph: Graph, backends: Mapping[str, Any] | None = None, resolve: bool = True) -> list[str]:
+    out: list[str] = []
+    names = [f.name for f in graph.fragments]
+    for name, n in Counter(names).items():
+        if n > 1:
+            out.append(f"fragment name {name!r} is used {n} times")
+    for f in graph.fragments:
+        out += _fragment_problems(f, backends, resolve)
+    for p in graph.inputs + graph.outputs:
+        if p.type not in PORT_TYPES:
+            out.append(f"graph port {p.name!r} has unknown type {p.type!r}; known: {', '.join(PORT_TYPES)}")
+    out += _edge_problems(graph)
+    if _toposort(graph) is None:
+        out.append(_cycle_message(graph))
+    return out
+
+
+def _fragment_problems(f, backends, resolve) -> list[str]:
+    out: list[str] = []
+    where = f"fragment {f.name!r}"
+    if not f.name or "." in f.name:
+        out.append(f"{where}: names must be non-empty and contain no '.'")
+    if f.kind not in KINDS:
+        return out + [f"{where}: unknown kind {f.kind!r}; kinds are {', '.join(KINDS)}"]
+    if f.resource not in RESOURCES:
+        out.append(f"{where}: unknown resource {f.resource!r}; resources are {', '.join(RESOURCES)}")
+    for p in f.inputs + f.outputs:
+        if p.type not in PORT_TYPES:
+            out.append(f"{where}: port {p.name!r} has unknown type {p.type!r}; known: {', '.join(PORT_TYPES)}")
+    for ports, what in ((f.inputs, "input"), (f.outputs, "output")):
+        dup = [n for n, c in Counter(p.name for p in ports).items() if c > 1]
+        if dup:
+            out.append(f"{where}: duplicate {what} port(s) {dup}")
+    if f.kind != "execute":
+        if not f.fn:
+            out.append(f"{where}: a {f.kind} fragment needs a function")
+        elif resolve:
+            try:
+                resolve_fn(f.fn)
+            except GraphError as exc:
+                out.append(f"{where}: {exc}")
+        return out
+    if f.circuit is None:
+        return out + [f"{where}: an execute fragment needs a circuit template"]
+    out += [f"{where}: {p}" for p in f.circuit.problems()]
+    if f.gradient not in GRADIENTS:
+        out.append(f"{where}: unknown gradient method {f.gradient!r}; use None or 'param-shift'")
+    elif f.gradient and not f.circuit.observables:
+        out.append(f"{where}: gradients need observables; the circuit only samples")
+    ins, outs = execute_ports(f.circuit, f.gradient)
+    if (ins, outs) != (f.inputs, f.outputs):
+        out.append(
+            f"{where}: ports ({', '.join(map(str, f.inputs))}) -> ({', '.join(map(str, f.outputs))}) "
+            f"do not match its circuit, which needs ({', '.join(map(str, ins))}) -> ({', '.join(map(str, outs))})"
+        )
+    if not f.backend:
+        out.append(f"{where}: an execute fragment needs a backend name")
+    else:
+        caps = _capabilities(f.backend, backends, out, where)
+        if caps is not None and f.circuit.n_qubits > caps.max_qubits:
+            out.append(
+                f"{where}: circuit {f.circuit.name!r} has {f.circuit.n_qubits} qubits but backend "
+                f"{f.backend!r} allows at most {caps.max_qubits}"
+            )
+    return out
+
+
+def _capabilities(name, backends, out, where):
+    try:
+        if backends is not None:
+            b = backends[name]
+        else:
+            from hqflow.backends import get_backend
+
+            b = get_backend(name)
+    except KeyError:
+        out.append(f"{where}: backend {name!r} is not among the backends given")
+        return None
+    except Exception as exc:  # unknown name, missing plugin, device error
+        out.append(f"{where}: {exc}")
+        return None
+    return getattr(b, "capabilities", b)
+
+
+def _edge_problems(graph: Graph) -> list[str]:
+    out: list[str] = []
+    frags = {f.name: f for f in graph.fragments}
+    g_in = {p.name: p for p in graph.inputs}
+    g_out = {p.name: p for p in graph.outputs}
+    fed: Counter = Counter()
+    used_inputs: set[str] = set()
+    for e in graph.edges:
+        src_port = _end(e.src, frags, g_in, output=True, edge=e, out=out)
+        dst_port = _end(e.dst, frags, g_out, output=False, edge=e, out=out)
+        if e.src[0] is None:
+            used_inputs.add(e.src[1])
+        if e.loop:
+            if e.dst[0] is None or e.src[0] is None:
+                out.append(f"edge {e}: a loop-carried edge must join two fragments")
+            if not isinstance(e.max_staleness, int) or e.max_staleness < 0:
+                out.append(f"edge {e}: max_staleness must be an integer >= 0, got {e.max_staleness!r}")
+        if src_port and dst_port:
+            fed[e.dst] += 1
+            if not types_compatible(src_port.type, dst_port.type):
+                out.append(f"edge {e}: type mismatch, {src_port.type} output into {dst_port.type} input")
+    for f in graph.fragments:
+        for p in f.inputs:
+            n = fed[(f.name, p.name)]
+            if n == 0:
+                out.append(f"fragment {f.name!r}: input port {p.name!r} is not connected")
+            elif n > 1:
+                out.append(f"fragment {f.name!r}: input port {p.name!r} is fed by {n} edges")
+    for p in graph.outputs:
+        if fed[(None, p.name)] != 1:
+            out.append(f"graph output {p.name!r} is fed by {fed[(None, p.name)]} edges (needs exactly 1)")
+    for name in g_in:
+        if name not in used_inputs:
+            out.append(f"graph input {name!r} is not connected to any fragment")
+    return out
+
+
+def _end(end, frags, graph_ports, output, edge, out):
+    frag, port = end
+    if frag is None:
+        p = graph_ports.get(port)
+        if p is None:
+            what = "input" if output else "output"
+            out.append(f"edge {edge}: the graph has no {what} {port!r}")
+        return p
+    f = frags.get(frag)
+    if f is None:
+        out.append(f"edge {edge}: unknown fragment {frag!r}")
+        return None
+    p = f.port(port, output)
+    if p is None:
+        ports = f.outputs if output else f.inputs
+        what = "output" if output else "input"
+        have = ", ".join(x.name for x in ports) or "none"
+        out.append(f"edge {edge}: fragment {frag!r} has no {what} port {port!r} (its {what}s: {have})")
+    return p
