@@ -45,6 +45,21 @@ def _step_seed(seed: int | None, step: int, index: int) -> int | None:
     return int(np.random.SeedSequence([seed, step, index]).generate_state(1)[0])
 
 
+def _as_port_value(value: Any, port_type: str) -> Any:
+    """JSON ``init`` values are lists; hand numeric lists to array-like ports as numpy arrays."""
+    if isinstance(value, list) and port_type in ("array", "tensor", "any"):
+        try:
+            arr = np.asarray(value, dtype=float)
+        except (TypeError, ValueError):
+            return value
+        if port_type == "tensor":
+            import torch
+
+            return torch.as_tensor(arr)
+        return arr
+    return value
+
+
 def execute_fragment(f: Fragment, args: Mapping[str, Any], backend: Backend, seed: int | None) -> dict[str, Any]:
     """Run an ``execute`` fragment: one job (with all parameter-shift rows when asked)."""
     t = f.circuit
@@ -109,7 +124,7 @@ class SyncExecutor:
             used.add(key)
             if value is None:
                 raise GraphError(f"loop-carried edge {e} has no initial value; give init= or initial_state={{{key!r}: ...}}")
-            state[i] = value
+            state[i] = _as_port_value(value, self.graph.fragment(e.dst[0]).port(e.dst[1], output=False).type)
         unknown = sorted(set(overrides) - used)
         if unknown:
             raise GraphError(f"initial_state names {unknown}, which are not loop-carried sources")

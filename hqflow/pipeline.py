@@ -83,14 +83,16 @@ class Pipeline:
         self._edges.append(Edge(_split(src), _split(dst)))
         return self
 
-    def loop(self, src: str, dst: str, init: Any = None, max_staleness: int = 0) -> "Pipeline":
-        """A loop-carried edge: step ``t``'s ``src`` feeds step ``t + 1``'s ``dst``.
+    def loop(self, src: str, dst: "str | Iterable[str]", init: Any = None, max_staleness: int = 0) -> "Pipeline":
+        """Loop-carried edge(s): step ``t``'s ``src`` feeds step ``t + 1``'s ``dst`` (one or several).
 
         ``init`` (JSON data, or an array) is the value before the first step;
-        ``max_staleness`` is how many versions behind a consumer may run.
+        numeric lists reach array ports as numpy arrays. ``max_staleness`` is how
+        many versions behind a consumer may run (0: strictly synchronous).
         """
-        value = None if init is None else json_constant(init, f"init of loop {src} -> {dst}")
-        self._edges.append(Edge(_split(src), _split(dst), True, max_staleness, value))
+        value = None if init is None else json_constant(init, f"init of loop {src}")
+        for d in [dst] if isinstance(dst, str) else dst:
+            self._edges.append(Edge(_split(src), _split(d), True, max_staleness, value))
         return self
 
     # -- fragments --------------------------------------------------------------

@@ -1,0 +1,168 @@
+"""The ``hqflow`` command line.
+
+    hqflow backends [--json]             list backends and their capabilities
+    hqflow inspect GRAPH.json [--png P]  validate and pretty-print a saved graph
+    hqflow run WORKLOAD [options]        run a registered workload (vqe, qaoa, classifier)
+
+Bad usage or bad input exits with status 2 and a one-line message on stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+
+from . import __version__
+
+
+class UsageError(Exception):
+    """Bad usage or bad input: reported on one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line instead of usage + message
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="hqflow", description="A runtime for hybrid classical/quantum programs.")
+    p.add_argument("--version", action="version", version=f"hqflow {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    b = sub.add_parser("backends", help="list backends and their capabilities",
+                       description="List the registered quantum backends and what each can do.")
+    b.add_argument("--json", action="store_true", help="print one JSON object per line")
+
+    i = sub.add_parser("inspect", help="validate and pretty-print a saved graph",
+                       description="Load GRAPH.json, validate it, and print it. Exit 2 if it is malformed or invalid.")
+    i.add_argument("graph", metavar="GRAPH.json", help="a graph written by Graph.to_json()")
+    i.add_argument("--png", metavar="PATH", help="also draw the graph to this PNG file")
+    i.add_argument("--no-resolve", action="store_true", help="do not import fragment functions while validating")
+
+    r = sub.add_parser("run", help="run a registered workload",
+                       description="Run a registered workload and print its figures.")
+    r.add_argument("workload", metavar="WORKLOAD", help="one of: " + ", ".join(_workload_names()))
+    r.add_argument("--steps", type=_positive, help="optimization steps (default: the workload's)")
+    r.add_argument("--seed", type=int, help="random seed (default: the workload's)")
+    r.add_argument("--backend", help="backend name, e.g. reference, aer, pennylane:default.qubit")
+    r.add_argument("--out", metavar="FILE", help="also write the figures as JSON to FILE")
+    r.add_argument("--json", action="store_true", help="print the figures as one JSON line")
+    return p
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _workload_names() -> list[str]:
+    from hqflow.workloads import WORKLOADS
+
+    return sorted(WORKLOADS)
+
+
+def cmd_backends(args) -> int:
+    from hqflow.backends import backend_names, get_backend
+
+    for name in backend_names():
+        try:
+            caps = get_backend(name).capabilities
+        except Exception as exc:  # a missing plugin or device shows as unavailable
+            line = {"name": name, "available": False, "reason": str(exc).splitlines()[0]}
+            print(json.dumps(line) if args.json else f"{name:<28} unavailable: {line['reason']}")
+            continue
+        if args.json:
+            print(json.dumps({"name": name, "available": True, **dataclasses.asdict(caps)}))
+        else:
+            print(f"{name:<28} {caps.describe()}")
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    from hqflow.ir.graph import Graph, GraphError
+
+    try:
+        with open(args.graph, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.graph}: {exc.strerror}") from None
+    try:
+        graph = Graph.from_json(text)
+        graph.validate(resolve=not args.no_resolve)
+    except GraphError as exc:
+        n = len(exc.problems)
+        detail = exc.problems[0] if n == 1 else f"{n} problems: " + "; ".join(exc.problems)
+        raise UsageError(f"{args.graph}: {detail}") from None
+    print(graph)
+    if args.png:
+        print(f"drew {graph.draw(args.png)}")
+    return 0
+
+
+def _write_atomic(path: str, text: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def cmd_run(args) -> int:
+    from hqflow.workloads import get_workload
+
+    from .progress import Progress
+
+    try:
+        module = get_workload(args.workload)
+    except (KeyError, ValueError) as exc:
+        raise UsageError(str(exc).strip("'\"")) from None
+    cfg = module.Config()
+    overrides = {k: v for k, v in (("steps", args.steps), ("seed", args.seed), ("backend", args.backend)) if v is not None}
+    unknown = [k for k in overrides if not hasattr(cfg, k)]
+    if unknown:
+        raise UsageError(f"workload {args.workload!r} has no option {unknown[0]!r}")
+    cfg = dataclasses.replace(cfg, **overrides)
+    if args.backend:
+        from hqflow.backends import BackendError, get_backend
+
+        try:
+            get_backend(args.backend)
+        except BackendError as exc:
+            raise UsageError(str(exc)) from None
+    with Progress(getattr(cfg, "steps", 1), args.workload) as bar:
+        result = module.run(cfg, progress=bar)
+    figures = {k: v for k, v in result.items() if not isinstance(v, (list, dict))}
+    if args.out:
+        _write_atomic(args.out, json.dumps(result, indent=2, default=float))
+    if args.json:
+        print(json.dumps(figures, default=float))
+    else:
+        for k, v in figures.items():
+            print(f"{k:<24} {v:.6g}" if isinstance(v, float) else f"{k:<24} {v}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        return {"backends": cmd_backends, "inspect": cmd_inspect, "run": cmd_run}[args.command](args)
+    except UsageError as exc:
+        print(f"hqflow: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("hqflow: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
