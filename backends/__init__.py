@@ -10,6 +10,7 @@ Backends are imported lazily, so ``import hqflow.backends`` stays cheap.
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Callable
 
 from .base import (
@@ -60,10 +61,12 @@ def get_backend(name: str, **options) -> Backend:
     if prefix not in _REGISTRY:
         raise BackendError(f"unknown backend {name!r}; known: {', '.join(sorted(_REGISTRY))}")
     factory = _resolve(_REGISTRY[prefix])
+    args = (suffix,) if suffix else ()
     try:
-        return factory(suffix, **options) if suffix else factory(**options)
+        inspect.signature(factory).bind(*args, **options)
     except TypeError as exc:
         raise BackendError(f"backend {name!r}: bad options {sorted(options)}: {exc}") from None
+    return factory(*args, **options)
 
 
 def backend_names() -> list[str]:

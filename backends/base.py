@@ -113,6 +113,8 @@ class CircuitBatch:
                 raise BackendError(
                     f"per-row weights have {w.shape[0]} rows but inputs have {x.shape[0]}"
                 )
+        if x.shape[0] == 0:
+            raise BackendError(f"batch for {template.name!r} has no rows (inputs have shape {list(x.shape)})")
         s = template.shots if shots == "template" else shots
         if s is not None and (not isinstance(s, (int, np.integer)) or s < 1):
             raise BackendError(f"shots must be a positive integer or None, got {s!r}")
