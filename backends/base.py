@@ -88,7 +88,9 @@ class CircuitBatch:
     ) -> "CircuitBatch":
         """Normalize loose arrays into a checked batch (the one place shapes are checked)."""
         n_in, n_w = template.n_inputs, template.n_weights
-        w = np.zeros((n_w,)) if weights is None and n_w == 0 else _as_float(weights, "weights")
+        if weights is None and n_w:
+            raise BackendError(f"circuit {template.name!r} needs weights of shape [{n_w}] or [B, {n_w}]")
+        w = np.zeros((n_w,)) if weights is None else _as_float(weights, "weights")
         if w.ndim not in (1, 2) or w.shape[-1] != n_w:
             raise BackendError(
                 f"weights for {template.name!r} must have shape [{n_w}] or [B, {n_w}], got {list(w.shape)}"
@@ -328,5 +330,10 @@ def expectation_from_samples(bits: np.ndarray, template: CircuitTemplate) -> tup
                 prod = prod * signs[:, :, w]
             total += term.coeff * prod
         vals.append(total.mean(axis=1))
-        errs.append(total.std(axis=1, ddof=1) / np.sqrt(bits.shape[1]) if bits.shape[1] > 1 else np.zeros(bits.shape[0]))
+        if bits.shape[1] > 1:
+            std = total.std(axis=1, ddof=1)
+            std[std < 1e-12] = 0.0  # constant outcomes: zero, not a rounding residue
+            errs.append(std / np.sqrt(bits.shape[1]))
+        else:
+            errs.append(np.zeros(bits.shape[0]))
     return np.stack(vals, axis=1), np.stack(errs, axis=1)

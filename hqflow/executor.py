@@ -66,11 +66,11 @@ def execute_fragment(f: Fragment, args: Mapping[str, Any], backend: Backend, see
     inputs, weights = args.get("inputs"), args.get("weights")
     if f.gradient == "param-shift":
         batch, post = param_shift(t, inputs, weights, seed=seed)
-        res = backend.submit(batch).result()
-        values, jac = post(res)
-        return {"values": values, "jacobian": jac}
-    res: BatchResult = backend.submit(CircuitBatch.make(t, inputs, weights, seed=seed)).result()
-    out = {"values": res.values, "stderr": res.stderr, "probs": res.probs, "counts": res.counts}
+        g = post(backend.submit(batch).result())
+        out = {"values": g.values, "jacobian": g.jacobian, "stderr": g.stderr}
+    else:
+        res: BatchResult = backend.submit(CircuitBatch.make(t, inputs, weights, seed=seed)).result()
+        out = {"values": res.values, "stderr": res.stderr, "probs": res.probs, "counts": res.counts}
     return {p.name: out[p.name] for p in f.outputs}
 
 

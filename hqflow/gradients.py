@@ -2,7 +2,7 @@
 
 ``param_shift(template, inputs, weights)`` returns ``(batch, postprocess)``: a
 single ``CircuitBatch`` that holds the unshifted rows and every shifted row,
-and a function that turns its ``BatchResult`` into ``(values, jacobian)`` with
+and a function that turns its ``BatchResult`` into a ``Gradient`` (values, jacobian, stderr) with
 ``jacobian[b, o, j] = d values[b, o] / d weights[j]``.
 
 How: every occurrence of a weight in the circuit becomes its own column of
@@ -14,13 +14,19 @@ table (two-term for rotations, four-term for controlled rotations).
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
 from hqflow.backends.base import BatchResult, CircuitBatch
 from hqflow.ir.circuit import Angle, CircuitTemplate, Op
 from hqflow.ir.gates import GATES, SHIFT_RULES
+
+
+class Gradient(NamedTuple):
+    values: np.ndarray  # [B, n_obs]
+    jacobian: np.ndarray  # [B, n_obs, n_weights]
+    stderr: np.ndarray | None  # [B, n_obs] standard error of values in shot mode, else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +73,7 @@ def param_shift(
     *,
     shots: int | None | str = "template",
     seed: int | None = None,
-) -> tuple[CircuitBatch, Callable[[BatchResult], tuple[np.ndarray, np.ndarray]]]:
+) -> tuple[CircuitBatch, Callable[[BatchResult], Gradient]]:
     """One batch with all shifted rows, and the function that reads the gradient off it."""
     base = CircuitBatch.make(template, inputs, weights, shots=shots, seed=seed)
     if not template.observables:
@@ -91,7 +97,7 @@ def param_shift(
     )
     n_w = template.n_weights
 
-    def postprocess(result: BatchResult) -> tuple[np.ndarray, np.ndarray]:
+    def postprocess(result: BatchResult) -> Gradient:
         vals = result.values.reshape(B, rows_per_sample, -1)  # [B, R, n_obs]
         jac = np.zeros((B, vals.shape[2], n_w))
         r = 1
@@ -99,7 +105,8 @@ def param_shift(
             for coeff, _ in o.rule:
                 jac[:, :, o.weight] += o.scale * coeff * (vals[:, r] - vals[:, r + 1])
                 r += 2
-        return vals[:, 0], jac
+        stderr = None if result.stderr is None else result.stderr.reshape(B, rows_per_sample, -1)[:, 0]
+        return Gradient(vals[:, 0], jac, stderr)
 
     return batch, postprocess
 

@@ -27,6 +27,8 @@ class Sym:
     offset: float = 0.0
 
     def __mul__(self, k: float) -> "Sym":
+        if isinstance(k, Sym):
+            raise CircuitError("an angle must be affine in one symbol; a product of symbols is not")
         return Sym(self.kind, self.index, self.scale * float(k), self.offset * float(k))
 
     __rmul__ = __mul__
@@ -39,7 +41,15 @@ class Sym:
     __radd__ = __add__
 
     def __sub__(self, k: float) -> "Sym":
+        if isinstance(k, Sym):
+            raise CircuitError("an angle may depend on one symbol only (affine in one input or weight)")
         return self + (-float(k))
+
+    def __rsub__(self, k: float) -> "Sym":
+        return (-self) + k
+
+    def __truediv__(self, k: float) -> "Sym":
+        return self * (1.0 / float(k))
 
     def __neg__(self) -> "Sym":
         return self * -1.0

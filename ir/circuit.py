@@ -73,19 +73,23 @@ class PauliTerm:
     @staticmethod
     def parse(text: str, coeff: float = 1.0) -> "PauliTerm":
         """Parse ``"Z0 Z1"`` (or ``"Z0Z1"``, ``"X2"``, ``""`` for identity)."""
+        if not isinstance(text, str):
+            raise CircuitError(f"a Pauli term must be a string like 'Z0 Z1', got {text!r}")
         compact = text.replace(" ", "").replace("*", "")
         found = _TERM.findall(compact)
         if "".join(p + w for p, w in found) != compact:
             raise CircuitError(
                 f"cannot parse Pauli term {text!r}: use letters I/X/Y/Z each followed by a wire, e.g. 'Z0 Z1'"
             )
-        paulis: dict[int, str] = {}
-        for p, w in found:
-            if int(w) in paulis:
-                raise CircuitError(f"Pauli term {text!r} names wire {w} twice")
-            if p != "I":
-                paulis[int(w)] = p
-        return PauliTerm(float(coeff), tuple(sorted(paulis.items())))
+        wires = [int(w) for _, w in found]
+        repeated = sorted({w for w in wires if wires.count(w) > 1})
+        if repeated:
+            raise CircuitError(f"Pauli term {text!r} names wire {repeated[0]} twice")
+        try:
+            c = float(coeff)
+        except (TypeError, ValueError):
+            raise CircuitError(f"Pauli term {text!r}: coefficient {coeff!r} is not a real number") from None
+        return PauliTerm(c, tuple(sorted((int(w), p) for p, w in found if p != "I")))
 
     @property
     def wires(self) -> tuple[int, ...]:
@@ -114,10 +118,9 @@ class Observable:
         try:
             terms = tuple(PauliTerm.parse(t, c) for c, t in obs)
         except (TypeError, ValueError) as exc:
-            if isinstance(exc, CircuitError):
-                raise
+            why = f"{exc}; " if isinstance(exc, CircuitError) else ""
             raise CircuitError(
-                f"cannot read observable {obs!r}: give 'Z0 Z1' or a list of (coeff, 'Z0 Z1') pairs"
+                f"cannot read observable {obs!r}: {why}give 'Z0 Z1' or a list of (coeff, 'Z0 Z1') pairs"
             ) from None
         if not terms:
             raise CircuitError("an observable needs at least one term")
@@ -191,6 +194,9 @@ class CircuitTemplate:
                 continue
             if len(op.wires) != spec.num_wires:
                 out.append(f"{where}: acts on {spec.num_wires} wire(s), got {list(op.wires)}")
+            if not all(isinstance(w, int) and not isinstance(w, bool) for w in op.wires):
+                out.append(f"{where}: wires must be integers, got {list(op.wires)}")
+                continue
             if len(set(op.wires)) != len(op.wires):
                 out.append(f"{where}: repeated wire in {list(op.wires)}")
             bad = [w for w in op.wires if not 0 <= w < self.n_qubits]

@@ -259,7 +259,7 @@ def json_constant(value: Any, what: str) -> Any:
     if hasattr(value, "tolist"):
         value = value.tolist()
     try:
-        json.dumps(value)
+        # Round-trip, so the graph holds exactly what from_json would give back (tuples become lists).
+        return json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError):
         raise GraphError(f"{what} must be JSON data (numbers, strings, lists, dicts), got {type(value).__name__}") from None
-    return value

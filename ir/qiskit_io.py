@@ -1,0 +1,290 @@
+"""The Qiskit edge: ``QuantumCircuit`` <-> ``CircuitTemplate``, observables and QPY.
+
+    qc = QuantumCircuit(2); x = Parameter("x"); w = ParameterVector("w", 2)
+    qc.ry(2 * x + 0.5, 0); qc.cx(0, 1); qc.rz(w[0], 0); qc.rx(w[1], 1)
+    template = from_qiskit(qc, inputs=[x], weights=[w], observables=["Z0 Z1"])
+
+Qiskit qubit ``i`` becomes hqflow wire ``i``; ops keep their wire roles
+(``cx(control, target)`` is ``Op("cx", (control, target))``). Gates outside
+``hqflow.ir.gates.GATES`` are decomposed with Qiskit's transpiler, barriers and
+final measurements are dropped and the global phase is ignored. Every angle
+must be affine in at most one parameter (``a * p + b``).
+"""
+from __future__ import annotations
+
+import base64
+import io
+from typing import Iterable, Sequence
+
+from qiskit import QuantumCircuit, qpy, transpile
+from qiskit.circuit import (
+    Barrier,
+    ControlFlowOp,
+    Delay,
+    Gate,
+    Instruction,
+    Measure,
+    Parameter,
+    ParameterExpression,
+    ParameterVector,
+    Reset,
+)
+from qiskit.circuit.library import get_standard_gate_name_mapping
+from qiskit.circuit.parametertable import ParameterView
+from qiskit.quantum_info import Pauli, SparsePauliOp
+
+from .circuit import Angle, CircuitError, CircuitTemplate, Observable, Op, PauliTerm
+from .gates import GATES
+
+# hqflow gate name -> the Qiskit gate class of the same name and definition.
+_QISKIT_GATES = {name: type(gate) for name, gate in get_standard_gate_name_mapping().items() if name in GATES}
+_IMAG_TOL = 1e-12
+
+
+def from_qiskit(
+    qc: QuantumCircuit,
+    inputs: Iterable = (),
+    weights: Iterable = (),
+    observables: Iterable = (),
+    shots: int | None = None,
+    name: str | None = None,
+) -> CircuitTemplate:
+    """Normalize a Qiskit circuit into a checked ``CircuitTemplate``.
+
+    ``inputs`` and ``weights`` list the circuit's parameters (``Parameter``,
+    ``ParameterVector``, ``qc.parameters`` or name, in any mixture); every
+    parameter must be in exactly one of them. ``observables`` are hqflow observable-likes
+    (``"Z0 Z1"``, ``[(coeff, "Z0 Z1"), ...]``) or ``SparsePauliOp``/``Pauli``.
+    """
+    if not isinstance(qc, QuantumCircuit):
+        raise CircuitError(f"from_qiskit expects a qiskit QuantumCircuit, got {type(qc).__name__}")
+    name = qc.name if name is None else name
+    input_names, weight_names = _names(inputs, "inputs"), _names(weights, "weights")
+    _check_parameters(qc, input_names, weight_names, name)
+    symbols = {n: ("input", i) for i, n in enumerate(input_names)}
+    symbols.update({n: ("weight", j) for j, n in enumerate(weight_names)})
+    unitary = _unitary_part(qc, symbols)
+    ops = tuple(_op(unitary, inst, symbols) for inst in _decomposed(unitary).data)
+    return CircuitTemplate(
+        qc.num_qubits,
+        ops,
+        tuple(input_names),
+        tuple(weight_names),
+        tuple(_observable(o) for o in _as_list(observables)),
+        shots,
+        name,
+    ).check()
+
+
+def to_qiskit(template: CircuitTemplate) -> QuantumCircuit:
+    """A ``QuantumCircuit`` whose ``Parameter``s are named after the template's inputs and weights."""
+    params = {
+        "input": [Parameter(n) for n in template.input_names],
+        "weight": [Parameter(n) for n in template.weight_names],
+    }
+    qc = QuantumCircuit(template.n_qubits, name=template.name)
+    for op in template.ops:
+        angles = [_qiskit_angle(a, params) for a in op.angles]
+        qc.append(_QISKIT_GATES[op.name](*angles), list(op.wires))
+    return qc
+
+
+def parameters_of(qc: QuantumCircuit, template: CircuitTemplate) -> tuple[list[Parameter], list[Parameter]]:
+    """The circuit's input and weight ``Parameter``s, each in template order (for binding arrays)."""
+    by_name = {p.name: p for p in qc.parameters}
+    missing = [n for n in template.input_names + template.weight_names if n not in by_name]
+    if missing:
+        raise CircuitError(f"circuit {qc.name!r} has no parameter(s) {missing} of template {template.name!r}")
+    return [by_name[n] for n in template.input_names], [by_name[n] for n in template.weight_names]
+
+
+def observable_to_sparse_pauli(obs: Observable, n_qubits: int) -> SparsePauliOp:
+    """The observable as a ``SparsePauliOp`` on ``n_qubits`` qubits."""
+    terms = [("".join(p for _, p in t.paulis), list(t.wires), t.coeff) for t in obs.terms]
+    return SparsePauliOp.from_sparse_list(terms, num_qubits=n_qubits)
+
+
+def template_to_qpy(template: CircuitTemplate) -> str:
+    """Base64 text of the QPY bytes of ``to_qiskit(template)``."""
+    buf = io.BytesIO()
+    qpy.dump(to_qiskit(template), buf)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def template_from_qpy(
+    data: str,
+    input_names: Sequence[str],
+    weight_names: Sequence[str],
+    observables: Iterable = (),
+    shots: int | None = None,
+    name: str = "circuit",
+) -> CircuitTemplate:
+    """Inverse of ``template_to_qpy`` (observables and shots travel outside the QPY)."""
+    try:
+        circuits = qpy.load(io.BytesIO(base64.b64decode(data.encode("ascii"), validate=True)))
+    except Exception as exc:  # qpy raises many kinds of errors on bad bytes
+        raise CircuitError(f"cannot decode QPY data for circuit {name!r}: {exc}") from None
+    if len(circuits) != 1:
+        raise CircuitError(f"QPY data for circuit {name!r} holds {len(circuits)} circuits, expected 1")
+    return from_qiskit(circuits[0], input_names, weight_names, observables, shots, name)
+
+
+# --- parameters -------------------------------------------------------------
+
+
+def _names(items: Iterable, what: str) -> list[str]:
+    """Parameter names, expanding ``ParameterVector``s (and ``qc.parameters`` views) in order."""
+    if isinstance(items, (str, Parameter, ParameterVector)):
+        items = [items]
+    names: list[str] = []
+    for item in items:
+        if isinstance(item, (ParameterVector, ParameterView)):
+            names += [p.name for p in item]
+        elif isinstance(item, Parameter):
+            names.append(item.name)
+        elif isinstance(item, str):
+            names.append(item)
+        else:
+            kind = type(item).__name__
+            raise CircuitError(f"{what} must be qiskit Parameters, ParameterVectors or names; got {item!r} ({kind})")
+    return names
+
+
+def _check_parameters(qc: QuantumCircuit, input_names: list[str], weight_names: list[str], name: str) -> None:
+    both = sorted(set(input_names) & set(weight_names))
+    if both:
+        raise CircuitError(f"circuit {name!r}: parameter(s) {both} listed as both inputs and weights")
+    for names, what in ((input_names, "inputs"), (weight_names, "weights")):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise CircuitError(f"circuit {name!r}: parameter(s) {twice} listed twice in {what}")
+    in_circuit = [p.name for p in qc.parameters]
+    unbound = [n for n in in_circuit if n not in input_names and n not in weight_names]
+    if unbound:
+        raise CircuitError(
+            f"circuit {name!r}: unbound parameter(s) {unbound}: list each one in inputs or weights"
+        )
+    extra = [n for n in input_names + weight_names if n not in in_circuit]
+    if extra:
+        raise CircuitError(f"circuit {name!r}: extra parameter(s) {extra} listed but not in the circuit")
+
+
+def _affine(value, gate: str, wires: list[int], symbols: dict) -> Angle:
+    """``value`` (number or ``ParameterExpression``) as an ``Angle``, or ``CircuitError``."""
+    where = f"gate {gate!r} on qubit(s) {wires}"
+    if not isinstance(value, ParameterExpression):
+        return Angle.const(_real(value, where))
+    params = list(value.parameters)
+    if not params:
+        return Angle.const(_real(value.numeric(), where))
+    if len(params) > 1:
+        names = sorted(p.name for p in params)
+        raise CircuitError(f"{where}: angle {value} depends on {names}; an angle may use one parameter (a*p + b)")
+    (p,) = params
+    scale = value.gradient(p)
+    if isinstance(scale, ParameterExpression):
+        raise CircuitError(f"{where}: angle {value} is not affine in {p.name} (a*{p.name} + b)")
+    kind, index = symbols[p.name]
+    return Angle(kind, index, _real(scale, where), _real(value.bind({p: 0}).numeric(), where))
+
+
+def _real(value, where: str) -> float:
+    z = complex(value)
+    if abs(z.imag) > _IMAG_TOL * max(1.0, abs(z)):
+        raise CircuitError(f"{where}: complex angle {value}")
+    return z.real + 0.0  # + 0.0 turns -0.0 into 0.0
+
+
+def _qiskit_angle(a: Angle, params: dict):
+    if a.kind == "const":
+        return a.offset
+    p = params[a.kind][a.index]
+    return p if (a.scale, a.offset) == (1.0, 0.0) else a.scale * p + a.offset
+
+
+# --- circuit body -----------------------------------------------------------
+
+
+def _unitary_part(qc: QuantumCircuit, symbols: dict) -> QuantumCircuit:
+    """The gates of ``qc`` without barriers, delays and final measurements.
+
+    Rejects mid-circuit measurements, resets, classical control flow, other
+    non-unitary instructions and non-affine angles (naming the original gate).
+    """
+    out = QuantumCircuit(qc.num_qubits, name=qc.name)
+    measured: set[int] = set()
+    for inst in qc.data:
+        op, wires = inst.operation, [qc.find_bit(q).index for q in inst.qubits]
+        if isinstance(op, (Barrier, Delay)):
+            continue
+        if isinstance(op, Measure):
+            measured.update(wires)
+            continue
+        late = sorted(measured.intersection(wires))
+        if late:
+            raise CircuitError(
+                f"circuit {qc.name!r}: mid-circuit measurement on qubit(s) {late} (followed by {op.name!r})"
+            )
+        if isinstance(op, Reset):
+            raise CircuitError(f"circuit {qc.name!r}: reset on qubit(s) {wires} is not supported")
+        if isinstance(op, ControlFlowOp):
+            raise CircuitError(f"circuit {qc.name!r}: classical control flow ({op.name!r}) is not supported")
+        if isinstance(op, Instruction) and not isinstance(op, Gate):
+            raise CircuitError(f"circuit {qc.name!r}: non-unitary instruction {op.name!r} is not supported")
+        for value in getattr(op, "params", ()):
+            if isinstance(value, ParameterExpression):
+                _affine(value, op.name, wires, symbols)
+        out.append(op, wires)
+    return out
+
+
+def _decomposed(qc: QuantumCircuit) -> QuantumCircuit:
+    """``qc`` rewritten into hqflow's gate set (unchanged when it already is)."""
+    if all(inst.operation.name in GATES for inst in qc.data):
+        return qc
+    try:
+        return transpile(qc, basis_gates=list(GATES), optimization_level=0, seed_transpiler=0)
+    except Exception as exc:  # the transpiler's errors have no common base class
+        raise CircuitError(f"circuit {qc.name!r}: cannot decompose into hqflow gates: {exc}") from None
+
+
+def _op(qc: QuantumCircuit, inst, symbols: dict) -> Op:
+    wires = [qc.find_bit(q).index for q in inst.qubits]
+    name = inst.operation.name
+    angles = tuple(_affine(v, name, wires, symbols) for v in inst.operation.params)
+    return Op(name, tuple(wires), angles)
+
+
+# --- observables ------------------------------------------------------------
+
+
+def _as_list(observables) -> list:
+    single = (str, Observable, PauliTerm, SparsePauliOp, Pauli)
+    return [observables] if isinstance(observables, single) else list(observables)
+
+
+def _observable(obs) -> Observable:
+    if isinstance(obs, Pauli):
+        obs = SparsePauliOp(obs)
+    if isinstance(obs, SparsePauliOp):
+        return _from_sparse_pauli(obs)
+    if type(obs).__module__.startswith("qiskit"):
+        raise CircuitError(
+            f"unsupported observable type {type(obs).__name__}: give a SparsePauliOp, 'Z0 Z1' "
+            "or [(coeff, 'Z0 Z1'), ...]"
+        )
+    return Observable.coerce(obs)
+
+
+def _from_sparse_pauli(op: SparsePauliOp) -> Observable:
+    terms = []
+    for paulis, qubits, coeff in op.to_sparse_list():
+        try:
+            z = complex(coeff)
+        except TypeError:
+            raise CircuitError(f"SparsePauliOp coefficient {coeff} is not a number") from None
+        if abs(z.imag) > _IMAG_TOL * max(1.0, abs(z)):
+            raise CircuitError(f"SparsePauliOp term {paulis} on qubits {qubits} has complex coefficient {z}")
+        found = sorted((int(q), p) for p, q in zip(paulis, qubits) if p != "I")
+        terms.append(PauliTerm(z.real, tuple(found)))
+    return Observable(tuple(terms))

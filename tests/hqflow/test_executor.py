@@ -1,0 +1,430 @@
+"""The synchronous reference executor: steps, loop-carried state, spans, conventions, seeds."""
+import re
+
+import numpy as np
+import pytest
+
+import hqflow as hq
+from hqflow.backends import BackendError, CircuitBatch
+from hqflow.backends.reference import ReferenceBackend
+from hqflow.executor import FragmentError, SyncExecutor
+from hqflow.ir import Circuit, GraphError
+
+# --- module-level fragment functions ----------------------------------------------
+
+
+def count(n):
+    return n + 1
+
+
+def scaled(x, k):
+    return k * np.asarray(x)
+
+
+def two_dict(x):
+    return {"b": 2 * x, "a": x}
+
+
+def two_tuple(x):
+    return x, 3 * x
+
+
+def one(x):
+    return x + 1
+
+
+def summed(a, b, c, d, e):
+    return a + b + c + d + e
+
+
+def bad_keys(x):
+    return {"a": x, "c": x}
+
+
+def short_tuple(x):
+    return (x,)
+
+
+def as_list(x):
+    return [x, x]
+
+
+def single_dict_wrong_key(x):
+    return {"value": x}
+
+
+def boom(x):
+    if x > 2:
+        raise ValueError(f"bad x {x}")
+    return x
+
+
+def encode(batch):
+    return np.pi * np.asarray(batch)
+
+
+def train_step(values, jacobian, weights, target, lr):
+    err = values[:, 0] - np.asarray(target)
+    grad = (2 * err[:, None] * jacobian[:, 0, :]).mean(0)
+    return {"weights": np.asarray(weights) - lr * grad, "loss": float((err**2).mean())}
+
+
+def check_array(w):
+    assert isinstance(w, np.ndarray), type(w)
+    return w * 2
+
+
+def _tiny_template(shots=None):
+    c = Circuit(2, name="tiny")
+    x = c.inputs("x", 2)
+    w = c.weights("w", 2)
+    c.ry(x[0], 0).ry(x[1], 1).cz(0, 1).ry(w[0], 0).ry(w[1], 1)
+    return c.build(observables=["Z0 Z1"], shots=shots)
+
+
+def counter_graph(init=0):
+    pipe = hq.Pipeline("counter")
+    pipe.preprocess(count, outputs="n")
+    pipe.loop("count.n", "count.n", init=init)
+    pipe.output("count.n")
+    return pipe.build()
+
+
+def training_graph(lr=0.5, init=(0.1, 0.2)):
+    pipe = hq.Pipeline("tiny")
+    pipe.input("batch", "array").input("target", "array")
+    pipe.prepare(encode, outputs={"angles": "array"})
+    pipe.execute("circuit", _tiny_template(), gradient="param-shift")
+    pipe.connect("encode.angles", "circuit.inputs")
+    pipe.learn(train_step, outputs={"weights": "array", "loss": "scalar"}, params={"lr": lr})
+    pipe.loop("train_step.weights", ["circuit.weights", "train_step.weights"], init=list(init))
+    pipe.output("train_step.loss")
+    return pipe.build()
+
+
+def data(seed=0, n=8):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0, 1, (n, 2))
+    return X, 0.5 * np.cos(np.pi * X[:, 0]) * np.cos(np.pi * X[:, 1])
+
+
+def sampler_graph(shots=200):
+    pipe = hq.Pipeline("samp")
+    pipe.input("inputs", "array")
+    pipe.execute("c1", _tiny_template(shots).with_observables(["Z0", "X1"]))
+    pipe.connect("input.inputs", "c1.inputs")
+    pipe.input("weights", "array")
+    pipe.connect("input.weights", "c1.weights")
+    pipe.output("c1.values")
+    pipe.output("c1.stderr")
+    return pipe.build()
+
+
+# --- steps and outputs -------------------------------------------------------------
+
+
+def test_run_int_steps_and_loop_state():
+    res = hq.run(counter_graph(), 5)
+    assert res.column("n") == [1, 2, 3, 4, 5]
+    assert res.outputs == [{"n": k} for k in range(1, 6)]
+    assert res.state == {"count.n": 5}
+    assert res.seconds >= 0
+    assert hq.run(counter_graph(), 0).outputs == []
+    with pytest.raises(ValueError, match="number of steps must be >= 0, got -1"):
+        hq.run(counter_graph(), -1)
+
+
+def test_run_over_stream_outputs_per_step():
+    pipe = hq.Pipeline("stream")
+    pipe.input("x", "array")
+    pipe.preprocess(scaled, outputs="y", params={"k": 3})
+    pipe.output("scaled.y")
+    pipe.output("scaled.y", "y_again")
+    g = pipe.build()
+    items = [{"x": np.array([1.0, 2.0])}, {"x": np.array([-1.0])}, {"x": np.array([0.5, 0.5, 0.5])}]
+    res = hq.run(g, iter(items))  # any iterable, consumed lazily
+    assert len(res.outputs) == 3
+    for item, out in zip(items, res.outputs):
+        np.testing.assert_array_equal(out["y"], 3 * item["x"])
+        assert out["y_again"] is out["y"]
+
+
+def test_stream_item_with_wrong_keys():
+    pipe = hq.Pipeline("keys")
+    pipe.input("x").input("k")
+    pipe.preprocess(scaled, outputs="y")
+    pipe.output("scaled.y")
+    g = pipe.build()
+    with pytest.raises(GraphError, match=r"step 1: stream items must have keys \['k', 'x'\], got \['x'\]"):
+        hq.run(g, [{"x": 1, "k": 2}, {"x": 1}])
+    with pytest.raises(GraphError, match=r"step 0: stream items must have keys \['k', 'x'\], got \['k', 'x', 'z'\]"):
+        hq.run(g, [{"x": 1, "k": 2, "z": 0}])
+    with pytest.raises(GraphError, match=r"stream items must have keys \['k', 'x'\], got \[\]"):
+        hq.run(g, 1)
+
+
+def test_progress_callback():
+    seen = []
+    hq.run(counter_graph(), 3, progress=lambda step, out: seen.append((step, out)))
+    assert seen == [(0, {"n": 1}), (1, {"n": 2}), (2, {"n": 3})]
+
+
+# --- loop-carried values ----------------------------------------------------------
+
+
+def test_initial_state_override():
+    g = counter_graph(init=10)
+    assert hq.run(g, 2).column("n") == [11, 12]
+    res = hq.run(g, 2, initial_state={"count.n": 100})
+    assert res.column("n") == [101, 102]
+    assert res.state == {"count.n": 102}
+
+
+def test_initial_state_override_applies_to_every_edge_from_that_port():
+    X, Y = data()
+    g = training_graph(init=(0.1, 0.2))
+    a = hq.run(g, [{"batch": X, "target": Y}] * 2, initial_state={"train_step.weights": [0.7, -0.3]})
+    b = hq.run(training_graph(init=(0.7, -0.3)), [{"batch": X, "target": Y}] * 2)
+    assert a.column("loss") == b.column("loss")
+    c = hq.run(g, [{"batch": X, "target": Y}] * 2)
+    assert c.column("loss") != a.column("loss")
+
+
+def test_unknown_initial_state_name():
+    with pytest.raises(GraphError, match=r"initial_state names \['count.m', 'nope.n'\], which are not loop-carried sources"):
+        hq.run(counter_graph(), 1, initial_state={"nope.n": 1, "count.m": 2, "count.n": 0})
+
+
+def test_missing_init():
+    g = counter_graph(init=None)
+    with pytest.raises(GraphError, match=r"loop-carried edge count.n ~> count.n .* has no initial value; give init= or initial_state=\{'count.n': \.\.\.\}"):
+        hq.run(g, 1)
+    assert hq.run(g, 2, initial_state={"count.n": 0}).column("n") == [1, 2]
+
+
+def test_list_init_reaches_array_port_as_array():
+    pipe = hq.Pipeline("arr")
+    pipe.learn(check_array, outputs={"w": "array"}, inputs={"w": "array"})
+    pipe.loop("check_array.w", "check_array.w", init=[1.0, 2.0])
+    pipe.output("check_array.w")
+    res = hq.run(pipe.build(), 2)
+    np.testing.assert_array_equal(res.column("w")[1], [4.0, 8.0])
+
+
+def test_loop_values_are_one_step_behind():
+    """A fragment reading a loop edge sees the previous step's value, then the new one flows."""
+    X, Y = data()
+    g = training_graph(lr=0.5, init=(0.1, 0.2))
+    res = hq.run(g, [{"batch": X, "target": Y}] * 3)
+    # replay by hand: loss at step t uses the weights after t updates
+    backend = ReferenceBackend()
+    from hqflow.gradients import param_shift
+
+    w = np.array([0.1, 0.2])
+    t = _tiny_template()
+    for step in range(3):
+        batch, post = param_shift(t, np.pi * X, w)
+        values, jac, _ = post(backend.run_checked(batch))
+        out = train_step(values, jac, w, Y, 0.5)
+        assert res.column("loss")[step] == pytest.approx(out["loss"], abs=1e-12)
+        w = out["weights"]
+    np.testing.assert_allclose(res.state["train_step.weights"], w, atol=1e-12)
+
+
+# --- spans ------------------------------------------------------------------------
+
+
+def test_spans_one_per_fragment_per_step():
+    X, Y = data()
+    g = training_graph()
+    res = hq.run(g, [{"batch": X, "target": Y}] * 3)
+    assert len(res.spans) == 3 * 3
+    order = [f.name for f in g.topological_order()]
+    assert [s.fragment for s in res.spans] == order * 3
+    assert [s.step for s in res.spans] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    by_name = {s.fragment: s for s in res.spans}
+    assert by_name["circuit"].resource == "qpu:reference" and by_name["circuit"].kind == "execute"
+    assert by_name["encode"].resource == "cpu" and by_name["encode"].kind == "prepare"
+    assert by_name["train_step"].kind == "learn"
+    assert all(s.outcome == "ok" for s in res.spans)
+    for s in res.spans:
+        assert 0 <= s.start <= s.end and s.seconds == s.end - s.start
+    starts = [s.start for s in res.spans]
+    assert starts == sorted(starts)
+    for a, b in zip(res.spans, res.spans[1:]):
+        assert a.end <= b.start  # synchronous: no overlap
+    assert res.spans[-1].end <= res.seconds
+    assert res.spans[0].to_dict()["fragment"] == "encode"
+
+
+def test_fragment_error_span_and_message():
+    pipe = hq.Pipeline("err")
+    pipe.input("x")
+    pipe.preprocess(boom, outputs="y")
+    pipe.postprocess(one, outputs="z", name="after")
+    pipe.connect("boom.y", "after.x")
+    pipe.output("after.z")
+    g = pipe.build()
+    ex = SyncExecutor(g)
+    spans = []
+    with pytest.raises(FragmentError, match=re.escape(f"fragment 'boom' ({__name__}:boom) raised ValueError: bad x 3")) as info:
+        ex.run([{"x": 1}, {"x": 3}, {"x": 0}])
+    assert isinstance(info.value.__cause__, ValueError)
+    # rerun to look at the spans recorded up to the failure
+    t0 = 0.0
+    state = ex.initial_state(None)
+    ex.run_step(0, {"x": 1}, state, 0, t0, spans)
+    with pytest.raises(FragmentError):
+        ex.run_step(1, {"x": 5}, state, 0, t0, spans)
+    assert [(s.fragment, s.step, s.outcome) for s in spans[:2]] == [("boom", 0, "ok"), ("after", 0, "ok")]
+    assert len(spans) == 3  # 'after' never ran in step 1
+    last = spans[-1]
+    assert last.fragment == "boom" and last.step == 1
+    assert last.outcome.startswith("error: fragment 'boom'") and "bad x 5" in last.outcome
+
+
+def test_execute_fragment_error_is_recorded():
+    pipe = hq.Pipeline("exe-err")
+    pipe.input("inputs", "array").input("weights", "array")
+    pipe.execute("circuit", _tiny_template())
+    pipe.output("circuit.values")
+    ex = SyncExecutor(pipe.build())
+    spans = []
+    with pytest.raises(BackendError, match=r"inputs for 'tiny' must have shape \[B, 2\], got \[1, 3\]"):
+        ex.run_step(0, {"inputs": np.zeros((1, 3)), "weights": np.zeros(2)}, {}, 0, 0.0, spans)
+    assert len(spans) == 1
+    assert spans[0].resource == "qpu:reference" and spans[0].outcome.startswith("error: inputs for 'tiny'")
+
+
+# --- return conventions -----------------------------------------------------------
+
+
+def test_fragment_return_conventions():
+    pipe = hq.Pipeline("conv")
+    pipe.input("x")
+    pipe.preprocess(two_dict, outputs=("a", "b"))
+    pipe.preprocess(two_tuple, outputs=("c", "d"))
+    pipe.preprocess(one, outputs="e")
+    pipe.postprocess(summed, outputs="total")
+    for p in "ab":
+        pipe.connect(f"two_dict.{p}", f"summed.{p}")
+    pipe.connect("two_tuple.c", "summed.c")
+    pipe.connect("two_tuple.d", "summed.d")
+    pipe.connect("one.e", "summed.e")
+    pipe.output("summed.total")
+    pipe.output("two_tuple.d")
+    res = hq.run(pipe.build(), [{"x": 2}, {"x": 10}])
+    # a=x, b=2x, c=x, d=3x, e=x+1
+    assert res.outputs == [{"total": 2 + 4 + 2 + 6 + 3, "d": 6}, {"total": 10 + 20 + 10 + 30 + 11, "d": 30}]
+
+
+def test_single_output_keeps_a_tuple_value_whole():
+    pipe = hq.Pipeline("whole")
+    pipe.input("x")
+    pipe.preprocess(two_tuple, outputs="pair")
+    pipe.output("two_tuple.pair")
+    assert hq.run(pipe.build(), [{"x": 1}]).outputs == [{"pair": (1, 3)}]
+
+
+@pytest.mark.parametrize(
+    "fn, outputs, got",
+    [
+        (bad_keys, ("a", "b"), r"\['a', 'c'\]"),
+        (short_tuple, ("a", "b"), "tuple"),
+        (as_list, ("a", "b"), "list"),
+        (one, ("a", "b"), "int"),
+        (single_dict_wrong_key, ("a",), r"\['value'\]"),
+    ],
+)
+def test_bad_return(fn, outputs, got):
+    pipe = hq.Pipeline("bad")
+    pipe.input("x")
+    pipe.preprocess(fn, outputs=outputs)
+    pipe.output(f"{fn.__name__}.a")
+    if len(outputs) > 1:
+        pipe.output(f"{fn.__name__}.b")
+    with pytest.raises(FragmentError, match=rf"fragment '{fn.__name__}' must return its outputs \[{', '.join(repr(o) for o in outputs)}\] \(a dict or a tuple in order\), got {got}$"):
+        hq.run(pipe.build(), [{"x": 1}])
+
+
+# --- backends and seeds -----------------------------------------------------------
+
+
+class CountingBackend(ReferenceBackend):
+    def __init__(self):
+        super().__init__()
+        self.batches = []
+
+    def submit(self, batch):
+        self.batches.append(batch)
+        return super().submit(batch)
+
+
+def test_one_job_per_execute_step_including_shifted_rows():
+    X, Y = data(n=4)
+    backend = CountingBackend()
+    hq.run(training_graph(), [{"batch": X, "target": Y}] * 3, backends={"reference": backend})
+    assert len(backend.batches) == 3
+    # 4 samples x (1 unshifted + 2 weights x 2 shifts)
+    assert all(b.size == 4 * 5 for b in backend.batches)
+
+
+def test_given_backend_capabilities_are_validated():
+    with pytest.raises(GraphError, match="circuit 'tiny' has 2 qubits but backend 'reference' allows at most 1"):
+        hq.run(training_graph(), 1, backends={"reference": ReferenceBackend(max_qubits=1)})
+
+
+def test_shot_mode_determinism_by_seed():
+    g = sampler_graph(shots=200)
+    rng = np.random.default_rng(0)
+    items = [{"inputs": rng.uniform(0, 3, (5, 2)), "weights": rng.uniform(0, 3, 2)} for _ in range(3)]
+    a = hq.run(g, items, seed=1)
+    b = hq.run(g, items, seed=1)
+    c = hq.run(g, items, seed=2)
+    for oa, ob in zip(a.outputs, b.outputs):
+        np.testing.assert_array_equal(oa["values"], ob["values"])
+        np.testing.assert_array_equal(oa["stderr"], ob["stderr"])
+    assert not all(np.array_equal(oa["values"], oc["values"]) for oa, oc in zip(a.outputs, c.outputs))
+    assert all(o["stderr"].shape == (5, 2) and np.all(o["stderr"] > 0) for o in a.outputs)
+    # the same item at two steps is sampled with different seeds
+    same = hq.run(g, [items[0], items[0]], seed=1)
+    assert not np.array_equal(same.outputs[0]["values"], same.outputs[1]["values"])
+    # and the estimates are close to the exact values
+    exact = ReferenceBackend().run_checked(
+        CircuitBatch.make(g.fragment("c1").circuit, items[0]["inputs"], items[0]["weights"], shots=None)
+    ).values
+    assert np.all(np.abs(a.outputs[0]["values"] - exact) < 5 * a.outputs[0]["stderr"] + 1e-9)
+
+
+def test_exact_mode_ignores_seed():
+    X, Y = data()
+    a = hq.run(training_graph(), [{"batch": X, "target": Y}] * 2, seed=1)
+    b = hq.run(training_graph(), [{"batch": X, "target": Y}] * 2, seed=99)
+    assert a.column("loss") == b.column("loss")
+
+
+def test_shots_with_param_shift_provides_stderr():
+    pipe = hq.Pipeline("shots-grad")
+    pipe.input("inputs", "array").input("weights", "array")
+    pipe.execute("circuit", _tiny_template(shots=500), gradient="param-shift")
+    pipe.output("circuit.values")
+    pipe.output("circuit.stderr")
+    pipe.output("circuit.jacobian")
+    g = pipe.build()
+    assert [p.name for p in g.fragment("circuit").outputs] == ["values", "stderr", "jacobian"]
+    res = hq.run(g, [{"inputs": np.zeros((3, 2)), "weights": np.array([0.3, 0.4])}])
+    assert res.outputs[0]["stderr"].shape == (3, 1)
+
+
+# --- a small training pipeline ----------------------------------------------------
+
+
+def test_training_reduces_loss():
+    X, Y = data(seed=1)
+    g = training_graph(lr=0.5, init=(0.1, 0.2))
+    res = hq.run(g, [{"batch": X, "target": Y}] * 25)
+    losses = res.column("loss")
+    assert len(losses) == 25
+    assert losses[-1] < 0.5 * losses[0]
+    assert sum(b < a for a, b in zip(losses, losses[1:])) >= 20  # mostly decreasing
+    assert not np.allclose(res.state["train_step.weights"], [0.1, 0.2])
