@@ -17,8 +17,9 @@
     pipe.output("step.loss", "loss")
     graph = pipe.build()
 
-A decorated function's parameters are its input ports (less the names in
-``params``). An input port left unconnected is wired to the graph input of the
+A decorated function's parameters are its input ports, except the names in
+``params`` and parameters with a default value (which keep it unless named in
+``inputs=``). An input port left unconnected is wired to the graph input of the
 same name, or else to the one earlier fragment with an output of that name.
 Loop-carried edges are always declared with ``loop``. Cuts are explicit: the
 graph is what these calls say, and ``print(graph)`` shows it.
@@ -109,7 +110,9 @@ class Pipeline:
             ports = tuple(
                 Port(p, types.pop(p, "any"))
                 for p, par in sig.parameters.items()
-                if p not in consts and par.kind not in (par.VAR_POSITIONAL, par.VAR_KEYWORD)
+                if p not in consts
+                and par.kind not in (par.VAR_POSITIONAL, par.VAR_KEYWORD)
+                and (par.default is par.empty or p in types)
             )
             if types:
                 raise GraphError(f"fragment {fname!r}: inputs= names {sorted(types)}, which are not parameters of {fn.__qualname__}")

@@ -238,7 +238,7 @@ class CircuitTemplate:
         """Plain-data form (used for hashing and display; serialization uses QPY)."""
 
         def ang(a: Angle) -> list:
-            return [a.kind, a.index, a.scale, a.offset]
+            return [a.kind, a.index, a.scale + 0.0, a.offset + 0.0]  # -0.0 -> 0.0: stable fingerprints
 
         return {
             "name": self.name,

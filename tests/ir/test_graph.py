@@ -577,3 +577,29 @@ def test_pipeline_loop_to_several_destinations_and_array_init():
     assert all(e.init == [0.5, -0.5] and e.max_staleness == 1 for e in loops)
     assert g.fragment("circuit").resource == "qpu"
     assert [p.name for p in g.fragment("circuit").outputs] == ["values", "jacobian"]
+
+
+def _with_default(x, beta=0.9):
+    return x * beta
+
+
+def test_parameters_with_defaults_are_not_ports_unless_named():
+    pipe = hq.Pipeline("defaults")
+    pipe.input("x")
+    pipe.preprocess(_with_default, outputs="y")
+    assert [p.name for p in pipe.build().fragment("_with_default").inputs] == ["x"]
+    pipe2 = hq.Pipeline("defaults2")
+    pipe2.input("x").input("beta")
+    pipe2.preprocess(_with_default, outputs="y", inputs={"beta": "scalar"})
+    assert [p.name for p in pipe2.build().fragment("_with_default").inputs] == ["x", "beta"]
+
+
+def test_negative_scale_fingerprint_survives_qpy_round_trip():
+    pytest.importorskip("qiskit")
+    from hqflow.ir.qiskit_io import template_from_qpy, template_to_qpy
+
+    c = Circuit(1)
+    (w,) = c.weights("w", 1)
+    t = c.rz(-1 * w, 0).build(observables=["Z0"])
+    t2 = template_from_qpy(template_to_qpy(t), t.input_names, t.weight_names, t.observables, t.shots, t.name)
+    assert t2 == t and t2.fingerprint() == t.fingerprint()
