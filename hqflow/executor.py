@@ -157,6 +157,7 @@ class SyncExecutor:
 
     def run(self, stream: Iterable[Mapping[str, Any]] | int, *, initial_state: Mapping[str, Any] | None = None,
             seed: int | None = 0, progress=None) -> RunResult:
+        """Run every step of ``stream``; ``progress(steps_done, outputs)`` is called after each."""
         g = self.graph
         if isinstance(stream, int):
             if stream < 0:
@@ -172,7 +173,7 @@ class SyncExecutor:
                 raise GraphError(f"step {step}: stream items must have keys {sorted(expected)}, got {sorted(item)}")
             outputs.append(self.run_step(step, item, state, seed, t0, spans))
             if progress is not None:
-                progress(step, outputs[-1])
+                progress(step + 1, outputs[-1])
         final = {f"{g.edges[i].src[0]}.{g.edges[i].src[1]}": v for i, v in state.items()}
         return RunResult(outputs, spans, final, time.perf_counter() - t0)
 

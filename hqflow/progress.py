@@ -27,11 +27,13 @@ class Progress:
             self.stream.write("\r\033[K" + self.line)
             self.stream.flush()
 
-    def __call__(self, done: int, total: int | None = None, **metrics) -> None:
-        """Use as a callback: ``progress(step, total, **metrics)``."""
-        if total:
-            self.total = max(int(total), 1)
-        self.update(done, **metrics)
+    def __call__(self, done: int, metrics: dict | None = None) -> None:
+        """The executors' callback: ``progress(steps_done, outputs_of_the_last_step)``.
+
+        Scalar outputs (numbers) are shown; arrays and other values are not.
+        """
+        shown = {k: v for k, v in (metrics or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        self.update(done, **shown)
 
     def __enter__(self) -> "Progress":
         return self

@@ -99,3 +99,25 @@ def test_inspect_valid_graph_prints_and_draws(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "cli-demo" in out and "[execute" in out and "neg.out -> circuit.inputs" in out
     assert png.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("workload", ["vqe", "qaoa", "classifier"])
+def test_run_workload_prints_json_figures_and_writes_out(workload, tmp_path, capsys):
+    out = tmp_path / "result.json"
+    assert main(["run", workload, "--steps", "2", "--seed", "1", "--json", "--out", str(out)]) == 0
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert figures and all(isinstance(v, (int, float, str, bool)) or v is None for v in figures.values())
+    saved = json.loads(out.read_text())
+    assert len(saved["history"]) == 2
+
+
+def test_progress_bar_shows_scalar_outputs():
+    import io
+
+    from hqflow.progress import Progress
+
+    buf = io.StringIO()
+    with Progress(4, "demo", stream=buf) as bar:
+        bar(2, {"loss": 0.25, "weights": np.zeros(3)})
+    line = buf.getvalue().strip()
+    assert "2/4" in line and "loss=0.25" in line and "weights" not in line
