@@ -165,8 +165,8 @@ def test_stream_item_with_wrong_keys():
 
 def test_progress_callback():
     seen = []
-    hq.run(counter_graph(), 3, progress=lambda step, out: seen.append((step, out)))
-    assert seen == [(0, {"n": 1}), (1, {"n": 2}), (2, {"n": 3})]
+    hq.run(counter_graph(), 3, progress=lambda done, out: seen.append((done, out)))
+    assert seen == [(1, {"n": 1}), (2, {"n": 2}), (3, {"n": 3})]  # steps done, last step's outputs
 
 
 # --- loop-carried values ----------------------------------------------------------
