@@ -56,34 +56,59 @@ def to_networkx(graph: Graph):
 
 
 def draw_png(graph: Graph, path: str) -> str:
-    """Lay fragments out left to right by stage; colour by resource; loop edges dashed."""
+    """Columns by stage (inputs, the five kinds, outputs), colour by resource.
+
+    Edges between the same two nodes are merged into one arrow listing their
+    ports; loop-carried edges are dashed; a fragment's loops onto itself are
+    listed inside its box (``↻ port``).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import networkx as nx
+    from matplotlib.patches import FancyBboxPatch
 
     g = to_networkx(graph)
     stage = {k: i + 1 for i, k in enumerate(KINDS)}
+    layer = {n: 0 if d["kind"] == "input" else len(KINDS) + 1 if d["kind"] == "output" else stage[d["kind"]]
+             for n, d in g.nodes(data=True)}
+    used = sorted(set(layer.values()))
+    column = {lay: i for i, lay in enumerate(used)}
+    members: dict[int, list] = {}
+    for n in g.nodes:
+        members.setdefault(layer[n], []).append(n)
+    pos = {n: (2.6 * column[lay], -1.5 * (i - (len(ns) - 1) / 2)) for lay, ns in members.items() for i, n in enumerate(ns)}
+    tall = max(len(ns) for ns in members.values())
+    fig, ax = plt.subplots(figsize=(2.4 * len(used) + 1, 1.4 * tall + 1.6))
+
+    merged: dict[tuple, list] = {}
+    for u, v, d in g.edges(data=True):
+        merged.setdefault((u, v, d["loop"]), []).append(d["src_port"] if d["src_port"] == d["dst_port"] else f"{d['src_port']}→{d['dst_port']}")
+    self_loops = {u: ports for (u, v, _), ports in merged.items() if u == v}
+    for (u, v, loop), ports in merged.items():
+        if u == v:
+            continue
+        (x0, y0), (x1, y1) = pos[u], pos[v]
+        rad = (-0.35 if x1 <= x0 else 0.25) if loop else 0.0
+        ax.annotate("", xy=(x1, y1), xytext=(x0, y0), arrowprops=dict(
+            arrowstyle="-|>", lw=1.1, color="#555555", shrinkA=34, shrinkB=34,
+            linestyle="--" if loop else "-", connectionstyle=f"arc3,rad={rad}"))
+        mx, my = (x0 + x1) / 2, (y0 + y1) / 2 + (0.45 * abs(x1 - x0) / 2.6 if loop and x1 <= x0 else 0)
+        ax.text(mx, my + 0.12, "\n".join(ports), fontsize=7, ha="center", va="bottom", color="#333333")
     for n, d in g.nodes(data=True):
-        d["layer"] = 0 if d["kind"] == "input" else len(KINDS) + 1 if d["kind"] == "output" else stage[d["kind"]]
-    pos = nx.multipartite_layout(g, subset_key="layer")
-    fig, ax = plt.subplots(figsize=(2.2 * (len(KINDS) + 2), 1.2 + 0.9 * max(3, g.number_of_nodes() // 2)))
-    colors = [_COLORS.get(d["resource"], "#cccccc") for _, d in g.nodes(data=True)]
-    nx.draw_networkx_nodes(g, pos, node_color=colors, node_size=2600, node_shape="s", ax=ax)
-    labels = {n: n if d["kind"] in ("input", "output") else f"{n}\n[{d['kind']}]" for n, d in g.nodes(data=True)}
-    nx.draw_networkx_labels(g, pos, labels, font_size=8, ax=ax)
-    for loop in (False, True):
-        edges = [(u, v) for u, v, d in g.edges(data=True) if d["loop"] == loop]
-        nx.draw_networkx_edges(
-            g, pos, edgelist=edges, ax=ax, node_size=2600, arrowsize=14,
-            style="dashed" if loop else "solid", connectionstyle="arc3,rad=0.25" if loop else "arc3",
-        )
-    edge_labels = {(u, v): f"{d['src_port']}→{d['dst_port']}" for u, v, d in g.edges(data=True)}
-    nx.draw_networkx_edge_labels(g, pos, edge_labels, font_size=7, ax=ax)
+        x, y = pos[n]
+        text = n.split(":", 1)[1] if d["kind"] in ("input", "output") else f"{n}\n[{d['kind']}]"
+        if n in self_loops:
+            text += "\n↻ " + ", ".join(self_loops[n])
+        ax.add_patch(FancyBboxPatch((x - 0.8, y - 0.45), 1.6, 0.9, boxstyle="round,pad=0.05",
+                                    fc=_COLORS.get(d["resource"], "#cccccc"), ec="#444444", lw=0.8))
+        ax.text(x, y, text, ha="center", va="center", fontsize=8)
+    xs, ys = [p[0] for p in pos.values()], [p[1] for p in pos.values()]
+    ax.set_xlim(min(xs) - 1.2, max(xs) + 1.2)
+    ax.set_ylim(min(ys) - 1.3, max(ys) + 1.3)
     handles = [plt.Line2D([], [], marker="s", ls="", color=c, markersize=10, label=r) for r, c in _COLORS.items()]
-    ax.legend(handles=handles, loc="lower right", fontsize=8)
-    ax.set_title(f"{graph.name} (dashed: loop-carried)")
+    ax.legend(handles=handles, loc="lower right", fontsize=7, ncol=4, frameon=False)
+    ax.set_title(f"{graph.name}   (dashed: loop-carried)", fontsize=10)
     ax.axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
