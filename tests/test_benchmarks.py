@@ -1,0 +1,20 @@
+"""Benchmarks stay runnable: each accepts --quick and ends with one JSON line of figures."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in BENCH.glob("*.py") if not p.name.startswith("_")))
+def test_benchmark_quick_ends_with_json(script, tmp_path):
+    proc = subprocess.run([sys.executable, str(BENCH / script), "--quick", "--batch", "20"], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert isinstance(figures, dict) and figures
+    diffs = [v for k, v in figures.items() if k.endswith("max_abs_diff_vs_reference")]
+    assert all(d < 1e-6 for d in diffs)
