@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 import hqflow as hq
+from hqflow.workloads.optim import adam_init, adam_step
 from hqflow.ir import Circuit, CircuitTemplate, Graph
 
 
@@ -89,16 +90,12 @@ def encode(x, mean, std):
 
 def adam(values, jacobian, y, weights, bias, opt, lr):
     """Square loss of ``<Z0> + bias`` against labels ±1, one Adam step on (weights, bias)."""
-    beta1, beta2, eps = 0.9, 0.999, 1e-8
     y = np.asarray(y, dtype=float)
     err = values[:, 0] + bias - y
     grad = np.append((2 * err[:, None] * jacobian[:, 0, :]).mean(0), (2 * err).mean())
-    t = opt["t"] + 1
-    m = beta1 * np.asarray(opt["m"]) + (1 - beta1) * grad
-    v = beta2 * np.asarray(opt["v"]) + (1 - beta2) * grad**2
-    theta = np.append(weights, bias) - lr * (m / (1 - beta1**t)) / (np.sqrt(v / (1 - beta2**t)) + eps)
+    theta, opt = adam_step(np.append(weights, bias), grad, opt, lr)
     accuracy = float(np.mean(np.sign(values[:, 0] + bias) == y))
-    return {"weights": theta[:-1], "bias": float(theta[-1]), "opt": {"t": t, "m": m, "v": v},
+    return {"weights": theta[:-1], "bias": float(theta[-1]), "opt": opt,
             "loss": float(np.mean(err**2)), "accuracy": accuracy}
 
 
@@ -119,11 +116,10 @@ def build_graph(cfg: Config) -> Graph:
     pipe.learn(adam, outputs={"weights": "array", "bias": "scalar", "opt": "dict", "loss": "scalar",
                               "accuracy": "scalar"}, params={"lr": cfg.lr})
     init = np.random.default_rng(cfg.seed).uniform(0, 2 * np.pi, template.n_weights)
-    zeros = [0.0] * (template.n_weights + 1)
     pipe.loop("adam.weights", "circuit.weights", init=init)
     pipe.loop("adam.weights", "adam.weights", init=init)
     pipe.loop("adam.bias", "adam.bias", init=0.0)
-    pipe.loop("adam.opt", "adam.opt", init={"t": 0, "m": zeros, "v": zeros})
+    pipe.loop("adam.opt", "adam.opt", init=adam_init(template.n_weights + 1))
     pipe.output("adam.loss").output("adam.accuracy", "batch_accuracy")
     return pipe.build()
 

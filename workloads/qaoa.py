@@ -24,6 +24,7 @@ import networkx as nx
 import numpy as np
 
 import hqflow as hq
+from hqflow.workloads.optim import adam_init, adam_step
 from hqflow.backends import CircuitBatch, get_backend
 from hqflow.ir import Circuit, CircuitTemplate, Graph
 
@@ -94,13 +95,8 @@ def ramp(cfg: Config) -> list[float]:
 
 def adam(values, jacobian, weights, opt, lr):
     """One Adam step that maximizes the expected cut ``values[0, 0]``."""
-    beta1, beta2, eps = 0.9, 0.999, 1e-8
-    g = -np.asarray(jacobian)[0, 0]  # gradient of the loss -<C>
-    t = opt["t"] + 1
-    m = beta1 * np.asarray(opt["m"]) + (1 - beta1) * g
-    v = beta2 * np.asarray(opt["v"]) + (1 - beta2) * g**2
-    step = lr * (m / (1 - beta1**t)) / (np.sqrt(v / (1 - beta2**t)) + eps)
-    return {"weights": np.asarray(weights) - step, "opt": {"t": t, "m": m, "v": v}, "cut": float(values[0, 0])}
+    weights, opt = adam_step(weights, -np.asarray(jacobian)[0, 0], opt, lr)  # the loss is -<C>
+    return {"weights": weights, "opt": opt, "cut": float(values[0, 0])}
 
 
 def best_sample(counts, edges):
@@ -117,10 +113,9 @@ def build_graph(cfg: Config) -> Graph:
     pipe.execute("cost", qaoa_circuit(cfg.nodes, edges, cfg.layers), backend=cfg.backend, gradient="param-shift")
     pipe.learn(adam, outputs={"weights": "array", "opt": "dict", "cut": "scalar"}, params={"lr": cfg.lr})
     init = ramp(cfg)
-    zeros = [0.0] * len(init)
     pipe.loop("adam.weights", "cost.weights", init=init)
     pipe.loop("adam.weights", "adam.weights", init=init)
-    pipe.loop("adam.opt", "adam.opt", init={"t": 0, "m": zeros, "v": zeros})
+    pipe.loop("adam.opt", "adam.opt", init=adam_init(len(init)))
     pipe.output("adam.cut", "expected_cut")
     return pipe.build()
 

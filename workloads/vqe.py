@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 import hqflow as hq
+from hqflow.workloads.optim import adam_init, adam_step
 from hqflow.backends import CircuitBatch, get_backend
 from hqflow.ir import Circuit, CircuitTemplate, Graph, Observable, PauliTerm
 
@@ -114,14 +115,8 @@ def ansatz(observable: Observable | None = None) -> CircuitTemplate:
 
 def adam(values, jacobian, weights, opt, lr):
     """One Adam step on the energy ``values[0, 0]``; returns next weights, moments, energy."""
-    beta1, beta2, eps = 0.9, 0.999, 1e-8
-    g = np.asarray(jacobian)[0, 0]
-    t = opt["t"] + 1
-    m = beta1 * np.asarray(opt["m"]) + (1 - beta1) * g
-    v = beta2 * np.asarray(opt["v"]) + (1 - beta2) * g**2
-    step = lr * (m / (1 - beta1**t)) / (np.sqrt(v / (1 - beta2**t)) + eps)
-    new = {"t": t, "m": m, "v": v}
-    return {"weights": np.asarray(weights) - step, "opt": new, "energy": float(values[0, 0])}
+    weights, opt = adam_step(weights, np.asarray(jacobian)[0, 0], opt, lr)
+    return {"weights": weights, "opt": opt, "energy": float(values[0, 0])}
 
 
 def build_graph(cfg: Config) -> Graph:
@@ -132,7 +127,7 @@ def build_graph(cfg: Config) -> Graph:
     init = [float(cfg.init)]
     pipe.loop("adam.weights", "energy.weights", init=init)
     pipe.loop("adam.weights", "adam.weights", init=init)
-    pipe.loop("adam.opt", "adam.opt", init={"t": 0, "m": [0.0], "v": [0.0]})
+    pipe.loop("adam.opt", "adam.opt", init=adam_init(1))
     pipe.output("adam.energy", "energy")
     return pipe.build()
 
