@@ -143,7 +143,10 @@ class SyncExecutor:
             start = time.perf_counter() - t0
             try:
                 if f.kind == "execute":
-                    out = execute_fragment(f, args, self.backends[f.backend], _step_seed(seed, step, index))
+                    try:
+                        out = execute_fragment(f, args, self.backends[f.backend], _step_seed(seed, step, index))
+                    except Exception as exc:
+                        raise FragmentError(f"fragment {f.name!r} on backend {f.backend!r}: {exc}") from exc
                 else:
                     out = call_fragment(f, args)
             except Exception as exc:

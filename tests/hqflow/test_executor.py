@@ -290,10 +290,12 @@ def test_execute_fragment_error_is_recorded():
     pipe.output("circuit.values")
     ex = SyncExecutor(pipe.build())
     spans = []
-    with pytest.raises(BackendError, match=r"inputs for 'tiny' must have shape \[B, 2\], got \[1, 3\]"):
+    with pytest.raises(hq.FragmentError, match=r"inputs for 'tiny' must have shape \[B, 2\], got \[1, 3\]") as info:
         ex.run_step(0, {"inputs": np.zeros((1, 3)), "weights": np.zeros(2)}, {}, 0, 0.0, spans)
+    assert isinstance(info.value.__cause__, BackendError)
     assert len(spans) == 1
-    assert spans[0].resource == "qpu:reference" and spans[0].outcome.startswith("error: inputs for 'tiny'")
+    assert spans[0].resource == "qpu:reference"
+    assert spans[0].outcome.startswith("error: fragment 'circuit' on backend 'reference': inputs for 'tiny'")
 
 
 # --- return conventions -----------------------------------------------------------
@@ -428,3 +430,16 @@ def test_training_reduces_loss():
     assert losses[-1] < 0.5 * losses[0]
     assert sum(b < a for a, b in zip(losses, losses[1:])) >= 20  # mostly decreasing
     assert not np.allclose(res.state["train_step.weights"], [0.1, 0.2])
+
+
+def test_execute_fragment_error_names_the_fragment():
+    from hqflow.ir import Circuit
+
+    c = Circuit(1, name="one")
+    (x,) = c.inputs("x", 1)
+    pipe = hq.Pipeline("bad-shape")
+    pipe.input("x", "array")
+    pipe.execute("circ", c.ry(x, 0).build(observables=["Z0"]))
+    pipe.connect("input.x", "circ.inputs")
+    with pytest.raises(hq.FragmentError, match=r"fragment 'circ' on backend 'reference': inputs for 'one' must have shape \[B, 1\]"):
+        hq.run(pipe.build(), [{"x": np.zeros((2, 3))}])
