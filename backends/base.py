@@ -234,6 +234,10 @@ class FutureJob:
     def cancel(self) -> bool:
         return self._future.cancel()
 
+    def add_done_callback(self, fn) -> None:
+        """Call ``fn(job)`` once the job finishes, fails or is cancelled (at once if it has)."""
+        self._future.add_done_callback(lambda _future: fn(self))
+
     def result(self, timeout: float | None = None) -> BatchResult:
         try:
             return self._future.result(timeout)

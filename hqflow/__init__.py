@@ -3,7 +3,7 @@
     import hqflow as hq
     pipe = hq.Pipeline("demo")          # build a graph of fragments
     graph = pipe.build()                 # plain data: print / to_json / draw
-    result = hq.run(graph, stream)       # run it (synchronous reference executor)
+    result = hq.run(graph, stream)       # run it (overlap scheduler; executor="sync" | "local" | "ray")
 """
 import os as _os
 
@@ -17,8 +17,25 @@ if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isdir(_o
 
 __version__ = "0.1.0"
 
-from .executor import FragmentError, RunResult, SyncExecutor, run  # noqa: E402
+from .executors import learner_device  # noqa: E402
+from .fragments import FragmentError, RunResult  # noqa: E402
 from .pipeline import Pipeline  # noqa: E402
+from .reference_executor import ReferenceExecutor  # noqa: E402
+from .reference_executor import run as run_reference  # noqa: E402
+from .scheduler import Scheduler, SchedulerConfig  # noqa: E402
+from .scheduler import run  # noqa: E402
 from .trace import Span  # noqa: E402
 
-__all__ = ["FragmentError", "Pipeline", "RunResult", "Span", "SyncExecutor", "run", "__version__"]
+__all__ = [
+    "FragmentError",
+    "Pipeline",
+    "ReferenceExecutor",
+    "RunResult",
+    "Scheduler",
+    "SchedulerConfig",
+    "Span",
+    "learner_device",
+    "run",
+    "run_reference",
+    "__version__",
+]

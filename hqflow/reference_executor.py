@@ -1,4 +1,4 @@
-"""The synchronous reference executor: one fragment at a time, in graph order.
+"""The reference executor: one fragment at a time, in graph order.
 
 ``run(graph, stream)`` runs every fragment of the graph once per stream item
 (a dict of graph-input values; an ``int`` means that many steps of a graph
@@ -15,86 +15,20 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from hqflow.backends import Backend, BatchResult, CircuitBatch, get_backend
-from hqflow.ir.graph import Fragment, Graph, GraphError, resolve_fn
+from hqflow.backends import Backend, get_backend
+from hqflow.ir.graph import Fragment, Graph, GraphError
 
-from .gradients import param_shift
+from .fragments import FragmentError, RunResult, as_port_value, call_fragment, execute_batch, execute_outputs, step_seed
 from .trace import Span
 
 
-class FragmentError(RuntimeError):
-    """A fragment raised or returned something its ports do not allow."""
-
-
-@dataclass
-class RunResult:
-    outputs: list[dict[str, Any]]  # graph outputs, one dict per step
-    spans: list[Span]
-    state: dict[str, Any]  # final value on each loop-carried edge, keyed "src_frag.port"
-    seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
-
-    def column(self, name: str) -> list[Any]:
-        """One graph output across all steps."""
-        return [o[name] for o in self.outputs]
-
-
-def _step_seed(seed: int | None, step: int, index: int) -> int | None:
-    if seed is None:
-        return None
-    return int(np.random.SeedSequence([seed, step, index]).generate_state(1)[0])
-
-
-def _as_port_value(value: Any, port_type: str) -> Any:
-    """JSON ``init`` values are lists; hand numeric lists to array-like ports as numpy arrays."""
-    if isinstance(value, list) and port_type in ("array", "tensor", "any"):
-        try:
-            arr = np.asarray(value, dtype=float)
-        except (TypeError, ValueError):
-            return value
-        if port_type == "tensor":
-            import torch
-
-            return torch.as_tensor(arr)
-        return arr
-    return value
-
-
 def execute_fragment(f: Fragment, args: Mapping[str, Any], backend: Backend, seed: int | None) -> dict[str, Any]:
-    """Run an ``execute`` fragment: one job (with all parameter-shift rows when asked)."""
-    t = f.circuit
-    inputs, weights = args.get("inputs"), args.get("weights")
-    if f.gradient == "param-shift":
-        batch, post = param_shift(t, inputs, weights, seed=seed)
-        g = post(backend.submit(batch).result())
-        out = {"values": g.values, "jacobian": g.jacobian, "stderr": g.stderr}
-    else:
-        res: BatchResult = backend.submit(CircuitBatch.make(t, inputs, weights, seed=seed)).result()
-        out = {"values": res.values, "stderr": res.stderr, "probs": res.probs, "counts": res.counts}
-    return {p.name: out[p.name] for p in f.outputs}
+    """Run an ``execute`` fragment as one job (with all parameter-shift rows when asked), blocking."""
+    batch, post = execute_batch(f, args, seed)
+    return execute_outputs(f, backend.submit(batch).result(), post)
 
 
-def call_fragment(f: Fragment, args: Mapping[str, Any]) -> dict[str, Any]:
-    """Call a classical fragment's function and check its outputs against its ports."""
-    fn = resolve_fn(f.fn)
-    try:
-        result = fn(**args, **f.kwargs)
-    except Exception as exc:
-        raise FragmentError(f"fragment {f.name!r} ({f.fn}) raised {type(exc).__name__}: {exc}") from exc
-    names = [p.name for p in f.outputs]
-    if not names:
-        return {}
-    if isinstance(result, dict) and set(result) == set(names):
-        return result
-    if len(names) == 1 and not isinstance(result, dict):
-        return {names[0]: result}
-    if isinstance(result, tuple) and len(result) == len(names):
-        return dict(zip(names, result))
-    got = sorted(result) if isinstance(result, dict) else type(result).__name__
-    raise FragmentError(f"fragment {f.name!r} must return its outputs {names} (a dict or a tuple in order), got {got}")
-
-
-class SyncExecutor:
+class ReferenceExecutor:
     """Runs a validated graph step by step on this thread. Backends are made once per run."""
 
     def __init__(self, graph: Graph, backends: Mapping[str, Backend] | None = None):
@@ -124,7 +58,7 @@ class SyncExecutor:
             used.add(key)
             if value is None:
                 raise GraphError(f"loop-carried edge {e} has no initial value; give init= or initial_state={{{key!r}: ...}}")
-            state[i] = _as_port_value(value, self.graph.fragment(e.dst[0]).port(e.dst[1], output=False).type)
+            state[i] = as_port_value(value, self.graph.fragment(e.dst[0]).port(e.dst[1], output=False).type)
         unknown = sorted(set(overrides) - used)
         if unknown:
             raise GraphError(f"initial_state names {unknown}, which are not loop-carried sources")
@@ -144,7 +78,7 @@ class SyncExecutor:
             try:
                 if f.kind == "execute":
                     try:
-                        out = execute_fragment(f, args, self.backends[f.backend], _step_seed(seed, step, index))
+                        out = execute_fragment(f, args, self.backends[f.backend], step_seed(seed, step, index))
                     except Exception as exc:
                         raise FragmentError(f"fragment {f.name!r} on backend {f.backend!r}: {exc}") from exc
                 else:
@@ -184,4 +118,4 @@ class SyncExecutor:
 def run(graph: Graph, stream: Iterable[Mapping[str, Any]] | int, *, backends: Mapping[str, Backend] | None = None,
         initial_state: Mapping[str, Any] | None = None, seed: int | None = 0, progress=None) -> RunResult:
     """Run ``graph`` synchronously over ``stream``; see the module docstring."""
-    return SyncExecutor(graph, backends).run(stream, initial_state=initial_state, seed=seed, progress=progress)
+    return ReferenceExecutor(graph, backends).run(stream, initial_state=initial_state, seed=seed, progress=progress)

@@ -7,7 +7,8 @@ import pytest
 import hqflow as hq
 from hqflow.backends import BackendError, CircuitBatch
 from hqflow.backends.reference import ReferenceBackend
-from hqflow.executor import FragmentError, SyncExecutor
+from hqflow.fragments import FragmentError
+from hqflow.reference_executor import ReferenceExecutor
 from hqflow.ir import Circuit, GraphError
 
 # --- module-level fragment functions ----------------------------------------------
@@ -124,14 +125,14 @@ def sampler_graph(shots=200):
 
 
 def test_run_int_steps_and_loop_state():
-    res = hq.run(counter_graph(), 5)
+    res = hq.run_reference(counter_graph(), 5)
     assert res.column("n") == [1, 2, 3, 4, 5]
     assert res.outputs == [{"n": k} for k in range(1, 6)]
     assert res.state == {"count.n": 5}
     assert res.seconds >= 0
-    assert hq.run(counter_graph(), 0).outputs == []
+    assert hq.run_reference(counter_graph(), 0).outputs == []
     with pytest.raises(ValueError, match="number of steps must be >= 0, got -1"):
-        hq.run(counter_graph(), -1)
+        hq.run_reference(counter_graph(), -1)
 
 
 def test_run_over_stream_outputs_per_step():
@@ -142,7 +143,7 @@ def test_run_over_stream_outputs_per_step():
     pipe.output("scaled.y", "y_again")
     g = pipe.build()
     items = [{"x": np.array([1.0, 2.0])}, {"x": np.array([-1.0])}, {"x": np.array([0.5, 0.5, 0.5])}]
-    res = hq.run(g, iter(items))  # any iterable, consumed lazily
+    res = hq.run_reference(g, iter(items))  # any iterable, consumed lazily
     assert len(res.outputs) == 3
     for item, out in zip(items, res.outputs):
         np.testing.assert_array_equal(out["y"], 3 * item["x"])
@@ -156,16 +157,16 @@ def test_stream_item_with_wrong_keys():
     pipe.output("scaled.y")
     g = pipe.build()
     with pytest.raises(GraphError, match=r"step 1: stream items must have keys \['k', 'x'\], got \['x'\]"):
-        hq.run(g, [{"x": 1, "k": 2}, {"x": 1}])
+        hq.run_reference(g, [{"x": 1, "k": 2}, {"x": 1}])
     with pytest.raises(GraphError, match=r"step 0: stream items must have keys \['k', 'x'\], got \['k', 'x', 'z'\]"):
-        hq.run(g, [{"x": 1, "k": 2, "z": 0}])
+        hq.run_reference(g, [{"x": 1, "k": 2, "z": 0}])
     with pytest.raises(GraphError, match=r"stream items must have keys \['k', 'x'\], got \[\]"):
-        hq.run(g, 1)
+        hq.run_reference(g, 1)
 
 
 def test_progress_callback():
     seen = []
-    hq.run(counter_graph(), 3, progress=lambda done, out: seen.append((done, out)))
+    hq.run_reference(counter_graph(), 3, progress=lambda done, out: seen.append((done, out)))
     assert seen == [(1, {"n": 1}), (2, {"n": 2}), (3, {"n": 3})]  # steps done, last step's outputs
 
 
@@ -174,8 +175,8 @@ def test_progress_callback():
 
 def test_initial_state_override():
     g = counter_graph(init=10)
-    assert hq.run(g, 2).column("n") == [11, 12]
-    res = hq.run(g, 2, initial_state={"count.n": 100})
+    assert hq.run_reference(g, 2).column("n") == [11, 12]
+    res = hq.run_reference(g, 2, initial_state={"count.n": 100})
     assert res.column("n") == [101, 102]
     assert res.state == {"count.n": 102}
 
@@ -183,23 +184,23 @@ def test_initial_state_override():
 def test_initial_state_override_applies_to_every_edge_from_that_port():
     X, Y = data()
     g = training_graph(init=(0.1, 0.2))
-    a = hq.run(g, [{"batch": X, "target": Y}] * 2, initial_state={"train_step.weights": [0.7, -0.3]})
-    b = hq.run(training_graph(init=(0.7, -0.3)), [{"batch": X, "target": Y}] * 2)
+    a = hq.run_reference(g, [{"batch": X, "target": Y}] * 2, initial_state={"train_step.weights": [0.7, -0.3]})
+    b = hq.run_reference(training_graph(init=(0.7, -0.3)), [{"batch": X, "target": Y}] * 2)
     assert a.column("loss") == b.column("loss")
-    c = hq.run(g, [{"batch": X, "target": Y}] * 2)
+    c = hq.run_reference(g, [{"batch": X, "target": Y}] * 2)
     assert c.column("loss") != a.column("loss")
 
 
 def test_unknown_initial_state_name():
     with pytest.raises(GraphError, match=r"initial_state names \['count.m', 'nope.n'\], which are not loop-carried sources"):
-        hq.run(counter_graph(), 1, initial_state={"nope.n": 1, "count.m": 2, "count.n": 0})
+        hq.run_reference(counter_graph(), 1, initial_state={"nope.n": 1, "count.m": 2, "count.n": 0})
 
 
 def test_missing_init():
     g = counter_graph(init=None)
     with pytest.raises(GraphError, match=r"loop-carried edge count.n ~> count.n .* has no initial value; give init= or initial_state=\{'count.n': \.\.\.\}"):
-        hq.run(g, 1)
-    assert hq.run(g, 2, initial_state={"count.n": 0}).column("n") == [1, 2]
+        hq.run_reference(g, 1)
+    assert hq.run_reference(g, 2, initial_state={"count.n": 0}).column("n") == [1, 2]
 
 
 def test_list_init_reaches_array_port_as_array():
@@ -207,7 +208,7 @@ def test_list_init_reaches_array_port_as_array():
     pipe.learn(check_array, outputs={"w": "array"}, inputs={"w": "array"})
     pipe.loop("check_array.w", "check_array.w", init=[1.0, 2.0])
     pipe.output("check_array.w")
-    res = hq.run(pipe.build(), 2)
+    res = hq.run_reference(pipe.build(), 2)
     np.testing.assert_array_equal(res.column("w")[1], [4.0, 8.0])
 
 
@@ -215,7 +216,7 @@ def test_loop_values_are_one_step_behind():
     """A fragment reading a loop edge sees the previous step's value, then the new one flows."""
     X, Y = data()
     g = training_graph(lr=0.5, init=(0.1, 0.2))
-    res = hq.run(g, [{"batch": X, "target": Y}] * 3)
+    res = hq.run_reference(g, [{"batch": X, "target": Y}] * 3)
     # replay by hand: loss at step t uses the weights after t updates
     backend = ReferenceBackend()
     from hqflow.gradients import param_shift
@@ -237,7 +238,7 @@ def test_loop_values_are_one_step_behind():
 def test_spans_one_per_fragment_per_step():
     X, Y = data()
     g = training_graph()
-    res = hq.run(g, [{"batch": X, "target": Y}] * 3)
+    res = hq.run_reference(g, [{"batch": X, "target": Y}] * 3)
     assert len(res.spans) == 3 * 3
     order = [f.name for f in g.topological_order()]
     assert [s.fragment for s in res.spans] == order * 3
@@ -265,7 +266,7 @@ def test_fragment_error_span_and_message():
     pipe.connect("boom.y", "after.x")
     pipe.output("after.z")
     g = pipe.build()
-    ex = SyncExecutor(g)
+    ex = ReferenceExecutor(g)
     spans = []
     with pytest.raises(FragmentError, match=re.escape(f"fragment 'boom' ({__name__}:boom) raised ValueError: bad x 3")) as info:
         ex.run([{"x": 1}, {"x": 3}, {"x": 0}])
@@ -288,7 +289,7 @@ def test_execute_fragment_error_is_recorded():
     pipe.input("inputs", "array").input("weights", "array")
     pipe.execute("circuit", _tiny_template())
     pipe.output("circuit.values")
-    ex = SyncExecutor(pipe.build())
+    ex = ReferenceExecutor(pipe.build())
     spans = []
     with pytest.raises(hq.FragmentError, match=r"inputs for 'tiny' must have shape \[B, 2\], got \[1, 3\]") as info:
         ex.run_step(0, {"inputs": np.zeros((1, 3)), "weights": np.zeros(2)}, {}, 0, 0.0, spans)
@@ -315,7 +316,7 @@ def test_fragment_return_conventions():
     pipe.connect("one.e", "summed.e")
     pipe.output("summed.total")
     pipe.output("two_tuple.d")
-    res = hq.run(pipe.build(), [{"x": 2}, {"x": 10}])
+    res = hq.run_reference(pipe.build(), [{"x": 2}, {"x": 10}])
     # a=x, b=2x, c=x, d=3x, e=x+1
     assert res.outputs == [{"total": 2 + 4 + 2 + 6 + 3, "d": 6}, {"total": 10 + 20 + 10 + 30 + 11, "d": 30}]
 
@@ -325,7 +326,7 @@ def test_single_output_keeps_a_tuple_value_whole():
     pipe.input("x")
     pipe.preprocess(two_tuple, outputs="pair")
     pipe.output("two_tuple.pair")
-    assert hq.run(pipe.build(), [{"x": 1}]).outputs == [{"pair": (1, 3)}]
+    assert hq.run_reference(pipe.build(), [{"x": 1}]).outputs == [{"pair": (1, 3)}]
 
 
 @pytest.mark.parametrize(
@@ -346,7 +347,7 @@ def test_bad_return(fn, outputs, got):
     if len(outputs) > 1:
         pipe.output(f"{fn.__name__}.b")
     with pytest.raises(FragmentError, match=rf"fragment '{fn.__name__}' must return its outputs \[{', '.join(repr(o) for o in outputs)}\] \(a dict or a tuple in order\), got {got}$"):
-        hq.run(pipe.build(), [{"x": 1}])
+        hq.run_reference(pipe.build(), [{"x": 1}])
 
 
 # --- backends and seeds -----------------------------------------------------------
@@ -365,7 +366,7 @@ class CountingBackend(ReferenceBackend):
 def test_one_job_per_execute_step_including_shifted_rows():
     X, Y = data(n=4)
     backend = CountingBackend()
-    hq.run(training_graph(), [{"batch": X, "target": Y}] * 3, backends={"reference": backend})
+    hq.run_reference(training_graph(), [{"batch": X, "target": Y}] * 3, backends={"reference": backend})
     assert len(backend.batches) == 3
     # 4 samples x (1 unshifted + 2 weights x 2 shifts)
     assert all(b.size == 4 * 5 for b in backend.batches)
@@ -373,23 +374,23 @@ def test_one_job_per_execute_step_including_shifted_rows():
 
 def test_given_backend_capabilities_are_validated():
     with pytest.raises(GraphError, match="circuit 'tiny' has 2 qubits but backend 'reference' allows at most 1"):
-        hq.run(training_graph(), 1, backends={"reference": ReferenceBackend(max_qubits=1)})
+        hq.run_reference(training_graph(), 1, backends={"reference": ReferenceBackend(max_qubits=1)})
 
 
 def test_shot_mode_determinism_by_seed():
     g = sampler_graph(shots=200)
     rng = np.random.default_rng(0)
     items = [{"inputs": rng.uniform(0, 3, (5, 2)), "weights": rng.uniform(0, 3, 2)} for _ in range(3)]
-    a = hq.run(g, items, seed=1)
-    b = hq.run(g, items, seed=1)
-    c = hq.run(g, items, seed=2)
+    a = hq.run_reference(g, items, seed=1)
+    b = hq.run_reference(g, items, seed=1)
+    c = hq.run_reference(g, items, seed=2)
     for oa, ob in zip(a.outputs, b.outputs):
         np.testing.assert_array_equal(oa["values"], ob["values"])
         np.testing.assert_array_equal(oa["stderr"], ob["stderr"])
     assert not all(np.array_equal(oa["values"], oc["values"]) for oa, oc in zip(a.outputs, c.outputs))
     assert all(o["stderr"].shape == (5, 2) and np.all(o["stderr"] > 0) for o in a.outputs)
     # the same item at two steps is sampled with different seeds
-    same = hq.run(g, [items[0], items[0]], seed=1)
+    same = hq.run_reference(g, [items[0], items[0]], seed=1)
     assert not np.array_equal(same.outputs[0]["values"], same.outputs[1]["values"])
     # and the estimates are close to the exact values
     exact = ReferenceBackend().run_checked(
@@ -400,8 +401,8 @@ def test_shot_mode_determinism_by_seed():
 
 def test_exact_mode_ignores_seed():
     X, Y = data()
-    a = hq.run(training_graph(), [{"batch": X, "target": Y}] * 2, seed=1)
-    b = hq.run(training_graph(), [{"batch": X, "target": Y}] * 2, seed=99)
+    a = hq.run_reference(training_graph(), [{"batch": X, "target": Y}] * 2, seed=1)
+    b = hq.run_reference(training_graph(), [{"batch": X, "target": Y}] * 2, seed=99)
     assert a.column("loss") == b.column("loss")
 
 
@@ -414,7 +415,7 @@ def test_shots_with_param_shift_provides_stderr():
     pipe.output("circuit.jacobian")
     g = pipe.build()
     assert [p.name for p in g.fragment("circuit").outputs] == ["values", "stderr", "jacobian"]
-    res = hq.run(g, [{"inputs": np.zeros((3, 2)), "weights": np.array([0.3, 0.4])}])
+    res = hq.run_reference(g, [{"inputs": np.zeros((3, 2)), "weights": np.array([0.3, 0.4])}])
     assert res.outputs[0]["stderr"].shape == (3, 1)
 
 
@@ -424,7 +425,7 @@ def test_shots_with_param_shift_provides_stderr():
 def test_training_reduces_loss():
     X, Y = data(seed=1)
     g = training_graph(lr=0.5, init=(0.1, 0.2))
-    res = hq.run(g, [{"batch": X, "target": Y}] * 25)
+    res = hq.run_reference(g, [{"batch": X, "target": Y}] * 25)
     losses = res.column("loss")
     assert len(losses) == 25
     assert losses[-1] < 0.5 * losses[0]
@@ -442,4 +443,4 @@ def test_execute_fragment_error_names_the_fragment():
     pipe.execute("circ", c.ry(x, 0).build(observables=["Z0"]))
     pipe.connect("input.x", "circ.inputs")
     with pytest.raises(hq.FragmentError, match=r"fragment 'circ' on backend 'reference': inputs for 'one' must have shape \[B, 1\]"):
-        hq.run(pipe.build(), [{"x": np.zeros((2, 3))}])
+        hq.run_reference(pipe.build(), [{"x": np.zeros((2, 3))}])

@@ -1,0 +1,169 @@
+"""Executors: where fragment work runs. One small interface, three implementations.
+
+An executor has ``submit(fragment, args, resource) -> concurrent.futures.Future``
+for classical fragments and ``backend(spec) -> handle`` for quantum backends
+(a handle has ``name``, ``capabilities``, ``max_in_flight`` and
+``submit(batch) -> Job``). The scheduler's one loop drives all of them:
+
+* ``sync``: runs each task inline, on the scheduler's thread (debugging, reference);
+* ``local``: a thread pool per classical resource (the default);
+* ``ray``: fragments run as Ray tasks, backends live in Ray actors. Fragments
+  travel by reference (``module:qualname``) and state is explicit, so nothing
+  but data crosses process boundaries.
+
+A backend spec is a backend instance (``sync``/``local`` only), a registry name,
+or ``(name, options)``.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+from typing import Any, Mapping
+
+from hqflow.backends import Backend, FutureJob, get_backend
+from hqflow.ir.graph import Fragment
+
+from .fragments import call_fragment
+
+BackendSpec = "Backend | str | tuple[str, Mapping[str, Any]]"
+
+
+def learner_device():
+    """The torch device for ``gpu`` fragments: CUDA when present, else the CPU."""
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _spec(spec: Any) -> tuple[str, dict]:
+    if isinstance(spec, str):
+        return spec, {}
+    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], str) and isinstance(spec[1], Mapping):
+        return spec[0], dict(spec[1])
+    raise ValueError(f"a backend spec is a backend, a name, or (name, options); got {spec!r}")
+
+
+class _LocalHandle:
+    """A backend in this process."""
+
+    def __init__(self, backend: Backend, default_in_flight: int):
+        self.backend = backend
+        self.name = backend.name
+        self.capabilities = backend.capabilities
+        self.max_in_flight = getattr(backend, "max_in_flight", None) or default_in_flight
+
+    def submit(self, batch):
+        return self.backend.submit(batch)
+
+
+class SyncExecutor:
+    """Runs every task inline; the scheduler runs one thing at a time with it."""
+
+    name = "sync"
+
+    def submit(self, fragment: Fragment, args: dict, resource: str) -> cf.Future:
+        fut: cf.Future = cf.Future()
+        try:
+            fut.set_result(call_fragment(fragment, args))
+        except Exception as exc:
+            fut.set_exception(exc)
+        return fut
+
+    def backend(self, spec: Any, default_in_flight: int) -> _LocalHandle:
+        if hasattr(spec, "submit"):
+            return _LocalHandle(spec, default_in_flight)
+        name, options = _spec(spec)
+        return _LocalHandle(get_backend(name, **options), default_in_flight)
+
+    def close(self) -> None:
+        pass
+
+
+class LocalExecutor(SyncExecutor):
+    """A thread pool per classical resource: ``cpu`` with ``cpu_workers``, ``gpu`` with ``gpu_workers``."""
+
+    name = "local"
+
+    def __init__(self, cpu_workers: int = 1, gpu_workers: int = 1):
+        self.pools = {
+            "cpu": cf.ThreadPoolExecutor(cpu_workers, thread_name_prefix="hqflow-cpu"),
+            "gpu": cf.ThreadPoolExecutor(gpu_workers, thread_name_prefix="hqflow-gpu"),
+        }
+
+    def submit(self, fragment: Fragment, args: dict, resource: str) -> cf.Future:
+        return self.pools[resource].submit(call_fragment, fragment, args)
+
+    def close(self) -> None:
+        for pool in self.pools.values():
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _ray_call(fragment: Fragment, args: dict) -> dict:
+    return call_fragment(fragment, args)
+
+
+class _BackendActor:
+    """Holds one backend inside a Ray actor; ``run`` blocks until its job is done."""
+
+    def __init__(self, name: str, options: dict):
+        self.backend = get_backend(name, **options)
+
+    def describe(self):
+        return self.backend.name, self.backend.capabilities, getattr(self.backend, "max_in_flight", None)
+
+    def run(self, batch):
+        return self.backend.submit(batch).result()
+
+
+class _RayHandle:
+    def __init__(self, actor_cls, spec: Any, default_in_flight: int):
+        import ray
+
+        if hasattr(spec, "submit"):
+            raise ValueError(
+                f"the ray executor makes its backends inside Ray actors; give {getattr(spec, 'name', spec)!r} "
+                "as a name or (name, options), not as an instance"
+            )
+        name, options = _spec(spec)
+        slots = int(options.get("max_in_flight", default_in_flight))
+        self.actor = actor_cls.options(max_concurrency=max(slots, 1)).remote(name, options)
+        self.name, self.capabilities, own = ray.get(self.actor.describe.remote())
+        self.max_in_flight = own or default_in_flight
+
+    def submit(self, batch) -> FutureJob:
+        return FutureJob(self.actor.run.remote(batch).future(), self.name)
+
+
+class RayExecutor:
+    """Fragments as Ray tasks (one CPU each), backends as Ray actors (no CPU reserved: they wait on devices)."""
+
+    name = "ray"
+
+    def __init__(self, num_cpus: int | None = None):
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        self._ray = ray
+        self._call = ray.remote(_ray_call)
+        self._actor = ray.remote(num_cpus=0)(_BackendActor)
+        self._gpus = ray.cluster_resources().get("GPU", 0) > 0
+
+    def submit(self, fragment: Fragment, args: dict, resource: str) -> cf.Future:
+        opts = {"num_cpus": 0, "num_gpus": 1} if resource == "gpu" and self._gpus else {"num_cpus": 1}
+        return self._call.options(**opts).remote(fragment, args).future()
+
+    def backend(self, spec: Any, default_in_flight: int) -> _RayHandle:
+        return _RayHandle(self._actor, spec, default_in_flight)
+
+    def close(self) -> None:
+        pass  # Ray stays up for the next run; ray.shutdown() is the user's call
+
+
+def make_executor(name: str, cpu_workers: int = 1, gpu_workers: int = 1, ray_num_cpus: int | None = None):
+    if name == "sync":
+        return SyncExecutor()
+    if name == "local":
+        return LocalExecutor(cpu_workers, gpu_workers)
+    if name == "ray":
+        return RayExecutor(ray_num_cpus)
+    raise ValueError(f"unknown executor {name!r}; use 'sync', 'local' or 'ray'")
