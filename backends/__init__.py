@@ -32,9 +32,10 @@ _REGISTRY: dict[str, str | Callable[..., Backend]] = {
     "reference": "hqflow.backends.reference:ReferenceBackend",
     "aer": "hqflow.backends.aer:AerBackend",
     "pennylane": "hqflow.backends.pennylane_device:PennyLaneBackend",
+    "emulated-qpu": "hqflow.backends.emulated:EmulatedQPU",
 }
 # Names shown by ``hqflow backends`` (a prefix backend lists its common suffixes).
-_LISTED = ["reference", "aer", "pennylane:default.qubit", "pennylane:lightning.qubit"]
+_LISTED = ["reference", "aer", "pennylane:default.qubit", "pennylane:lightning.qubit", "emulated-qpu"]
 
 
 def register_backend(name: str, factory: str | Callable[..., Backend], listed: bool = True) -> None:
@@ -53,7 +54,7 @@ def _resolve(factory: str | Callable[..., Backend]) -> Callable[..., Backend]:
     return getattr(importlib.import_module(module), attr)
 
 
-def get_backend(name: str, **options) -> Backend:
+def get_backend(name: str, /, **options) -> Backend:
     """Make the backend registered as ``name`` (``"prefix:suffix"`` passes the suffix on)."""
     if not isinstance(name, str) or not name:
         raise BackendError(f"backend name must be a non-empty string, got {name!r}")

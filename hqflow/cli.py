@@ -3,6 +3,7 @@
     hqflow backends [--json]             list backends and their capabilities
     hqflow inspect GRAPH.json [--png P]  validate and pretty-print a saved graph
     hqflow run WORKLOAD [options]        run a registered workload (vqe, qaoa, classifier)
+    hqflow trace RUN [--out DIR]         utilization table, Chrome trace and Gantt chart of a run
 
 Bad usage or bad input exits with status 2 and a one-line message on stderr.
 """
@@ -51,6 +52,14 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--backend", help="backend name, e.g. reference, aer, pennylane:default.qubit")
     r.add_argument("--out", metavar="FILE", help="also write the figures as JSON to FILE")
     r.add_argument("--json", action="store_true", help="print the figures as one JSON line")
+    r.add_argument("--run-dir", metavar="DIR",
+                   help="write config.json, result.json and (when the workload reports them) spans.json to DIR")
+
+    t = sub.add_parser("trace", help="show where a run spent its time",
+                       description="Read RUN/spans.json, print the utilization table and write trace.json "
+                                   "(Chrome trace; open it in https://ui.perfetto.dev) and gantt.png.")
+    t.add_argument("run", metavar="RUN", help="a run directory holding spans.json, or a spans JSON file")
+    t.add_argument("--out", metavar="DIR", help="write trace.json and gantt.png here (default: the run directory)")
     return p
 
 
@@ -139,11 +148,18 @@ def cmd_run(args) -> int:
             get_backend(args.backend)
         except BackendError as exc:
             raise UsageError(str(exc)) from None
+    if args.run_dir:
+        try:
+            os.makedirs(args.run_dir, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot create run directory {args.run_dir}: {exc.strerror}") from None
     with Progress(getattr(cfg, "steps", 1), args.workload) as bar:
         result = module.run(cfg, progress=bar)
     figures = {k: v for k, v in result.items() if not isinstance(v, (list, dict))}
     if args.out:
         _write_atomic(args.out, json.dumps(result, indent=2, default=float))
+    if args.run_dir:
+        _write_run_dir(args.run_dir, args.workload, cfg, result)
     if args.json:
         print(json.dumps(figures, default=float))
     else:
@@ -152,10 +168,48 @@ def cmd_run(args) -> int:
     return 0
 
 
+def _write_run_dir(folder: str, workload: str, cfg, result: dict) -> None:
+    """config.json, result.json and, if the result carries ``"spans"`` (span dicts), spans.json."""
+    from .trace import Span, save_spans
+
+    config = dataclasses.asdict(cfg)
+    _write_atomic(os.path.join(folder, "config.json"), json.dumps(config, indent=2, default=float))
+    rest = {k: v for k, v in result.items() if k != "spans"}
+    _write_atomic(os.path.join(folder, "result.json"), json.dumps(rest, indent=2, default=float))
+    if "spans" in result:
+        spans = [s if isinstance(s, Span) else Span.from_dict(s) for s in result["spans"]]
+        save_spans(os.path.join(folder, "spans.json"), spans, {"workload": workload, "config": config})
+
+
+def cmd_trace(args) -> int:
+    from .trace import TraceError, format_table, load_spans
+    from .trace_export import draw_gantt, write_chrome_trace
+
+    path = os.path.join(args.run, "spans.json") if os.path.isdir(args.run) else args.run
+    if not os.path.exists(path):
+        what = "run directory has no spans.json" if os.path.isdir(args.run) else "no such run directory or file"
+        raise UsageError(f"{args.run}: {what}")
+    try:
+        spans, meta = load_spans(path)
+    except TraceError as exc:
+        raise UsageError(str(exc)) from None
+    out = args.out or os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create {out}: {exc.strerror}") from None
+    print(format_table(spans))
+    title = meta.get("workload") or os.path.basename(os.path.dirname(os.path.abspath(path)))
+    print(f"wrote {write_chrome_trace(os.path.join(out, 'trace.json'), spans, meta)}")
+    print(f"wrote {draw_gantt(spans, os.path.join(out, 'gantt.png'), title=str(title))}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
-        return {"backends": cmd_backends, "inspect": cmd_inspect, "run": cmd_run}[args.command](args)
+        commands = {"backends": cmd_backends, "inspect": cmd_inspect, "run": cmd_run, "trace": cmd_trace}
+        return commands[args.command](args)
     except UsageError as exc:
         print(f"hqflow: error: {exc}", file=sys.stderr)
         return 2

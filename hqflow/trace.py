@@ -4,10 +4,30 @@ Every executor records one ``Span`` per fragment instance (and per quantum job
 attempt). ``lane`` names the one worker the span occupied (``"cpu/0"``,
 ``"qpu:emulated-qpu#1"``...), ``resource`` the pool it belongs to; the Gantt
 chart draws one row per lane.
+
+This module also measures a list of spans and saves it:
+
+* busy time is the length of the *union* of the spans' intervals, so spans that
+  run in parallel on two lanes of one resource are not counted twice; failed,
+  timed-out and cancelled spans count as busy (the worker was occupied);
+* ``utilization`` is busy time over the makespan, ``idle`` is makespan - busy;
+* ``overlap_fraction`` is how much of the classical and quantum work ran at the
+  same time (see its docstring);
+* ``save_spans`` / ``load_spans`` write and read a run directory's
+  ``spans.json``.
+
+Chrome-trace export and the Gantt chart live in :mod:`hqflow.trace_export`.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass, fields
+
+SPANS_FORMAT = "hqflow.spans"
+SPANS_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -39,9 +59,263 @@ class Span:
         return Span(**d)
 
 
+class TraceError(ValueError):
+    """A spans file is missing, unreadable or malformed."""
+
+
 def busy_seconds(spans: list[Span]) -> dict[str, float]:
     """Total busy time per resource (sum of span lengths)."""
     out: dict[str, float] = {}
     for s in spans:
         out[s.resource] = out.get(s.resource, 0.0) + s.seconds
     return out
+
+
+# --- analytics -------------------------------------------------------------
+
+def is_quantum(resource: str) -> bool:
+    """``qpu:*`` resources are quantum; everything else (cpu, gpu) is classical."""
+    return resource.startswith("qpu")
+
+
+def _natural(text: str) -> list:
+    """Sort key that puts ``cpu/2`` before ``cpu/10``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
+def _row_key(resource: str, row: str) -> tuple:
+    rank = {"cpu": 0, "gpu": 1}.get(resource, 2)
+    return is_quantum(resource), rank, _natural(resource), _natural(row)
+
+
+def rows(spans: list[Span]) -> list[tuple[str, str]]:
+    """The distinct ``(row, resource)`` pairs: classical lanes first, then quantum ones."""
+    return sorted({(s.row, s.resource) for s in spans}, key=lambda rr: _row_key(rr[1], rr[0]))
+
+
+def makespan(spans: list[Span]) -> float:
+    """Last end minus first start; 0 for no spans."""
+    if not spans:
+        return 0.0
+    return max(s.end for s in spans) - min(s.start for s in spans)
+
+
+def intervals_union(spans: list[Span]) -> list[tuple[float, float]]:
+    """The spans' ``[start, end]`` intervals merged into sorted, disjoint intervals."""
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted((s.start, s.end) for s in spans if s.end > s.start):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _length(intervals: list[tuple[float, float]]) -> float:
+    return sum(end - start for start, end in intervals)
+
+
+def _intersection_length(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Total length of the intersection of two sorted, disjoint interval lists."""
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        total += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def _busy_by(spans: list[Span], key) -> dict[str, float]:
+    groups: dict[str, list[Span]] = {}
+    for s in spans:
+        groups.setdefault(key(s), []).append(s)
+    return {k: _length(intervals_union(group)) for k, group in groups.items()}
+
+
+def utilization(spans: list[Span]) -> dict[str, float]:
+    """Per resource: the union of its spans' intervals over the makespan (0..1)."""
+    total = makespan(spans)
+    return {r: busy / total if total else 0.0 for r, busy in _busy_by(spans, lambda s: s.resource).items()}
+
+
+def lane_utilization(spans: list[Span]) -> dict[str, float]:
+    """Per lane (``Span.row``): the union of its spans' intervals over the makespan (0..1)."""
+    total = makespan(spans)
+    return {r: busy / total if total else 0.0 for r, busy in _busy_by(spans, lambda s: s.row).items()}
+
+
+def idle(spans: list[Span]) -> dict[str, float]:
+    """Per resource: seconds of the makespan during which none of its lanes was busy."""
+    total = makespan(spans)
+    return {r: total - busy for r, busy in _busy_by(spans, lambda s: s.resource).items()}
+
+
+def _classical_quantum(spans: list[Span]) -> tuple[list, list]:
+    return (intervals_union([s for s in spans if not is_quantum(s.resource)]),
+            intervals_union([s for s in spans if is_quantum(s.resource)]))
+
+
+def overlap_seconds(spans: list[Span]) -> float:
+    """Seconds during which some classical resource and some quantum resource were both busy."""
+    return _intersection_length(*_classical_quantum(spans))
+
+
+def overlap_fraction(spans: list[Span]) -> float:
+    """How much classical and quantum work ran at the same time, 0..1.
+
+    ``overlap_seconds / min(classical busy, quantum busy)``, where classical
+    busy is the union of all cpu/gpu spans and quantum busy the union of all
+    ``qpu:*`` spans. 0 when the two never run together (a strictly sequential
+    hybrid loop), 1 when the shorter of the two is entirely hidden behind the
+    other, which is the best any overlapping schedule can do. 0 when either side
+    has no busy time.
+    """
+    classical, quantum = _classical_quantum(spans)
+    shorter = min(_length(classical), _length(quantum))
+    return _intersection_length(classical, quantum) / shorter if shorter > 0 else 0.0
+
+
+def outcome_counts(spans: list[Span]) -> dict[str, int]:
+    """Spans per outcome category: ``"error: boom"`` counts as ``"error"``."""
+    out: dict[str, int] = {}
+    for s in spans:
+        category = s.outcome.split(":", 1)[0].strip()
+        out[category] = out.get(category, 0) + 1
+    return out
+
+
+def summary(spans: list[Span]) -> dict:
+    """The figures of a run's spans as one JSON-friendly dict.
+
+    ``resources`` and ``lanes`` map each name to its span count, busy and idle
+    seconds and utilization; ``outcomes`` counts spans by outcome category
+    (retried attempts show up as ``error``/``timeout`` spans).
+    """
+    total = makespan(spans)
+
+    def figures(key) -> dict:
+        busy = _busy_by(spans, key)
+        counts: dict[str, int] = {}
+        for s in spans:
+            counts[key(s)] = counts.get(key(s), 0) + 1
+        return {k: {"spans": counts[k], "busy": b, "idle": total - b, "utilization": b / total if total else 0.0}
+                for k, b in busy.items()}
+
+    classical, quantum = _classical_quantum(spans)
+    lanes = figures(lambda s: s.row)
+    resources = figures(lambda s: s.resource)
+    order = rows(spans)
+    return {
+        "spans": len(spans),
+        "makespan": total,
+        "resources": {r: resources[r] for r in dict.fromkeys(res for _, res in order)},
+        "lanes": {row: {"resource": res, **lanes[row]} for row, res in order},
+        "classical_busy": _length(classical),
+        "quantum_busy": _length(quantum),
+        "overlap_seconds": _intersection_length(classical, quantum),
+        "overlap_fraction": overlap_fraction(spans),
+        "outcomes": outcome_counts(spans),
+    }
+
+
+def format_table(spans: list[Span]) -> str:
+    """A utilization table: one line per resource, its lanes indented below it.
+
+    Times are in seconds, or in milliseconds when the whole run took under a second.
+    """
+    if not spans:
+        return "no spans"
+    s = summary(spans)
+    scale, unit = (1e3, "ms") if s["makespan"] < 1 else (1.0, "s")
+    width = max(len("resource"), *(len(r) + 2 for r in s["lanes"]), *(len(r) for r in s["resources"]))
+    lines = [f"{'resource':<{width}}  {'spans':>6}  {'busy ' + unit:>9}  {'idle ' + unit:>9}  {'util':>6}"]
+
+    def line(name: str, f: dict) -> str:
+        return (f"{name:<{width}}  {f['spans']:>6}  {scale * f['busy']:>9.3f}  {scale * f['idle']:>9.3f}  "
+                f"{100 * f['utilization']:>5.1f}%")
+
+    for resource, figures in s["resources"].items():
+        lines.append(line(resource, figures))
+        lanes = [(row, f) for row, f in s["lanes"].items() if f["resource"] == resource]
+        if len(lanes) > 1 or lanes[0][0] != resource:
+            lines += [line("  " + row, f) for row, f in lanes]
+    lines.append(f"makespan  {scale * s['makespan']:.3f} {unit}")
+    lines.append(f"overlap   {scale * s['overlap_seconds']:.3f} {unit} with classical and quantum both busy = "
+                 f"{100 * s['overlap_fraction']:.1f}% of the shorter of classical "
+                 f"({scale * s['classical_busy']:.3f} {unit}) and quantum ({scale * s['quantum_busy']:.3f} {unit})")
+    outcomes = sorted(s["outcomes"].items(), key=lambda item: (item[0] != "ok", item[0]))
+    lines.append("outcomes  " + ", ".join(f"{n} {k}" for k, n in outcomes))
+    return "\n".join(lines)
+
+
+# --- persistence -----------------------------------------------------------
+
+def write_json_atomic(path: str, obj) -> None:
+    """Write ``obj`` as JSON to ``path`` via a temporary file in the same folder and ``os.replace``."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(obj, fh, indent=1, default=float)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def save_spans(path: str, spans: list[Span], meta: dict | None = None) -> str:
+    """Write ``{"format": "hqflow.spans", "version": 1, "meta": ..., "spans": [...]}`` atomically."""
+    write_json_atomic(path, {"format": SPANS_FORMAT, "version": SPANS_VERSION, "meta": dict(meta or {}),
+                             "spans": [s.to_dict() for s in spans]})
+    return path
+
+
+_FIELD_TYPES = {"fragment": str, "kind": str, "resource": str, "step": int, "start": (int, float),
+                "end": (int, float), "outcome": str, "version": (int, type(None)), "lane": str}
+_REQUIRED = [f.name for f in fields(Span) if f.name not in ("outcome", "version", "lane")]
+
+
+def _span_from_dict(d, index: int) -> Span:
+    where = f"span {index}"
+    if not isinstance(d, dict):
+        raise TraceError(f"{where}: expected an object, got {type(d).__name__}")
+    missing = [k for k in _REQUIRED if k not in d]
+    if missing:
+        raise TraceError(f"{where}: missing field {missing[0]!r}")
+    unknown = sorted(set(d) - set(_FIELD_TYPES))
+    if unknown:
+        raise TraceError(f"{where}: unknown field {unknown[0]!r}")
+    for key, value in d.items():
+        if not isinstance(value, _FIELD_TYPES[key]) or isinstance(value, bool):
+            raise TraceError(f"{where}: field {key!r} has the wrong type ({type(value).__name__})")
+    if d["end"] < d["start"]:
+        raise TraceError(f"{where}: ends ({d['end']}) before it starts ({d['start']})")
+    return Span.from_dict(d)
+
+
+def load_spans(path: str) -> tuple[list[Span], dict]:
+    """Read a file written by :func:`save_spans`; returns ``(spans, meta)``. Raises :class:`TraceError`."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise TraceError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(doc, dict) or doc.get("format") != SPANS_FORMAT:
+        raise TraceError(f"{path}: not an {SPANS_FORMAT} file (no \"format\": \"{SPANS_FORMAT}\")")
+    if doc.get("version") != SPANS_VERSION:
+        raise TraceError(f"{path}: unsupported {SPANS_FORMAT} version {doc.get('version')!r}")
+    if not isinstance(doc.get("spans"), list) or not isinstance(doc.get("meta", {}), dict):
+        raise TraceError(f"{path}: \"spans\" must be a list and \"meta\" an object")
+    try:
+        spans = [_span_from_dict(d, i) for i, d in enumerate(doc["spans"])]
+    except TraceError as exc:
+        raise TraceError(f"{path}: {exc}") from None
+    return spans, doc.get("meta", {})

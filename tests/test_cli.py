@@ -121,3 +121,91 @@ def test_progress_bar_shows_scalar_outputs():
         bar(2, {"loss": 0.25, "weights": np.zeros(3)})
     line = buf.getvalue().strip()
     assert "2/4" in line and "loss=0.25" in line and "weights" not in line
+
+
+def _run_dir(tmp_path):
+    from hqflow.trace import Span, save_spans
+
+    spans = [Span("prep", "prepare", "cpu", t, t, t + 0.5, lane=f"cpu/{t % 2}") for t in range(3)]
+    spans += [Span("circ", "execute", "qpu:emu", t, t + 0.5, t + 1.5, "timeout" if t == 1 else "ok",
+                   lane="qpu:emu#0") for t in range(3)]
+    folder = tmp_path / "run"
+    save_spans(str(folder / "spans.json"), spans, {"workload": "demo"})
+    return folder
+
+
+@pytest.mark.parametrize("out", [False, True])
+def test_trace_prints_table_and_writes_chrome_trace_and_gantt(out, tmp_path, capsys):
+    folder = _run_dir(tmp_path)
+    target = tmp_path / "out" if out else folder
+    assert main(["trace", str(folder)] + (["--out", str(target)] if out else [])) == 0
+    printed = capsys.readouterr().out
+    assert "makespan" in printed and "qpu:emu#0" in printed and "5 ok, 1 timeout" in printed
+    assert str(target / "trace.json") in printed and str(target / "gantt.png") in printed
+    events = json.loads((target / "trace.json").read_text())["traceEvents"]
+    assert len([e for e in events if e["ph"] == "X"]) == 6
+    assert (target / "gantt.png").stat().st_size > 1000
+
+
+def test_trace_accepts_a_spans_file(tmp_path, capsys):
+    folder = _run_dir(tmp_path)
+    assert main(["trace", str(folder / "spans.json")]) == 0
+    assert (folder / "trace.json").exists()
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "no such run directory or file"),
+    ("", "has no spans.json"),
+    ('{"format": "hqflow.spans", "version": 1, "spans": [,]}', "not valid JSON"),
+    ('{"format": "hqflow.spans", "version": 1, "spans": [{"fragment": "a"}]}', "missing field"),
+])
+def test_trace_bad_run_dir_exits_2(content, message, tmp_path, capsys):
+    folder = tmp_path / "run"
+    if content is not None:
+        folder.mkdir()
+        if content:
+            (folder / "spans.json").write_text(content)
+    assert main(["trace", str(folder)]) == 2
+    assert message in _err(capsys)
+    assert not (folder / "trace.json").exists()
+
+
+def test_trace_help():
+    with pytest.raises(SystemExit) as exc:
+        main(["trace", "--help"])
+    assert exc.value.code == 0
+
+
+def test_run_writes_run_dir(tmp_path, capsys):
+    folder = tmp_path / "runs" / "qaoa-1"
+    assert main(["run", "qaoa", "--steps", "2", "--seed", "1", "--json", "--run-dir", str(folder)]) == 0
+    config = json.loads((folder / "config.json").read_text())
+    result = json.loads((folder / "result.json").read_text())
+    assert config["steps"] == 2 and config["seed"] == 1
+    assert len(result["history"]) == 2 and "spans" not in result
+    if (folder / "spans.json").exists():  # once the workload reports its spans
+        assert main(["trace", str(folder)]) == 0
+
+
+def test_run_dir_that_is_a_file_exits_2(tmp_path, capsys):
+    path = tmp_path / "file"
+    path.write_text("")
+    assert main(["run", "qaoa", "--steps", "1", "--run-dir", str(path)]) == 2
+    assert "cannot create run directory" in _err(capsys)
+
+
+def test_run_dir_saves_spans_the_workload_reports(tmp_path, capsys, monkeypatch):
+    from hqflow.trace import Span, load_spans
+    from hqflow.workloads import get_workload
+
+    module = get_workload("qaoa")
+    spans = [Span("circ", "execute", "qpu:reference", 0, 0.0, 0.5), Span("adam", "learn", "cpu", 0, 0.5, 0.6)]
+    real_run = module.run
+    monkeypatch.setattr(module, "run", lambda cfg, progress=None: {**real_run(cfg, progress),
+                                                                   "spans": [s.to_dict() for s in spans]})
+    folder = tmp_path / "run"
+    assert main(["run", "qaoa", "--steps", "1", "--json", "--run-dir", str(folder)]) == 0
+    assert "spans" not in json.loads((folder / "result.json").read_text())
+    assert load_spans(str(folder / "spans.json")) == (spans, {"workload": "qaoa", "config": json.loads(
+        (folder / "config.json").read_text())})
+    assert main(["trace", str(folder)]) == 0

@@ -156,4 +156,5 @@ def run(cfg: Config = Config(), progress=None) -> dict:
         "final_loss": float(result.outputs[-1]["loss"]), "bias": bias,
         "steps": cfg.steps, "seconds": result.seconds,
         "history": [float(v) for v in result.column("loss")],
+        "spans": [s.to_dict() for s in result.spans],
     }

@@ -147,5 +147,5 @@ def run(cfg: Config = Config(), progress=None) -> dict:
         "best_cut": int(sampled["best_cut"]), "best_bits": sampled["best_bits"],
         "most_likely": sampled["most_likely"], "sampled_ratio": sampled["best_cut"] / max_cut,
         "gammas": weights[: cfg.layers].tolist(), "betas": weights[cfg.layers:].tolist(),
-        "steps": cfg.steps, "seconds": result.seconds, "history": history,
+        "steps": cfg.steps, "seconds": result.seconds, "history": history, "spans": [s.to_dict() for s in result.spans],
     }

@@ -144,5 +144,5 @@ def run(cfg: Config = Config(), progress=None) -> dict:
         "workload": "vqe", "config": asdict(cfg),
         "energy": energy, "exact_energy": e_exact, "hf_energy": e_hf,
         "error_mha": 1000.0 * (energy - e_exact), "theta": theta,
-        "steps": cfg.steps, "seconds": result.seconds, "history": history,
+        "steps": cfg.steps, "seconds": result.seconds, "history": history, "spans": [s.to_dict() for s in result.spans],
     }
