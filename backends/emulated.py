@@ -1,0 +1,334 @@
+"""``emulated-qpu``: a simulator dressed up as a cloud QPU, for tests and benchmarks.
+
+It wraps any simulator backend (``"reference"`` by default) and returns *its*
+results, so they are correct, but delivers them with the timing and faults of a
+remote machine. Job ``k`` (submissions to one instance, counted from 0) submitted
+at time ``t``:
+
+1. waits in the cloud queue until ``t + q``, where ``q`` is ``queue_wait``, or a
+   draw with that mean (``queue_distribution`` "exponential" or "uniform" on
+   ``[0, 2 * queue_wait]``). Queue waits of different jobs overlap;
+2. then takes the first free of ``max_in_flight`` exclusive device slots, in
+   the order jobs leave the queue, for ``per_job + per_circuit * B + per_shot *
+   shots * B`` seconds (``B`` rows; shots 0 when exact), times ``1 + jitter * z``
+   with ``z ~ N(0, 1)``, clipped at 0. The wrapped simulator computes the result
+   at the start of this slot; the job is delivered at the modelled end, or when
+   the computation ends if that is later. Waiting sleeps; it burns no CPU.
+
+Faults: a failing job (``k in fail_jobs`` or with probability ``failure_rate``)
+takes its full latency, then raises ``JobFailed``. A hanging job (``k in
+hang_jobs`` or with probability ``timeout_rate``) stays queued until cancelled;
+hanging wins over failing. ``cancel()`` stops a job that is queued or
+hanging; one on the device runs to its end. The queue draw, jitter and fault decisions of job
+``k`` come from ``np.random.default_rng([seed, k])`` only, so they reproduce
+whatever the thread timing. A batch larger than ``max_circuits_per_job`` is
+rejected, as a cloud service would; split it with ``CircuitBatch.split``.
+
+Threads: one for the queue (a timer heap) and one per device slot, all daemon
+threads started at the first submit; ``close()`` stops them and cancels every
+unfinished job. Jobs also have ``status()``, timestamps and done callbacks.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from . import get_backend
+from .base import Backend, BackendError, BatchResult, Capabilities, CircuitBatch, JobCancelled, JobFailed
+
+_log = logging.getLogger(__name__)
+QUEUE_DISTRIBUTIONS = ("fixed", "exponential", "uniform")
+
+
+def _check_range(name: str, value: float, hi: float = math.inf) -> None:
+    if not isinstance(value, (int, float)) or not 0 <= value <= hi or not math.isfinite(value):
+        bound = "a finite number >= 0" if hi == math.inf else f"in [0, {hi}]"
+        raise BackendError(f"emulated-qpu: {name} must be {bound}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """Seconds a job spends in the cloud queue and on the device (see the module docstring)."""
+
+    queue_wait: float = 0.0
+    per_job: float = 0.0
+    per_circuit: float = 0.0
+    per_shot: float = 0.0
+    jitter: float = 0.0
+    queue_distribution: str = "fixed"
+
+    def __post_init__(self):
+        for name in ("queue_wait", "per_job", "per_circuit", "per_shot", "jitter"):
+            _check_range(name, getattr(self, name))
+        if self.queue_distribution not in QUEUE_DISTRIBUTIONS:
+            raise BackendError(f"emulated-qpu: queue_distribution must be one of {QUEUE_DISTRIBUTIONS}, "
+                               f"got {self.queue_distribution!r}")
+
+
+@dataclass(frozen=True)
+class FaultModel:
+    """Which jobs fail or hang: per-job probabilities plus explicit job indices."""
+
+    failure_rate: float = 0.0
+    timeout_rate: float = 0.0
+    fail_jobs: tuple[int, ...] = ()
+    hang_jobs: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        for name in ("failure_rate", "timeout_rate"):
+            _check_range(name, getattr(self, name), 1.0)
+        for name in ("fail_jobs", "hang_jobs"):
+            given = getattr(self, name)
+            jobs = tuple(given) if np.iterable(given) and not isinstance(given, str) else None
+            if jobs is None or not all(isinstance(k, (int, np.integer)) and k >= 0 for k in jobs):
+                raise BackendError(f"emulated-qpu: {name} must be a sequence of job indices >= 0, got {given!r}")
+            object.__setattr__(self, name, jobs)
+
+
+class EmulatedJob:
+    """One job: the ``Job`` protocol plus ``status()``, timestamps and done callbacks.
+
+    ``submitted_at``, ``started_at`` (device slot taken) and ``finished_at`` are
+    ``time.perf_counter()`` values, ``None`` until known.
+    """
+
+    def __init__(self, backend: str, index: int, batch: CircuitBatch, queue_seconds: float,
+                 device_seconds: float, fails: bool, hangs: bool):
+        self.backend, self.index, self.batch = backend, index, batch
+        self.queue_seconds, self.device_seconds, self.fails, self.hangs = queue_seconds, device_seconds, fails, hangs
+        self.submitted_at: float = time.perf_counter()
+        self.started_at: float | None = None
+        self.finished_at: float | None = None
+        self._state = "queued"
+        self._result: BatchResult | None = None
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._finished = threading.Event()
+        self._callbacks: list[Callable[["EmulatedJob"], Any]] = []
+
+    def status(self) -> str:
+        return self._state
+
+    def done(self) -> bool:
+        return self._finished.is_set()
+
+    def result(self, timeout: float | None = None) -> BatchResult:
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f"job {self.index} on {self.backend} not done after {timeout}s")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def cancel(self) -> bool:
+        """Cancel a job still queued (or hanging); ``False`` once it runs or has finished."""
+        if self._state == "cancelled":
+            return True
+        return self._settle("cancelled", only_from="queued")
+
+    def add_done_callback(self, fn: Callable[["EmulatedJob"], Any]) -> None:
+        """Call ``fn(job)`` once the job finishes, fails or is cancelled (now if it has)."""
+        with self._lock:
+            if not self._finished.is_set():
+                self._callbacks.append(fn)
+                return
+        self._call(fn)
+
+    def _start(self) -> bool:
+        """Take a device slot; ``False`` if the job was cancelled meanwhile."""
+        with self._lock:
+            if self._state != "queued":
+                return False
+            self._state, self.started_at = "running", time.perf_counter()
+            return True
+
+    def _settle(self, state: str, result: BatchResult | None = None, error: BaseException | None = None,
+                only_from: str | None = None) -> bool:
+        """Finish the job once (later calls are ignored) and run the callbacks."""
+        with self._lock:
+            if self._finished.is_set() or (only_from and self._state != only_from):
+                return False
+            if state == "cancelled":
+                error = JobCancelled(f"job {self.index} on {self.backend} was cancelled")
+            self._state, self._result, self._error = state, result, error
+            self.finished_at = time.perf_counter()
+            self._finished.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            self._call(fn)
+        return True
+
+    def _call(self, fn: Callable[["EmulatedJob"], Any]) -> None:
+        try:
+            fn(self)
+        except Exception:  # a callback's bug must not break the backend
+            _log.exception("done callback of job %d on %s raised", self.index, self.backend)
+
+    def __repr__(self) -> str:
+        return f"<EmulatedJob {self.index} on {self.backend!r}: {self._state}>"
+
+
+class EmulatedQPU:
+    """A simulator behind cloud-QPU latency and faults; see the module docstring.
+
+    ``latency=LatencyModel(...)`` / ``faults=FaultModel(...)`` may replace the
+    individual latency / fault arguments (not both at once).
+    """
+
+    def __init__(self, wrapped: str | Backend = "reference", *, queue_wait: float = 0.0, per_job: float = 0.0,
+                 per_circuit: float = 0.0, per_shot: float = 0.0, jitter: float = 0.0,
+                 queue_distribution: str = "fixed", max_in_flight: int = 1, failure_rate: float = 0.0,
+                 timeout_rate: float = 0.0, fail_jobs=(), hang_jobs=(), seed: int = 0,
+                 name: str = "emulated-qpu", max_qubits: int | None = None,
+                 max_circuits_per_job: int | None = None, wrapped_options: dict | None = None,
+                 latency: LatencyModel | None = None, faults: FaultModel | None = None):
+        given = LatencyModel(queue_wait, per_job, per_circuit, per_shot, jitter, queue_distribution)
+        self.latency = _either("latency", latency, given, LatencyModel)
+        self.faults = _either("faults", faults, FaultModel(failure_rate, timeout_rate, fail_jobs, hang_jobs),
+                              FaultModel)
+        for arg, value in (("max_in_flight", max_in_flight), ("max_qubits", max_qubits),
+                           ("max_circuits_per_job", max_circuits_per_job)):
+            if value is not None and (not isinstance(value, (int, np.integer)) or value < 1):
+                raise BackendError(f"emulated-qpu: {arg} must be a positive integer, got {value!r}")
+        if isinstance(wrapped, str):
+            wrapped = get_backend(wrapped, **(wrapped_options or {}))
+        elif wrapped_options:
+            raise BackendError("emulated-qpu: wrapped_options only apply when wrapped is a backend name")
+        self.name, self.seed, self.max_in_flight = name, seed, int(max_in_flight)
+        self.wrapped = wrapped
+        inner = wrapped.capabilities
+        self._caps = Capabilities(
+            name, max_qubits=min(inner.max_qubits, max_qubits or inner.max_qubits),
+            max_circuits_per_job=max_circuits_per_job or inner.max_circuits_per_job,
+            exact=inner.exact, shots=inner.shots, gradient=None, device="qpu")
+        self._run = getattr(wrapped, "run_checked", None) or (lambda batch: wrapped.submit(batch).result())
+        self._cond = threading.Condition()
+        self._waiting: list[tuple[float, int, EmulatedJob]] = []  # heap of (ready time, index, job)
+        self._live: set[EmulatedJob] = set()
+        self._submitted = 0
+        self._closed = threading.Event()
+        self._ready: queue.SimpleQueue | None = None  # jobs out of the queue, for the device slots
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._caps
+
+    def submit(self, batch: CircuitBatch) -> EmulatedJob:
+        caps = self._caps
+        if batch.template.n_qubits > caps.max_qubits:
+            raise BackendError(f"circuit {batch.template.name!r} has {batch.template.n_qubits} qubits but "
+                               f"backend {self.name!r} allows at most {caps.max_qubits}")
+        if caps.max_circuits_per_job and batch.size > caps.max_circuits_per_job:
+            raise BackendError(f"batch of {batch.size} circuits exceeds {self.name!r}'s limit of "
+                               f"{caps.max_circuits_per_job} per job; split it with batch.split()")
+        getattr(self.wrapped, "check", lambda b: None)(batch)  # fail fast, in the caller's thread
+        with self._cond:
+            if self._closed.is_set():
+                raise BackendError(f"backend {self.name!r} is closed")
+            job = self._new_job(self._submitted, batch)
+            self._submitted += 1
+            self._live.add(job)
+            if self._ready is None:
+                self._start_threads()
+            if not job.hangs:
+                heapq.heappush(self._waiting, (job.submitted_at + job.queue_seconds, job.index, job))
+                self._cond.notify()
+        job.add_done_callback(self._forget)
+        return job
+
+    def _new_job(self, k: int, batch: CircuitBatch) -> EmulatedJob:
+        """Job ``k`` with its seeded draws (always the same four, whatever the settings)."""
+        lat, faults = self.latency, self.faults
+        rng = np.random.default_rng([self.seed, k])
+        u_fail, u_hang, u_queue = rng.random(3)
+        z = rng.standard_normal()
+        wait = {"fixed": lat.queue_wait, "exponential": -lat.queue_wait * math.log1p(-u_queue),
+                "uniform": 2 * lat.queue_wait * u_queue}[lat.queue_distribution]
+        device = lat.per_job + batch.size * (lat.per_circuit + lat.per_shot * (batch.shots or 0))
+        device *= max(0.0, 1.0 + lat.jitter * z)
+        hangs = k in faults.hang_jobs or u_hang < faults.timeout_rate
+        fails = k in faults.fail_jobs or u_fail < faults.failure_rate
+        return EmulatedJob(self.name, k, batch, wait, device, fails, hangs)
+
+    def _start_threads(self) -> None:
+        """One daemon thread for the cloud queue and one per device slot (at the first submit)."""
+        self._ready = queue.SimpleQueue()
+        threading.Thread(target=self._dispatch, name=f"hqflow-{self.name}-queue", daemon=True).start()
+        for slot in range(self.max_in_flight):
+            threading.Thread(target=self._device_slot, name=f"hqflow-{self.name}-slot{slot}", daemon=True).start()
+
+    def _dispatch(self) -> None:
+        """The queue thread: pass each job on to the device slots when its queue wait ends."""
+        with self._cond:
+            while not self._closed.is_set():
+                now = time.perf_counter()
+                while self._waiting and self._waiting[0][0] <= now:
+                    self._ready.put(heapq.heappop(self._waiting)[2])
+                self._cond.wait(self._waiting[0][0] - now if self._waiting else None)
+
+    def _device_slot(self) -> None:
+        """A device slot thread: run ready jobs one at a time, in the order they left the queue."""
+        while (job := self._ready.get()) is not None:
+            if job._start():  # False if it was cancelled meanwhile
+                self._execute(job)
+
+    def _execute(self, job: EmulatedJob) -> None:
+        """Compute the result, then sleep out the rest of the job's modelled device time."""
+        result = error = None
+        if job.fails:
+            error = JobFailed(f"injected failure: job {job.index} on {self.name} failed")
+        else:
+            try:
+                result = self._run(job.batch)
+                result.metadata.update(backend=self.name, simulator=self.wrapped.name, job=job.index,
+                                       queue_seconds=job.queue_seconds, device_seconds=job.device_seconds)
+            except Exception as exc:  # the simulator's own error: keep it as the cause
+                error = JobFailed(f"job {job.index} on {self.name} failed in simulator "
+                                  f"{self.wrapped.name!r}: {type(exc).__name__}: {exc}")
+                error.__cause__ = exc
+        end = job.started_at + job.device_seconds
+        while (left := end - time.perf_counter()) > 0 and not self._closed.wait(left):
+            pass  # Event.wait may wake a hair early; never deliver before the modelled end
+        job._settle("failed" if error else "done", result, error)  # a no-op if close() cancelled it
+
+    def _forget(self, job: EmulatedJob) -> None:
+        with self._cond:
+            self._live.discard(job)
+
+    def close(self) -> None:
+        """Stop the threads and cancel every unfinished job, running ones included."""
+        with self._cond:
+            self._closed.set()
+            self._cond.notify_all()
+            live, self._live = list(self._live), set()
+            for _ in range(self.max_in_flight if self._ready else 0):
+                self._ready.put(None)  # stops a device slot thread
+        for job in live:
+            job._settle("cancelled")
+
+    def __enter__(self) -> "EmulatedQPU":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<EmulatedQPU {self.name!r} wrapping {self.wrapped.name!r}>"
+
+
+def _either(what: str, model, from_args, cls):
+    """``model`` if given (then the individual arguments must be left at their defaults)."""
+    if model is None:
+        return from_args
+    if from_args != cls():
+        raise BackendError(f"emulated-qpu: pass either {what}= or the individual {what} arguments, not both")
+    if not isinstance(model, cls):
+        raise BackendError(f"emulated-qpu: {what} must be a {cls.__name__}, got {type(model).__name__}")
+    return model
