@@ -11,9 +11,12 @@ at time ``t``:
 2. then takes the first free of ``max_in_flight`` exclusive device slots, in
    the order jobs leave the queue, for ``per_job + per_circuit * B + per_shot *
    shots * B`` seconds (``B`` rows; shots 0 when exact), times ``1 + jitter * z``
-   with ``z ~ N(0, 1)``, clipped at 0. The wrapped simulator computes the result
-   at the start of this slot; the job is delivered at the modelled end, or when
-   the computation ends if that is later. Waiting sleeps; it burns no CPU.
+   with ``z ~ N(0, 1)``, clipped at 0. These are the model's times, not the
+   threads': a slot starts a job when its queue wait ends or the slot's
+   previous job ends, whichever is later, so a thread waking late on a busy
+   machine does not lengthen the latency. The wrapped simulator computes the
+   result in the slot; the job is delivered at the modelled end, or when the
+   computation ends if that is later. Waiting sleeps; it burns no CPU.
 
 Faults: a failing job (``k in fail_jobs`` or with probability ``failure_rate``)
 takes its full latency, then raises ``JobFailed``. A hanging job (``k in
@@ -141,12 +144,12 @@ class EmulatedJob:
                 return
         self._call(fn)
 
-    def _start(self) -> bool:
-        """Take a device slot; ``False`` if the job was cancelled meanwhile."""
+    def _start(self, at: float) -> bool:
+        """Take a device slot from modelled time ``at``; ``False`` if the job was cancelled meanwhile."""
         with self._lock:
             if self._state != "queued":
                 return False
-            self._state, self.started_at = "running", time.perf_counter()
+            self._state, self.started_at = "running", at
             return True
 
     def _settle(self, state: str, result: BatchResult | None = None, error: BaseException | None = None,
@@ -274,10 +277,18 @@ class EmulatedQPU:
                 self._cond.wait(self._waiting[0][0] - now if self._waiting else None)
 
     def _device_slot(self) -> None:
-        """A device slot thread: run ready jobs one at a time, in the order they left the queue."""
+        """A device slot thread: run ready jobs one at a time, in the order they left the queue.
+
+        Times are the model's, not this thread's: a job starts when its queue
+        wait ends or when the slot's previous job ends, whichever is later, so a
+        late wake-up on a busy machine does not lengthen the modelled latency.
+        """
+        free_at = 0.0
         while (job := self._ready.get()) is not None:
-            if job._start():  # False if it was cancelled meanwhile
+            start = min(max(job.submitted_at + job.queue_seconds, free_at), time.perf_counter())
+            if job._start(start):  # False if it was cancelled meanwhile
                 self._execute(job)
+                free_at = start + job.device_seconds
 
     def _execute(self, job: EmulatedJob) -> None:
         """Compute the result, then sleep out the rest of the job's modelled device time."""

@@ -1,12 +1,14 @@
 """Backend pools: several backends behind one name, chosen by measured latency.
 
-A pool holds the backends an ``execute`` fragment may use. Each backend has
-``capacity`` slots (jobs in flight). ``choose`` picks, among the backends that
+A pool holds the backends an ``execute`` fragment may use. Each backend keeps
+``capacity`` jobs in flight: its device slots plus a few prefetched jobs that
+wait in its own queue, so it never idles between jobs. ``choose`` picks, among the backends that
 fit a job, the one expected to *finish* it first: a free slot now plus its
 moving-average job time, or, when all its slots are busy, the time until one
 frees plus that job time. So a slow QPU takes work only when that finishes
 earlier than waiting for a fast simulator, and never holds it back. Backends
-without a measurement yet are tried first (their estimate is 0).
+without a measurement yet are assumed as fast as the pool's average, and the
+backend with fewer jobs in flight wins a tie.
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ class Member:
 
     handle: Any  # has .submit(batch) -> Job and .capabilities
     lane: str  # Gantt row prefix, e.g. "qpu:emulated-qpu#1"
-    capacity: int
+    devices: int  # jobs the backend runs at once (its device slots)
+    capacity: int  # jobs kept in flight: devices plus prefetched ones waiting in its queue
     ewma: float | None = None  # seconds per job (exponential moving average)
     busy: dict[int, float] = field(default_factory=dict)  # slot -> start time
 
@@ -31,11 +34,17 @@ class Member:
                 return s
         return None
 
-    def expected_finish(self, now: float) -> float:
-        job = self.ewma or 0.0
-        if self.free_slot() is not None:
+    def expected_finish(self, now: float, guess: float) -> float:
+        """When a job given now would end here; ``guess`` stands in for an unmeasured backend.
+
+        With a device idle it starts now; otherwise it waits behind the jobs
+        ahead of it: the soonest device frees, then one job time per job queued.
+        """
+        job = guess if self.ewma is None else self.ewma
+        ahead = len(self.busy) - self.devices + 1
+        if ahead <= 0:
             return now + job
-        return min(self.busy.values()) + 2 * job  # the soonest slot frees, then this job runs
+        return max(now, min(self.busy.values()) + job) + job * ahead
 
     def fits(self, n_qubits: int) -> bool:
         return n_qubits <= self.handle.capabilities.max_qubits
@@ -70,7 +79,10 @@ class Pool:
         if not preferred:
             return None
         now = time.perf_counter()
-        best = min(preferred, key=lambda i: (self.members[i].expected_finish(now), i))
+        known = [m.ewma for m in self.members if m.ewma is not None]
+        guess = sum(known) / len(known) if known else 0.0
+        best = min(preferred, key=lambda i: (self.members[i].expected_finish(now, guess),
+                                              len(self.members[i].busy), i))
         slot = self.members[best].free_slot()
         return None if slot is None else (best, slot)
 
@@ -90,5 +102,6 @@ class Pool:
             m.ewma = took if m.ewma is None else (1 - self.alpha) * m.ewma + self.alpha * took
 
     def lane(self, member: int, slot: int) -> str:
+        """One Gantt row per device slot (prefetched jobs share their device's row)."""
         m = self.members[member]
-        return m.lane if m.capacity == 1 else f"{m.lane}/{slot}"
+        return m.lane if m.devices == 1 else f"{m.lane}/{slot % m.devices}"

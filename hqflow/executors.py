@@ -7,7 +7,7 @@ for classical fragments and ``backend(spec) -> handle`` for quantum backends
 
 * ``sync``: runs each task inline, on the scheduler's thread (debugging, reference);
 * ``local``: a thread pool per classical resource (the default);
-* ``ray``: fragments run as Ray tasks, backends live in Ray actors. Fragments
+* ``ray``: classical slots and backends are Ray actors. Fragments
   travel by reference (``module:qualname``) and state is explicit, so nothing
   but data crosses process boundaries.
 
@@ -17,6 +17,7 @@ or ``(name, options)``.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import threading
 from typing import Any, Mapping
 
 from hqflow.backends import Backend, FutureJob, get_backend
@@ -97,8 +98,19 @@ class LocalExecutor(SyncExecutor):
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _ray_call(fragment: Fragment, args: dict) -> dict:
-    return call_fragment(fragment, args)
+class _Worker:
+    """A classical worker slot inside a Ray actor: calls fragments by reference."""
+
+    def call(self, fragment: Fragment, args: dict) -> dict:
+        return call_fragment(fragment, args)
+
+    def ready(self) -> bool:
+        return True
+
+
+# Worker actors hold no state (fragments travel by reference, state by value), so one
+# Ray session keeps them for every run: (job id, resource, index) -> actor.
+_WORKERS: dict[tuple, Any] = {}
 
 
 class _BackendActor:
@@ -134,29 +146,62 @@ class _RayHandle:
 
 
 class RayExecutor:
-    """Fragments as Ray tasks (one CPU each), backends as Ray actors (no CPU reserved: they wait on devices)."""
+    """Classical slots as long-lived Ray actors (``cpu`` slots hold one CPU each; ``gpu`` slots a
+    GPU when the cluster has one), backends as Ray actors that reserve no CPU (they wait on devices).
+
+    Actors rather than tasks: a call on a warm actor costs about a millisecond,
+    a fresh task several, and the learner keeps its process (and GPU) between steps
+    and between runs. Backend actors hold state (seeded job counters) and are
+    made anew for each run.
+    """
 
     name = "ray"
 
-    def __init__(self, num_cpus: int | None = None):
+    def __init__(self, num_cpus: int | None = None, cpu_workers: int = 1, gpu_workers: int = 1):
         import ray
 
         if not ray.is_initialized():
             ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
         self._ray = ray
-        self._call = ray.remote(_ray_call)
         self._actor = ray.remote(num_cpus=0)(_BackendActor)
-        self._gpus = ray.cluster_resources().get("GPU", 0) > 0
+        cluster = ray.cluster_resources()
+        gpus = cluster.get("GPU", 0) > 0
+        if cpu_workers > cluster.get("CPU", 0):
+            raise ValueError(f"cpu_workers={cpu_workers} but the Ray cluster has {cluster.get('CPU', 0):g} CPUs; "
+                             "each cpu worker actor holds one")
+        session = ray.get_runtime_context().get_job_id()
+        worker = ray.remote(_Worker)
+        options = {"cpu": {"num_cpus": 1}, "gpu": {"num_cpus": 0, "num_gpus": 1 if gpus else 0}}
+        self._idle = {}
+        for resource, count in (("cpu", cpu_workers), ("gpu", gpu_workers)):
+            self._idle[resource] = [_WORKERS.setdefault((session, resource, i), worker.options(**options[resource]).remote())
+                                    for i in range(count)]
+        ray.get([a.ready.remote() for pool in self._idle.values() for a in pool])  # started before the run's clock
+        self._backends: list[_RayHandle] = []
+        self._lock = threading.Lock()
 
     def submit(self, fragment: Fragment, args: dict, resource: str) -> cf.Future:
-        opts = {"num_cpus": 0, "num_gpus": 1} if resource == "gpu" and self._gpus else {"num_cpus": 1}
-        return self._call.options(**opts).remote(fragment, args).future()
+        with self._lock:  # the scheduler never asks for more than the slots it has
+            actor = self._idle[resource].pop()
+        fut = actor.call.remote(fragment, args).future()
+
+        def release(_):
+            with self._lock:
+                self._idle[resource].append(actor)
+
+        fut.add_done_callback(release)
+        return fut
 
     def backend(self, spec: Any, default_in_flight: int) -> _RayHandle:
-        return _RayHandle(self._actor, spec, default_in_flight)
+        handle = _RayHandle(self._actor, spec, default_in_flight)
+        self._backends.append(handle)
+        return handle
 
     def close(self) -> None:
-        pass  # Ray stays up for the next run; ray.shutdown() is the user's call
+        """Release this run's backend actors; worker actors and Ray stay up for the next run."""
+        for handle in self._backends:
+            self._ray.kill(handle.actor)
+        self._backends = []
 
 
 def make_executor(name: str, cpu_workers: int = 1, gpu_workers: int = 1, ray_num_cpus: int | None = None):
@@ -165,5 +210,5 @@ def make_executor(name: str, cpu_workers: int = 1, gpu_workers: int = 1, ray_num
     if name == "local":
         return LocalExecutor(cpu_workers, gpu_workers)
     if name == "ray":
-        return RayExecutor(ray_num_cpus)
+        return RayExecutor(ray_num_cpus, cpu_workers, gpu_workers)
     raise ValueError(f"unknown executor {name!r}; use 'sync', 'local' or 'ray'")

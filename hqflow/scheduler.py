@@ -52,9 +52,13 @@ class SchedulerConfig:
     gpu_workers: int = 1
     """learner slots for ``gpu`` fragments"""
     max_in_flight: int = 1
-    """jobs in flight per backend, unless the backend says otherwise (``max_in_flight`` attribute)"""
-    window: int = 8
-    """micro-batches admitted and not yet finished, at most (backpressure)"""
+    """device slots per backend, unless the backend says otherwise (``max_in_flight`` attribute)"""
+    prefetch: int = 1
+    """extra jobs submitted to each backend beyond its device slots, so its queue never runs dry
+    and submission round-trips hide behind running jobs (0: submit only into free slots)"""
+    window: int | None = None
+    """micro-batches admitted and not yet finished, at most (backpressure); None: twice the jobs
+    all backends keep in flight, plus 2, and at least 8"""
     max_retries: int = 3
     """retries of a failed or timed-out quantum job before the run fails"""
     job_timeout: float | None = None
@@ -68,8 +72,12 @@ class SchedulerConfig:
         if self.executor not in ("sync", "local", "ray"):
             raise ValueError(f"executor must be 'sync', 'local' or 'ray', got {self.executor!r}")
         for name in ("cpu_workers", "gpu_workers", "max_in_flight", "window"):
+            if name == "window" and self.window is None:
+                continue
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        if not isinstance(self.prefetch, int) or self.prefetch < 0:
+            raise ValueError(f"prefetch must be an integer >= 0, got {self.prefetch!r}")
         if not isinstance(self.max_retries, int) or self.max_retries < 0:
             raise ValueError(f"max_retries must be an integer >= 0, got {self.max_retries!r}")
         if self.job_timeout is not None and self.job_timeout <= 0:
@@ -129,8 +137,8 @@ class Scheduler:
             specs = specs if isinstance(specs, list) else [specs]
             handles = [self.executor.backend(s, self.config.max_in_flight) for s in specs]
             many = len(handles) > 1
-            members = [Member(h, f"qpu:{h.name}#{j}" if many else f"qpu:{h.name}", h.max_in_flight)
-                       for j, h in enumerate(handles)]
+            members = [Member(h, f"qpu:{h.name}#{j}" if many else f"qpu:{h.name}", h.max_in_flight,
+                              h.max_in_flight + self.config.prefetch) for j, h in enumerate(handles)]
             pools[f.backend] = Pool(f.backend, members)
         return pools
 
@@ -172,7 +180,8 @@ class Scheduler:
         return RunResult(outputs, spans, state, time.perf_counter() - self.t0, dict(self.stats))
 
     def _reset(self, initial_state) -> None:
-        self.window = 1 if self.config.executor == "sync" else self.config.window
+        in_flight = sum(m.capacity for pool in self.pools.values() for m in pool.members)
+        self.window = 1 if self.config.executor == "sync" else self.config.window or max(8, 2 * in_flight + 2)
         self.t0 = time.perf_counter()
         self.events: queue.Queue = queue.Queue()
         self.admitted: dict[int, set[str]] = {}  # step -> fragments not yet done
@@ -231,18 +240,20 @@ class Scheduler:
         return not self.running and not self.jobs
 
     def _dispatch(self) -> None:
-        self._dispatch_instances()
+        """Quantum work first: its jobs go out before classical tasks compete for this process."""
+        self._dispatch_instances(quantum=True)
         self._dispatch_jobs()
+        self._dispatch_instances(quantum=False)
 
-    def _dispatch_instances(self) -> None:
-        """Start every ready instance that has a free slot (lowest step first; one at a time in sync mode)."""
+    def _dispatch_instances(self, quantum: bool) -> None:
+        """Start every ready instance of one side that has a free slot (lowest step first; one at a time in sync mode)."""
         sync = self.config.executor == "sync"
         for step in sorted(self.admitted):
             for f in self.order:
                 if sync and not self._idle():
                     return
                 key = (f.name, step)
-                if f.name not in self.admitted[step] or key in self.running:
+                if (f.kind == "execute") != quantum or f.name not in self.admitted[step] or key in self.running:
                     continue
                 resource = "gpu" if f.resource == "gpu" else "cpu"
                 if f.kind != "execute" and len(self.busy[resource]) >= self.slots[resource]:

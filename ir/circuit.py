@@ -153,7 +153,7 @@ class CircuitTemplate:
     observables: tuple[Observable, ...] = ()
     shots: int | None = None
     name: str = "circuit"
-    _fp: list = field(default_factory=list, init=False, repr=False, compare=False, hash=False)
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     @property
     def n_inputs(self) -> int:
@@ -175,7 +175,15 @@ class CircuitTemplate:
         return _replace(self, shots=shots)
 
     def problems(self) -> list[str]:
-        """Everything wrong with this template, as readable messages (empty if fine)."""
+        """Everything wrong with this template, as readable messages (empty if fine).
+
+        Templates are frozen, so the answer is computed once (backends ask on every submit).
+        """
+        if "problems" not in self._memo:
+            self._memo["problems"] = self._find_problems()
+        return list(self._memo["problems"])
+
+    def _find_problems(self) -> list[str]:
         out: list[str] = []
         if not isinstance(self.n_qubits, int) or self.n_qubits < 1:
             return [f"circuit {self.name!r}: n_qubits must be a positive integer, got {self.n_qubits!r}"]
@@ -270,10 +278,10 @@ class CircuitTemplate:
 
     def fingerprint(self) -> str:
         """A stable content hash (cache key for compiled or transpiled forms)."""
-        if not self._fp:
+        if "fingerprint" not in self._memo:
             blob = json.dumps(self.to_dict(), sort_keys=True).encode()
-            self._fp.append(hashlib.sha256(blob).hexdigest()[:16])
-        return self._fp[0]
+            self._memo["fingerprint"] = hashlib.sha256(blob).hexdigest()[:16]
+        return self._memo["fingerprint"]
 
     def __str__(self) -> str:
         lines = [

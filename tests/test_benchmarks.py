@@ -7,11 +7,13 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+# Smaller than --quick alone, to keep CI short; each still runs every code path but Ray's.
+SMOKE = {"backends.py": ["--batch", "20"], "overlap.py": ["--steps", "8", "--no-ray"]}
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in BENCH.glob("*.py") if not p.name.startswith("_")))
 def test_benchmark_quick_ends_with_json(script, tmp_path):
-    proc = subprocess.run([sys.executable, str(BENCH / script), "--quick", "--batch", "20"], capture_output=True,
+    proc = subprocess.run([sys.executable, str(BENCH / script), "--quick", *SMOKE.get(script, [])], capture_output=True,
                           text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     figures = json.loads(proc.stdout.strip().splitlines()[-1])

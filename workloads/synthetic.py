@@ -53,14 +53,30 @@ def circuit(n_qubits: int) -> CircuitTemplate:
 
 
 def matmul_chain(matrix: int, repeats: int) -> float:
-    """``repeats`` products of two ``matrix x matrix`` float32 matrices; returns a checksum."""
+    """``repeats`` products by a fixed orthogonal ``matrix x matrix`` float32 matrix; returns a checksum.
+
+    An orthogonal factor keeps the values' scale constant, so no step drifts into
+    denormals or overflow and the cost is linear in ``repeats``.
+    """
     import torch
 
-    a = torch.linspace(-1, 1, matrix * matrix, dtype=torch.float32).reshape(matrix, matrix) / matrix
-    b = a.t().contiguous()
+    q = _orthogonal(matrix)
+    a = torch.eye(matrix, dtype=torch.float32)
     for _ in range(repeats):
-        a = torch.tanh(a @ b)
+        a = a @ q
     return float(a.sum())
+
+
+_ORTHOGONAL: dict = {}
+
+
+def _orthogonal(n: int):
+    if n not in _ORTHOGONAL:
+        import torch
+
+        g = torch.Generator().manual_seed(n)
+        _ORTHOGONAL[n] = torch.linalg.qr(torch.randn(n, n, generator=g))[0].contiguous()
+    return _ORTHOGONAL[n]
 
 
 def learn(values, weights, matrix, repeats, lr):
@@ -89,11 +105,19 @@ def stream(steps: int, cfg: Config = Config(), seed: int = 0) -> list[dict]:
     return [{"x": rng.uniform(-np.pi, np.pi, (cfg.batch, cfg.n_qubits))} for _ in range(steps)]
 
 
-def calibrate(ms: float, matrix: int = 128, trials: int = 3) -> int:
-    """How many matrix products of size ``matrix`` take about ``ms`` milliseconds here."""
-    matmul_chain(matrix, 2)  # warm up
-    best = min(_timed(matrix, 8) for _ in range(trials)) / 8
-    return max(1, round(ms / 1e3 / best))
+def calibrate(ms: float, matrix: int = 128, rounds: int = 4) -> int:
+    """How many matrix products of size ``matrix`` take about ``ms`` milliseconds here.
+
+    Measures the chain itself at the current guess and corrects, a few times,
+    so fixed costs and cache effects are part of the measurement.
+    """
+    target = ms / 1e3
+    matmul_chain(matrix, 4)  # warm up
+    repeats = 8
+    for _ in range(rounds):
+        took = sorted(_timed(matrix, repeats) for _ in range(3))[1]  # the median of three
+        repeats = max(1, round(repeats * target / took))
+    return repeats
 
 
 def _timed(matrix: int, repeats: int) -> float:
