@@ -10,10 +10,8 @@ scheduler must reproduce exactly when it runs synchronously.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-import numpy as np
 
 from hqflow.backends import Backend, get_backend
 from hqflow.ir.graph import Fragment, Graph, GraphError

@@ -16,7 +16,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable
 
 from .gates import GATES
 

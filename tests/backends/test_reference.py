@@ -15,7 +15,6 @@ from hqflow.backends import (
     Job,
     JobCancelled,
     JobFailed,
-    LocalBackend,
     backend_names,
     get_backend,
     register_backend,

@@ -7,7 +7,7 @@ import pytest
 
 import hqflow as hq
 from hqflow.backends import Capabilities, get_backend
-from hqflow.ir import Angle, Circuit, CircuitTemplate, Edge, Fragment, Graph, GraphError, Observable, Op, Port, execute_ports
+from hqflow.ir import Angle, Circuit, Edge, Fragment, Graph, GraphError, Observable, Op, Port, execute_ports
 from hqflow.ir.graph import fn_ref, resolve_fn, types_compatible
 
 
