@@ -3,13 +3,15 @@
 ``param_shift(template, inputs, weights)`` returns ``(batch, postprocess)``: a
 single ``CircuitBatch`` that holds the unshifted rows and every shifted row,
 and a function that turns its ``BatchResult`` into a ``Gradient`` (values, jacobian, stderr) with
-``jacobian[b, o, j] = d values[b, o] / d weights[j]``.
+``jacobian[b, o, j] = d values[b, o] / d weights[j]`` (and, with
+``wrt="inputs"``/``"both"``, ``input_jacobian[b, o, i] = d values[b, o] / d inputs[b, i]``).
+``spsa`` does the same with a few random simultaneous perturbations.
 
-How: every occurrence of a weight in the circuit becomes its own column of
-per-row weights (``angle_k = scale_k * w_j + offset_k``). Shifting occurrence
-``k`` by ``±s`` is then just another row, and the chain rule sums the
-occurrences of ``w_j`` with their ``scale_k``. Shift rules come from the gate
-table (two-term for rotations, four-term for controlled rotations).
+How: every occurrence of a weight or input in the circuit becomes its own
+column of per-row weights (``angle_k = scale_k * symbol + offset_k``).
+Shifting occurrence ``k`` by ``±s`` is then just another row, and the chain
+rule sums the occurrences of a symbol with their ``scale_k``. Shift rules come
+from the gate table (two-term for rotations, four-term for controlled rotations).
 """
 from __future__ import annotations
 
@@ -25,20 +27,22 @@ from hqflow.ir.gates import GATES, SHIFT_RULES
 
 class Gradient(NamedTuple):
     values: np.ndarray  # [B, n_obs]
-    jacobian: np.ndarray  # [B, n_obs, n_weights]
+    jacobian: np.ndarray | None  # [B, n_obs, n_weights] (None when weights were not differentiated)
     stderr: np.ndarray | None  # [B, n_obs] standard error of values in shot mode, else None
+    input_jacobian: np.ndarray | None = None  # [B, n_obs, n_inputs] when inputs were differentiated
 
 
 @dataclasses.dataclass(frozen=True)
 class _Occurrence:
-    weight: int  # index into the template's weights
+    kind: str  # "weight" or "input": what the angle depends on
+    index: int  # into the template's weights or inputs
     scale: float
     offset: float
     rule: tuple[tuple[float, float], ...]
 
 
 def _expand(template: CircuitTemplate) -> tuple[CircuitTemplate, list[_Occurrence]]:
-    """One weight column per occurrence (cached per template)."""
+    """One per-row weight column per occurrence of a weight or input (cached per template)."""
     key = template.fingerprint()
     if key in _EXPANDED:
         return _EXPANDED[key]
@@ -47,23 +51,24 @@ def _expand(template: CircuitTemplate) -> tuple[CircuitTemplate, list[_Occurrenc
     for op in template.ops:
         angles = []
         for a in op.angles:
-            if a.kind == "weight":
-                rule = GATES[op.name].shift_rule
-                if rule is None:  # pragma: no cover - every parametrized gate has a rule
-                    raise ValueError(f"gate {op.name!r} has no parameter-shift rule")
-                occ.append(_Occurrence(a.index, a.scale, a.offset, SHIFT_RULES[rule]))
-                angles.append(Angle.weight(len(occ) - 1))
-            else:
+            if a.kind == "const":
                 angles.append(a)
+                continue
+            rule = GATES[op.name].shift_rule
+            if rule is None:  # pragma: no cover - every parametrized gate has a rule
+                raise ValueError(f"gate {op.name!r} has no parameter-shift rule")
+            occ.append(_Occurrence(a.kind, a.index, a.scale, a.offset, SHIFT_RULES[rule]))
+            angles.append(Angle.weight(len(occ) - 1))
         ops.append(Op(op.name, op.wires, tuple(angles)))
     expanded = dataclasses.replace(
-        template, ops=tuple(ops), weight_names=tuple(f"occ[{k}]" for k in range(len(occ)))
+        template, ops=tuple(ops), input_names=(), weight_names=tuple(f"occ[{k}]" for k in range(len(occ)))
     )
     _EXPANDED[key] = (expanded, occ)
     return expanded, occ
 
 
 _EXPANDED: dict[str, tuple[CircuitTemplate, list[_Occurrence]]] = {}
+_WRT = {"weights": ("weight",), "inputs": ("input",), "both": ("weight", "input")}
 
 
 def param_shift(
@@ -71,41 +76,91 @@ def param_shift(
     inputs=None,
     weights=None,
     *,
+    wrt: str = "weights",
     shots: int | None | str = "template",
     seed: int | None = None,
 ) -> tuple[CircuitBatch, Callable[[BatchResult], Gradient]]:
-    """One batch with all shifted rows, and the function that reads the gradient off it."""
+    """One batch with all shifted rows, and the function that reads the gradient off it.
+
+    ``wrt`` is ``"weights"`` (the jacobian), ``"inputs"`` (``input_jacobian``,
+    per sample) or ``"both"``.
+    """
+    if wrt not in _WRT:
+        raise ValueError(f"wrt must be 'weights', 'inputs' or 'both', got {wrt!r}")
     base = CircuitBatch.make(template, inputs, weights, shots=shots, seed=seed)
     if not template.observables:
         raise ValueError(f"circuit {template.name!r} has no observables to differentiate")
     expanded, occ = _expand(template)
-    w_rows = base.weights_per_row()  # [B, n_w]
-    B = base.size
-    # Unshifted occurrence angles, [B, n_occ].
-    occ_angles = np.stack([o.scale * w_rows[:, o.weight] + o.offset for o in occ], axis=1) if occ else np.zeros((B, 0))
-    shifts: list[tuple[int, float]] = [(k, s) for k, o in enumerate(occ) for _, shift in o.rule for s in (shift, -shift)]
-    rows_per_sample = 1 + len(shifts)
-    block = np.repeat(occ_angles[:, None, :], rows_per_sample, axis=1)  # [B, R, n_occ]
+    angles = _occurrence_angles(base, occ)  # [B, n_occ]
+    kinds = _WRT[wrt]
+    shifts = [(k, s) for k, o in enumerate(occ) if o.kind in kinds for _, shift in o.rule for s in (shift, -shift)]
+    B, R = base.size, 1 + len(shifts)
+    block = np.repeat(angles[:, None, :], R, axis=1)  # [B, R, n_occ]
     for r, (k, s) in enumerate(shifts, start=1):
         block[:, r, k] += s
-    batch = CircuitBatch(
-        expanded,
-        np.repeat(base.inputs, rows_per_sample, axis=0),
-        block.reshape(B * rows_per_sample, len(occ)),
-        base.shots,
-        base.seed,
-    )
-    n_w = template.n_weights
+    batch = CircuitBatch(expanded, np.zeros((B * R, 0)), block.reshape(B * R, len(occ)), base.shots, base.seed)
 
     def postprocess(result: BatchResult) -> Gradient:
-        vals = result.values.reshape(B, rows_per_sample, -1)  # [B, R, n_obs]
-        jac = np.zeros((B, vals.shape[2], n_w))
+        vals = result.values.reshape(B, R, -1)  # [B, R, n_obs]
+        jac = {"weight": np.zeros((B, vals.shape[2], template.n_weights)),
+               "input": np.zeros((B, vals.shape[2], template.n_inputs))}
         r = 1
         for o in occ:
+            if o.kind not in kinds:
+                continue
             for coeff, _ in o.rule:
-                jac[:, :, o.weight] += o.scale * coeff * (vals[:, r] - vals[:, r + 1])
+                jac[o.kind][:, :, o.index] += o.scale * coeff * (vals[:, r] - vals[:, r + 1])
                 r += 2
-        stderr = None if result.stderr is None else result.stderr.reshape(B, rows_per_sample, -1)[:, 0]
+        stderr = None if result.stderr is None else result.stderr.reshape(B, R, -1)[:, 0]
+        return Gradient(vals[:, 0], jac["weight"] if "weight" in kinds else None, stderr,
+                        jac["input"] if "input" in kinds else None)
+
+    return batch, postprocess
+
+
+def _occurrence_angles(batch: CircuitBatch, occ: list[_Occurrence]) -> np.ndarray:
+    """The unshifted angle of every occurrence, per row: ``[B, n_occ]``."""
+    w, x = batch.weights_per_row(), batch.inputs
+    cols = [o.scale * (w if o.kind == "weight" else x)[:, o.index] + o.offset for o in occ]
+    return np.stack(cols, axis=1) if cols else np.zeros((batch.size, 0))
+
+
+def spsa(
+    template: CircuitTemplate,
+    inputs=None,
+    weights=None,
+    *,
+    samples: int = 4,
+    epsilon: float = 0.1,
+    shots: int | None | str = "template",
+    seed: int | None = None,
+) -> tuple[CircuitBatch, Callable[[BatchResult], Gradient]]:
+    """Simultaneous-perturbation estimate of the weight jacobian, in one job.
+
+    ``samples`` random ±1 directions ``d`` (seeded) give ``2 * samples + 1``
+    rows per input row, whatever the number of weights:
+    ``J ~ mean_d (f(w + eps d) - f(w - eps d)) / (2 eps) * d``. It is unbiased
+    up to ``O(eps**2)`` and noisy (its variance falls as ``1 / samples``); use it
+    where parameter shift's ``2 * n_weights`` rows per input are too many.
+    """
+    if samples < 1 or epsilon <= 0:
+        raise ValueError(f"spsa needs samples >= 1 and epsilon > 0, got {samples} and {epsilon}")
+    base = CircuitBatch.make(template, inputs, weights, shots=shots, seed=seed)
+    if not template.observables:
+        raise ValueError(f"circuit {template.name!r} has no observables to differentiate")
+    B, n_w = base.size, template.n_weights
+    directions = np.random.default_rng(seed).choice([-1.0, 1.0], size=(samples, n_w))
+    R = 1 + 2 * samples
+    w = np.repeat(base.weights_per_row()[:, None, :], R, axis=1)  # [B, R, n_w]
+    w[:, 1::2] += epsilon * directions
+    w[:, 2::2] -= epsilon * directions
+    batch = CircuitBatch(template, np.repeat(base.inputs, R, axis=0), w.reshape(B * R, n_w), base.shots, base.seed)
+
+    def postprocess(result: BatchResult) -> Gradient:
+        vals = result.values.reshape(B, R, -1)
+        diff = (vals[:, 1::2] - vals[:, 2::2]) / (2 * epsilon)  # [B, samples, n_obs]
+        jac = np.einsum("bso,sw->bow", diff, directions) / samples
+        stderr = None if result.stderr is None else result.stderr.reshape(B, R, -1)[:, 0]
         return Gradient(vals[:, 0], jac, stderr)
 
     return batch, postprocess

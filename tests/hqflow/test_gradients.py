@@ -106,7 +106,7 @@ def test_one_batch_holds_every_shifted_row():
     batch, _ = param_shift(t, np.zeros((3, 1)), [0.1, 0.2])
     # occurrences: ry (2 rows), crx (4 rows), rx (2 rows) + the unshifted row = 9 per sample
     assert batch.size == 3 * 9
-    assert batch.weights.shape == (27, 3)
+    assert batch.weights.shape == (27, 4)  # one per-row column per occurrence of an input or weight
 
 
 def test_per_row_weights():
@@ -227,3 +227,46 @@ def test_every_parametrized_gate_differentiates():
         w = rng.uniform(-2, 2, size=spec.num_params)
         _, jac = ps_jacobian(t, None, w)
         np.testing.assert_allclose(jac, fd_jacobian(t, None, w), atol=2e-6, err_msg=name)
+
+
+def test_input_jacobian_matches_finite_differences():
+    rng = np.random.default_rng(41)
+    for _ in range(10):
+        t = random_template(rng, int(rng.integers(1, 5)))
+        x = rng.uniform(-2, 2, size=(3, t.n_inputs))
+        w = rng.uniform(-2, 2, size=t.n_weights)
+        batch, post = param_shift(t, x, w, wrt="both")
+        g = post(BACKEND.run_checked(batch))
+        for b in range(3):
+            fd = finite_difference(lambda xx: exact_values(t, xx[None, :], w), x[b], eps=1e-6)[0]
+            np.testing.assert_allclose(g.input_jacobian[b], fd, atol=2e-6)
+        np.testing.assert_allclose(g.jacobian, fd_jacobian(t, x, w), atol=2e-6)
+        batch_in, post_in = param_shift(t, x, w, wrt="inputs")
+        g_in = post_in(BACKEND.run_checked(batch_in))
+        assert g_in.jacobian is None and batch_in.size < batch.size
+        np.testing.assert_allclose(g_in.input_jacobian, g.input_jacobian, atol=1e-12)
+
+
+def test_param_shift_rejects_unknown_wrt():
+    t = random_template(np.random.default_rng(0), 2)
+    with pytest.raises(ValueError, match="wrt must be 'weights', 'inputs' or 'both'"):
+        param_shift(t, np.zeros((1, t.n_inputs)), np.zeros(t.n_weights), wrt="everything")
+
+
+def test_spsa_is_one_job_and_converges_to_the_gradient():
+    from hqflow.gradients import spsa
+
+    rng = np.random.default_rng(5)
+    t = random_template(rng, 3, n_weights=6)
+    x, w = rng.uniform(-1, 1, size=(2, t.n_inputs)), rng.uniform(-1, 1, size=6)
+    batch, post = spsa(t, x, w, samples=3, seed=1)
+    assert batch.size == 2 * 7  # 1 + 2 * samples rows per input row, whatever n_weights
+    exact = fd_jacobian(t, x, w)
+    batch, post = spsa(t, x, w, samples=4000, epsilon=1e-3, seed=2)
+    g = post(BACKEND.run_checked(batch))
+    np.testing.assert_allclose(g.values, exact_values(t, x, w), atol=1e-12)
+    # the estimator's spread per entry is about |grad| * sqrt(n_w / samples); allow 5 of those
+    tol = 5 * np.linalg.norm(exact, axis=-1, keepdims=True) * np.sqrt(6 / 4000)
+    assert np.all(np.abs(g.jacobian - exact) <= tol + 1e-6)
+    with pytest.raises(ValueError, match="samples >= 1 and epsilon > 0"):
+        spsa(t, x, w, samples=0)
