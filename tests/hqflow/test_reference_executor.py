@@ -225,7 +225,8 @@ def test_loop_values_are_one_step_behind():
     t = _tiny_template()
     for step in range(3):
         batch, post = param_shift(t, np.pi * X, w)
-        values, jac, _ = post(backend.run_checked(batch))
+        g = post(backend.run_checked(batch))
+        values, jac = g.values, g.jacobian
         out = train_step(values, jac, w, Y, 0.5)
         assert res.column("loss")[step] == pytest.approx(out["loss"], abs=1e-12)
         w = out["weights"]
