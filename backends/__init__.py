@@ -33,9 +33,10 @@ _REGISTRY: dict[str, str | Callable[..., Backend]] = {
     "aer": "hqflow.backends.aer:AerBackend",
     "pennylane": "hqflow.backends.pennylane_device:PennyLaneBackend",
     "emulated-qpu": "hqflow.backends.emulated:EmulatedQPU",
+    "compiled": "hqflow.backends.compiled:CompiledBackend",
 }
 # Names shown by ``hqflow backends`` (a prefix backend lists its common suffixes).
-_LISTED = ["reference", "aer", "pennylane:default.qubit", "pennylane:lightning.qubit", "emulated-qpu"]
+_LISTED = ["reference", "aer", "pennylane:default.qubit", "pennylane:lightning.qubit", "emulated-qpu", "compiled"]
 
 
 def register_backend(name: str, factory: str | Callable[..., Backend], listed: bool = True) -> None:

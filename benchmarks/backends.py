@@ -21,25 +21,10 @@ import numpy as np
 
 from hqflow.backends import CircuitBatch, get_backend
 from hqflow.gradients import param_shift
-from hqflow.ir import Circuit
+
+from _circuits import policy_circuit  # benchmarks/_circuits.py (the script's folder is on sys.path)
 
 BACKENDS = ["reference", "aer", "pennylane:default.qubit", "pennylane:lightning.qubit"]
-
-
-def policy_circuit(n_qubits: int = 4, n_layers: int = 5):
-    c = Circuit(n_qubits, name=f"policy{n_qubits}x{n_layers}")
-    x = c.inputs("x", n_qubits)
-    w = c.weights("w", 2 * n_qubits * n_layers)
-    k = 0
-    for _ in range(n_layers):
-        for q in range(n_qubits):
-            c.ry(x[q], q)
-        for q in range(n_qubits):
-            c.rz(w[k], q).ry(w[k + 1], q)
-            k += 2
-        for q in range(n_qubits):
-            c.cz(q, (q + 1) % n_qubits)
-    return c.build(observables=[" ".join(f"Z{q}" for q in range(n_qubits))])
 
 
 def best_seconds(fn, repeats: int) -> float:

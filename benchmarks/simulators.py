@@ -1,0 +1,643 @@
+"""Simulator throughput, forward + backward, against peer simulators: circuits/s.
+
+One cell = one forward pass plus one backward pass over a batch of B input rows:
+``values(x[B, n_in], w).sum().backward()``, i.e. the gradient with respect to the
+trainable weights ``w`` (shared by all rows). The inputs ``x`` are constants for every
+peer (no input gradient anywhere), so every peer does the same work. qiskit-aer has no
+backward pass: its cells are forward only and it is left out of "best peer".
+
+Circuits (benchmarks/_circuits.py):
+
+* ``4q``: the RL policy circuit, 4 qubits, 5 layers. Each layer: RY(x_q) on every qubit,
+  RZ(w)·RY(w) on every qubit, a CZ ring CZ(q, q+1 mod n). Readout <Z0 Z1 Z2 Z3>.
+  4 inputs, 40 weights.
+* ``8q``: the same at 8 qubits (5 layers, 8 inputs, 80 weights), readout <Z0 ... Z7>.
+* ``12q``: a hardware-efficient ansatz: RY(x_q) on every qubit once, then 3 layers of
+  RY(w)·RZ(w) on every qubit and a CNOT chain CNOT(q, q+1), q = 0..10. Readout <Z0>.
+  12 inputs, 72 weights.
+
+Peers, side by side in one run (each optional: a missing one prints why):
+
+* ``compiled``: hqflow's ``compile_template(template, dtype=torch.complex64)``; ``prog(x, w)``
+  with its default backward (``prog.gradient``, shown in the table).
+* ``default.qubit``: PennyLane, parameter broadcasting (x[:, i] is a [B] angle), backprop,
+  torch interface.
+* ``lightning.qubit``: PennyLane lightning, adjoint differentiation, torch interface. It does
+  not broadcast: the broadcast QNode call is split by PennyLane into B tapes that run as one
+  batch (one adjoint jacobian per tape, in C++). That measured faster than a per-sample Python
+  loop of QNode calls, and faster than ``device_vjp=True``. Lightning's ``batch_obs``
+  parallelizes over observables, of which there is one here, so it is left off.
+* ``pyqtorch``: ``QuantumCircuit.run`` + ``Observable.expectation``, torch autograd (the body of
+  ``pyqtorch.expectation(..., diff_mode=AD)``, minus the debug f-strings that API formats
+  eagerly: they print every tensor and cost about half the time at B=1000), complex64.
+* ``tensorcircuit``: tensorcircuit-ng, pytorch backend, complex64, ``K.vmap`` over rows, torch
+  autograd through the vmapped function.
+* ``aer``: qiskit-aer ``EstimatorV2``, exact expectation values (default_precision 0),
+  single precision, all B parameter rows in one pub. Forward only.
+
+Every peer is first checked against hqflow's numpy ``reference`` backend on a few rows:
+values and the weight gradient of their sum (reference: parameter-shift). A peer whose
+numbers disagree is reported and not timed: a fast wrong peer is worthless.
+
+Timing: a warm-up call at the cell's B (for ``compiled``, the first call compiles), then the
+best of R repeats; circuits/s = B / seconds. Torch runs on its default threads (2 here) for
+every peer. Peers whose autograd stores one state per gate (default.qubit, pyqtorch,
+tensorcircuit; compiled only with gradient="autograd") run B in equal chunks when
+B · 2^n · (gates + 2) amplitudes would exceed 4 GiB; gradients accumulate across chunks.
+
+Time limits: each cell's time is predicted (a line through the two largest batches timed so
+far, starting from probes of 8 and 32 rows). A cell predicted over 1.5x the budget (``--budget``,
+60 s; 1 s with ``--quick``; 5x that for compiled, whose first B always runs) is skipped,
+or run on fewer rows and marked ``*`` for peers that loop over rows anyway (lightning, aer;
+full mode) and for every peer at the first B with ``--quick`` (which skips larger B that do
+not fit, and starts no peer after 40 s). Each is listed under ``notes:`` with the reason.
+On fewer rows a vectorized peer is slower than at B, so a ``*`` cell flatters compiled.
+
+Fraction of the machine's limit: ``compiled``'s FLOP count divided by its time, against the
+best rate of a 1024x1024 complex64 torch matmul (8 n^3 real FLOP) on this machine. The FLOP
+count is the program's own estimate when it exposes one, else the model described in
+``flops_model()``.
+
+    python benchmarks/simulators.py [--quick] [--batch B ...] [--peers a,b] [--circuits 4q,8q]
+
+The last line printed is one JSON object with the figures.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import math
+import os
+import re
+import sys
+import time
+import warnings
+
+import numpy as np
+import torch
+
+from hqflow.backends import CircuitBatch, get_backend
+from hqflow.gradients import param_shift
+from hqflow.ir.gates import GATES
+
+from _circuits import hea_circuit, policy_circuit  # benchmarks/_circuits.py (the script's folder is on sys.path)
+
+CIRCUITS = {"4q": lambda: policy_circuit(4, 5), "8q": lambda: policy_circuit(8, 5), "12q": lambda: hea_circuit(12, 3)}
+PEERS = ["compiled", "default.qubit", "lightning.qubit", "pyqtorch", "tensorcircuit", "aer"]
+KEYS = {"compiled": "compiled", "default.qubit": "pl_default_qubit", "lightning.qubit": "pl_lightning_qubit",
+        "pyqtorch": "pyqtorch", "tensorcircuit": "tensorcircuit", "aer": "aer_estimator"}
+DISTS = {"default.qubit": "pennylane", "lightning.qubit": "pennylane_lightning", "pyqtorch": "pyqtorch",
+         "tensorcircuit": "tensorcircuit-ng", "aer": "qiskit-aer"}
+MEMORY_BUDGET = 4 * 2**30  # bytes of stored states per chunk (autograd peers)
+VALUE_TOL, GRAD_TOL = 1e-4, 1e-3  # complex64 peers; the grad tolerance is relative to max |grad|
+
+
+class Unavailable(Exception):
+    """A peer that cannot run here; the message says why."""
+
+
+def version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "-"
+
+
+# ---------------------------------------------------------------- circuits -> peers
+
+
+def angle(a, x, w):
+    """One gate angle, ``scale * symbol + offset``; x[..., i] is input i (a [B] column or a scalar)."""
+    if a.kind == "const":
+        return a.offset
+    s = x[..., a.index] if a.kind == "input" else w[a.index]
+    if a.scale != 1.0:
+        s = s * a.scale
+    if a.offset != 0.0:
+        s = s + a.offset
+    return s
+
+
+def single_term(t) -> tuple[float, tuple[tuple[int, str], ...]]:
+    """The one Pauli product every circuit here reads out (coefficient, ((wire, 'Z'), ...))."""
+    if t.n_observables != 1 or len(t.observables[0].terms) != 1:
+        raise ValueError(f"{t.name}: the peers here take one Pauli-product observable")
+    term = t.observables[0].terms[0]
+    return term.coeff, term.paulis
+
+
+class Runner:
+    """One peer, prepared for one circuit."""
+
+    grad = True  # the timed step includes the backward pass
+    per_sample = False  # cost is linear in B anyway (a loop over rows): cells may run on fewer rows
+    bytes_per_amp = 0  # > 0: autograd stores ~one state per gate; chunk B to MEMORY_BUDGET
+
+    def values_and_grad(self, x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        raise NotImplementedError
+
+    def make_step(self, x: np.ndarray, w: np.ndarray, chunk: int):
+        raise NotImplementedError
+
+
+class TorchRunner(Runner):
+    """``fn(x [B, n_in], w [n_w]) -> [B]`` (or [B, 1]); fwd+bwd is ``fn(x, w).sum().backward()``."""
+
+    def __init__(self, fn, bytes_per_amp: int = 8, dtype=torch.float32):
+        self.fn, self.bytes_per_amp, self.dtype = fn, bytes_per_amp, dtype
+
+    def values_and_grad(self, x, w):
+        wt = torch.tensor(w, dtype=self.dtype, requires_grad=True)
+        v = self.fn(torch.as_tensor(x, dtype=self.dtype), wt).reshape(len(x), -1)[:, 0]
+        v.sum().backward()
+        return v.detach().double().numpy(), wt.grad.double().numpy()
+
+    def make_step(self, x, w, chunk):
+        xs = torch.as_tensor(x, dtype=self.dtype).split(chunk)
+        wt = torch.tensor(w, dtype=self.dtype, requires_grad=True)
+
+        def step():
+            wt.grad = None
+            for xc in xs:
+                self.fn(xc, wt).sum().backward()
+
+        return step
+
+
+def build_compiled(t) -> tuple[Runner, str, object]:
+    try:
+        from hqflow.backends.compiled import compile_template
+    except ImportError as exc:
+        raise Unavailable(f"not available (ImportError: {exc})") from None
+    prog = compile_template(t, dtype=torch.complex64)
+    # its own backward ("fused": keeps the states of its few fused stages, switching to the adjoint
+    # method past a memory limit; "adjoint": un-computes them) manages memory: B is not chunked
+    return TorchRunner(prog, bytes_per_amp=8 if gradient_mode(prog) == "autograd" else 0), "complex64", prog
+
+
+def gradient_mode(prog) -> str:
+    """How the compiled program differentiates: "fused", "adjoint" or "autograd"."""
+    mode = getattr(prog, "gradient", None)
+    if isinstance(mode, str):
+        return mode
+    return "adjoint" if getattr(prog, "adjoint", False) else "autograd"
+
+
+def _pennylane_qnode(t, device, diff_method: str):
+    try:
+        import pennylane as qml
+    except ImportError:
+        raise Unavailable("not installed (pip install pennylane)") from None
+    gates = {"rx": qml.RX, "ry": qml.RY, "rz": qml.RZ, "h": qml.Hadamard, "cx": qml.CNOT, "cz": qml.CZ}
+    paulis = {"X": qml.PauliX, "Y": qml.PauliY, "Z": qml.PauliZ}
+    coeff, term = single_term(t)
+
+    def qfunc(x, w):
+        for op in t.ops:
+            gates[op.name](*[angle(a, x, w) for a in op.angles], wires=list(op.wires))
+        ops = [paulis[p](wire) for wire, p in term]
+        return qml.expval(ops[0] if len(ops) == 1 else qml.prod(*ops))
+
+    qnode = qml.QNode(qfunc, device(qml), interface="torch", diff_method=diff_method)
+    return (lambda x, w: qnode(x, w) * coeff) if coeff != 1.0 else qnode
+
+
+def build_default_qubit(t):
+    fn = _pennylane_qnode(t, lambda qml: qml.device("default.qubit"), "backprop")
+    return TorchRunner(fn, bytes_per_amp=16), "complex128"
+
+
+def build_lightning(t):
+    try:
+        import pennylane_lightning  # noqa: F401
+    except ImportError:
+        raise Unavailable("not installed (pip install pennylane-lightning)") from None
+    fn = _pennylane_qnode(t, lambda qml: qml.device("lightning.qubit", wires=t.n_qubits), "adjoint")
+    runner = TorchRunner(fn, bytes_per_amp=0)
+    runner.per_sample = True
+    return runner, "complex128"
+
+
+def build_pyqtorch(t):
+    try:
+        import pyqtorch as pyq
+    except ImportError:
+        raise Unavailable("not installed (pip install '.[bench]')") from None
+    rot = {"rx": pyq.RX, "ry": pyq.RY, "rz": pyq.RZ}
+    fixed = {"h": pyq.H, "cx": pyq.CNOT, "cz": pyq.CZ}
+    ops, params = [], {}
+    for k, op in enumerate(t.ops):
+        if op.name in rot:
+            a = op.angles[0]
+            plain = a.kind != "const" and a.scale == 1.0 and a.offset == 0.0
+            name = f"{a.kind}{a.index}" if plain else f"angle{k}"  # a shared symbol keeps one name
+            params[name] = a
+            ops.append(rot[op.name](op.wires[0], name))
+        else:
+            ops.append(fixed[op.name](*op.wires))
+    coeff, term = single_term(t)
+    paulis = {"X": pyq.X, "Y": pyq.Y, "Z": pyq.Z}
+    with warnings.catch_warnings():  # torch: "Complex modules are a new feature ..."
+        warnings.simplefilter("ignore")
+        circ = pyq.QuantumCircuit(t.n_qubits, ops).to(torch.complex64)
+        obs = pyq.Observable(pyq.Sequence([paulis[p](wire) for wire, p in term])).to(torch.complex64)
+
+    def fn(x, w):
+        values = {name: torch.as_tensor(angle(a, x, w)) for name, a in params.items()}
+        out = obs.expectation(circ.run(circ.init_state(batch_size=x.shape[0]), values))
+        return out * coeff if coeff != 1.0 else out
+
+    return TorchRunner(fn, bytes_per_amp=8), "complex64"
+
+
+def build_tensorcircuit(t):
+    try:
+        import tensorcircuit as tc
+    except ImportError:
+        raise Unavailable("not installed (pip install '.[bench]')") from None
+    K = tc.set_backend("pytorch")
+    tc.set_dtype("complex64")
+    names = {"rx": "rx", "ry": "ry", "rz": "rz", "h": "h", "cx": "cnot", "cz": "cz"}
+    coeff, term = single_term(t)
+    readout = {p.lower(): [wire for wire, q in term if q == p] for p in "XYZ"}
+
+    def one_row(x, w):
+        c = tc.Circuit(t.n_qubits)
+        for op in t.ops:
+            if op.angles:
+                getattr(c, names[op.name])(*op.wires, theta=angle(op.angles[0], x, w))
+            else:
+                getattr(c, names[op.name])(*op.wires)
+        return K.real(c.expectation_ps(**{k: v for k, v in readout.items() if v})) * coeff
+
+    return TorchRunner(K.vmap(one_row, vectorized_argnums=0), bytes_per_amp=8), "complex64"
+
+
+class AerRunner(Runner):
+    grad = False
+    per_sample = True
+
+    def __init__(self, t):
+        try:
+            from qiskit import QuantumCircuit
+            from qiskit.circuit import ParameterVector
+            from qiskit.quantum_info import SparsePauliOp
+            from qiskit_aer.primitives import EstimatorV2
+        except ImportError:
+            raise Unavailable("not installed (pip install qiskit-aer)") from None
+        xs, ws = ParameterVector("x", t.n_inputs), ParameterVector("w", t.n_weights)
+        qc = QuantumCircuit(t.n_qubits)
+        symbols = {"input": xs, "weight": ws}
+        for op in t.ops:  # hqflow's gate names and angle conventions are Qiskit's
+            angles = [a.offset if a.kind == "const" else a.scale * symbols[a.kind][a.index] + a.offset
+                      for a in op.angles]
+            getattr(qc, op.name)(*angles, *op.wires)
+        coeff, term = single_term(t)
+        self.obs = SparsePauliOp.from_sparse_list(
+            [("".join(p for _, p in term), [wire for wire, _ in term], coeff)], t.n_qubits)
+        self.qc = qc
+        # column j of the bound values is qc.parameters[j]: ("x", i) or ("w", i)
+        self.columns = [(p.vector.name, p.index) for p in qc.parameters]
+        self.estimator = EstimatorV2(options={"backend_options": {"precision": "single"}})
+
+    def _bind(self, x, w) -> np.ndarray:
+        return np.stack([x[:, i] if kind == "x" else np.full(len(x), w[i]) for kind, i in self.columns], axis=1)
+
+    def values_and_grad(self, x, w):
+        evs = self.estimator.run([(self.qc, self.obs, self._bind(x, w))]).result()[0].data.evs
+        return np.asarray(evs, dtype=float), None
+
+    def make_step(self, x, w, chunk):
+        pub = (self.qc, self.obs, self._bind(x, w))
+        return lambda: self.estimator.run([pub]).result()
+
+
+BUILDERS = {
+    "compiled": build_compiled,
+    "default.qubit": build_default_qubit,
+    "lightning.qubit": build_lightning,
+    "pyqtorch": build_pyqtorch,
+    "tensorcircuit": build_tensorcircuit,
+    "aer": lambda t: (AerRunner(t), "complex64"),
+}
+LABELS = {
+    "compiled": "hqflow compiled",
+    "default.qubit": "PL default.qubit",
+    "lightning.qubit": "PL lightning.qubit",
+    "pyqtorch": "pyqtorch",
+    "tensorcircuit": "tensorcircuit-ng",
+    "aer": "aer EstimatorV2",
+}
+METHODS = {
+    "compiled": "fwd+bwd",
+    "default.qubit": "fwd+bwd backprop",
+    "lightning.qubit": "fwd+bwd adjoint",
+    "pyqtorch": "fwd+bwd autograd",
+    "tensorcircuit": "fwd+bwd vmap+AD",
+    "aer": "FORWARD ONLY",
+}
+
+
+# ---------------------------------------------------------------- FLOPs and the machine's peak
+
+
+def flops_model(t, batch: int) -> float:
+    """Estimated real FLOPs of one fwd+bwd of a fused program over ``batch`` rows.
+
+    Applying a k-qubit matrix to B states of 2^n amplitudes costs 8 · B · 2^n · 2^k real
+    FLOPs (2^k complex multiply-adds per amplitude, 8 FLOPs each). Gates with an input angle
+    are per-row matrices applied one gate at a time. Each maximal run of gates without inputs
+    (weights and constants) is one block on the union of its wires, applied as a fused dense
+    matrix or gate by gate, whichever is cheaper. The backward pass of a linear map costs two
+    more products of the same size (d state and d matrix), so fwd+bwd ≈ 3 × forward. The
+    readout (O(B · 2^n)) and building the matrices (independent of B) are left out.
+    """
+    n = t.n_qubits
+
+    def gate_cost(op) -> float:
+        return 8 * 2**n * (1 if GATES[op.name].diagonal else 2 ** len(op.wires))
+
+    total, block = 0.0, []
+
+    def flush():
+        if block:
+            wires = {w for op in block for w in op.wires}
+            total_block = min(8 * 2**n * 2 ** len(wires), sum(gate_cost(op) for op in block))
+            block.clear()
+            return total_block
+        return 0.0
+
+    for op in t.ops:
+        if any(a.kind == "input" for a in op.angles):
+            total += flush() + gate_cost(op)
+        else:
+            block.append(op)
+    total += flush()
+    return 3.0 * batch * total
+
+
+def program_flops(prog, t, batch: int) -> tuple[float, str]:
+    """FLOPs of fwd+bwd over ``batch`` rows, and where the count comes from.
+
+    ``prog.describe()`` states the program's forward FLOPs per sample. A backward pass that
+    keeps the forward states ("fused", "autograd") carries the gradient back and forms each
+    weight matrix's gradient: two products the size of the forward ones, so fwd+bwd ≈ 3 ×
+    forward. The adjoint method also un-computes the states: 4 × forward. ("fused" switches
+    to the adjoint method by itself for large batches; counting 3 × then understates the
+    fraction of peak.) Without that line: ``flops_model``.
+    """
+    found = re.search(r"estimated ([\d,]+) real flops per sample \(forward\)", prog.describe())
+    if found is None:
+        return flops_model(t, batch), "model"
+    factor = 4 if gradient_mode(prog) == "adjoint" else 3
+    return factor * batch * float(found.group(1).replace(",", "")), f"describe() forward x{factor}"
+
+
+def matmul_peak(n: int = 1024, repeats: int = 5) -> float:
+    """Best complex64 matmul rate on this machine, real GFLOP/s (8 n^3 per product)."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, dtype=torch.complex64, generator=g)
+    b = torch.randn(n, n, dtype=torch.complex64, generator=g)
+    torch.matmul(a, b)
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        torch.matmul(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 8 * n**3 / best / 1e9
+
+
+# ---------------------------------------------------------------- timing
+
+
+def seconds(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def chunk_rows(runner: Runner, t, batch: int) -> int:
+    if not runner.bytes_per_amp:
+        return batch
+    per_row = 2**t.n_qubits * runner.bytes_per_amp * (len(t.ops) + 2)
+    n_chunks = max(1, math.ceil(batch * per_row / MEMORY_BUDGET))
+    return math.ceil(batch / n_chunks)
+
+
+class Predictor:
+    """t(B) ≈ a + c·B through the two largest batches timed so far (two small probes to start)."""
+
+    def __init__(self, runner: Runner, x: np.ndarray, w: np.ndarray, probes: tuple[int, ...]):
+        self.per_sample, self.points = runner.per_sample, {}
+        for b in probes:  # twice each, the faster kept: a first call at a new shape may be slow
+            step = runner.make_step(x[:b], w, b)
+            self.add(b, seconds(step))
+            self.add(b, seconds(step))
+
+    def add(self, rows: int, secs: float) -> None:
+        self.points[rows] = min(secs, self.points.get(rows, math.inf))
+
+    def __call__(self, batch: int) -> float:
+        (r1, t1), (r2, t2) = sorted(self.points.items())[-2:]
+        c = max((t2 - t1) / (r2 - r1), t2 / r2 if self.per_sample else 0.0, 1e-9)
+        return max(t2 - c * r2, 0.0) + c * batch
+
+
+def measure(runner, t, x, w, batch, repeats, budget, predict, allow_cap, must_run=False):
+    """Best seconds of fwd+bwd at ``batch`` rows (or fewer when capped); None + reason when skipped."""
+    cost = predict(batch) * (1 + repeats)
+    rows = batch
+    if cost > 1.5 * budget and not must_run:  # predictions are rough: 50% slack before cutting
+        if not allow_cap:
+            return None, f"predicted {cost:.1f} s > 1.5 x {budget:.0f} s budget"
+        per_call = budget / 2  # warm-up + one repeat
+        rows = int(min(batch, max(8, batch * per_call / predict(batch))))
+        rows = max(8, rows - rows % 10 if rows > 20 else rows)
+    chunk = chunk_rows(runner, t, rows)
+    step = runner.make_step(x[:rows], w, chunk)
+    warm = seconds(step)
+    reps = max(1, min(repeats, int((budget - warm) // max(warm, 1e-9))))
+    best = min(seconds(step) for _ in range(reps))
+    predict.add(rows, best)
+    return {"seconds": best, "rows": rows, "chunk": chunk, "repeats": reps, "predicted": cost}, None
+
+
+# ---------------------------------------------------------------- main
+
+
+def reference(t, x, w) -> tuple[np.ndarray, np.ndarray]:
+    """hqflow's numpy oracle: values [B] and d(sum of values)/d weights (parameter-shift)."""
+    ref = get_backend("reference")
+    values = ref.submit(CircuitBatch.make(t, x, w)).result().values[:, 0]
+    batch, post = param_shift(t, x, w)
+    grad = post(ref.submit(batch).result()).jacobian[:, 0, :].sum(axis=0)
+    return values, grad
+
+
+def fmt_rate(cell) -> str:
+    if isinstance(cell, str):
+        return cell
+    mark = "*" if cell["rows"] < cell["batch"] else ""
+    return f"{cell['rate']:,.0f}{mark}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="one repeat, 2 s per cell (under a minute)")
+    ap.add_argument("--batch", type=int, nargs="+", default=[1000, 10000], help="batch sizes (default 1000 10000)")
+    ap.add_argument("--repeats", type=int, default=None, help="timed repeats, best kept (default 3; quick 1)")
+    ap.add_argument("--peers", default=",".join(PEERS), help=f"comma-separated subset of {','.join(PEERS)}")
+    ap.add_argument("--no-peers", action="store_true", help="hqflow compiled only (what CI runs)")
+    ap.add_argument("--circuits", default=",".join(CIRCUITS), help=f"comma-separated subset of {','.join(CIRCUITS)}")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="seconds per peer cell, 5x that for compiled (default 60; quick 1)")
+    args = ap.parse_args()
+    start = time.perf_counter()
+    repeats = args.repeats or (1 if args.quick else 3)
+    budget = args.budget or (1.0 if args.quick else 60.0)
+    peers = ["compiled"] if args.no_peers else [p.strip() for p in args.peers.split(",") if p.strip()]
+    circuits = [c.strip() for c in args.circuits.split(",") if c.strip()]
+    bad = [p for p in peers if p not in PEERS] + [c for c in circuits if c not in CIRCUITS]
+    if bad:
+        ap.error(f"unknown peer/circuit {bad}; peers: {PEERS}, circuits: {list(CIRCUITS)}")
+    batches = sorted(set(args.batch))
+    n_check = 3 if args.quick else 8
+    probe = (8, 32)
+    deadline = 40.0 if args.quick else math.inf  # quick: peers that would start later are skipped
+
+    peak = matmul_peak()
+    figures: dict = {"batches": batches, "repeats": repeats, "cell_budget_s": budget, "torch": torch.__version__,
+                     "torch_threads": torch.get_num_threads(), "matmul_peak_gflops_complex64": round(peak, 1),
+                     "differentiated": "weights (inputs constant); aer: forward only"}
+    for p in peers:
+        if p in DISTS:
+            figures[f"{KEYS[p]}_version"] = version(DISTS[p])
+    notes, failed_compiled = [], False
+    load = os.getloadavg()[0]
+    figures["load_average_1min_at_start"] = round(load, 2)
+    print(f"simulators: fwd+bwd circuits/s (d/d weights), best of {repeats}, torch {torch.__version__} "
+          f"on {torch.get_num_threads()} threads; complex64 matmul peak {peak:.1f} GFLOP/s; "
+          f"1-min load average {load:.2f} (other work on the machine skews every figure)")
+
+    for cname in circuits:
+        t = CIRCUITS[cname]()
+        rng = np.random.default_rng(0)
+        w = rng.uniform(-np.pi, np.pi, t.n_weights)
+        x = rng.uniform(-np.pi, np.pi, (max(batches), t.n_inputs)).astype(np.float32)
+        x_check = x[:n_check].astype(float)
+        ref_values, ref_grad = reference(t, x_check, w)
+        print(f"[{time.perf_counter() - start:6.1f} s] {cname} reference done", file=sys.stderr, flush=True)
+        grad_scale = max(1.0, float(np.abs(ref_grad).max()))
+        rows: dict[str, dict] = {}
+        prog = None
+        for p in peers:
+            row = rows[p] = {"cells": {}, "dtype": "", "dv": None, "dg": None}
+            if p != "compiled" and time.perf_counter() - start > deadline:
+                row["cells"] = {b: f"skipped: --quick stops starting peers after {deadline:.0f} s" for b in batches}
+                continue
+            try:
+                built = BUILDERS[p](t)
+                runner, row["dtype"] = built[0], built[1]
+                if p == "compiled":
+                    prog = built[2]
+                    row["method"] = f"fwd+bwd {gradient_mode(prog)}"
+                values, grad = runner.values_and_grad(x_check, w)
+                row["dv"] = float(np.abs(values - ref_values).max())
+                row["dg"] = None if grad is None else float(np.abs(grad - ref_grad).max())
+                figures[f"{KEYS[p]}_{cname}_max_abs_diff"] = row["dv"]
+                if row["dg"] is not None:
+                    figures[f"{KEYS[p]}_{cname}_grad_max_abs_diff"] = row["dg"]
+                if row["dv"] > VALUE_TOL or (row["dg"] is not None and row["dg"] > GRAD_TOL * grad_scale):
+                    raise Unavailable(f"WRONG: max |dvalue| {row['dv']:.2e}, max |dgrad| {row['dg']} vs reference")
+                predict = Predictor(runner, x, w, probe)
+            except Unavailable as exc:
+                failed_compiled |= p == "compiled" and str(exc).startswith("WRONG")
+                row["cells"] = {b: str(exc) for b in batches}
+                continue
+            except Exception as exc:  # noqa: BLE001  (a peer that breaks must not take the others down)
+                failed_compiled |= p == "compiled"
+                row["cells"] = {b: f"error: {type(exc).__name__}: {exc}"[:200] for b in batches}
+                continue
+            for b in batches:
+                # fewer rows than B: peers that loop over rows anyway; with --quick, any peer at the first B
+                allow_cap = p != "compiled" and (b == batches[0] if args.quick else runner.per_sample)
+                try:
+                    cell, why = measure(runner, t, x, w, b, repeats, budget * (5 if p == "compiled" else 1),
+                                        predict, allow_cap, must_run=p == "compiled" and b == batches[0])
+                except Exception as exc:  # noqa: BLE001
+                    failed_compiled |= p == "compiled"
+                    cell, why = None, f"error: {type(exc).__name__}: {exc}"[:200]
+                if cell is None:
+                    row["cells"][b] = f"skipped: {why}"
+                    continue
+                cell.update(batch=b, rate=cell["rows"] / cell["seconds"])
+                row["cells"][b] = cell
+                figures[f"{KEYS[p]}_circuits_per_s_{cname}_b{b}"] = round(cell["rate"], 1)
+                if cell["rows"] < b:
+                    figures[f"{KEYS[p]}_rows_{cname}_b{b}"] = cell["rows"]
+                    notes.append(f"{cname} {p} B={b}: * ran on {cell['rows']} rows (predicted "
+                                 f"{cell['predicted']:.1f} s at B={b} > 1.5 x {budget:.0f} s budget); "
+                                 f"circuits/s from those rows")
+                if cell["chunk"] < cell["rows"]:
+                    notes.append(f"{cname} {p} B={b}: run in chunks of {cell['chunk']} rows (memory)")
+            print(f"[{time.perf_counter() - start:6.1f} s] {cname} {p} done", file=sys.stderr, flush=True)
+
+        # ---- the table for this circuit
+        print(f"\n{cname}: {t.name}, {t.n_qubits} qubits, {len(t.ops)} gates, {t.n_inputs} inputs, "
+              f"{t.n_weights} weights, readout <{t.observables[0]}>; {n_check} rows checked against reference")
+        head = f"{'peer':<20}{'what':<18}{'dtype':<12}{'max|dv|':>9}{'max|dg|':>9}"
+        head += "".join(f"{f'B={b}':>12}{'comp/peer':>10}" for b in batches)
+        print(head)
+        comp = rows.get("compiled", {}).get("cells", {})
+        for p in peers:
+            row = rows[p]
+            dv = "-" if row["dv"] is None else f"{row['dv']:.1e}"
+            dg = "-" if row["dg"] is None else f"{row['dg']:.1e}"
+            line = f"{LABELS[p]:<20}{row.get('method', METHODS[p]):<18}{row['dtype']:<12}{dv:>9}{dg:>9}"
+            for b in batches:
+                cell, base = row["cells"].get(b), comp.get(b)
+                if isinstance(cell, dict):
+                    ratio = f"{base['rate'] / cell['rate']:.2f}" if isinstance(base, dict) else "-"
+                    line += f"{fmt_rate(cell):>12}{ratio:>10}"
+                else:
+                    line += f"{'-':>12}{'':>10}"
+                    notes.append(f"{cname} {p} B={b}: {cell}")
+            print(line)
+
+        # ---- speedup against the best fwd+bwd peer; fraction of the machine's peak
+        speedups = []
+        for b in batches:
+            base = comp.get(b)
+            best = max(((rows[p]["cells"][b]["rate"], p) for p in peers if p not in ("compiled", "aer")
+                        and isinstance(rows[p]["cells"].get(b), dict)), default=None)
+            if isinstance(base, dict) and best:
+                speedups.append(base["rate"] / best[0])
+                figures[f"best_peer_{cname}_b{b}"] = best[1]
+                figures[f"speedup_vs_best_peer_{cname}_b{b}"] = round(base["rate"] / best[0], 3)
+            if isinstance(base, dict):
+                flops, source = program_flops(prog, t, base["rows"])
+                gflops = flops / base["seconds"] / 1e9
+                figures[f"compiled_gflops_{cname}_b{b}"] = round(gflops, 2)
+                figures[f"compiled_fraction_of_peak_{cname}_b{b}"] = round(gflops / peak, 4)
+                figures["flops_source"] = source
+                print(f"  compiled B={b}: {flops / base['rows'] / 1e6:.3f} MFLOP/row ({source}) -> "
+                      f"{gflops:.2f} GFLOP/s = {100 * gflops / peak:.1f}% of the matmul peak"
+                      + (f"; x{base['rate'] / best[0]:.2f} vs best peer {best[1]}" if best else ""))
+        figures[f"speedup_vs_best_peer_{cname}"] = round(min(speedups), 3) if speedups else None
+
+    if notes:
+        print("\nnotes:")
+        for n in dict.fromkeys(notes):
+            print(f"  {n}")
+    print("comp/peer = compiled circuits/s / peer circuits/s at the same B (> 1: compiled faster); "
+          "speedup_vs_best_peer_* = its min over B against the best fwd+bwd peer (aer excluded: forward only)")
+    figures["compiled_circuits_per_s_4q_b10000"] = figures.get("compiled_circuits_per_s_4q_b10000")
+    figures["compiled_ok"] = not failed_compiled
+    figures["total_s"] = round(time.perf_counter() - start, 1)
+    print(json.dumps({k: round(v, 9) if isinstance(v, float) else v for k, v in figures.items()}))
+    return 1 if failed_compiled else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
