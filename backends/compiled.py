@@ -22,8 +22,9 @@ How a template is compiled (each pass is a small function below):
    **segment**, the same for every sample.
 3. **Fusion** (``_fuse``). A segment is cut greedily, in order, into dense blocks
    of at most ``k`` wires; diagonal primitives may move past diagonal work and
-   gather into phase stages of any width. ``k`` comes from a small cost model
-   (``_choose_width``) or ``fusion=``; for small ``n`` it is the full width, so a
+   gather into phase stages of any width. ``k`` (and whether single-qubit gates
+   wait for the next multi-qubit gate on their wire) comes from a small cost model
+   (``_choose_fusion``) or ``fusion=``; for small ``n`` it is the full width, so a
    segment is one ``2**n`` unitary. A block's unitary ``F_m D_m ... D_1 F_0``
    (constant ``F``, weight phases ``D``) is built in torch from the weights once
    per call and shared by the whole batch; all blocks of one size and slot count
@@ -48,7 +49,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -58,12 +59,12 @@ from hqflow.ir.gates import GATES, gate_matrix
 
 from .base import BackendError, BatchResult, Capabilities, CircuitBatch, LocalBackend
 
-__all__ = ["CompiledBackend", "CompiledProgram", "compile_template", "clear_cache"]
+__all__ = ["CompiledBackend", "CompiledProgram", "clear_cache", "compile_template"]
 
 _DTYPES = {"complex64": torch.complex64, "complex128": torch.complex128}
 _GRADIENTS = ("fused", "adjoint", "autograd")
 MAX_QUBITS = 26  # hard limit of compile_template (CompiledBackend defaults to 16 on CPU)
-_KEEP_BYTES = 512 * 2**20  # "fused" keeps forward states up to this size, else un-computes them
+_KEEP_BYTES = 2 * 2**30  # "fused" keeps forward states up to this size, else un-computes them (adjoint method)
 _REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 
 # --------------------------------------------------------------------------------------
@@ -184,41 +185,55 @@ class _Block:
         return all(p.diagonal for p in self.prims)
 
 
-def _fuse(prims: list[_Prim], k: int, n: int) -> list[_Block]:
+def _fuse(prims: list[_Prim], k: int, n: int, lazy: bool = True) -> list[_Block]:
     """Greedy in-order fusion into blocks of at most ``k`` wires (``k >= n``: one block).
 
-    A primitive may join block ``j`` when every later block commutes with it on its
-    wires: ``j`` at or after the last block touching them, or, for a diagonal
-    primitive, the last block holding a non-diagonal primitive on them (diagonal
-    primitives commute). It joins the block it widens least (the latest on ties).
-    A diagonal primitive that fits in no block joins the latest all-diagonal block
-    it may join, whatever its width (it runs as one phase multiply), or starts one.
+    With ``lazy``, single-qubit primitives wait on their wire and join the block of
+    the next multi-qubit primitive there (or, at the end, any block they may join),
+    so multi-qubit gates decide the block shapes: a CNOT ladder gives blocks of
+    consecutive wires. Without, every primitive is placed as it comes. A unit (a
+    primitive with the waiting ones of its wires) may join block ``j`` when every
+    later block commutes with it on its wires: ``j`` at or after the last block
+    touching them, or, for an all-diagonal unit, the last block holding a
+    non-diagonal primitive on them. It joins the block it widens
+    least (the latest on ties); a diagonal unit that fits nowhere joins the latest
+    all-diagonal block it may join, whatever its width (a phase stage), or starts one.
     """
     if k >= n:
         return [_Block(set(range(n)), list(prims))] if prims else []
     blocks: list[_Block] = []
     last_any: dict[int, int] = {}
     last_nd: dict[int, int] = {}
-    for p in prims:
-        wires = set(p.wires)
-        first = max(((last_nd if p.diagonal else last_any).get(w, -1) for w in wires), default=-1)
-        first = max(first, 0)
+    waiting: dict[int, list[_Prim]] = {}
+
+    def place(unit: list[_Prim], wires: set) -> None:
+        diagonal = all(p.diagonal for p in unit)
+        first = max(max(((last_nd if diagonal else last_any).get(w, -1) for w in wires), default=-1), 0)
         best, grow = None, None
         for j in range(first, len(blocks)):
             union = len(blocks[j].wires | wires)
             if union <= k and (grow is None or union - len(blocks[j].wires) <= grow):
                 best, grow = j, union - len(blocks[j].wires)
-        if best is None and p.diagonal:
+        if best is None and diagonal:
             best = next((j for j in range(len(blocks) - 1, first - 1, -1) if blocks[j].diagonal), None)
         if best is None:
             blocks.append(_Block(set(), []))
             best = len(blocks) - 1
         blocks[best].wires |= wires
-        blocks[best].prims.append(p)
+        blocks[best].prims.extend(unit)
         for w in wires:
             last_any[w] = max(last_any.get(w, -1), best)
-            if not p.diagonal:
+            if not diagonal:
                 last_nd[w] = best
+
+    for p in prims:
+        if lazy and len(p.wires) == 1:
+            waiting.setdefault(p.wires[0], []).append(p)
+            continue
+        unit = [q for w in p.wires for q in waiting.pop(w, [])] + [p]
+        place(unit, set(p.wires))
+    for w, unit in waiting.items():
+        place(unit, {w})
     return blocks
 
 
@@ -226,8 +241,9 @@ def _fuse(prims: list[_Prim], k: int, n: int) -> list[_Block]:
 # affine phase maps and block structures (numpy, compile time)
 
 
+@functools.lru_cache(maxsize=32)
 def _bits(m: int) -> np.ndarray:
-    """``[2**m, m]`` 0/1 table; column a is axis a (axis 0 most significant)."""
+    """``[2**m, m]`` 0/1 table; column a is axis a (axis 0 most significant). Shared: do not modify."""
     idx = np.arange(2**m)
     return ((idx[:, None] >> (m - 1 - np.arange(m))[None, :]) & 1).astype(np.int64)
 
@@ -241,20 +257,21 @@ def _local_index(bits: np.ndarray, axes: list[int]) -> np.ndarray:
 
 @dataclass
 class _Affine:
-    """``angle[i] = sym @ A_sample[:, i] + w @ A_weight[:, i] + c[i]`` over ``2**m`` indices."""
+    """``angle[i] = sym @ sample[:, i] + sum_j w[j] * weight[j][i] + const[i]`` over ``2**m`` indices."""
 
     sample: np.ndarray  # [n_sample, D]
-    weight: np.ndarray  # [n_weights, D] (shared weights only)
+    weight: dict  # shared weight index -> [D] coefficients (only the weights it uses)
     const: np.ndarray  # [D]
 
     def key(self) -> bytes:
-        return self.sample.tobytes() + b"|" + self.weight.tobytes() + b"|" + self.const.tobytes()
+        weights = b"".join(b"%d:" % j + v.tobytes() for j, v in sorted(self.weight.items()))
+        return self.sample.tobytes() + b"|" + weights + b"|" + self.const.tobytes()
 
 
 def _affine(prims, axis_of: dict, m: int, n_in: int, n_w: int, per_row: bool) -> _Affine:
     bits = _bits(m)
     n_s = n_in + (n_w if per_row else 0)
-    out = _Affine(np.zeros((n_s, 2**m)), np.zeros((n_w, 2**m)), np.zeros(2**m))
+    out = _Affine(np.zeros((n_s, 2**m)), {}, np.zeros(2**m))
     for p in prims:
         spectrum, a = p.angle_terms()
         vec = spectrum[_local_index(bits, [axis_of[w] for w in p.wires])]
@@ -264,7 +281,7 @@ def _affine(prims, axis_of: dict, m: int, n_in: int, n_w: int, per_row: bool) ->
         elif a.kind == "weight" and per_row:
             out.sample[n_in + a.index] += a.scale * vec
         elif a.kind == "weight":
-            out.weight[a.index] += a.scale * vec
+            out.weight[a.index] = out.weight.get(a.index, 0.0) + a.scale * vec
     return out
 
 
@@ -298,7 +315,7 @@ def _structure(prims, local: list[int], n_in: int, n_w: int, per_row: bool) -> _
                 current = _embed(p.matrix, [axis_of[w] for w in p.wires], m) @ current
             continue
         aff = _affine(group, axis_of, m, n_in, n_w, per_row)
-        if not aff.weight.any() and not aff.sample.any():
+        if not aff.weight and not aff.sample.any():
             current = np.exp(1j * aff.const)[:, None] * current
             continue
         fixed.append(current)
@@ -317,10 +334,10 @@ class _Stage:
     kind: str  # "perm" | "dense" | "phase"
     batched: bool  # is the state entering this stage [B, d] (True) or the same for every row ([1, d])?
     perm: tuple = ()  # perm: new axis i is old axis perm[i]
-    width: int = 0  # dense: acts on the trailing `width` axes
+    width: int = 0  # dense: acts on the trailing `width` axes (one GEMM)
     unitary: tuple = (-1, -1)  # dense: (stack, member) in the program's unitary stacks
     cols: tuple = (0, 0)  # phase: column range of its phases
-    per_sample: bool = False  # phase: from theta_sample [B, T] (else from the shared phases [T])
+    per_sample: bool = False  # phase: a per-sample layer (its columns) or shared phases (columns of p_shared)
     wires: tuple = ()  # logical wires (for describe)
     note: str = ""
 
@@ -332,85 +349,116 @@ class _Plan:
     Shared angles ``theta_shared = shared_c + shared_w @ w`` (``[T]``): their first
     ``n_phase`` entries are turned into phases (the weight slots of unitaries and
     shared phase stages); ``theta_shared[sample_bias]`` is the bias of the per-sample
-    angles ``theta_sample = sym @ sample_a + bias`` (``[B, T_sample]``).
+    angles: layer ``l`` (columns ``l*2**n ...``) has ``sym @ sample_a[l] + bias[cols]``
+    (``[B, 2**n]``), computed only when a stage needs it.
     """
 
     n: int
     per_row: bool
     width: int  # fusion width used (n = full width)
+    lazy: bool  # single-qubit primitives fused lazily (see _fuse)
     stages: list
     layout: list  # final axis -> logical wire
     final_perm: tuple | None  # axes permutation back to logical order (None: identity)
-    shared_w: torch.Tensor | None  # [T, n_w]
+    shared_w: torch.Tensor | None  # [T, n_w], dense or sparse (None: no shared angle uses a weight)
     shared_c: torch.Tensor  # [T]
     n_phase: int
-    sample_a: torch.Tensor | None  # [n_sample, T_sample]
+    sample_a: list  # per distinct per-sample phase layer l: [n_sample, 2**n], its columns l*2**n...
     sample_bias: tuple
+    sample_uses: dict  # columns of a per-sample layer -> (first, last) index of the stages using it
     stacks: list  # {"const": [G, K, K]} or {"fixed": [...], "slots": [...], "size": G, "dim": K}
     flops: float = 0.0
 
 
-# cost model (seconds, forward + backward; rough, measured on a 2-core CPU)
-_STAGE_OVERHEAD = 60e-6  # per stage and call, independent of the batch
-_PASS = 2.5e-9  # per amplitude, one memory pass
-_MAC = 0.25e-9  # per amplitude and complex multiply-add
+# Cost model: seconds per call, forward + backward, calibrated on one CPU core (complex64):
+# a complex multiply-add ~0.13 ns per amplitude, an elementwise pass ~0.4 ns, a permuted copy
+# 0.4 ns plus ~0.55 ns per extra group of axes that moves; backward ~2x forward.
+_STAGE_OVERHEAD = 30e-6  # per stage and call (kernel launches, Python)
+_ROWS = 1000  # batch size the model assumes
 
 
-def _stage_cost(kind: str, width: int, n: int, rows: int) -> float:
-    d = rows * 2**n
+def _stage_cost(kind: str, n: int, width: int = 0, groups: int = 2) -> float:
+    amps = _ROWS * 2**n * 1e-9
     if kind == "dense":
-        return _STAGE_OVERHEAD + d * (2 * _PASS + _MAC * 2**width)
-    return _STAGE_OVERHEAD + d * _PASS
+        return _STAGE_OVERHEAD + amps * 3 * (0.13 * 2**width + 0.4)
+    if kind == "perm":
+        return _STAGE_OVERHEAD + amps * 2 * (0.4 + 0.55 * max(groups - 2, 0))
+    return _STAGE_OVERHEAD + amps * 4 * 0.4  # phase
 
 
-def _move_last(layout: list, wires: set) -> list:
+def _place(layout: list, wires: set, n: int) -> list | None:
+    """The layout a dense block runs in: None when its wires are already the trailing
+    axes (in any order: the block's matrix follows the layout), else them moved last."""
+    if set(layout[n - len(wires):]) == wires:
+        return None
     return [w for w in layout if w not in wires] + [w for w in layout if w in wires]
 
 
-def _estimate(schedule, n: int, k: int, rows: int = 1000) -> float:
-    """Estimated seconds per call of the stages that fusion width ``k`` gives."""
+def _segments(schedule, k: int, n: int, lazy: bool) -> list:
+    """The schedule with segments fused: ``[("phase", prims) | ("blocks", [_Block])]``."""
+    return [("phase", group) if kind == "phase" else ("blocks", _fuse(group, k, n, lazy)) for kind, group in schedule]
+
+
+def _estimate(schedule, n: int, k: int, lazy: bool) -> float:
+    """Estimated seconds per call (forward + backward) of the stages a fusion gives."""
     total, layout = 0.0, list(range(n))
-    for kind, prims in schedule:
-        if kind == "phase":
-            total += _stage_cost("phase", 0, n, rows)
-            continue
-        for b in _fuse(prims, k, n):
-            if b.diagonal:
-                total += _stage_cost("phase", 0, n, rows)
+    for kind, group in _segments(schedule, k, n, lazy):
+        for b in (group if kind == "blocks" else [None]):
+            if b is None or b.diagonal:
+                total += _stage_cost("phase", n)
                 continue
-            if k < n and set(layout[n - len(b.wires):]) != b.wires:
-                layout = _move_last(layout, b.wires)
-                total += _stage_cost("perm", 0, n, rows)
-            total += _stage_cost("dense", len(b.wires), n, rows)
+            new = _place(layout, b.wires, n) if k < n else None
+            if new is not None:
+                perm = tuple(layout.index(w) for w in new)
+                total += _stage_cost("perm", n, groups=1 + len(_grouped(perm)[0]))
+                layout = new
+            total += _stage_cost("dense", n, width=len(b.wires))
     return total
 
 
-def _choose_width(schedule, n: int, fusion: int | None) -> int:
-    if fusion is not None:
-        return min(int(fusion), n)
-    candidates = sorted({min(n, k) for k in (1, 2, 3, 4, 5, 6)} | ({n} if n <= 8 else set()))
-    return min(candidates, key=lambda k: (_estimate(schedule, n, k), -k))
+def _choose_fusion(schedule, n: int, fusion: int | None) -> tuple[int, bool]:
+    """(block width, lazy single-qubit fusion): the cheapest by the cost model (width ``fusion`` if given)."""
+    widths = [min(int(fusion), n)] if fusion is not None else sorted(
+        {min(n, k) for k in (1, 2, 3, 4, 5, 6)} | ({n} if n <= 8 else set()))
+    options = [(k, lazy) for k in widths for lazy in ((True, False) if k < n else (True,))]
+    return min(options, key=lambda o: (_estimate(schedule, n, *o), -o[0], not o[1]))
+
+
+_DENSE_MAP = 2**22  # the weights -> shared angles map is a dense matrix up to this many entries, else sparse
 
 
 class _Columns:
-    """Allocates columns of the shared angle vector (weights' affine maps, concatenated)."""
+    """Allocates columns of the shared angle vector ``theta = c + M @ w`` (affine maps, concatenated)."""
 
     def __init__(self, n_w: int):
-        self.w: list[np.ndarray] = []
+        self.entries: list = []  # (first column, {weight: [D] coefficients})
         self.c: list[np.ndarray] = []
         self.size = 0
         self.n_w = n_w
 
-    def take(self, weight: np.ndarray, const: np.ndarray) -> tuple[int, int]:
-        self.w.append(weight)
+    def take(self, weight: dict, const: np.ndarray) -> tuple[int, int]:
+        if weight:
+            self.entries.append((self.size, weight))
         self.c.append(const)
         first, self.size = self.size, self.size + const.shape[0]
         return first, self.size
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        if not self.size:
-            return np.zeros((self.n_w, 0)), np.zeros(0)
-        return np.concatenate(self.w, axis=1), np.concatenate(self.c)
+    def tensors(self, dtype, device) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """``(M, c)``: ``M`` ``[T, n_w]`` (dense or sparse COO; None when no angle uses a weight)."""
+        c = torch.tensor(np.concatenate(self.c) if self.c else np.zeros(0), dtype=dtype, device=device)
+        if not self.entries:
+            return None, c
+        rows, cols, vals = [], [], []
+        for first, weight in self.entries:
+            for j, v in weight.items():
+                nz = np.flatnonzero(v)
+                rows.append(first + nz)
+                cols.append(np.full(nz.shape, j))
+                vals.append(v[nz])
+        index = torch.tensor(np.stack([np.concatenate(rows), np.concatenate(cols)]), device=device)
+        m = torch.sparse_coo_tensor(index, torch.tensor(np.concatenate(vals), dtype=dtype, device=device),
+                                    (self.size, self.n_w), check_invariants=True).coalesce()
+        return (m.to_dense() if self.size * self.n_w <= _DENSE_MAP else m), c
 
 
 def _stack_unitaries(blocks: list, cols: _Columns, dtype, device) -> tuple[list, dict]:
@@ -453,7 +501,7 @@ def _build_plan(t: CircuitTemplate, per_row: bool, fusion: int | None, dtype, de
     sample_kinds = frozenset({"input", "weight"} if per_row else {"input"})
     prims = [p for op in t.ops for p in _lower(op)]
     schedule = _schedule(prims, n, sample_kinds)
-    k = _choose_width(schedule, n, fusion)
+    k, lazy = _choose_fusion(schedule, n, fusion)
 
     stages: list[_Stage] = []
     layout = list(range(n))
@@ -464,7 +512,7 @@ def _build_plan(t: CircuitTemplate, per_row: bool, fusion: int | None, dtype, de
     structures: list = []  # (block id, _Structure)
     shared_phases: list = []  # (stage, _Affine): columns assigned after the unitaries'
 
-    for kind, group in schedule:
+    for kind, group in _segments(schedule, k, n, lazy):
         if kind == "phase":
             aff = _affine(group, {w: i for i, w in enumerate(layout)}, n, n_in, n_w, per_row)
             if aff.key() not in sample_layers:
@@ -476,7 +524,7 @@ def _build_plan(t: CircuitTemplate, per_row: bool, fusion: int | None, dtype, de
             batched = True
             flops += 6 * d
             continue
-        for b in _fuse(group, k, n):
+        for b in group:
             wires = tuple(sorted(b.wires))
             note = ", ".join(p.label for p in b.prims) if len(b.prims) <= 6 else f"{len(b.prims)} primitives"
             if b.diagonal:
@@ -486,8 +534,8 @@ def _build_plan(t: CircuitTemplate, per_row: bool, fusion: int | None, dtype, de
                 stages.append(stage)
                 flops += 6 * d
                 continue
-            if k < n and set(layout[n - len(b.wires):]) != b.wires:
-                new = _move_last(layout, b.wires)
+            new = _place(layout, b.wires, n) if k < n else None
+            if new is not None:
                 stages.append(_Stage("perm", batched, perm=tuple(layout.index(w) for w in new)))
                 layout = new
             local = layout[n - len(b.wires):] if k < n else list(layout)
@@ -510,24 +558,34 @@ def _build_plan(t: CircuitTemplate, per_row: bool, fusion: int | None, dtype, de
         for aff in sample_affines:
             cols.take(aff.weight, aff.const)
         bias = (first, cols.size)
-    w_all, c_all = cols.arrays()
     real = _REAL[dtype]
+    shared_w, shared_c = cols.tensors(real, device)
     return _Plan(
         n=n,
         per_row=per_row,
         width=k,
+        lazy=lazy,
         stages=stages,
         layout=layout,
         final_perm=None if layout == list(range(n)) else tuple(layout.index(w) for w in range(n)),
-        shared_w=torch.tensor(w_all.T, dtype=real, device=device).contiguous() if w_all.any() else None,
-        shared_c=torch.tensor(c_all, dtype=real, device=device),
+        shared_w=shared_w,
+        shared_c=shared_c,
         n_phase=n_phase,
-        sample_a=(torch.tensor(np.concatenate([a.sample for a in sample_affines], axis=1), dtype=real, device=device)
-                  if sample_affines else None),
+        sample_a=[torch.tensor(a.sample, dtype=real, device=device) for a in sample_affines],
         sample_bias=bias,
+        sample_uses=_uses(stages),
         stacks=stacks,
         flops=flops,
     )
+
+
+def _uses(stages: list) -> dict:
+    uses: dict = {}
+    for i, st in enumerate(stages):
+        if st.kind == "phase" and st.per_sample:
+            first, _ = uses.get(st.cols, (i, i))
+            uses[st.cols] = (first, i)
+    return uses
 
 
 # --------------------------------------------------------------------------------------
@@ -640,10 +698,36 @@ def _phases(theta: torch.Tensor) -> torch.Tensor:
     return torch.complex(torch.cos(theta), torch.sin(theta))
 
 
-def _apply(st: _Stage, psi: torch.Tensor, n: int, stacks, p_sample, p_shared) -> torch.Tensor:
+class _SamplePhases:
+    """Per-sample phases ``exp(+-i (sym @ sample_a[l] + bias[cols]))``, one layer at a time.
+
+    A layer is computed when a stage first asks for it and kept, or, with
+    ``release``, dropped after the last stage to use it (``order`` -1: stages are
+    visited backwards), so at most a layer or two are alive in the adjoint method.
+    """
+
+    def __init__(self, plan: _Plan, sym, bias, sign: int = 1, release: bool = False, order: int = 1):
+        self.plan, self.sym, self.bias, self.sign = plan, sym, bias, sign
+        self.release, self.order = release, order
+        self.cache: dict = {}
+
+    def angles(self, cols: tuple) -> torch.Tensor:
+        a, b = cols
+        return torch.addmm(self.bias[a:b], self.sym, self.plan.sample_a[a // (b - a)])
+
+    def __call__(self, cols: tuple, stage: int) -> torch.Tensor:
+        p = self.cache.get(cols)
+        if p is None:
+            p = self.cache[cols] = _phases(self.sign * self.angles(cols))
+        if self.release and stage == self.plan.sample_uses[cols][1 if self.order > 0 else 0]:
+            del self.cache[cols]
+        return p
+
+
+def _apply(st: _Stage, i: int, psi: torch.Tensor, n: int, stacks, p_sample, p_shared) -> torch.Tensor:
     if st.kind == "phase":
         a, b = st.cols
-        return psi * (p_sample[:, a:b] if st.per_sample else p_shared[a:b])
+        return psi * (p_sample(st.cols, i) if st.per_sample else p_shared[a:b])
     if st.kind == "dense":
         u = stacks[st.unitary[0]][st.unitary[1]]
         if st.width == n:
@@ -652,21 +736,15 @@ def _apply(st: _Stage, psi: torch.Tensor, n: int, stacks, p_sample, p_shared) ->
     return _permute(psi, st.perm, n)
 
 
-def _im_conj(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``Im(a * conj(b))``."""
-    ar, br = torch.view_as_real(a), torch.view_as_real(b)
-    return ar[..., 1] * br[..., 0] - ar[..., 0] * br[..., 1]
-
-
 def _simulate(plan: _Plan, stacks, p_sample, p_shared, dtype, device, keep: list | None = None,
               keep_all: bool = False) -> torch.Tensor:
     """The final state; ``keep`` collects each stage's input (all, or those before the batch appears)."""
     psi = torch.zeros(1, 2**plan.n, dtype=dtype, device=device)
     psi[0, 0] = 1
-    for st in plan.stages:
+    for i, st in enumerate(plan.stages):
         if keep is not None and (keep_all or not st.batched):
             keep.append(psi)
-        psi = _apply(st, psi, plan.n, stacks, p_sample, p_shared)
+        psi = _apply(st, i, psi, plan.n, stacks, p_sample, p_shared)
     return psi
 
 
@@ -701,47 +779,70 @@ class _FusedSim(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, plan, readout, uncompute, theta_sample, p_shared, *stacks):
-        p_sample = None if theta_sample is None else _phases(theta_sample)
+    def forward(ctx, plan, readout, uncompute, sym, bias, p_shared, *stacks):
+        keep_all = not uncompute and any(ctx.needs_input_grad)  # else no backward needs the phases either
+        p_sample = _SamplePhases(plan, sym, bias, release=not keep_all)
         kept: list = []
-        keep_all = not uncompute and any(ctx.needs_input_grad)
         psi = _simulate(plan, stacks, p_sample, p_shared, p_shared.dtype, p_shared.device,
                         keep=kept, keep_all=keep_all)
         ctx.plan, ctx.readout, ctx.kept, ctx.uncompute, ctx.p_sample = plan, readout, kept, uncompute, p_sample
-        ctx.save_for_backward(psi, p_shared, *stacks)
+        ctx.save_for_backward(psi, sym, bias, p_shared, *stacks)
         return readout(psi)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
-        plan, n, kept, p_sample = ctx.plan, ctx.plan.n, ctx.kept, ctx.p_sample
-        psi, p_shared, *stacks = ctx.saved_tensors
-        need_s, need_sh, need_m = ctx.needs_input_grad[3], ctx.needs_input_grad[4], ctx.needs_input_grad[5:]
+        plan, n, kept = ctx.plan, ctx.plan.n, ctx.kept
+        psi, sym, bias, p_shared, *stacks = ctx.saved_tensors
+        need_sym, need_bias = ctx.needs_input_grad[3], ctx.needs_input_grad[4]
+        need_s, need_sh, need_m = need_sym or need_bias, ctx.needs_input_grad[5], ctx.needs_input_grad[6:]
         g_sample: dict = {}
         g_shared = torch.zeros_like(p_shared) if need_sh else None
         g_stacks: list = [None] * len(stacks)
         conj_stacks: dict = {}
-        conj_sample = None if p_sample is None else p_sample.conj().resolve_conj()
+        if ctx.uncompute:  # recomputed, one layer at a time, as the stages are visited backwards
+            conj_sample = _SamplePhases(plan, sym, bias, sign=-1, release=True, order=-1)
+        else:
+            forward, conj_cache = ctx.p_sample, {}
+
+            def conj_sample(cols, stage):
+                if cols not in conj_cache:
+                    conj_cache[cols] = forward(cols, stage).conj().resolve_conj()
+                return conj_cache[cols]
         conj_shared = p_shared.conj().resolve_conj()
 
-        def back_map(st: _Stage, carry: torch.Tensor) -> torch.Tensor:
+        def back_map(st: _Stage, s: int, carry: torch.Tensor) -> torch.Tensor:
             """The adjoint of a stage's linear map, on ``[..., rows, d]``."""
             if st.kind == "perm":
                 return _permute(carry, _inverse(st.perm), n)
             if st.kind == "phase":
                 a, b = st.cols
-                return carry * (conj_sample[:, a:b] if st.per_sample else conj_shared[a:b])
+                return carry * (conj_sample(st.cols, s) if st.per_sample else conj_shared[a:b])
             i, j = st.unitary
             if i not in conj_stacks:
                 conj_stacks[i] = stacks[i].conj().resolve_conj()
             k = 2**st.width
             return (carry.reshape(-1, k) @ conj_stacks[i][j]).reshape(carry.shape)
 
-        def param_grads(st: _Stage, lam_out, psi_in, psi_out) -> None:
+        g_sym = torch.zeros_like(sym) if need_sym else None
+        g_bias = torch.zeros_like(bias) if need_bias else None
+
+        def param_grads(st: _Stage, s: int, lam_out, psi_in, psi_out) -> None:
             if st.kind == "phase" and st.per_sample and need_s:
                 a, b = st.cols
-                g = _im_conj(lam_out, psi_out)  # d L / d theta
-                g_sample[(a, b)] = g if (a, b) not in g_sample else g_sample[(a, b)] + g
+                # d L / d theta = Im(lambda conj(psi)) at the stage's output: summed as complex
+                # products over the stages sharing the layer, the imaginary part taken at its first use
+                g = lam_out * psi_out.conj()
+                if (a, b) in g_sample:
+                    g = g + g_sample.pop((a, b))
+                if s != plan.sample_uses[(a, b)][0]:
+                    g_sample[(a, b)] = g
+                    return
+                g_theta = g.imag  # [B, 2**n]
+                if need_sym:
+                    g_sym.add_(g_theta @ plan.sample_a[a // (b - a)].transpose(0, 1))
+                if need_bias:
+                    g_bias[a:b] += g_theta.sum(0)
             elif st.kind == "phase" and not st.per_sample and need_sh:
                 a, b = st.cols
                 g_shared[a:b] += (lam_out * psi_in.conj()).sum(0)
@@ -753,29 +854,21 @@ class _FusedSim(torch.autograd.Function):
                 g_stacks[i][j] += (psi_in.reshape(-1, k).mH @ lam_out.reshape(-1, k)).transpose(0, 1)
 
         lam = ctx.readout.grad(psi, grad_out.to(psi.real.dtype))
-        stacked = ctx.uncompute and plan.sample_a is not None  # else every stage's input was kept
+        stacked = ctx.uncompute and bool(plan.sample_a)  # else every stage's input was kept
         carry = torch.stack([lam, psi]) if stacked else lam
         psi_out = psi
         for s in range(len(plan.stages) - 1, -1, -1):
             st = plan.stages[s]
             lam_out = carry[0] if stacked else carry
-            new = back_map(st, carry)
+            new = back_map(st, s, carry)
             psi_in = new[1] if stacked and st.batched else kept[s]
-            param_grads(st, lam_out, psi_in, psi_out)
+            param_grads(st, s, lam_out, psi_in, psi_out)
             carry, psi_out = new, psi_in
             if st.kind == "phase" and st.per_sample and not st.batched:
                 # the first per-sample phase: its input was the same for every row
                 carry = (carry[0] if stacked else carry).sum(0, keepdim=True)
                 stacked = False
-        g_s = None
-        if need_s and g_sample:
-            if len(g_sample) == 1 and next(iter(g_sample)) == (0, p_sample.shape[1]):
-                g_s = next(iter(g_sample.values()))
-            else:
-                g_s = torch.zeros_like(p_sample.real)
-                for (a, b), g in g_sample.items():
-                    g_s[:, a:b] += g
-        return (None, None, None, g_s, g_shared, *g_stacks)
+        return (None, None, None, g_sym, g_bias, g_shared, *g_stacks)
 
 
 # --------------------------------------------------------------------------------------
@@ -909,20 +1002,22 @@ class CompiledProgram:
         per_row = w.ndim == 2
         plan = self._plan(per_row)
         readout = self._readout(plan, what)
-        theta = plan.shared_c if plan.shared_w is None else torch.addmv(plan.shared_c, plan.shared_w, w)
+        if plan.shared_w is None:
+            theta = plan.shared_c
+        elif plan.shared_w.is_sparse:
+            theta = plan.shared_c + torch.sparse.mm(plan.shared_w, w[:, None])[:, 0]
+        else:
+            theta = torch.addmv(plan.shared_c, plan.shared_w, w)
         p_shared = _phases(theta[: plan.n_phase])
-        theta_sample = None
-        if plan.sample_a is not None:
-            sym = torch.cat([x, w], 1) if per_row else x
-            a, b = plan.sample_bias
-            theta_sample = torch.addmm(theta[a:b], sym, plan.sample_a)
+        sym = torch.cat([x, w], 1) if per_row else x  # the per-sample symbols
+        bias = theta[plan.sample_bias[0]: plan.sample_bias[1]]
         stacks = _build_stacks(plan, p_shared)
         if self.gradient != "autograd":
             uncompute = self.gradient == "adjoint" or (
                 torch.is_grad_enabled() and len(plan.stages) * x.shape[0] * 2**plan.n * self._itemsize > _KEEP_BYTES)
-            out = _FusedSim.apply(plan, readout, uncompute, theta_sample, p_shared, *stacks)
+            out = _FusedSim.apply(plan, readout, uncompute, sym, bias, p_shared, *stacks)
         else:
-            p_sample = None if theta_sample is None else _phases(theta_sample)
+            p_sample = _SamplePhases(plan, sym, bias, release=not torch.is_grad_enabled())
             out = readout(_simulate(plan, stacks, p_sample, p_shared, self.dtype, self.device))
         return out.expand(x.shape[0], -1) if out.shape[0] != x.shape[0] else out
 
@@ -949,14 +1044,16 @@ class CompiledProgram:
         for st in plan.stages:
             counts[st.kind] = counts.get(st.kind, 0) + 1
         built = [s for s in plan.stacks if "const" not in s]
-        n_sample = 0 if plan.sample_a is None else plan.sample_a.shape[1] // 2**plan.n
+        n_sample = len(plan.sample_a)
         lines = [
-            f"compiled {t.name!r} [{t.fingerprint()}]: {t.n_qubits} qubits, {len(t.ops)} ops, "
-            f"{t.n_inputs} inputs, {t.n_weights} weights ({'per row' if per_row else 'shared'}), "
-            f"{str(self.dtype).replace('torch.', '')} on {self.device}, "
-            f"gradient={self.gradient}",
+            (f"compiled {t.name!r} [{t.fingerprint()}]: {t.n_qubits} qubits, {len(t.ops)} ops, "
+             f"{t.n_inputs} inputs, {t.n_weights} weights ({'per row' if per_row else 'shared'}), "
+             f"{str(self.dtype).replace('torch.', '')} on {self.device}, "
+             f"gradient={self.gradient}"),
             f"  fusion width {plan.width}{' (full width)' if plan.width >= plan.n else ''}"
-            f"{' (cost model)' if self.fusion is None else ''}; stages: "
+            f"{' (cost model)' if self.fusion is None else ''}"
+            f"{'' if plan.width >= plan.n else (', lazy' if plan.lazy else ', eager') + ' single-qubit fusion'}"
+            "; stages: "
             + ", ".join(f"{v} {k}" for k, v in counts.items())
             + f"; {n_sample} distinct per-sample phase layer(s); "
             f"{sum(s['size'] for s in built)} unitar{'y' if sum(s['size'] for s in built) == 1 else 'ies'} "
@@ -991,7 +1088,7 @@ def compile_template(template: CircuitTemplate, dtype=torch.complex64, device="c
 
     ``gradient``: ``"fused"`` (default: one autograd node with a hand-written
     backward that keeps the forward states, switching to the adjoint method by
-    itself when they would take more than 512 MiB), ``"adjoint"`` (always the adjoint
+    itself when they would take more than 2 GiB), ``"adjoint"`` (always the adjoint
     method: states are un-computed, memory stays at a few states; ``adjoint=True``
     is a shorthand) or ``"autograd"`` (plain torch ops recorded by autograd:
     slower, but twice differentiable).

@@ -128,6 +128,39 @@ def test_no_inputs_no_weights_and_identity_terms(reference):
         compile_template(t.with_observables([]))()
 
 
+def _prims_unitary(prims, n):
+    from hqflow.backends.compiled import _embed
+
+    u = np.eye(2**n, dtype=complex)
+    for p in prims:
+        if p.matrix is not None:
+            m = p.matrix
+        else:  # a diagonal rotation, at an arbitrary fixed angle
+            m = np.diag(np.exp(1j * 0.37 * (p.angle.offset + 1.3 * p.angle.scale) * p.spectrum))
+        u = _embed(m, list(p.wires), n) @ u
+    return u
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+def test_fusion_blocks_reproduce_the_circuit(lazy):
+    """Blocks (in order, each with its primitives in order) multiply to the circuit's unitary."""
+    from hqflow.backends.compiled import _fuse, _lower
+
+    rng = np.random.default_rng(41)
+    for _ in range(30):
+        n = int(rng.integers(2, 6))
+        t = random_template(rng, n, n_ops=8 * n)
+        prims = [p for op in t.ops for p in _lower(op)]
+        want = _prims_unitary(prims, n)
+        for k in range(1, n + 1):
+            blocks = _fuse(prims, k, n, lazy)
+            assert sorted(map(id, (p for b in blocks for p in b.prims))) == sorted(map(id, prims))
+            # at most k wires, unless a gate is wider than k, or the block is a phase stage
+            assert all(len(b.wires) <= max(k, *(len(p.wires) for p in b.prims)) or b.diagonal for b in blocks)
+            got = _prims_unitary([p for b in blocks for p in b.prims], n)
+            np.testing.assert_allclose(got, want, atol=1e-10, err_msg=f"k={k}")
+
+
 # --- gradients ----------------------------------------------------------------------
 
 
@@ -184,6 +217,26 @@ def test_gradient_modes_agree():
         checked += 1
     assert checked == 16
     assert compile_template(policy_circuit(), adjoint=True).gradient == "adjoint"
+
+
+def test_sparse_weight_map_matches_dense(monkeypatch):
+    """Large circuits map weights to angles with a sparse matrix; same values and gradients."""
+    import hqflow.backends.compiled as compiled
+
+    for k, t, x, w in _cases(6, seed=43, max_qubits=5, rows=2):
+        if w.ndim == 2:
+            continue
+        results = []
+        for limit in (2**22, 0):
+            monkeypatch.setattr(compiled, "_DENSE_MAP", limit)
+            prog = CompiledProgram(t, torch.complex128)  # uncached: built under this limit
+            assert limit or prog._plan(False).shared_w is None or prog._plan(False).shared_w.is_sparse
+            wt = torch.tensor(w, requires_grad=True)
+            values = prog(x, wt)
+            values.sum().backward()
+            results.append((values.detach().numpy(), wt.grad.numpy()))
+        np.testing.assert_allclose(results[1][0], results[0][0], atol=1e-12)
+        np.testing.assert_allclose(results[1][1], results[0][1], atol=1e-12)
 
 
 def test_complex64_policy_gradients_close_to_complex128():
