@@ -57,6 +57,8 @@ import torch
 from hqflow.ir.circuit import Angle, CircuitTemplate, Op
 from hqflow.ir.gates import GATES, gate_matrix
 
+from hqflow.ir.passes import light_cone
+
 from .base import BackendError, BatchResult, Capabilities, CircuitBatch, LocalBackend
 
 __all__ = ["CompiledBackend", "CompiledProgram", "clear_cache", "compile_template"]
@@ -65,6 +67,7 @@ _DTYPES = {"complex64": torch.complex64, "complex128": torch.complex128}
 _GRADIENTS = ("fused", "adjoint", "autograd")
 MAX_QUBITS = 26  # hard limit of compile_template (CompiledBackend defaults to 16 on CPU)
 _KEEP_BYTES = 2 * 2**30  # "fused" keeps forward states up to this size, else un-computes them (adjoint method)
+_CHUNK_AMPLITUDES = 2**19  # CPU batches run in chunks of about this many amplitudes (rows x 2**n)
 _REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 
 # --------------------------------------------------------------------------------------
@@ -912,7 +915,7 @@ class CompiledProgram:
     """
 
     def __init__(self, template: CircuitTemplate, dtype=torch.complex64, device="cpu",
-                 fusion: int | None = None, gradient: str = "fused"):
+                 fusion: int | None = None, gradient: str = "fused", lightcone: bool = True):
         problems = template.problems()
         if problems:
             raise BackendError("; ".join(problems))
@@ -932,7 +935,13 @@ class CompiledProgram:
         self._plans: dict[bool, _Plan] = {}
         self._readouts: dict = {}
         self._lock = threading.Lock()
-        self._plan(False)  # compile eagerly: errors surface here
+        # expectation values only need the observables' light cone (hqflow.ir.passes)
+        self.cone = light_cone(template) if lightcone else None
+        self._sub = None
+        if self.cone is not None and self.cone.reduces:
+            self._sub = CompiledProgram(self.cone.template, self.dtype, self.device, fusion, gradient, False)
+        else:
+            self._plan(False)  # compile eagerly: errors surface here
 
     # -- compilation (per weight mode, lazily) -------------------------------------
     def _plan(self, per_row: bool) -> _Plan:
@@ -999,6 +1008,20 @@ class CompiledProgram:
     # -- the pipeline ------------------------------------------------------------------
     def _run(self, inputs, weights, what: str) -> torch.Tensor:
         x, w = self._coerce(inputs, weights)
+        if self._sub is not None and what != "probs":
+            cone = self.cone
+            out = self._sub._run(x[:, list(cone.inputs)], w[..., list(cone.weights)], what)
+            if torch.is_grad_enabled() and (not cone.weights and w.requires_grad or not cone.inputs and x.requires_grad):
+                out = out + 0 * (w.sum() + x.sum())  # parameters outside the cone get zero gradients, not None
+            return out
+        rows = max(1, _CHUNK_AMPLITUDES >> self.template.n_qubits)
+        if x.shape[0] > 2 * rows and self.device.type == "cpu":
+            # large batches run in cache-sized chunks (faster on CPU; the unitaries are rebuilt per chunk)
+            return torch.cat([self._run_rows(x[i: i + rows], w[i: i + rows] if w.ndim == 2 else w, what)
+                              for i in range(0, x.shape[0], rows)])
+        return self._run_rows(x, w, what)
+
+    def _run_rows(self, x: torch.Tensor, w: torch.Tensor, what: str) -> torch.Tensor:
         per_row = w.ndim == 2
         plan = self._plan(per_row)
         readout = self._readout(plan, what)
@@ -1037,7 +1060,16 @@ class CompiledProgram:
 
     # -- introspection -------------------------------------------------------------------
     def describe(self, per_row: bool = False) -> str:
-        """The compiled program (for shared or per-row weights): stages, fusion width, estimated flops."""
+        """The compiled program (for shared or per-row weights): stages, fusion width, estimated flops.
+
+        With a light cone smaller than the circuit, this is the program that computes
+        expectation values (probabilities run the whole circuit)."""
+        if self._sub is not None:
+            t, r = self.template, self.cone.template
+            return (f"compiled {t.name!r} [{t.fingerprint()}]: light cone of the observables: "
+                    f"{r.n_qubits} of {t.n_qubits} qubits (wires {list(self.cone.wires)}), {len(r.ops)} of "
+                    f"{len(t.ops)} ops, {r.n_inputs} of {t.n_inputs} inputs, {r.n_weights} of {t.n_weights} "
+                    f"weights; expectation values run:\n" + self._sub.describe(per_row))
         plan = self._plan(per_row)
         t = self.template
         counts: dict = {}
@@ -1083,7 +1115,8 @@ _CACHE_SIZE = 256
 
 
 def compile_template(template: CircuitTemplate, dtype=torch.complex64, device="cpu",
-                     fusion: int | None = None, adjoint: bool = False, gradient: str | None = None) -> CompiledProgram:
+                     fusion: int | None = None, adjoint: bool = False, gradient: str | None = None,
+                     lightcone: bool = True) -> CompiledProgram:
     """The compiled program for ``template``, memoized by (fingerprint, dtype, device, fusion, gradient).
 
     ``gradient``: ``"fused"`` (default: one autograd node with a hand-written
@@ -1092,14 +1125,18 @@ def compile_template(template: CircuitTemplate, dtype=torch.complex64, device="c
     method: states are un-computed, memory stays at a few states; ``adjoint=True``
     is a shorthand) or ``"autograd"`` (plain torch ops recorded by autograd:
     slower, but twice differentiable).
+
+    ``lightcone``: expectation values simulate only the gates and wires in the
+    observables' light cone (``hqflow.ir.passes.light_cone``); exact, and much
+    faster for local observables of wide, shallow circuits.
     """
     dt, dev = _resolve_dtype(dtype), _resolve_device(device)
     gradient = gradient or ("adjoint" if adjoint else "fused")
-    key = (template.fingerprint(), dt, str(dev), fusion, gradient)
+    key = (template.fingerprint(), dt, str(dev), fusion, gradient, bool(lightcone))
     with _CACHE_LOCK:
         prog = _CACHE.get(key)
     if prog is None:
-        prog = CompiledProgram(template, dt, dev, fusion, gradient)
+        prog = CompiledProgram(template, dt, dev, fusion, gradient, bool(lightcone))
         with _CACHE_LOCK:
             if len(_CACHE) >= _CACHE_SIZE:
                 _CACHE.pop(next(iter(_CACHE)))

@@ -20,6 +20,10 @@ Peers, side by side in one run (each optional: a missing one prints why):
 
 * ``compiled``: hqflow's ``compile_template(template, dtype=torch.complex64)``; ``prog(x, w)``
   with its default backward (``prog.gradient``, shown in the table).
+* ``compiled-full`` (shown as "(no light cone)"): the same with ``lightcone=False``, i.e. the
+  whole circuit simulated. Listed only where the light cone is smaller than the circuit
+  (12q: <Z0> after three CNOT-chain layers depends on 4 of the 12 qubits); not a peer.
+  ``speedup_vs_best_peer_12q_no_lightcone`` is its speedup.
 * ``default.qubit``: PennyLane, parameter broadcasting (x[:, i] is a [B] angle), backprop,
   torch interface.
 * ``lightning.qubit``: PennyLane lightning, adjoint differentiation, torch interface. It does
@@ -87,12 +91,14 @@ from _circuits import hea_circuit, policy_circuit  # benchmarks/_circuits.py (th
 
 CIRCUITS = {"4q": lambda: policy_circuit(4, 5), "8q": lambda: policy_circuit(8, 5), "12q": lambda: hea_circuit(12, 3)}
 # run in this order: the strongest peers first, so that --quick's time limit cuts the weakest
-PEERS = ["compiled", "pyqtorch", "tensorcircuit", "default.qubit", "lightning.qubit", "aer"]
-KEYS = {"compiled": "compiled", "default.qubit": "pl_default_qubit", "lightning.qubit": "pl_lightning_qubit",
+PEERS = ["compiled", "compiled-full", "pyqtorch", "tensorcircuit", "default.qubit", "lightning.qubit", "aer"]
+KEYS = {"compiled": "compiled", "compiled-full": "compiled_full", "default.qubit": "pl_default_qubit", "lightning.qubit": "pl_lightning_qubit",
         "pyqtorch": "pyqtorch", "tensorcircuit": "tensorcircuit", "aer": "aer_estimator"}
 DISTS = {"default.qubit": "pennylane", "lightning.qubit": "pennylane_lightning", "pyqtorch": "pyqtorch",
          "tensorcircuit": "tensorcircuit-ng", "aer": "qiskit-aer"}
 MEMORY_BUDGET = 4 * 2**30  # bytes of stored states per chunk (autograd peers)
+SELF = ("compiled", "compiled-full")  # hqflow's own rows: never cut short by --quick's limits
+NOT_PEERS = SELF + ("aer",)  # not counted as "best peer" (aer: forward only)
 VALUE_TOL, GRAD_TOL = 1e-4, 1e-3  # complex64 peers; the grad tolerance is relative to max |grad|
 
 
@@ -168,12 +174,12 @@ class TorchRunner(Runner):
         return step
 
 
-def build_compiled(t) -> tuple[Runner, str, object]:
+def build_compiled(t, lightcone: bool = True) -> tuple[Runner, str, object]:
     try:
         from hqflow.backends.compiled import compile_template
     except ImportError as exc:
         raise Unavailable(f"not available (ImportError: {exc})") from None
-    prog = compile_template(t, dtype=torch.complex64)
+    prog = compile_template(t, dtype=torch.complex64, lightcone=lightcone)
     # its own backward ("fused": keeps the states of its few fused stages, switching to the adjoint
     # method past a memory limit; "adjoint": un-computes them) manages memory: B is not chunked
     return TorchRunner(prog, bytes_per_amp=8 if gradient_mode(prog) == "autograd" else 0), "complex64", prog
@@ -318,6 +324,7 @@ class AerRunner(Runner):
 
 BUILDERS = {
     "compiled": build_compiled,
+    "compiled-full": lambda t: build_compiled(t, lightcone=False),
     "default.qubit": build_default_qubit,
     "lightning.qubit": build_lightning,
     "pyqtorch": build_pyqtorch,
@@ -326,6 +333,7 @@ BUILDERS = {
 }
 LABELS = {
     "compiled": "hqflow compiled",
+    "compiled-full": "  (no light cone)",
     "default.qubit": "PL default.qubit",
     "lightning.qubit": "PL lightning.qubit",
     "pyqtorch": "pyqtorch",
@@ -334,6 +342,7 @@ LABELS = {
 }
 METHODS = {
     "compiled": "fwd+bwd",
+    "compiled-full": "fwd+bwd",
     "default.qubit": "fwd+bwd backprop",
     "lightning.qubit": "fwd+bwd adjoint",
     "pyqtorch": "fwd+bwd autograd",
@@ -539,14 +548,17 @@ def main() -> int:
         prog = None
         for p in peers:
             row = rows[p] = {"cells": {}, "dtype": "", "dv": None, "dg": None}
-            if p != "compiled" and time.perf_counter() - start > deadline:
+            if p not in SELF and time.perf_counter() - start > deadline:
                 row["cells"] = {b: f"skipped: --quick stops starting peers after {deadline:.0f} s" for b in batches}
+                continue
+            if p == "compiled-full" and not (prog is not None and prog.cone is not None and prog.cone.reduces):
+                row["cells"] = {b: "same program as compiled (the light cone is the whole circuit)" for b in batches}
                 continue
             try:
                 built = BUILDERS[p](t)
                 runner, row["dtype"] = built[0], built[1]
-                if p == "compiled":
-                    prog = built[2]
+                if p in ("compiled", "compiled-full"):
+                    prog = built[2] if p == "compiled" else prog
                     row["method"] = f"fwd+bwd {gradient_mode(prog)}"
                 values, grad = runner.values_and_grad(x_check, w)
                 row["dv"] = float(np.abs(values - ref_values).max())
@@ -558,24 +570,24 @@ def main() -> int:
                     raise Unavailable(f"WRONG: max |dvalue| {row['dv']:.2e}, max |dgrad| {row['dg']} vs reference")
                 predict = Predictor(runner, x, w, probe)
             except Unavailable as exc:
-                failed_compiled |= p == "compiled" and str(exc).startswith("WRONG")
+                failed_compiled |= p in SELF and str(exc).startswith("WRONG")
                 row["cells"] = {b: str(exc) for b in batches}
                 continue
             except Exception as exc:  # noqa: BLE001  (a peer that breaks must not take the others down)
-                failed_compiled |= p == "compiled"
+                failed_compiled |= p in SELF
                 row["cells"] = {b: f"error: {type(exc).__name__}: {exc}"[:200] for b in batches}
                 continue
             for b in batches:
                 # fewer rows than B: peers that loop over rows anyway; with --quick, any peer at the first B
-                allow_cap = p != "compiled" and (b == batches[0] if args.quick else runner.per_sample)
+                allow_cap = p not in SELF and (b == batches[0] if args.quick else runner.per_sample)
                 try:
                     # the first B always runs (a load spike during the probes must not drop a peer),
                     # except with --quick, where peers then run on fewer rows
-                    must_run = b == batches[0] and (p == "compiled" or not args.quick)
-                    cell, why = measure(runner, t, x, w, b, repeats, budget * (5 if p == "compiled" else 1),
+                    must_run = b == batches[0] and (p in SELF or not args.quick)
+                    cell, why = measure(runner, t, x, w, b, repeats, budget * (5 if p in SELF else 1),
                                         predict, allow_cap, must_run)
                 except Exception as exc:  # noqa: BLE001
-                    failed_compiled |= p == "compiled"
+                    failed_compiled |= p in SELF
                     cell, why = None, f"error: {type(exc).__name__}: {exc}"[:200]
                 if cell is None:
                     row["cells"][b] = f"skipped: {why}"
@@ -615,13 +627,16 @@ def main() -> int:
             print(line)
 
         # ---- speedup against the best fwd+bwd peer; fraction of the machine's peak
-        speedups = []
+        speedups, full_speedups = [], []
+        full = rows.get("compiled-full", {}).get("cells", {})
         for b in batches:
             base = comp.get(b)
-            best = max(((rows[p]["cells"][b]["rate"], p) for p in peers if p not in ("compiled", "aer")
+            best = max(((rows[p]["cells"][b]["rate"], p) for p in peers if p not in NOT_PEERS
                         and isinstance(rows[p]["cells"].get(b), dict)), default=None)
+            if isinstance(full.get(b), dict) and best:
+                full_speedups.append(full[b]["rate"] / best[0])
             if isinstance(base, dict) and best:
-                figures[f"peers_compared_{cname}_b{b}"] = [p for p in peers if p not in ("compiled", "aer")
+                figures[f"peers_compared_{cname}_b{b}"] = [p for p in peers if p not in NOT_PEERS
                                                            and isinstance(rows[p]["cells"].get(b), dict)]
                 speedups.append(base["rate"] / best[0])
                 figures[f"best_peer_{cname}_b{b}"] = best[1]
@@ -635,6 +650,8 @@ def main() -> int:
                 print(f"  compiled B={b}: {flops / base['rows'] / 1e6:.3f} MFLOP/row ({source}) -> {gflops:.2f} GFLOP/s"
                       + (f"; x{base['rate'] / best[0]:.2f} vs best peer {best[1]}" if best else ""))
         figures[f"speedup_vs_best_peer_{cname}"] = round(min(speedups), 3) if speedups else None
+        if full_speedups and prog is not None and getattr(prog, "cone", None) is not None and prog.cone.reduces:
+            figures[f"speedup_vs_best_peer_{cname}_no_lightcone"] = round(min(full_speedups), 3)
         peaks.append(matmul_peak())
 
     peak = max(peaks)
