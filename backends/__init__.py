@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 from .base import (
     Backend,
@@ -35,6 +35,10 @@ _REGISTRY: dict[str, str | Callable[..., Backend]] = {
     "emulated-qpu": "hqflow.backends.emulated:EmulatedQPU",
     "compiled": "hqflow.backends.compiled:CompiledBackend",
 }
+# The default for exact local simulation: the fastest backend at small widths
+# (benchmarks/simulators.py). ``Pipeline.execute`` and the workloads default to it.
+DEFAULT_BACKEND = "compiled"
+
 # Names shown by ``hqflow backends`` (a prefix backend lists its common suffixes).
 _LISTED = ["reference", "aer", "pennylane:default.qubit", "pennylane:lightning.qubit", "emulated-qpu", "compiled"]
 
@@ -77,6 +81,7 @@ def backend_names() -> list[str]:
 
 
 __all__ = [
+    "DEFAULT_BACKEND",
     "Backend",
     "BackendError",
     "BatchResult",

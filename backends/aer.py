@@ -22,14 +22,13 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
+from hqflow.ir.circuit import CircuitTemplate, Observable, PauliTerm
+from hqflow.ir.gates import GATES
+from hqflow.ir.qiskit_io import observable_to_sparse_pauli, to_qiskit
 from qiskit import QuantumCircuit, transpile
 from qiskit.quantum_info import SparsePauliOp
 from qiskit_aer import AerSimulator
 from qiskit_aer.primitives import EstimatorV2, SamplerV2
-
-from hqflow.ir.circuit import CircuitTemplate, Observable, PauliTerm
-from hqflow.ir.gates import GATES
-from hqflow.ir.qiskit_io import observable_to_sparse_pauli, to_qiskit
 
 from .base import (
     BackendError,

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
-
 from hqflow.ir.circuit import CircuitTemplate
 
 
@@ -85,7 +84,7 @@ class CircuitBatch:
         *,
         shots: int | None | str = "template",
         seed: int | None = None,
-    ) -> "CircuitBatch":
+    ) -> CircuitBatch:
         """Normalize loose arrays into a checked batch (the one place shapes are checked)."""
         n_in, n_w = template.n_inputs, template.n_weights
         if weights is None and n_w:
@@ -143,7 +142,7 @@ class CircuitBatch:
             out.append(np.stack(cols, axis=1) if cols else np.zeros((self.size, 0)))
         return out
 
-    def split(self, max_rows: int) -> list["CircuitBatch"]:
+    def split(self, max_rows: int) -> list[CircuitBatch]:
         """Cut into batches of at most ``max_rows`` rows (for ``max_circuits_per_job``)."""
         if self.size <= max_rows:
             return [self]
@@ -184,7 +183,7 @@ class BatchResult:
     metadata: dict = field(default_factory=dict)
 
     @staticmethod
-    def concat(parts: list["BatchResult"]) -> "BatchResult":
+    def concat(parts: list[BatchResult]) -> BatchResult:
         """Re-join the results of a split batch, in order."""
 
         def cat(name: str):

@@ -53,10 +53,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
 from hqflow.ir.circuit import Angle, CircuitTemplate, Op
 from hqflow.ir.gates import GATES, gate_matrix
-
 from hqflow.ir.passes import light_cone
 
 from .base import BackendError, BatchResult, Capabilities, CircuitBatch, LocalBackend

@@ -39,13 +39,22 @@ import math
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from . import get_backend
-from .base import Backend, BackendError, BatchResult, Capabilities, CircuitBatch, JobCancelled, JobFailed
+from .base import (
+    Backend,
+    BackendError,
+    BatchResult,
+    Capabilities,
+    CircuitBatch,
+    JobCancelled,
+    JobFailed,
+)
 
 _log = logging.getLogger(__name__)
 QUEUE_DISTRIBUTIONS = ("fixed", "exponential", "uniform")
@@ -115,7 +124,7 @@ class EmulatedJob:
         self._error: BaseException | None = None
         self._lock = threading.Lock()
         self._finished = threading.Event()
-        self._callbacks: list[Callable[["EmulatedJob"], Any]] = []
+        self._callbacks: list[Callable[[EmulatedJob], Any]] = []
 
     def status(self) -> str:
         return self._state
@@ -136,7 +145,7 @@ class EmulatedJob:
             return True
         return self._settle("cancelled", only_from="queued")
 
-    def add_done_callback(self, fn: Callable[["EmulatedJob"], Any]) -> None:
+    def add_done_callback(self, fn: Callable[[EmulatedJob], Any]) -> None:
         """Call ``fn(job)`` once the job finishes, fails or is cancelled (now if it has)."""
         with self._lock:
             if not self._finished.is_set():
@@ -168,7 +177,7 @@ class EmulatedJob:
             self._call(fn)
         return True
 
-    def _call(self, fn: Callable[["EmulatedJob"], Any]) -> None:
+    def _call(self, fn: Callable[[EmulatedJob], Any]) -> None:
         try:
             fn(self)
         except Exception:  # a callback's bug must not break the backend
@@ -324,7 +333,7 @@ class EmulatedQPU:
         for job in live:
             job._settle("cancelled")
 
-    def __enter__(self) -> "EmulatedQPU":
+    def __enter__(self) -> EmulatedQPU:
         return self
 
     def __exit__(self, *exc) -> None:

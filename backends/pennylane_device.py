@@ -16,15 +16,18 @@ constructor's ``seed``) seeds the device, so shot runs are reproducible.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
 
 import numpy as np
 import pennylane as qml
-
 from hqflow.ir.circuit import CircuitTemplate
-from hqflow.ir.pennylane_io import PENNYLANE_LOCK, apply_template, observable_to_pennylane
+from hqflow.ir.pennylane_io import (
+    PENNYLANE_LOCK,
+    apply_template,
+    observable_to_pennylane,
+)
 
 from .base import BackendError, BatchResult, Capabilities, CircuitBatch, LocalBackend
 

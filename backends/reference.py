@@ -13,7 +13,6 @@ the computational-basis probabilities.
 from __future__ import annotations
 
 import numpy as np
-
 from hqflow.ir.gates import PAULIS, gate_matrix
 
 from .base import BatchResult, Capabilities, CircuitBatch, LocalBackend

@@ -13,18 +13,21 @@ import os as _os
 # let the package find them there too. Installed copies have them inside.
 _root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
 if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isdir(_os.path.join(_root, "ir")):
-    __path__.append(_root)  # noqa: F821 - __path__ is defined for packages
+    __path__.append(_root)
 
 __version__ = "0.1.0"
 
-from .executors import learner_device  # noqa: E402
-from .fragments import FragmentError, RunResult  # noqa: E402
-from .pipeline import Pipeline  # noqa: E402
-from .reference_executor import ReferenceExecutor  # noqa: E402
-from .reference_executor import run as run_reference  # noqa: E402
-from .scheduler import Scheduler, SchedulerConfig  # noqa: E402
-from .scheduler import run  # noqa: E402
-from .trace import Span  # noqa: E402
+from .executors import learner_device
+from .fragments import FragmentError, RunResult
+from .pipeline import Pipeline
+from .reference_executor import ReferenceExecutor
+from .reference_executor import run as run_reference
+from .scheduler import (
+    Scheduler,
+    SchedulerConfig,
+    run,
+)
+from .trace import Span
 
 __all__ = [
     "FragmentError",
@@ -34,8 +37,8 @@ __all__ = [
     "Scheduler",
     "SchedulerConfig",
     "Span",
+    "__version__",
     "learner_device",
     "run",
     "run_reference",
-    "__version__",
 ]

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import threading
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from hqflow.backends import Backend, FutureJob, get_backend
 from hqflow.ir.graph import Fragment

@@ -16,7 +16,8 @@ from the gate table (two-term for rotations, four-term for controlled rotations)
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 

@@ -27,10 +27,21 @@ graph is what these calls say, and ``print(graph)`` shows it.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
+from hqflow.backends import DEFAULT_BACKEND
 from hqflow.ir.circuit import CircuitTemplate
-from hqflow.ir.graph import Edge, Fragment, Graph, GraphError, Port, execute_ports, fn_ref, json_constant
+from hqflow.ir.graph import (
+    Edge,
+    Fragment,
+    Graph,
+    GraphError,
+    Port,
+    execute_ports,
+    fn_ref,
+    json_constant,
+)
 
 _DEFAULT_RESOURCE = {"preprocess": "cpu", "prepare": "cpu", "postprocess": "cpu", "learn": "cpu"}
 
@@ -65,12 +76,12 @@ class Pipeline:
         self._outputs: list[Port] = []
 
     # -- graph inputs and outputs -------------------------------------------------
-    def input(self, name: str, type: str = "any") -> "Pipeline":
+    def input(self, name: str, type: str = "any") -> Pipeline:
         """Declare a stream field: each stream item supplies a value for ``name``."""
         self._inputs.append(Port(name, type))
         return self
 
-    def output(self, src: str, name: str | None = None, type: str = "any") -> "Pipeline":
+    def output(self, src: str, name: str | None = None, type: str = "any") -> Pipeline:
         """Expose ``"fragment.port"`` as a graph output (named after the port by default)."""
         frag, port = _split(src)
         name = name or port
@@ -79,12 +90,12 @@ class Pipeline:
         return self
 
     # -- edges ------------------------------------------------------------------
-    def connect(self, src: str, dst: str) -> "Pipeline":
+    def connect(self, src: str, dst: str) -> Pipeline:
         """Join ``"a.out"`` to ``"b.in"`` (``"input.NAME"`` for a graph input)."""
         self._edges.append(Edge(_split(src), _split(dst)))
         return self
 
-    def loop(self, src: str, dst: "str | Iterable[str]", init: Any = None, max_staleness: int = 0) -> "Pipeline":
+    def loop(self, src: str, dst: str | Iterable[str], init: Any = None, max_staleness: int = 0) -> Pipeline:
         """Loop-carried edge(s): step ``t``'s ``src`` feeds step ``t + 1``'s ``dst`` (one or several).
 
         ``init`` (JSON data, or an array) is the value before the first step;
@@ -142,9 +153,9 @@ class Pipeline:
         deco = self._decorator("learn", name, outputs, inputs, resource, params)
         return deco(fn) if fn else deco
 
-    def execute(self, name: str, circuit: CircuitTemplate, backend: str = "reference",
+    def execute(self, name: str, circuit: CircuitTemplate, backend: str = DEFAULT_BACKEND,
                 gradient: str | None = None) -> Fragment:
-        """Run ``circuit`` on ``backend``; ports follow from the circuit (``execute_ports``)."""
+        """Run ``circuit`` on ``backend`` (default ``compiled``); ports follow from the circuit (``execute_ports``)."""
         if not isinstance(circuit, CircuitTemplate):
             raise GraphError(
                 f"fragment {name!r}: circuit must be a CircuitTemplate (use hqflow.ir.from_qiskit / "

@@ -10,13 +10,21 @@ scheduler must reproduce exactly when it runs synchronously.
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Mapping
-
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from hqflow.backends import Backend, get_backend
 from hqflow.ir.graph import Fragment, Graph, GraphError
 
-from .fragments import FragmentError, RunResult, as_port_value, call_fragment, execute_batch, execute_outputs, step_seed
+from .fragments import (
+    FragmentError,
+    RunResult,
+    as_port_value,
+    call_fragment,
+    execute_batch,
+    execute_outputs,
+    step_seed,
+)
 from .trace import Span
 
 

@@ -28,15 +28,23 @@ from __future__ import annotations
 import itertools
 import queue
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from hqflow.backends import BatchResult
 from hqflow.ir.graph import Fragment, Graph, GraphError
 
 from .dispatch import Member, Pool
 from .executors import make_executor
-from .fragments import FragmentError, RunResult, as_port_value, execute_batch, execute_outputs, step_seed
+from .fragments import (
+    FragmentError,
+    RunResult,
+    as_port_value,
+    execute_batch,
+    execute_outputs,
+    step_seed,
+)
 from .trace import Span
 
 

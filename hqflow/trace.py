@@ -55,7 +55,7 @@ class Span:
         return asdict(self)
 
     @staticmethod
-    def from_dict(d: dict) -> "Span":
+    def from_dict(d: dict) -> Span:
         return Span(**d)
 
 

@@ -5,7 +5,15 @@ lanes, in the order of :func:`hqflow.trace.rows`.
 """
 from __future__ import annotations
 
-from .trace import Span, is_quantum, lane_utilization, makespan, overlap_fraction, rows, write_json_atomic
+from .trace import (
+    Span,
+    is_quantum,
+    lane_utilization,
+    makespan,
+    overlap_fraction,
+    rows,
+    write_json_atomic,
+)
 
 KIND_COLORS = {"preprocess": "#8ecae6", "prepare": "#219ebc", "execute": "#f4a261",
                "postprocess": "#90be6d", "learn": "#b388eb"}

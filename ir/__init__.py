@@ -7,7 +7,16 @@
 from .builder import Circuit, Sym
 from .circuit import Angle, CircuitError, CircuitTemplate, Observable, Op, PauliTerm
 from .gates import GATES, SHIFT_RULES, GateSpec, gate_matrix
-from .graph import KINDS, RESOURCES, Edge, Fragment, Graph, GraphError, Port, execute_ports
+from .graph import (
+    KINDS,
+    RESOURCES,
+    Edge,
+    Fragment,
+    Graph,
+    GraphError,
+    Port,
+    execute_ports,
+)
 
 
 def from_qiskit(*args, **kwargs):
@@ -32,25 +41,25 @@ def from_pennylane(*args, **kwargs):
 
 
 __all__ = [
-    "Angle",
-    "Edge",
-    "Fragment",
-    "Graph",
-    "GraphError",
+    "GATES",
     "KINDS",
-    "Port",
     "RESOURCES",
-    "execute_ports",
+    "SHIFT_RULES",
+    "Angle",
     "Circuit",
     "CircuitError",
     "CircuitTemplate",
-    "GATES",
+    "Edge",
+    "Fragment",
     "GateSpec",
+    "Graph",
+    "GraphError",
     "Observable",
     "Op",
     "PauliTerm",
-    "SHIFT_RULES",
+    "Port",
     "Sym",
+    "execute_ports",
     "from_pennylane",
     "from_qiskit",
     "gate_matrix",

@@ -10,8 +10,8 @@ Angles may be numbers or affine expressions ``a * symbol + b`` of one symbol.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from .circuit import Angle, CircuitError, CircuitTemplate, Observable, Op
 from .gates import GATES
@@ -26,32 +26,32 @@ class Sym:
     scale: float = 1.0
     offset: float = 0.0
 
-    def __mul__(self, k: float) -> "Sym":
+    def __mul__(self, k: float) -> Sym:
         if isinstance(k, Sym):
             raise CircuitError("an angle must be affine in one symbol; a product of symbols is not")
         return Sym(self.kind, self.index, self.scale * float(k), self.offset * float(k))
 
     __rmul__ = __mul__
 
-    def __add__(self, k: float) -> "Sym":
+    def __add__(self, k: float) -> Sym:
         if isinstance(k, Sym):
             raise CircuitError("an angle may depend on one symbol only (affine in one input or weight)")
         return Sym(self.kind, self.index, self.scale, self.offset + float(k))
 
     __radd__ = __add__
 
-    def __sub__(self, k: float) -> "Sym":
+    def __sub__(self, k: float) -> Sym:
         if isinstance(k, Sym):
             raise CircuitError("an angle may depend on one symbol only (affine in one input or weight)")
         return self + (-float(k))
 
-    def __rsub__(self, k: float) -> "Sym":
+    def __rsub__(self, k: float) -> Sym:
         return (-self) + k
 
-    def __truediv__(self, k: float) -> "Sym":
+    def __truediv__(self, k: float) -> Sym:
         return self * (1.0 / float(k))
 
-    def __neg__(self) -> "Sym":
+    def __neg__(self) -> Sym:
         return self * -1.0
 
     def angle(self) -> Angle:
@@ -77,7 +77,7 @@ class Circuit:
         self._weights += [f"{prefix}[{i}]" for i in range(n)]
         return [Sym("weight", start + i) for i in range(n)]
 
-    def gate(self, name: str, wires: Iterable[int], *angles: "float | Sym") -> "Circuit":
+    def gate(self, name: str, wires: Iterable[int], *angles: float | Sym) -> Circuit:
         if name not in GATES:
             raise CircuitError(f"unknown gate {name!r}; known gates: {', '.join(sorted(GATES))}")
         coerced = tuple(a.angle() if isinstance(a, Sym) else Angle.const(a) for a in angles)

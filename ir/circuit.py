@@ -15,8 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from .gates import GATES
 
@@ -39,15 +39,15 @@ class Angle:
     offset: float = 0.0
 
     @staticmethod
-    def const(value: float) -> "Angle":
+    def const(value: float) -> Angle:
         return Angle("const", -1, 0.0, float(value))
 
     @staticmethod
-    def input(index: int, scale: float = 1.0, offset: float = 0.0) -> "Angle":
+    def input(index: int, scale: float = 1.0, offset: float = 0.0) -> Angle:
         return Angle("input", int(index), float(scale), float(offset))
 
     @staticmethod
-    def weight(index: int, scale: float = 1.0, offset: float = 0.0) -> "Angle":
+    def weight(index: int, scale: float = 1.0, offset: float = 0.0) -> Angle:
         return Angle("weight", int(index), float(scale), float(offset))
 
 
@@ -71,7 +71,7 @@ class PauliTerm:
     paulis: tuple[tuple[int, str], ...] = ()
 
     @staticmethod
-    def parse(text: str, coeff: float = 1.0) -> "PauliTerm":
+    def parse(text: str, coeff: float = 1.0) -> PauliTerm:
         """Parse ``"Z0 Z1"`` (or ``"Z0Z1"``, ``"X2"``, ``""`` for identity)."""
         if not isinstance(text, str):
             raise CircuitError(f"a Pauli term must be a string like 'Z0 Z1', got {text!r}")
@@ -107,7 +107,7 @@ class Observable:
     terms: tuple[PauliTerm, ...]
 
     @staticmethod
-    def coerce(obs: "ObservableLike") -> "Observable":
+    def coerce(obs: ObservableLike) -> Observable:
         """Accept an ``Observable``, ``"Z0 Z1"``, or ``[(coeff, "Z0 Z1"), ...]``."""
         if isinstance(obs, Observable):
             return obs
@@ -167,11 +167,11 @@ class CircuitTemplate:
     def n_observables(self) -> int:
         return len(self.observables)
 
-    def with_observables(self, observables: Iterable["ObservableLike"]) -> "CircuitTemplate":
+    def with_observables(self, observables: Iterable[ObservableLike]) -> CircuitTemplate:
         obs = tuple(Observable.coerce(o) for o in observables)
         return _replace(self, observables=obs)
 
-    def with_shots(self, shots: int | None) -> "CircuitTemplate":
+    def with_shots(self, shots: int | None) -> CircuitTemplate:
         return _replace(self, shots=shots)
 
     def problems(self) -> list[str]:
@@ -235,7 +235,7 @@ class CircuitTemplate:
             out.append(f"circuit {self.name!r}: shots must be a positive integer or None, got {self.shots!r}")
         return out
 
-    def check(self) -> "CircuitTemplate":
+    def check(self) -> CircuitTemplate:
         """Raise ``CircuitError`` listing every problem; return self if none."""
         probs = self.problems()
         if probs:
@@ -259,7 +259,7 @@ class CircuitTemplate:
         }
 
     @staticmethod
-    def from_dict(d: dict) -> "CircuitTemplate":
+    def from_dict(d: dict) -> CircuitTemplate:
         return CircuitTemplate(
             n_qubits=int(d["n_qubits"]),
             ops=tuple(

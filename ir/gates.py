@@ -16,8 +16,8 @@ Each parametrized gate also names its parameter-shift rule: ``"two-term"``
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

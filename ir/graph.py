@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from .circuit import CircuitTemplate
 
@@ -141,7 +142,7 @@ class Graph:
             raise GraphError(_cycle_message(self))
         return order
 
-    def validate(self, backends: Mapping[str, Any] | None = None, resolve: bool = True) -> "Graph":
+    def validate(self, backends: Mapping[str, Any] | None = None, resolve: bool = True) -> Graph:
         """Raise ``GraphError`` listing every problem; return ``self`` when valid.
 
         ``backends`` maps backend names to ``Capabilities`` (or backends) to check
@@ -161,7 +162,7 @@ class Graph:
         return graph_to_json(self, indent)
 
     @staticmethod
-    def from_json(text: str) -> "Graph":
+    def from_json(text: str) -> Graph:
         from .serialize import graph_from_json
 
         return graph_from_json(text)

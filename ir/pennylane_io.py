@@ -34,7 +34,8 @@ holds ``PENNYLANE_LOCK``.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pennylane as qml

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import base64
 import io
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from qiskit import QuantumCircuit, qpy, transpile
 from qiskit.circuit import (

@@ -17,10 +17,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from hqflow.backends import DEFAULT_BACKEND
+from hqflow.ir import Circuit, CircuitTemplate, Graph
+from hqflow.workloads.optim import adam_init, adam_step
 
 import hqflow as hq
-from hqflow.workloads.optim import adam_init, adam_step
-from hqflow.ir import Circuit, CircuitTemplate, Graph
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class Config:
     """Adam learning rate"""
     seed: int = 0
     """seed for the data, the initial weights and the mini-batches"""
-    backend: str = "reference"
+    backend: str = DEFAULT_BACKEND
     """backend that runs the classifier circuit"""
 
 

@@ -22,11 +22,11 @@ from dataclasses import asdict, dataclass
 
 import networkx as nx
 import numpy as np
+from hqflow.backends import DEFAULT_BACKEND, CircuitBatch, get_backend
+from hqflow.ir import Circuit, CircuitTemplate, Graph
+from hqflow.workloads.optim import adam_init, adam_step
 
 import hqflow as hq
-from hqflow.workloads.optim import adam_init, adam_step
-from hqflow.backends import CircuitBatch, get_backend
-from hqflow.ir import Circuit, CircuitTemplate, Graph
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Config:
     """shots when sampling the trained circuit"""
     seed: int = 0
     """seed for the random graph and for sampling"""
-    backend: str = "reference"
+    backend: str = DEFAULT_BACKEND
     """backend that runs the circuits"""
 
 

@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from hqflow.ir import Circuit, CircuitTemplate, Graph
 
 import hqflow as hq
-from hqflow.ir import Circuit, CircuitTemplate, Graph
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,11 @@ import functools
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from hqflow.backends import DEFAULT_BACKEND, CircuitBatch, get_backend
+from hqflow.ir import Circuit, CircuitTemplate, Graph, Observable, PauliTerm
+from hqflow.workloads.optim import adam_init, adam_step
 
 import hqflow as hq
-from hqflow.workloads.optim import adam_init, adam_step
-from hqflow.backends import CircuitBatch, get_backend
-from hqflow.ir import Circuit, CircuitTemplate, Graph, Observable, PauliTerm
 
 BOHR_PER_ANGSTROM = 1.0 / 0.529177210903
 
@@ -40,7 +40,7 @@ class Config:
     """initial double-excitation angle (0 is the Hartree-Fock state)"""
     seed: int = 0
     """seed for the executor (only matters with shots)"""
-    backend: str = "reference"
+    backend: str = DEFAULT_BACKEND
     """backend that runs the energy circuit"""
 
 

@@ -95,7 +95,7 @@ def training_graph(lr=0.5, init=(0.1, 0.2)):
     pipe = hq.Pipeline("tiny")
     pipe.input("batch", "array").input("target", "array")
     pipe.prepare(encode, outputs={"angles": "array"})
-    pipe.execute("circuit", _tiny_template(), gradient="param-shift")
+    pipe.execute("circuit", _tiny_template(), backend="reference", gradient="param-shift")
     pipe.connect("encode.angles", "circuit.inputs")
     pipe.learn(train_step, outputs={"weights": "array", "loss": "scalar"}, params={"lr": lr})
     pipe.loop("train_step.weights", ["circuit.weights", "train_step.weights"], init=list(init))
@@ -112,7 +112,7 @@ def data(seed=0, n=8):
 def sampler_graph(shots=200):
     pipe = hq.Pipeline("samp")
     pipe.input("inputs", "array")
-    pipe.execute("c1", _tiny_template(shots).with_observables(["Z0", "X1"]))
+    pipe.execute("c1", _tiny_template(shots).with_observables(["Z0", "X1"]), backend="reference")
     pipe.connect("input.inputs", "c1.inputs")
     pipe.input("weights", "array")
     pipe.connect("input.weights", "c1.weights")
@@ -288,7 +288,7 @@ def test_fragment_error_span_and_message():
 def test_execute_fragment_error_is_recorded():
     pipe = hq.Pipeline("exe-err")
     pipe.input("inputs", "array").input("weights", "array")
-    pipe.execute("circuit", _tiny_template())
+    pipe.execute("circuit", _tiny_template(), backend="reference")
     pipe.output("circuit.values")
     ex = ReferenceExecutor(pipe.build())
     spans = []
@@ -410,7 +410,7 @@ def test_exact_mode_ignores_seed():
 def test_shots_with_param_shift_provides_stderr():
     pipe = hq.Pipeline("shots-grad")
     pipe.input("inputs", "array").input("weights", "array")
-    pipe.execute("circuit", _tiny_template(shots=500), gradient="param-shift")
+    pipe.execute("circuit", _tiny_template(shots=500), backend="reference", gradient="param-shift")
     pipe.output("circuit.values")
     pipe.output("circuit.stderr")
     pipe.output("circuit.jacobian")
@@ -441,7 +441,7 @@ def test_execute_fragment_error_names_the_fragment():
     (x,) = c.inputs("x", 1)
     pipe = hq.Pipeline("bad-shape")
     pipe.input("x", "array")
-    pipe.execute("circ", c.ry(x, 0).build(observables=["Z0"]))
+    pipe.execute("circ", c.ry(x, 0).build(observables=["Z0"]), backend="reference")
     pipe.connect("input.x", "circ.inputs")
     with pytest.raises(hq.FragmentError, match=r"fragment 'circ' on backend 'reference': inputs for 'one' must have shape \[B, 1\]"):
         hq.run_reference(pipe.build(), [{"x": np.zeros((2, 3))}])

@@ -58,7 +58,7 @@ def test_vqe_reaches_chemical_accuracy():
     assert 0.0 <= result["error_mha"] < 1.6
     assert result["energy"] < result["hf_energy"]
     assert len(result["history"]) == cfg.steps
-    assert result["history"][0] == pytest.approx(result["hf_energy"], abs=1e-9)  # starts at Hartree-Fock
+    assert result["history"][0] == pytest.approx(result["hf_energy"], abs=1e-6)  # starts at Hartree-Fock (complex64 backend)
     same = vqe.run(dataclasses.replace(cfg, steps=5))
     assert same["history"] == result["history"][:5]  # deterministic
 
