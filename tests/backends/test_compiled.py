@@ -129,7 +129,7 @@ def test_no_inputs_no_weights_and_identity_terms(reference):
 
 
 def _prims_unitary(prims, n):
-    from hqflow.backends.compiled import _embed
+    from hqflow.backends.compiled.affine import _embed
 
     u = np.eye(2**n, dtype=complex)
     for p in prims:
@@ -144,7 +144,8 @@ def _prims_unitary(prims, n):
 @pytest.mark.parametrize("lazy", [True, False])
 def test_fusion_blocks_reproduce_the_circuit(lazy):
     """Blocks (in order, each with its primitives in order) multiply to the circuit's unitary."""
-    from hqflow.backends.compiled import _fuse, _lower
+    from hqflow.backends.compiled.fuse import _fuse
+    from hqflow.backends.compiled.lower import _lower
 
     rng = np.random.default_rng(41)
     for _ in range(30):
@@ -221,14 +222,14 @@ def test_gradient_modes_agree():
 
 def test_sparse_weight_map_matches_dense(monkeypatch):
     """Large circuits map weights to angles with a sparse matrix; same values and gradients."""
-    import hqflow.backends.compiled as compiled
+    from hqflow.backends.compiled import config
 
     for k, t, x, w in _cases(6, seed=43, max_qubits=5, rows=2):
         if w.ndim == 2:
             continue
         results = []
         for limit in (2**22, 0):
-            monkeypatch.setattr(compiled, "_DENSE_MAP", limit)
+            monkeypatch.setattr(config, "_DENSE_MAP", limit)
             prog = CompiledProgram(t, torch.complex128)  # uncached: built under this limit
             assert limit or prog._plan(False).shared_w is None or prog._plan(False).shared_w.is_sparse
             wt = torch.tensor(w, requires_grad=True)
@@ -433,3 +434,33 @@ def test_batched_param_shift_agrees_with_autograd_within_shot_noise():
     z = np.concatenate(z)
     assert np.abs(z).max() < 5, np.abs(z).max()
     assert np.sqrt(np.mean(z**2)) < 1.6
+
+
+def test_chunked_batches_switch_to_the_adjoint_method_by_total_size(monkeypatch):
+    """CPU chunks all keep their states until backward, so the memory limit counts the whole batch."""
+    from hqflow.backends.compiled import config, simulate
+
+    t = policy_circuit(4, 2)
+    prog = compile_template(t, "complex128")
+    seen = []
+    real = simulate._FusedSim.apply
+
+    def spy(plan, readout, uncompute, *rest):
+        seen.append(uncompute)
+        return real(plan, readout, uncompute, *rest)
+
+    monkeypatch.setattr(simulate._FusedSim, "apply", spy)
+    monkeypatch.setattr(config, "_CHUNK_AMPLITUDES", 16 * 4)  # chunks of 4 rows
+    one_chunk = len(prog._plan(False).stages) * 4 * 16 * 16  # bytes kept by one chunk
+    monkeypatch.setattr(config, "_KEEP_BYTES", 3 * one_chunk)  # above a chunk, below the batch
+    x = torch.rand(40, t.n_inputs, dtype=torch.float64)
+    w = torch.rand(t.n_weights, dtype=torch.float64, requires_grad=True)
+    prog(x, w).sum().backward()
+    assert len(seen) == 10 and all(seen)
+
+
+def test_fusion_must_be_an_int_even_when_cached():
+    t = policy_circuit(2, 1)
+    compile_template(t, fusion=1)
+    with pytest.raises(BackendError, match="fusion"):
+        compile_template(t, fusion=True)

@@ -1,0 +1,221 @@
+"""Pass 4: the plan, a template's stages (permutations, dense blocks, phases) and their constants.
+
+``_build_plan`` lowers, schedules and fuses a template (cost model: ``cost``),
+lays out the state's axes so that each block acts on the trailing ones, and
+collects the angle maps and unitary stacks as torch constants on the device.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from hqflow.ir.circuit import CircuitTemplate
+
+from . import config
+from .affine import _Affine, _affine, _structure
+from .config import _REAL
+from .cost import _choose_fusion, _place, _segments
+from .lower import _lower, _schedule
+
+
+@dataclass
+class _Stage:
+    kind: str  # "perm" | "dense" | "phase"
+    batched: bool  # is the state entering this stage [B, d] (True) or the same for every row ([1, d])?
+    perm: tuple = ()  # perm: new axis i is old axis perm[i]
+    width: int = 0  # dense: acts on the trailing `width` axes (one GEMM)
+    unitary: tuple = (-1, -1)  # dense: (stack, member) in the program's unitary stacks
+    cols: tuple = (0, 0)  # phase: column range of its phases
+    per_sample: bool = False  # phase: a per-sample layer (its columns) or shared phases (columns of p_shared)
+    wires: tuple = ()  # logical wires (for describe)
+    note: str = ""
+
+
+@dataclass
+class _Plan:
+    """Everything a call needs, as torch constants on the device.
+
+    Shared angles ``theta_shared = shared_c + shared_w @ w`` (``[T]``): their first
+    ``n_phase`` entries are turned into phases (the weight slots of unitaries and
+    shared phase stages); ``theta_shared[sample_bias]`` is the bias of the per-sample
+    angles: layer ``l`` (columns ``l*2**n ...``) has ``sym @ sample_a[l] + bias[cols]``
+    (``[B, 2**n]``), computed only when a stage needs it.
+    """
+
+    n: int
+    per_row: bool
+    width: int  # fusion width used (n = full width)
+    lazy: bool  # single-qubit primitives fused lazily (see _fuse)
+    stages: list
+    layout: list  # final axis -> logical wire
+    final_perm: tuple | None  # axes permutation back to logical order (None: identity)
+    shared_w: torch.Tensor | None  # [T, n_w], dense or sparse (None: no shared angle uses a weight)
+    shared_c: torch.Tensor  # [T]
+    n_phase: int
+    sample_a: list  # per distinct per-sample phase layer l: [n_sample, 2**n], its columns l*2**n...
+    sample_bias: tuple
+    sample_uses: dict  # columns of a per-sample layer -> (first, last) index of the stages using it
+    stacks: list  # {"const": [G, K, K]} or {"fixed": [...], "slots": [...], "size": G, "dim": K}
+    flops: float = 0.0
+
+
+class _Columns:
+    """Allocates columns of the shared angle vector ``theta = c + M @ w`` (affine maps, concatenated)."""
+
+    def __init__(self, n_w: int):
+        self.entries: list = []  # (first column, {weight: [D] coefficients})
+        self.c: list[np.ndarray] = []
+        self.size = 0
+        self.n_w = n_w
+
+    def take(self, weight: dict, const: np.ndarray) -> tuple[int, int]:
+        if weight:
+            self.entries.append((self.size, weight))
+        self.c.append(const)
+        first, self.size = self.size, self.size + const.shape[0]
+        return first, self.size
+
+    def tensors(self, dtype, device) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """``(M, c)``: ``M`` ``[T, n_w]`` (dense or sparse COO; None when no angle uses a weight)."""
+        c = torch.tensor(np.concatenate(self.c) if self.c else np.zeros(0), dtype=dtype, device=device)
+        if not self.entries:
+            return None, c
+        rows, cols, vals = [], [], []
+        for first, weight in self.entries:
+            for j, v in weight.items():
+                nz = np.flatnonzero(v)
+                rows.append(first + nz)
+                cols.append(np.full(nz.shape, j))
+                vals.append(v[nz])
+        index = torch.tensor(np.stack([np.concatenate(rows), np.concatenate(cols)]), device=device)
+        m = torch.sparse_coo_tensor(index, torch.tensor(np.concatenate(vals), dtype=dtype, device=device),
+                                    (self.size, self.n_w), check_invariants=True).coalesce()
+        return (m.to_dense() if self.size * self.n_w <= config._DENSE_MAP else m), c
+
+
+def _stack_unitaries(blocks: list, cols: _Columns, dtype, device) -> tuple[list, dict]:
+    """Stacks of unitaries: constants by size, weight-built ones by (size, slots).
+
+    ``blocks`` is ``[(block id, _Structure)]``; returns the stack specs and
+    ``{block id: (stack, member)}``. The weight slots of one stack take contiguous
+    columns per slot, so a slot's phases are one ``[G, K]`` view.
+    """
+    by_key: dict = {}
+    for bid, st in blocks:
+        key = (st.fixed[0].shape[0], len(st.slots))
+        by_key.setdefault(key, []).append((bid, st))
+    stacks, where = [], {}
+    for (dim, n_slots), members in by_key.items():
+        for j, (bid, _) in enumerate(members):
+            where[bid] = (len(stacks), j)
+        if n_slots == 0:
+            const = np.stack([st.fixed[0] for _, st in members])
+            stacks.append({"const": torch.tensor(const, dtype=dtype, device=device)})
+            continue
+        fixed = []
+        for i in range(n_slots + 1):
+            mats = np.stack([st.fixed[i] for _, st in members])
+            same = all(np.array_equal(mats[0], m) for m in mats[1:])
+            fixed.append(torch.tensor(mats[0] if same else mats, dtype=dtype, device=device))
+        slots = []
+        for s in range(n_slots):
+            first = cols.size
+            for _, st in members:
+                cols.take(st.slots[s].weight, st.slots[s].const)
+            slots.append(first)
+        stacks.append({"fixed": fixed, "slots": slots, "size": len(members), "dim": dim})
+    return stacks, where
+
+
+def _build_plan(t: CircuitTemplate, per_row: bool, fusion: int | None, dtype, device) -> _Plan:
+    n, n_in, n_w = t.n_qubits, t.n_inputs, t.n_weights
+    d = 2**n
+    sample_kinds = frozenset({"input", "weight"} if per_row else {"input"})
+    prims = [p for op in t.ops for p in _lower(op)]
+    schedule = _schedule(prims, n, sample_kinds)
+    k, lazy = _choose_fusion(schedule, n, fusion)
+
+    stages: list[_Stage] = []
+    layout = list(range(n))
+    batched, flops = False, 0.0
+    cols = _Columns(n_w)
+    sample_layers: dict[bytes, tuple[int, int]] = {}  # identical per-sample layers share columns
+    sample_affines: list[_Affine] = []
+    structures: list = []  # (block id, _Structure)
+    shared_phases: list = []  # (stage, _Affine): columns assigned after the unitaries'
+
+    for kind, group in _segments(schedule, k, n, lazy):
+        if kind == "phase":
+            aff = _affine(group, {w: i for i, w in enumerate(layout)}, n, n_in, n_w, per_row)
+            if aff.key() not in sample_layers:
+                sample_layers[aff.key()] = (len(sample_affines) * d, (len(sample_affines) + 1) * d)
+                sample_affines.append(aff)
+            stages.append(_Stage("phase", batched, cols=sample_layers[aff.key()], per_sample=True,
+                                 wires=tuple(sorted({w for p in group for w in p.wires})),
+                                 note=", ".join(p.label for p in group)))
+            batched = True
+            flops += 6 * d
+            continue
+        for b in group:
+            wires = tuple(sorted(b.wires))
+            note = ", ".join(p.label for p in b.prims) if len(b.prims) <= 6 else f"{len(b.prims)} primitives"
+            if b.diagonal:
+                stage = _Stage("phase", batched, wires=wires, note=note)
+                axis_of = {w: i for i, w in enumerate(layout)}
+                shared_phases.append((stage, _affine(b.prims, axis_of, n, n_in, n_w, per_row)))
+                stages.append(stage)
+                flops += 6 * d
+                continue
+            new = _place(layout, b.wires, n) if k < n else None
+            if new is not None:
+                stages.append(_Stage("perm", batched, perm=tuple(layout.index(w) for w in new)))
+                layout = new
+            local = layout[n - len(b.wires):] if k < n else list(layout)
+            st = _structure(b.prims, local, n_in, n_w, per_row)
+            structures.append((len(stages), st))
+            stages.append(_Stage("dense", batched, width=len(local), wires=wires,
+                                 note=f"{note}; {len(st.slots)} weight slot(s)"))
+            flops += 8 * d * 2 ** len(local)
+
+    stacks, where = _stack_unitaries(structures, cols, dtype, device)
+    for i, stage in enumerate(stages):
+        if stage.kind == "dense":
+            stage.unitary = where[i]
+    for stage, aff in shared_phases:
+        stage.cols = cols.take(aff.weight, aff.const)
+    n_phase = cols.size
+    bias = (cols.size, cols.size)
+    if sample_affines:
+        first = cols.size
+        for aff in sample_affines:
+            cols.take(aff.weight, aff.const)
+        bias = (first, cols.size)
+    real = _REAL[dtype]
+    shared_w, shared_c = cols.tensors(real, device)
+    return _Plan(
+        n=n,
+        per_row=per_row,
+        width=k,
+        lazy=lazy,
+        stages=stages,
+        layout=layout,
+        final_perm=None if layout == list(range(n)) else tuple(layout.index(w) for w in range(n)),
+        shared_w=shared_w,
+        shared_c=shared_c,
+        n_phase=n_phase,
+        sample_a=[torch.tensor(a.sample, dtype=real, device=device) for a in sample_affines],
+        sample_bias=bias,
+        sample_uses=_uses(stages),
+        stacks=stacks,
+        flops=flops,
+    )
+
+
+def _uses(stages: list) -> dict:
+    uses: dict = {}
+    for i, st in enumerate(stages):
+        if st.kind == "phase" and st.per_sample:
+            first, _ = uses.get(st.cols, (i, i))
+            uses[st.cols] = (first, i)
+    return uses

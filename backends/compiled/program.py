@@ -1,0 +1,291 @@
+"""The compiled program (``CompiledProgram``) and its cache (``compile_template``, ``clear_cache``)."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import torch
+from hqflow.ir.circuit import CircuitTemplate
+from hqflow.ir.passes import light_cone
+
+from ..base import BackendError
+from . import config
+from .config import _DTYPES, _GRADIENTS, _REAL
+from .plan import _build_plan, _Plan
+from .readout import _Readout
+from .simulate import _build_stacks, _FusedSim, _phases, _SamplePhases, _simulate
+
+
+def _resolve_dtype(dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype) and dtype in _REAL:
+        return dtype
+    if isinstance(dtype, str) and dtype.replace("torch.", "") in _DTYPES:
+        return _DTYPES[dtype.replace("torch.", "")]
+    raise BackendError(f"unknown dtype {dtype!r} for the compiled backend; use 'complex64' or 'complex128'")
+
+
+def _resolve_device(device) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise BackendError(f"unknown device {device!r} for the compiled backend; use 'cpu' or 'cuda[:i]'") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise BackendError(f"device {device!r} requested but CUDA is not available (torch {torch.__version__})")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise BackendError(f"device {device!r} requested but only {torch.cuda.device_count()} CUDA device(s) exist")
+    elif dev.type != "cpu":
+        raise BackendError(f"device {device!r} is not supported by the compiled backend; use 'cpu' or 'cuda[:i]'")
+    return dev
+
+
+def _check_fusion(fusion) -> None:
+    if fusion is not None and (not isinstance(fusion, int) or isinstance(fusion, bool) or fusion < 1):
+        raise BackendError(f"fusion must be a positive int (the widest fused block, in qubits) or None, got {fusion!r}")
+
+
+class CompiledProgram:
+    """A template compiled for one dtype and device; see the package docstring (``hqflow.backends.compiled``).
+
+    ``prog(inputs, weights)``: ``inputs`` ``[B, n_inputs]``, ``weights`` ``[n_weights]``
+    (shared) or ``[B, n_weights]`` (per row); tensors or arrays. Returns real
+    ``[B, n_obs]`` expectation values, differentiable with respect to both.
+    """
+
+    def __init__(self, template: CircuitTemplate, dtype=torch.complex64, device="cpu",
+                 fusion: int | None = None, gradient: str = "fused", lightcone: bool = True):
+        problems = template.problems()
+        if problems:
+            raise BackendError("; ".join(problems))
+        if template.n_qubits > config.MAX_QUBITS:
+            raise BackendError(f"circuit {template.name!r} has {template.n_qubits} qubits; the compiled backend "
+                               f"simulates at most {config.MAX_QUBITS}")
+        _check_fusion(fusion)
+        if gradient not in _GRADIENTS:
+            raise BackendError(f"gradient must be one of {', '.join(_GRADIENTS)}, got {gradient!r}")
+        self.template = template
+        self.dtype = _resolve_dtype(dtype)
+        self.real_dtype = _REAL[self.dtype]
+        self._itemsize = torch.empty(0, dtype=self.dtype).element_size()
+        self.device = _resolve_device(device)
+        self.fusion = fusion
+        self.gradient = gradient
+        self._plans: dict[bool, _Plan] = {}
+        self._readouts: dict = {}
+        self._lock = threading.Lock()
+        # expectation values only need the observables' light cone (hqflow.ir.passes)
+        self.cone = light_cone(template) if lightcone else None
+        self._sub = None
+        if self.cone is not None and self.cone.reduces:
+            self._sub = CompiledProgram(self.cone.template, self.dtype, self.device, fusion, gradient, False)
+        else:
+            self._plan(False)  # compile eagerly: errors surface here
+
+    # -- compilation (per weight mode, lazily) -------------------------------------
+    def _plan(self, per_row: bool) -> _Plan:
+        plan = self._plans.get(per_row)
+        if plan is None:
+            with self._lock:
+                plan = self._plans.get(per_row)
+                if plan is None:
+                    plan = _build_plan(self.template, per_row, self.fusion, self.dtype, self.device)
+                    self._plans[per_row] = plan
+        return plan
+
+    def _readout(self, plan: _Plan, what: str) -> _Readout:
+        key = (plan.per_row, what)
+        ro = self._readouts.get(key)
+        if ro is None:
+            obs = self.template.observables
+            if what == "values":
+                cols = [[(t.coeff, t.paulis) for t in o.terms] for o in obs]
+            elif what == "terms":  # one column per Pauli term, unit coefficient
+                cols = [[(1.0, t.paulis)] for o in obs for t in o.terms]
+            else:
+                cols = None
+            ro = self._readouts[key] = _Readout(plan, cols, self.dtype, self.device)
+        return ro
+
+    # -- inputs ----------------------------------------------------------------------
+    def _coerce(self, inputs, weights) -> tuple[torch.Tensor, torch.Tensor]:
+        t = self.template
+
+        def as_tensor(a):
+            if a is None:
+                return None
+            if not isinstance(a, torch.Tensor):
+                try:
+                    a = torch.as_tensor(np.asarray(a, dtype=float))
+                except (TypeError, ValueError):
+                    raise BackendError(f"inputs and weights must be numeric arrays, got {type(a).__name__}") from None
+            return a.to(device=self.device, dtype=self.real_dtype)
+
+        x, w = as_tensor(inputs), as_tensor(weights)
+        if w is None:
+            if t.n_weights:
+                raise BackendError(f"circuit {t.name!r} needs weights of shape [{t.n_weights}] or [B, {t.n_weights}]")
+            w = torch.zeros(t.n_weights, dtype=self.real_dtype, device=self.device)
+        if w.ndim not in (1, 2) or w.shape[-1] != t.n_weights:
+            raise BackendError(f"weights for {t.name!r} must have shape [{t.n_weights}] or [B, {t.n_weights}], "
+                               f"got {list(w.shape)}")
+        if x is None:
+            if t.n_inputs:
+                raise BackendError(f"circuit {t.name!r} needs inputs of shape [B, {t.n_inputs}]")
+            x = torch.zeros(w.shape[0] if w.ndim == 2 else 1, 0, dtype=self.real_dtype, device=self.device)
+        if x.ndim == 1 and t.n_inputs:
+            x = x[None]
+        if x.ndim != 2 or x.shape[1] != t.n_inputs:
+            raise BackendError(f"inputs for {t.name!r} must have shape [B, {t.n_inputs}], got {list(x.shape)}")
+        if w.ndim == 2 and w.shape[0] != x.shape[0]:
+            if x.shape[1] == 0 and x.shape[0] == 1:
+                x = x.new_zeros(w.shape[0], 0)
+            else:
+                raise BackendError(f"per-row weights have {w.shape[0]} rows but inputs have {x.shape[0]}")
+        return x, w
+
+    # -- the pipeline ------------------------------------------------------------------
+    def _run(self, inputs, weights, what: str) -> torch.Tensor:
+        x, w = self._coerce(inputs, weights)
+        if self._sub is not None and what != "probs":
+            cone = self.cone
+            out = self._sub._run(x[:, list(cone.inputs)], w[..., list(cone.weights)], what)
+            if torch.is_grad_enabled() and (not cone.weights and w.requires_grad or not cone.inputs and x.requires_grad):
+                out = out + 0 * (w.sum() + x.sum())  # parameters outside the cone get zero gradients, not None
+            return out
+        rows = max(1, config._CHUNK_AMPLITUDES >> self.template.n_qubits)
+        if x.shape[0] > 2 * rows and self.device.type == "cpu":
+            # large batches run in cache-sized chunks (faster on CPU; the unitaries are rebuilt per chunk)
+            return torch.cat([self._run_rows(x[i: i + rows], w[i: i + rows] if w.ndim == 2 else w, what, x.shape[0])
+                              for i in range(0, x.shape[0], rows)])
+        return self._run_rows(x, w, what, x.shape[0])
+
+    def _run_rows(self, x: torch.Tensor, w: torch.Tensor, what: str, total_rows: int) -> torch.Tensor:
+        """One chunk of rows; ``total_rows`` (the whole batch, whose kept states all live until
+        backward) decides whether the fused backward keeps states or un-computes them."""
+        per_row = w.ndim == 2
+        plan = self._plan(per_row)
+        readout = self._readout(plan, what)
+        if plan.shared_w is None:
+            theta = plan.shared_c
+        elif plan.shared_w.is_sparse:
+            theta = plan.shared_c + torch.sparse.mm(plan.shared_w, w[:, None])[:, 0]
+        else:
+            theta = torch.addmv(plan.shared_c, plan.shared_w, w)
+        p_shared = _phases(theta[: plan.n_phase])
+        sym = torch.cat([x, w], 1) if per_row else x  # the per-sample symbols
+        bias = theta[plan.sample_bias[0]: plan.sample_bias[1]]
+        stacks = _build_stacks(plan, p_shared)
+        if self.gradient != "autograd":
+            uncompute = self.gradient == "adjoint" or (
+                torch.is_grad_enabled() and len(plan.stages) * total_rows * 2**plan.n * self._itemsize > config._KEEP_BYTES)
+            out = _FusedSim.apply(plan, readout, uncompute, sym, bias, p_shared, *stacks)
+        else:
+            p_sample = _SamplePhases(plan, sym, bias, release=not torch.is_grad_enabled())
+            out = readout(_simulate(plan, stacks, p_sample, p_shared, self.dtype, self.device))
+        return out.expand(x.shape[0], -1) if out.shape[0] != x.shape[0] else out
+
+    def __call__(self, inputs=None, weights=None) -> torch.Tensor:
+        """Expectation values ``[B, n_obs]`` (real, differentiable)."""
+        if not self.template.observables:
+            raise BackendError(f"circuit {self.template.name!r} has no observables; use probs()")
+        return self._run(inputs, weights, "values")
+
+    def term_values(self, inputs=None, weights=None) -> torch.Tensor:
+        """``<P>`` of every Pauli term of every observable, in order, unit coefficients: ``[B, n_terms]``."""
+        return self._run(inputs, weights, "terms")
+
+    def probs(self, inputs=None, weights=None) -> torch.Tensor:
+        """Computational-basis probabilities ``[B, 2**n]``, wire 0 most significant."""
+        return self._run(inputs, weights, "probs")
+
+    # -- introspection -------------------------------------------------------------------
+    def describe(self, per_row: bool = False) -> str:
+        """The compiled program (for shared or per-row weights): stages, fusion width, estimated flops.
+
+        With a light cone smaller than the circuit, this is the program that computes
+        expectation values (probabilities run the whole circuit)."""
+        if self._sub is not None:
+            t, r = self.template, self.cone.template
+            return (f"compiled {t.name!r} [{t.fingerprint()}]: light cone of the observables: "
+                    f"{r.n_qubits} of {t.n_qubits} qubits (wires {list(self.cone.wires)}), {len(r.ops)} of "
+                    f"{len(t.ops)} ops, {r.n_inputs} of {t.n_inputs} inputs, {r.n_weights} of {t.n_weights} "
+                    f"weights; expectation values run:\n" + self._sub.describe(per_row))
+        plan = self._plan(per_row)
+        t = self.template
+        counts: dict = {}
+        for st in plan.stages:
+            counts[st.kind] = counts.get(st.kind, 0) + 1
+        built = [s for s in plan.stacks if "const" not in s]
+        n_sample = len(plan.sample_a)
+        lines = [
+            (f"compiled {t.name!r} [{t.fingerprint()}]: {t.n_qubits} qubits, {len(t.ops)} ops, "
+             f"{t.n_inputs} inputs, {t.n_weights} weights ({'per row' if per_row else 'shared'}), "
+             f"{str(self.dtype).replace('torch.', '')} on {self.device}, "
+             f"gradient={self.gradient}"),
+            f"  fusion width {plan.width}{' (full width)' if plan.width >= plan.n else ''}"
+            f"{' (cost model)' if self.fusion is None else ''}"
+            f"{'' if plan.width >= plan.n else (', lazy' if plan.lazy else ', eager') + ' single-qubit fusion'}"
+            "; stages: "
+            + ", ".join(f"{v} {k}" for k, v in counts.items())
+            + f"; {n_sample} distinct per-sample phase layer(s); "
+            f"{sum(s['size'] for s in built)} unitar{'y' if sum(s['size'] for s in built) == 1 else 'ies'} "
+            f"built from weights per call in {len(built)} batched stack(s)",
+            f"  estimated {plan.flops:,.0f} real flops per sample (forward)",
+        ]
+        for i, st in enumerate(plan.stages):
+            if st.kind == "perm":
+                lines.append(f"  {i:3d} perm    axes {list(st.perm)}")
+            elif st.kind == "phase":
+                src = "per-sample [B, 2^n]" if st.per_sample else "shared [2^n]"
+                lines.append(f"  {i:3d} phase   {src} on wires {list(st.wires)}: {st.note}")
+            else:
+                spec = plan.stacks[st.unitary[0]]
+                how = "constant" if "const" in spec else f"from weights (stack {st.unitary[0]})"
+                lines.append(f"  {i:3d} dense   {2 ** st.width}x{2 ** st.width} on wires {list(st.wires)}, "
+                             f"{how}: {st.note}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<CompiledProgram {self.template.name!r} {self.template.n_qubits}q {self.dtype} {self.device}>"
+
+
+_CACHE: dict = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def compile_template(template: CircuitTemplate, dtype=torch.complex64, device="cpu",
+                     fusion: int | None = None, adjoint: bool = False, gradient: str | None = None,
+                     lightcone: bool = True) -> CompiledProgram:
+    """The compiled program for ``template``, memoized by (fingerprint, dtype, device, fusion, gradient).
+
+    ``gradient``: ``"fused"`` (default: one autograd node with a hand-written
+    backward that keeps the forward states, switching to the adjoint method by
+    itself when they would take more than 2 GiB), ``"adjoint"`` (always the adjoint
+    method: states are un-computed, memory stays at a few states; ``adjoint=True``
+    is a shorthand) or ``"autograd"`` (plain torch ops recorded by autograd:
+    slower, but twice differentiable).
+
+    ``lightcone``: expectation values simulate only the gates and wires in the
+    observables' light cone (``hqflow.ir.passes.light_cone``); exact, and much
+    faster for local observables of wide, shallow circuits.
+    """
+    dt, dev = _resolve_dtype(dtype), _resolve_device(device)
+    _check_fusion(fusion)  # before the cache: fusion=True must not hit fusion=1's entry
+    if adjoint and gradient not in (None, "adjoint"):
+        raise BackendError(f"adjoint=True contradicts gradient={gradient!r}")
+    gradient = gradient or ("adjoint" if adjoint else "fused")
+    key = (template.fingerprint(), dt, str(dev), fusion, gradient, bool(lightcone))
+    with _CACHE_LOCK:
+        prog = _CACHE.get(key)
+    if prog is None:
+        prog = CompiledProgram(template, dt, dev, fusion, gradient, bool(lightcone))
+        with _CACHE_LOCK:
+            if len(_CACHE) >= config._CACHE_SIZE:
+                _CACHE.pop(next(iter(_CACHE)))
+            prog = _CACHE.setdefault(key, prog)
+    return prog
+
+
+def clear_cache() -> None:
+    with _CACHE_LOCK:
+        _CACHE.clear()

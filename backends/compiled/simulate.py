@@ -1,0 +1,186 @@
+"""Running a plan: phases, stages, the unitary stacks, and the fused autograd node."""
+from __future__ import annotations
+
+import torch
+
+from .perm import _inverse, _permute
+from .plan import _Plan, _Stage
+
+
+def _phases(theta: torch.Tensor) -> torch.Tensor:
+    """``exp(i theta)`` (``torch.polar`` is several times slower on CPU)."""
+    return torch.complex(torch.cos(theta), torch.sin(theta))
+
+
+class _SamplePhases:
+    """Per-sample phases ``exp(+-i (sym @ sample_a[l] + bias[cols]))``, one layer at a time.
+
+    A layer is computed when a stage first asks for it and kept, or, with
+    ``release``, dropped after the last stage to use it (``order`` -1: stages are
+    visited backwards), so at most a layer or two are alive in the adjoint method.
+    """
+
+    def __init__(self, plan: _Plan, sym, bias, sign: int = 1, release: bool = False, order: int = 1):
+        self.plan, self.sym, self.bias, self.sign = plan, sym, bias, sign
+        self.release, self.order = release, order
+        self.cache: dict = {}
+
+    def angles(self, cols: tuple) -> torch.Tensor:
+        a, b = cols
+        return torch.addmm(self.bias[a:b], self.sym, self.plan.sample_a[a // (b - a)])
+
+    def __call__(self, cols: tuple, stage: int) -> torch.Tensor:
+        p = self.cache.get(cols)
+        if p is None:
+            p = self.cache[cols] = _phases(self.sign * self.angles(cols))
+        if self.release and stage == self.plan.sample_uses[cols][1 if self.order > 0 else 0]:
+            del self.cache[cols]
+        return p
+
+
+def _apply(st: _Stage, i: int, psi: torch.Tensor, n: int, stacks, p_sample, p_shared) -> torch.Tensor:
+    if st.kind == "phase":
+        a, b = st.cols
+        return psi * (p_sample(st.cols, i) if st.per_sample else p_shared[a:b])
+    if st.kind == "dense":
+        u = stacks[st.unitary[0]][st.unitary[1]]
+        if st.width == n:
+            return psi @ u.transpose(0, 1)
+        return (psi.reshape(-1, u.shape[0]) @ u.transpose(0, 1)).reshape(psi.shape[0], -1)
+    return _permute(psi, st.perm, n)
+
+
+def _simulate(plan: _Plan, stacks, p_sample, p_shared, dtype, device, keep: list | None = None,
+              keep_all: bool = False) -> torch.Tensor:
+    """The final state; ``keep`` collects each stage's input (all, or those before the batch appears)."""
+    psi = torch.zeros(1, 2**plan.n, dtype=dtype, device=device)
+    psi[0, 0] = 1
+    for i, st in enumerate(plan.stages):
+        if keep is not None and (keep_all or not st.batched):
+            keep.append(psi)
+        psi = _apply(st, i, psi, plan.n, stacks, p_sample, p_shared)
+    return psi
+
+
+def _build_stacks(plan: _Plan, p_shared: torch.Tensor) -> list[torch.Tensor]:
+    """All unitaries, ``[G, K, K]`` per stack: ``F[m] diag(P[m]) ... diag(P[1]) F[0]``, batched."""
+    out = []
+    for spec in plan.stacks:
+        if "const" in spec:
+            out.append(spec["const"])
+            continue
+        size, dim, fixed = spec["size"], spec["dim"], spec["fixed"]
+        u = fixed[0]
+        for s, first in enumerate(spec["slots"]):
+            u = p_shared[first: first + size * dim].view(size, dim, 1) * u
+            u = torch.matmul(fixed[s + 1], u)
+        out.append(u)
+    return out
+
+
+class _FusedSim(torch.autograd.Function):
+    """The state pipeline and readout as one autograd node, with a hand-written backward.
+
+    Backward walks the stages in reverse carrying ``lambda`` (torch's gradient with
+    respect to the state) through each stage's adjoint map (``conj(P)``,
+    ``conj(U)``, the inverse permutation) and reads each parameter's gradient off
+    ``lambda`` and the stage's input or output state. Those states are either kept
+    from the forward pass (``uncompute=False``: fastest) or, with the **adjoint
+    method** (``uncompute=True``), recomputed backwards by the same adjoint maps:
+    ``Z = [lambda, psi]`` is carried as one stacked tensor, so memory stays at a few
+    states whatever the depth. Stages before the first per-sample phase act on a
+    state that is the same for every row (``[1, d]``); their inputs are always kept.
+    """
+
+    @staticmethod
+    def forward(ctx, plan, readout, uncompute, sym, bias, p_shared, *stacks):
+        keep_all = not uncompute and any(ctx.needs_input_grad)  # else no backward needs the phases either
+        p_sample = _SamplePhases(plan, sym, bias, release=not keep_all)
+        kept: list = []
+        psi = _simulate(plan, stacks, p_sample, p_shared, p_shared.dtype, p_shared.device,
+                        keep=kept, keep_all=keep_all)
+        ctx.plan, ctx.readout, ctx.kept, ctx.uncompute, ctx.p_sample = plan, readout, kept, uncompute, p_sample
+        ctx.save_for_backward(psi, sym, bias, p_shared, *stacks)
+        return readout(psi)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        plan, n, kept = ctx.plan, ctx.plan.n, ctx.kept
+        psi, sym, bias, p_shared, *stacks = ctx.saved_tensors
+        need_sym, need_bias = ctx.needs_input_grad[3], ctx.needs_input_grad[4]
+        need_s, need_sh, need_m = need_sym or need_bias, ctx.needs_input_grad[5], ctx.needs_input_grad[6:]
+        g_sample: dict = {}
+        g_shared = torch.zeros_like(p_shared) if need_sh else None
+        g_stacks: list = [None] * len(stacks)
+        conj_stacks: dict = {}
+        if ctx.uncompute:  # recomputed, one layer at a time, as the stages are visited backwards
+            conj_sample = _SamplePhases(plan, sym, bias, sign=-1, release=True, order=-1)
+        else:
+            forward, conj_cache = ctx.p_sample, {}
+
+            def conj_sample(cols, stage):
+                if cols not in conj_cache:
+                    conj_cache[cols] = forward(cols, stage).conj().resolve_conj()
+                return conj_cache[cols]
+        conj_shared = p_shared.conj().resolve_conj()
+
+        def back_map(st: _Stage, s: int, carry: torch.Tensor) -> torch.Tensor:
+            """The adjoint of a stage's linear map, on ``[..., rows, d]``."""
+            if st.kind == "perm":
+                return _permute(carry, _inverse(st.perm), n)
+            if st.kind == "phase":
+                a, b = st.cols
+                return carry * (conj_sample(st.cols, s) if st.per_sample else conj_shared[a:b])
+            i, j = st.unitary
+            if i not in conj_stacks:
+                conj_stacks[i] = stacks[i].conj().resolve_conj()
+            k = 2**st.width
+            return (carry.reshape(-1, k) @ conj_stacks[i][j]).reshape(carry.shape)
+
+        g_sym = torch.zeros_like(sym) if need_sym else None
+        g_bias = torch.zeros_like(bias) if need_bias else None
+
+        def param_grads(st: _Stage, s: int, lam_out, psi_in, psi_out) -> None:
+            if st.kind == "phase" and st.per_sample and need_s:
+                a, b = st.cols
+                # d L / d theta = Im(lambda conj(psi)) at the stage's output: summed as complex
+                # products over the stages sharing the layer, the imaginary part taken at its first use
+                g = lam_out * psi_out.conj()
+                if (a, b) in g_sample:
+                    g = g + g_sample.pop((a, b))
+                if s != plan.sample_uses[(a, b)][0]:
+                    g_sample[(a, b)] = g
+                    return
+                g_theta = g.imag  # [B, 2**n]
+                if need_sym:
+                    g_sym.add_(g_theta @ plan.sample_a[a // (b - a)].transpose(0, 1))
+                if need_bias:
+                    g_bias[a:b] += g_theta.sum(0)
+            elif st.kind == "phase" and not st.per_sample and need_sh:
+                a, b = st.cols
+                g_shared[a:b] += (lam_out * psi_in.conj()).sum(0)
+            elif st.kind == "dense" and need_m[st.unitary[0]]:
+                i, j = st.unitary
+                k = 2**st.width
+                if g_stacks[i] is None:
+                    g_stacks[i] = torch.zeros_like(stacks[i])
+                g_stacks[i][j] += (psi_in.reshape(-1, k).mH @ lam_out.reshape(-1, k)).transpose(0, 1)
+
+        lam = ctx.readout.grad(psi, grad_out.to(psi.real.dtype))
+        stacked = ctx.uncompute and bool(plan.sample_a)  # else every stage's input was kept
+        carry = torch.stack([lam, psi]) if stacked else lam
+        psi_out = psi
+        for s in range(len(plan.stages) - 1, -1, -1):
+            st = plan.stages[s]
+            lam_out = carry[0] if stacked else carry
+            new = back_map(st, s, carry)
+            psi_in = new[1] if stacked and st.batched else kept[s]
+            param_grads(st, s, lam_out, psi_in, psi_out)
+            carry, psi_out = new, psi_in
+            if st.kind == "phase" and st.per_sample and not st.batched:
+                # the first per-sample phase: its input was the same for every row
+                carry = (carry[0] if stacked else carry).sum(0, keepdim=True)
+                stacked = False
+        return (None, None, None, g_sym, g_bias, g_shared, *g_stacks)
+
