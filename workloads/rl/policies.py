@@ -1,0 +1,183 @@
+"""Quantum policies for reinforcement learning: torch modules around an hqflow circuit.
+
+* ``pqc_template(n_qubits, n_layers, observables)``: the data re-uploading circuit of
+  Jerbi et al. 2021, as in the TensorFlow Quantum tutorial "Parametrized quantum circuits
+  for reinforcement learning". Each of the ``n_layers`` layers is a variational layer
+  RX(w)·RY(w)·RZ(w) on every qubit, a CZ ring CZ(q, q+1 mod n) (one CZ for n = 2), then
+  an encoding layer RX(x) on every qubit; one more variational layer closes the circuit.
+  Inputs ``x[l*n + q]`` (layer l, qubit q) arrive already scaled (λ·s is computed in
+  torch, since a circuit angle is affine in one symbol); weights ``w[3*(l*n + q) + k]``.
+* ``SoftmaxPQC``: π(a|s) = softmax(β · w_a · <O>) (Jerbi et al.; the tutorial's
+  ``Alternating`` readout, w initialised to (-1)^a).
+* ``QValuePQC``: Q(s, a) = w_a · (1 + <O_a>) / 2 (Skolik et al. 2022; w initialised to 1,
+  as the tutorial's ``Rescaling`` layer), one observable per action.
+
+Encodings (``encoding=``) turn the scaled state λ·s into the angle x:
+``"plain"`` x = λ·s (the tutorial's default, linear activation); ``"tanh"`` x = tanh(λ·s)
+(the tutorial's ``activation="tanh"``); ``"atan"`` x = arctan(λ·s) (Skolik et al.'s
+continuous encoding, angles in (-π/2, π/2)). State feature f feeds qubit f; with fewer
+features than qubits the missing features are zeros (their λ·0 = 0 angles then do nothing).
+
+Gradients: with ``backend="compiled"`` the compiled program is called on torch tensors and
+autograd differentiates it. With any other backend name (``hqflow.backends.get_backend``)
+a ``torch.autograd.Function`` submits one ``CircuitBatch``; when a gradient is needed, that
+one job holds the batched parameter-shift rows for both weights and inputs
+(``hqflow.gradients.param_shift(wrt="both")``) and backward applies the saved jacobians.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from hqflow.backends import CircuitBatch, get_backend
+from hqflow.backends.compiled import compile_template
+from hqflow.ir import Circuit, CircuitTemplate
+from torch import nn
+
+from hqflow.gradients import param_shift
+
+ENCODINGS = ("plain", "tanh", "atan")
+
+
+def pqc_template(n_qubits: int = 4, n_layers: int = 5, observables=None) -> CircuitTemplate:
+    """The re-uploading circuit: n_qubits*n_layers inputs, 3*n_qubits*(n_layers+1) weights."""
+    if n_qubits < 1 or n_layers < 1:
+        raise ValueError(f"need n_qubits >= 1 and n_layers >= 1, got {n_qubits} and {n_layers}")
+    c = Circuit(n_qubits, name=f"reupload{n_qubits}x{n_layers}")
+    x = c.inputs("x", n_qubits * n_layers)
+    w = c.weights("w", 3 * n_qubits * (n_layers + 1))
+
+    def variational(layer: int) -> None:
+        for q in range(n_qubits):
+            k = 3 * (layer * n_qubits + q)
+            c.rx(w[k], q).ry(w[k + 1], q).rz(w[k + 2], q)
+
+    ring = [(q, (q + 1) % n_qubits) for q in range(n_qubits)] if n_qubits > 2 else [(0, 1)][: n_qubits - 1]
+    for layer in range(n_layers):
+        variational(layer)
+        for a, b in ring:
+            c.cz(a, b)
+        for q in range(n_qubits):
+            c.rx(x[layer * n_qubits + q], q)
+    variational(n_layers)
+    if observables is None:
+        observables = [" ".join(f"Z{q}" for q in range(n_qubits))]
+    return c.build(observables=list(observables))
+
+
+class _ParamShift(torch.autograd.Function):
+    """Expectation values on a job backend; backward from one batched parameter-shift job."""
+
+    @staticmethod
+    def forward(ctx, x, w, template, backend, need_grad):
+        xs, ws = x.detach().cpu().double().numpy(), w.detach().cpu().double().numpy()
+        if need_grad:  # (decided by the caller: inside forward, grad mode is always off)
+            batch, post = param_shift(template, xs, ws, wrt="both")
+            g = post(backend.submit(batch).result())
+            values = g.values
+            ctx.save_for_backward(torch.as_tensor(g.input_jacobian, dtype=x.dtype),
+                                  torch.as_tensor(g.jacobian, dtype=w.dtype))
+        else:
+            values = backend.submit(CircuitBatch.make(template, xs, ws)).result().values
+        return torch.as_tensor(np.asarray(values), dtype=x.dtype, device=x.device)
+
+    @staticmethod
+    def backward(ctx, grad):
+        jac_x, jac_w = ctx.saved_tensors  # [B, n_obs, n_inputs], [B, n_obs, n_weights]
+        gx = torch.einsum("bo,boi->bi", grad, jac_x.to(grad.device))
+        gw = torch.einsum("bo,bow->w", grad, jac_w.to(grad.device))
+        return gx, gw, None, None, None
+
+
+class _PQC(nn.Module):
+    """The shared body: scaled, encoded states -> expectation values [B, n_obs]."""
+
+    def __init__(self, n_qubits, n_layers, observables, encoding, backend, seed, dtype):
+        super().__init__()
+        if encoding not in ENCODINGS:
+            raise ValueError(f"unknown encoding {encoding!r}; known: {', '.join(ENCODINGS)}")
+        self.n_qubits, self.n_layers, self.encoding, self.backend = n_qubits, n_layers, encoding, backend
+        self.template = pqc_template(n_qubits, n_layers, observables)
+        gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
+        self.input_scaling = nn.Parameter(torch.ones(n_layers, n_qubits, dtype=dtype))
+        self.weights = nn.Parameter(torch.rand(self.template.n_weights, generator=gen, dtype=dtype) * math.pi)
+        if backend == "compiled":
+            cdtype = torch.complex128 if dtype == torch.float64 else torch.complex64
+            self._program, self._backend = compile_template(self.template, dtype=cdtype), None
+        else:
+            self._program, self._backend = None, get_backend(backend)
+
+    def angles(self, states: torch.Tensor) -> torch.Tensor:
+        """Circuit inputs [B, n_layers*n_qubits]: the encoded λ·s, layer-major."""
+        s = torch.as_tensor(states, dtype=self.input_scaling.dtype)
+        if s.ndim != 2 or s.shape[1] > self.n_qubits:
+            raise ValueError(f"states must have shape [B, n_features] with n_features <= n_qubits "
+                             f"({self.n_qubits}), got {list(s.shape)}")
+        if s.shape[1] < self.n_qubits:
+            s = torch.nn.functional.pad(s, (0, self.n_qubits - s.shape[1]))
+        x = self.input_scaling[None] * s[:, None, :]  # [B, L, n]
+        if self.encoding == "tanh":
+            x = torch.tanh(x)
+        elif self.encoding == "atan":
+            x = torch.atan(x)
+        return x.reshape(s.shape[0], -1)
+
+    def expectations(self, states: torch.Tensor) -> torch.Tensor:
+        """<O_k> for every observable: [B, n_obs]."""
+        x = self.angles(states)
+        if self._program is not None:
+            return self._program(x, self.weights).to(x.dtype)
+        need_grad = torch.is_grad_enabled() and (x.requires_grad or self.weights.requires_grad)
+        return _ParamShift.apply(x, self.weights, self.template, self._backend, need_grad)
+
+    def param_groups(self, lr_in: float = 0.1, lr_var: float = 0.01, lr_out: float = 0.1) -> list[dict]:
+        """Optimizer groups: λ (``input_scaling``), θ (``weights``), w (``output``)."""
+        return [{"params": [self.input_scaling], "lr": lr_in, "name": "input_scaling"},
+                {"params": [self.weights], "lr": lr_var, "name": "weights"},
+                {"params": [self.output], "lr": lr_out, "name": "output"}]
+
+
+class SoftmaxPQC(_PQC):
+    """Softmax policy π(a|s) = softmax_a(β · w_a · <O>) over a re-uploading circuit (Jerbi et al.)."""
+
+    def __init__(self, n_qubits: int = 4, n_layers: int = 5, n_actions: int = 2, encoding: str = "plain",
+                 beta: float = 1.0, observable: str | None = None, backend: str = "compiled",
+                 seed: int | None = None, dtype: torch.dtype = torch.float32):
+        super().__init__(n_qubits, n_layers, None if observable is None else [observable], encoding, backend,
+                         seed, dtype)
+        self.n_actions, self.beta = n_actions, float(beta)
+        self.output = nn.Parameter(torch.tensor([(-1.0) ** a for a in range(n_actions)], dtype=dtype))
+
+    def logits(self, states: torch.Tensor) -> torch.Tensor:
+        """β · w_a · <O>: [B, n_actions]."""
+        return self.beta * self.expectations(states)[:, :1] * self.output[None]
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
+        """Action probabilities [B, n_actions]."""
+        return torch.softmax(self.logits(states), dim=-1)
+
+    def log_probs(self, states: torch.Tensor) -> torch.Tensor:
+        """log π(a|s) for every action: [B, n_actions]."""
+        return torch.log_softmax(self.logits(states), dim=-1)
+
+
+class QValuePQC(_PQC):
+    """Q(s, a) = w_a · (1 + <O_a>) / 2 over a re-uploading circuit (Skolik et al.); w starts at ones."""
+
+    def __init__(self, n_qubits: int = 4, n_layers: int = 5, n_actions: int = 2, encoding: str = "plain",
+                 observables=("Z0 Z1", "Z2 Z3"), backend: str = "compiled", seed: int | None = None,
+                 dtype: torch.dtype = torch.float32):
+        if len(observables) != n_actions:
+            raise ValueError(f"QValuePQC needs one observable per action: {n_actions} actions, "
+                             f"{len(observables)} observables")
+        super().__init__(n_qubits, n_layers, list(observables), encoding, backend, seed, dtype)
+        self.n_actions = n_actions
+        self.output = nn.Parameter(torch.ones(n_actions, dtype=dtype))
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
+        """Q-values [B, n_actions]."""
+        return self.output[None] * (1.0 + self.expectations(states)) / 2.0
+
+
+__all__ = ["ENCODINGS", "QValuePQC", "SoftmaxPQC", "pqc_template"]

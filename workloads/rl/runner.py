@@ -1,0 +1,262 @@
+"""Run an RL algorithm as a dataflow graph under a distribution policy, with a run directory.
+
+The algorithm is written once (``reinforce``, ``dqn``, ``ppo``), as a module with:
+
+* ``Config`` (a frozen dataclass; ``seed``, ``env`` and ``max_episodes`` fields);
+* ``make_policy(cfg)``, ``make_optimizer(policy, cfg)``, ``make_envs(cfg)``, ``init_extra(cfg, policy)``;
+* ``act(policy, envs, cfg, step) -> batch`` (the actor: ``batch.episode_returns``,
+  ``batch.n_steps`` and ``batch.circuit_evals``); deterministic for ``(cfg.seed, step)``;
+* ``learn(policy, optimizer, batch, cfg, extra, step) -> (metrics, extra)`` (the learner).
+
+Each iteration (one stream item, ``{"step": k}``) is two fragments::
+
+    rollout (cpu) --batch--> learn (gpu: the learner's own slot)
+    learn.params ~> rollout.params (max_staleness = the policy's staleness)
+    learn.params, learn.opt, learn.extra ~> learn.* (strictly sequential)
+
+Fragments are pure functions of their inputs: the parameters and the optimizer's
+state travel on loop-carried edges, so a checkpoint is just their latest values
+and a resumed run continues bit for bit. Policies, optimizers and environments are
+scratch objects cached per thread (and per process on Ray).
+
+``train(algo, cfg, distribution, run_dir, resume)`` writes to ``run_dir``:
+``config.json``, ``metrics.jsonl`` (one line per update), ``checkpoint.pt`` (every
+``checkpoint_every`` updates and at the end, written atomically), ``spans.json`` and
+``trace.json`` (the scheduler's trace; open it in Perfetto), ``learning_curve.png``.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from hqflow.ir import Graph
+
+import hqflow as hq
+from hqflow.distribution import get_distribution
+from hqflow.trace import save_spans
+from hqflow.trace_export import write_chrome_trace
+
+ALGORITHMS = {"reinforce": "hqflow.workloads.rl.reinforce", "dqn": "hqflow.workloads.rl.dqn",
+              "ppo": "hqflow.workloads.rl.ppo"}
+_LOCAL = threading.local()
+
+
+def algorithm(name: str):
+    if name not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {name!r}; known: {', '.join(ALGORITHMS)}")
+    return importlib.import_module(ALGORITHMS[name])
+
+
+def _config(algo: str, config: dict):
+    return algorithm(algo).Config(**config)
+
+
+def _scratch(algo: str, config: dict, role: str):
+    """This thread's (policy, optimizer, envs) for a run: scratch state, overwritten every call."""
+    cache = getattr(_LOCAL, "cache", None)
+    if cache is None:
+        cache = _LOCAL.cache = {}
+    key = (algo, json.dumps(config, sort_keys=True), role)
+    if key not in cache:
+        mod, cfg = algorithm(algo), _config(algo, config)
+        policy = mod.make_policy(cfg)
+        cache[key] = (policy, mod.make_optimizer(policy, cfg) if role == "learner" else None,
+                      mod.make_envs(cfg) if role == "actor" else None)
+    return cache[key]
+
+
+def _load(policy, params) -> None:
+    with torch.no_grad():
+        for k, p in policy.named_parameters():
+            p.copy_(params[k])
+
+
+def _params(policy) -> dict:
+    return {k: v.detach().clone() for k, v in policy.named_parameters()}
+
+
+# --- the two fragments -------------------------------------------------------------------
+
+def rollout(params, step, algo, config):
+    """The actor: run the environments with ``params``."""
+    policy, _, envs = _scratch(algo, config, "actor")
+    _load(policy, params)
+    return {"batch": algorithm(algo).act(policy, envs, _config(algo, config), int(step))}
+
+
+def learn(batch, params, opt, extra, step, algo, config):
+    """The learner: one update from ``(params, opt, extra)`` and the actor's batch."""
+    policy, optimizer, _ = _scratch(algo, config, "learner")
+    _load(policy, params)
+    optimizer.load_state_dict(copy.deepcopy(opt))
+    metrics, extra = algorithm(algo).learn(policy, optimizer, batch, _config(algo, config), extra["value"], int(step))
+    return {"params": _params(policy), "opt": copy.deepcopy(optimizer.state_dict()), "extra": {"value": extra},
+            "returns": [float(r) for r in batch.episode_returns], "env_steps": int(batch.n_steps),
+            "circuit_evals": int(batch.circuit_evals), **metrics}
+
+
+def build_graph(algo: str, cfg, staleness: int = 0) -> Graph:
+    config = dataclasses.asdict(cfg)
+    pipe = hq.Pipeline(f"{algo}_{cfg.env}")
+    pipe.input("step", "scalar")
+    pipe.preprocess(rollout, outputs={"batch": "any"}, params={"algo": algo, "config": config})
+    pipe.learn(learn, outputs={"params": "any", "opt": "any", "extra": "any", "returns": "any", "env_steps": "scalar",
+                               "circuit_evals": "scalar", "loss": "scalar"},
+               resource="gpu", params={"algo": algo, "config": config})
+    pipe.loop("learn.params", "rollout.params", max_staleness=staleness)
+    pipe.loop("learn.params", "learn.params")
+    pipe.loop("learn.opt", "learn.opt")
+    pipe.loop("learn.extra", "learn.extra")
+    for port in ("params", "opt", "extra", "returns", "env_steps", "circuit_evals", "loss"):
+        pipe.output(f"learn.{port}")
+    return pipe.build()
+
+
+def initial_state(algo: str, cfg) -> dict:
+    mod = algorithm(algo)
+    policy = mod.make_policy(cfg)
+    optimizer = mod.make_optimizer(policy, cfg)
+    return {"learn.params": _params(policy), "learn.opt": copy.deepcopy(optimizer.state_dict()),
+            "learn.extra": {"value": mod.init_extra(cfg, policy)}}  # boxed: None is a value here
+
+
+# --- the run directory --------------------------------------------------------------------
+
+def _atomic(path: Path, write) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def _write_text(path: Path, text: str) -> None:
+    _atomic(path, lambda p: p.write_text(text))
+
+
+def load_run(run_dir) -> tuple[dict, dict | None]:
+    """``(config.json, last checkpoint or None)`` of a run directory (``ValueError`` if it is not one)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.json").is_file():
+        raise ValueError(f"{run_dir} is not a run directory (no config.json)")
+    meta = json.loads((run_dir / "config.json").read_text())
+    ckpt = run_dir / "checkpoint.pt"
+    return meta, torch.load(ckpt, weights_only=False) if ckpt.is_file() else None
+
+
+def train(algo: str = "reinforce", cfg=None, distribution="sync", run_dir=None, resume: bool = False,
+          checkpoint_every: int = 5, progress=None) -> dict:
+    """Train, writing the run directory; ``resume`` continues ``run_dir`` from its checkpoint.
+
+    Returns ``returns`` (every episode's return), ``episodes_to_solve``, ``seconds``,
+    ``env_steps``, ``env_steps_per_s``, ``circuit_evals``, ``circuit_evals_per_s``,
+    ``updates`` and the final ``params``.
+    """
+    mod = algorithm(algo)
+    policy_ = get_distribution(distribution)
+    run_dir = Path(run_dir) if run_dir is not None else None
+    ckpt = None
+    if resume:
+        meta, ckpt = load_run(run_dir)
+        algo, policy_ = meta["algo"], get_distribution(meta["distribution"], **meta["distribution_options"])
+        mod = algorithm(algo)
+        cfg = mod.Config(**meta["config"])
+    cfg = cfg or mod.Config()
+    spec_solved = mod.solved_threshold(cfg)
+    state = initial_state(algo, cfg) if ckpt is None else ckpt["state"]
+    done = {"returns": [], "env_steps": 0, "circuit_evals": 0, "seconds": 0.0, "update": -1, "solved_at": None}
+    if ckpt is not None:
+        done.update({k: ckpt[k] for k in done})
+    if run_dir is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if ckpt is None:
+            meta = {"algo": algo, "distribution": policy_.name,
+                    "distribution_options": {f.name: getattr(policy_, f.name) for f in dataclasses.fields(policy_)},
+                    "config": dataclasses.asdict(cfg)}
+            _write_text(run_dir / "config.json", json.dumps(meta, indent=2))
+        # a killed run may have logged updates past its checkpoint: they will be redone
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines() if (run_dir / "metrics.jsonl").exists() else []
+        kept = [ln for ln in lines if ckpt is not None and json.loads(ln)["update"] <= done["update"]]
+        _write_text(run_dir / "metrics.jsonl", "".join(ln + "\n" for ln in kept))
+    n_updates = -(-cfg.max_episodes // mod.episodes_per_update(cfg))
+    t0, last = time.perf_counter(), {"state": state}
+
+    def checkpoint() -> None:
+        if run_dir is not None:
+            data = dict(done, state=last["state"], seconds=done["seconds"] + time.perf_counter() - t0)
+            _atomic(run_dir / "checkpoint.pt", lambda p: torch.save(data, p))
+
+    def stream():
+        for k in range(done["update"] + 1, n_updates):
+            if done["solved_at"] is not None and cfg.stop_when_solved:
+                return
+            yield {"step": k}
+
+    def on_update(_n, out) -> None:
+        if done["solved_at"] is not None and cfg.stop_when_solved:
+            return  # an update admitted before the stop: not part of the run
+        done["update"] += 1
+        done["returns"] += out["returns"]
+        done["env_steps"] += out["env_steps"]
+        done["circuit_evals"] += out["circuit_evals"]
+        last["state"] = {"learn.params": out["params"], "learn.opt": out["opt"], "learn.extra": out["extra"]}
+        window = done["returns"][-10:]
+        if done["solved_at"] is None and len(window) == 10 and np.mean(window) >= spec_solved:
+            done["solved_at"] = len(done["returns"])
+        row = {"update": done["update"], "episodes": len(done["returns"]), "returns": out["returns"],
+               "mean_return_10": float(np.mean(window)) if window else None, "loss": out.get("loss"),
+               "env_steps": done["env_steps"], "seconds": round(done["seconds"] + time.perf_counter() - t0, 4)}
+        if run_dir is not None:
+            with open(run_dir / "metrics.jsonl", "a") as fh:
+                fh.write(json.dumps(row) + "\n")
+            if (done["update"] + 1) % checkpoint_every == 0:
+                checkpoint()
+        if progress is not None:
+            progress(len(done["returns"]), {"reward": row["mean_return_10"] or 0.0})
+
+    graph = build_graph(algo, cfg, policy_.staleness)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny batches: one thread is fastest, and no OpenMP teams fight
+    try:
+        result = hq.run(graph, stream(), initial_state=state, progress=on_update,
+                        config=policy_.scheduler_config(seed=cfg.seed))
+    finally:
+        torch.set_num_threads(threads)
+    seconds = done["seconds"] + time.perf_counter() - t0
+    checkpoint()
+    if run_dir is not None:
+        save_spans(str(run_dir / "spans.json"), result.spans)
+        write_chrome_trace(str(run_dir / "trace.json"), result.spans)
+        plot_learning_curve(done["returns"], run_dir / "learning_curve.png", f"{algo} on {cfg.env}")
+    return {"algo": algo, "config": dataclasses.asdict(cfg), "distribution": policy_.name,
+            "returns": done["returns"], "episodes_to_solve": done["solved_at"], "updates": done["update"] + 1,
+            "seconds": seconds, "env_steps": done["env_steps"], "env_steps_per_s": done["env_steps"] / seconds,
+            "circuit_evals": done["circuit_evals"], "circuit_evals_per_s": done["circuit_evals"] / seconds,
+            "params": last["state"]["learn.params"], "spans": result.spans}
+
+
+def plot_learning_curve(returns, path, title: str, window: int = 10) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    r = np.asarray(returns, dtype=float)
+    ax.plot(np.arange(1, len(r) + 1), r, lw=0.6, alpha=0.4, label="episode return")
+    if len(r) >= window:
+        ax.plot(np.arange(window, len(r) + 1), np.convolve(r, np.ones(window) / window, "valid"), lw=1.5,
+                label=f"mean of {window}")
+    ax.set_xlabel("episode")
+    ax.set_ylabel("return")
+    ax.set_title(title)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    _atomic(Path(path), lambda p: fig.savefig(p, format="png", dpi=100))
+    plt.close(fig)
