@@ -4,6 +4,7 @@
     hqflow inspect GRAPH.json [--png P]  validate and pretty-print a saved graph
     hqflow run WORKLOAD [options]        run a registered workload (vqe, qaoa, classifier)
     hqflow trace RUN [--out DIR]         utilization table, Chrome trace and Gantt chart of a run
+    hqflow train ENV [options]           train a variational quantum policy with RL (cartpole, ...)
 
 Bad usage or bad input exits with status 2 and a one-line message on stderr.
 """
@@ -60,7 +61,38 @@ def _parser() -> argparse.ArgumentParser:
                                    "(Chrome trace; open it in https://ui.perfetto.dev) and gantt.png.")
     t.add_argument("run", metavar="RUN", help="a run directory holding spans.json, or a spans JSON file")
     t.add_argument("--out", metavar="DIR", help="write trace.json and gantt.png here (default: the run directory)")
+
+    tr = sub.add_parser("train", help="train a variational quantum policy with RL",
+                        description="Train a variational quantum policy on a gymnasium environment and write a run "
+                                    "directory: config.json, metrics.jsonl, checkpoint.pt, learning_curve.png, "
+                                    "spans.json and trace.json. Defaults: REINFORCE with the softmax-PQC policy "
+                                    "(Jerbi et al. 2021) on the compiled simulator.")
+    tr.add_argument("env", metavar="ENV", nargs="?", help="cartpole, acrobot or frozenlake (not with --resume)")
+    tr.add_argument("--algo", default=None, help="reinforce (default), dqn or ppo")
+    tr.add_argument("--policy", help="softmax-pqc (reinforce, ppo) or qvalue-pqc (dqn); default: the algorithm's")
+    tr.add_argument("--backend", help="backend of the policy circuit (default: compiled)")
+    tr.add_argument("--seed", type=int, help="random seed (default 0)")
+    tr.add_argument("--episodes", type=_positive, help="episode budget (default: the algorithm's, 1000 for reinforce)")
+    tr.add_argument("--distribution", default="sync", help="sync (default), pipelined or ray-actors")
+    tr.add_argument("--staleness", type=_natural,
+                    help="parameter versions an actor may lag behind (pipelined, ray-actors; default 1)")
+    tr.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                    help="any field of the algorithm's Config, e.g. --set n_layers=3 (repeatable)")
+    tr.add_argument("--run-dir", metavar="DIR", help="where to write the run (default: runs/ALGO-ENV-seedN)")
+    tr.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    tr.add_argument("--checkpoint-every", type=_positive, default=5, help="updates between checkpoints (default 5)")
+    tr.add_argument("--json", action="store_true", help="print the figures as one JSON line")
     return p
+
+
+def _natural(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -208,7 +240,10 @@ def cmd_trace(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
-        commands = {"backends": cmd_backends, "inspect": cmd_inspect, "run": cmd_run, "trace": cmd_trace}
+        from .cli_train import cmd_train
+
+        commands = {"backends": cmd_backends, "inspect": cmd_inspect, "run": cmd_run, "trace": cmd_trace,
+                    "train": cmd_train}
         return commands[args.command](args)
     except UsageError as exc:
         print(f"hqflow: error: {exc}", file=sys.stderr)
@@ -218,5 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # python -m hqflow.cli: run the imported module, so that cli_train shares its classes
+    from hqflow.cli import main as _main
+
+    sys.exit(_main())

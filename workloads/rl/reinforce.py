@@ -267,7 +267,7 @@ def act(policy, envs: SyncEnvs, cfg: Config, step: int) -> Batch:
 
 def learn(policy, optimizer, batch: Batch, cfg: Config, extra, step: int) -> tuple[dict, None]:
     metrics = update(policy, optimizer, batch, cfg)
-    return {"loss": metrics["loss"]}, None
+    return {"loss": metrics["loss"], "circuit_evals": batch.n_steps}, None
 
 
 __all__ = ["Batch", "Config", "act", "collect", "learn", "make_envs", "make_optimizer", "make_policy",

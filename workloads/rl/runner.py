@@ -6,7 +6,8 @@ The algorithm is written once (``reinforce``, ``dqn``, ``ppo``), as a module wit
 * ``make_policy(cfg)``, ``make_optimizer(policy, cfg)``, ``make_envs(cfg)``, ``init_extra(cfg, policy)``;
 * ``act(policy, envs, cfg, step) -> batch`` (the actor: ``batch.episode_returns``,
   ``batch.n_steps`` and ``batch.circuit_evals``); deterministic for ``(cfg.seed, step)``;
-* ``learn(policy, optimizer, batch, cfg, extra, step) -> (metrics, extra)`` (the learner).
+* ``learn(policy, optimizer, batch, cfg, extra, step) -> (metrics, extra)`` (the learner;
+  ``metrics["circuit_evals"]``, if given, counts the circuit rows it ran).
 
 Each iteration (one stream item, ``{"step": k}``) is two fragments::
 
@@ -98,9 +99,10 @@ def learn(batch, params, opt, extra, step, algo, config):
     _load(policy, params)
     optimizer.load_state_dict(copy.deepcopy(opt))
     metrics, extra = algorithm(algo).learn(policy, optimizer, batch, _config(algo, config), extra["value"], int(step))
+    learner_evals = int(metrics.pop("circuit_evals", 0))  # rows the learner's own forward passes ran
     return {"params": _params(policy), "opt": copy.deepcopy(optimizer.state_dict()), "extra": {"value": extra},
             "returns": [float(r) for r in batch.episode_returns], "env_steps": int(batch.n_steps),
-            "circuit_evals": int(batch.circuit_evals), **metrics}
+            "circuit_evals": int(batch.circuit_evals) + learner_evals, **metrics}
 
 
 def build_graph(algo: str, cfg, staleness: int = 0) -> Graph:
@@ -158,11 +160,11 @@ def train(algo: str = "reinforce", cfg=None, distribution="sync", run_dir=None, 
     ``env_steps``, ``env_steps_per_s``, ``circuit_evals``, ``circuit_evals_per_s``,
     ``updates`` and the final ``params``.
     """
-    mod = algorithm(algo)
-    policy_ = get_distribution(distribution)
     run_dir = Path(run_dir) if run_dir is not None else None
     ckpt = None
-    if resume:
+    if not resume:
+        mod, policy_ = algorithm(algo), get_distribution(distribution)
+    else:
         meta, ckpt = load_run(run_dir)
         algo, policy_ = meta["algo"], get_distribution(meta["distribution"], **meta["distribution_options"])
         mod = algorithm(algo)

@@ -1,0 +1,116 @@
+"""``hqflow train``: RL training of a variational quantum policy, with a run directory.
+
+    hqflow train cartpole                          # REINFORCE, softmax-PQC, compiled simulator
+    hqflow train acrobot --algo ppo --seed 3
+    hqflow train frozenlake --algo dqn --episodes 500
+    hqflow train cartpole --distribution pipelined --staleness 1 --backend emulated-qpu
+    hqflow train --resume runs/reinforce-cartpole-seed0
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from .cli import UsageError
+
+POLICIES = {"reinforce": "softmax-pqc", "ppo": "softmax-pqc", "dqn": "qvalue-pqc"}
+
+
+def _value(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _config(args, mod):
+    fields = {f.name for f in dataclasses.fields(mod.Config)}
+    overrides = {}
+    for item in args.set:
+        key, sep, text = item.partition("=")
+        if not sep or key not in fields:
+            raise UsageError(f"--set {item!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(fields))}")
+        overrides[key] = _value(text)
+    for key, value in (("env", args.env), ("seed", args.seed), ("max_episodes", args.episodes),
+                       ("backend", args.backend)):
+        if value is not None:
+            overrides[key] = value
+    try:
+        return mod.Config(**overrides)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def cmd_train(args) -> int:
+    from hqflow.backends import BackendError, get_backend
+    from hqflow.distribution import get_distribution
+    from hqflow.workloads.rl import runner
+
+    from .progress import Progress
+
+    if args.resume:
+        if args.env or args.algo or args.policy or args.backend or args.seed is not None or args.set \
+                or args.episodes or args.staleness is not None or args.distribution != "sync":
+            raise UsageError("--resume takes the run's own settings; give only --resume RUN_DIR (and --json)")
+        try:
+            meta, ckpt = runner.load_run(args.resume)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if ckpt is None:
+            raise UsageError(f"{args.resume} has no checkpoint.pt to resume from")
+        algo, run_dir = meta["algo"], args.resume
+        mod = runner.algorithm(algo)
+        cfg = mod.Config(**meta["config"])
+        distribution = None
+    else:
+        if not args.env:
+            raise UsageError("give an environment (cartpole, acrobot, frozenlake) or --resume RUN_DIR")
+        algo = args.algo or "reinforce"
+        try:
+            mod = runner.algorithm(algo)
+        except (ValueError, ImportError) as exc:
+            raise UsageError(str(exc)) from None
+        if args.policy and args.policy != POLICIES[algo]:
+            raise UsageError(f"{algo} trains a {POLICIES[algo]} policy, not {args.policy!r}")
+        cfg = _config(args, mod)
+        if args.backend:
+            try:
+                get_backend(args.backend)
+            except BackendError as exc:
+                raise UsageError(str(exc)) from None
+        options = {} if args.staleness is None else {"staleness": args.staleness}
+        try:
+            distribution = get_distribution(args.distribution, **options)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        run_dir = args.run_dir
+        if run_dir is None:  # runs/ALGO-ENV-seedN, then -2, -3, ... : never over an earlier run
+            base = os.path.join("runs", f"{algo}-{cfg.env}-seed{cfg.seed}")
+            run_dir, k = base, 1
+            while os.path.exists(run_dir):
+                k += 1
+                run_dir = f"{base}-{k}"
+        if os.path.exists(os.path.join(run_dir, "config.json")):
+            raise UsageError(f"{run_dir} already holds a run; use --resume {run_dir} or another --run-dir")
+        try:
+            os.makedirs(run_dir, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot create run directory {run_dir}: {exc.strerror}") from None
+
+    with Progress(cfg.max_episodes, f"{algo} {cfg.env}") as bar:
+        out = runner.train(algo, cfg, distribution, run_dir=run_dir, resume=bool(args.resume),
+                           checkpoint_every=args.checkpoint_every, progress=bar)
+    returns = out["returns"]
+    figures = {"algo": algo, "env": cfg.env, "seed": cfg.seed, "distribution": out["distribution"],
+               "episodes": len(returns), "episodes_to_solve": out["episodes_to_solve"],
+               "mean_return_last_10": sum(returns[-10:]) / max(len(returns[-10:]), 1),
+               "seconds": round(out["seconds"], 3), "env_steps": out["env_steps"],
+               "env_steps_per_s": round(out["env_steps_per_s"], 1),
+               "circuit_evals_per_s": round(out["circuit_evals_per_s"], 1), "run_dir": run_dir}
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        for k, v in figures.items():
+            print(f"{k:<22} {v:.6g}" if isinstance(v, float) else f"{k:<22} {v}")
+    return 0

@@ -1,0 +1,123 @@
+"""The RL runner: the algorithm as fragments under distribution policies, run directories, kill and resume."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from hqflow.distribution import Pipelined, Sync, get_distribution
+from hqflow.workloads.rl import reinforce, runner
+
+SMALL = reinforce.Config(n_layers=2, batch_episodes=4, max_episodes=24, seed=3)
+
+
+def _same_params(a, b) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_sync_and_pipelined_staleness_0_are_identical_and_equal_plain_training():
+    plain = reinforce.train(SMALL)
+    sync = runner.train("reinforce", SMALL, "sync")
+    piped = runner.train("reinforce", SMALL, Pipelined(staleness=0))
+    assert sync["returns"] == plain["returns"] == piped["returns"]
+    assert len(sync["returns"]) == 24
+    assert _same_params(sync["params"], piped["params"])
+    assert _same_params(sync["params"], plain["params"])
+
+
+def test_pipelined_with_staleness_runs_actors_ahead():
+    out = runner.train("reinforce", SMALL, Pipelined(staleness=2))
+    assert len(out["returns"]) == 24
+    rollouts = [s for s in out["spans"] if s.fragment == "rollout"]
+    learns = [s for s in out["spans"] if s.fragment == "learn"]
+    # some rollout ran on parameters older than the newest possible (version < step)
+    assert any(s.version < s.step for s in rollouts)
+    assert len(learns) == 6
+
+
+def test_distribution_policies_are_validated():
+    assert get_distribution("sync") == Sync()
+    assert get_distribution("pipelined", staleness=3).staleness == 3
+    with pytest.raises(ValueError, match="unknown distribution policy 'bogus'"):
+        get_distribution("bogus")
+    with pytest.raises(ValueError, match="staleness must be an integer >= 0"):
+        get_distribution("pipelined", staleness=-1)
+    with pytest.raises(ValueError, match="takes"):
+        get_distribution("sync", staleness=1)
+
+
+def test_run_directory_contents(tmp_path):
+    out = runner.train("reinforce", SMALL, "sync", run_dir=tmp_path / "run", checkpoint_every=2)
+    run = tmp_path / "run"
+    for name in ("config.json", "metrics.jsonl", "checkpoint.pt", "learning_curve.png", "spans.json", "trace.json"):
+        assert (run / name).is_file(), name
+    meta = json.loads((run / "config.json").read_text())
+    assert meta["algo"] == "reinforce" and meta["config"]["seed"] == 3
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in rows] == list(range(6))
+    assert sum(len(r["returns"]) for r in rows) == len(out["returns"])
+    assert json.loads((run / "trace.json").read_text())["traceEvents"]
+    ckpt = torch.load(run / "checkpoint.pt", weights_only=False)
+    assert ckpt["update"] == 5 and _same_params(ckpt["state"]["learn.params"], out["params"])
+
+
+def _cli(*args, **kw):
+    return subprocess.Popen([sys.executable, "-m", "hqflow.cli", "train", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_killed_run_resumes_to_the_same_result(tmp_path):
+    """SIGKILL a training run after a few checkpoints, resume it: same parameters and metrics as a clean run."""
+    common = ["cartpole", "--episodes", "300", "--set", "n_layers=2", "--set", "stop_when_solved=false",
+              "--checkpoint-every", "1", "--seed", "1"]
+    clean = _cli(*common, "--run-dir", str(tmp_path / "clean"))
+    assert clean.wait(timeout=300) == 0, clean.stderr.read()
+
+    victim = _cli(*common, "--run-dir", str(tmp_path / "killed"))
+    ckpt = tmp_path / "killed" / "checkpoint.pt"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if ckpt.exists() and torch.load(ckpt, weights_only=False)["update"] >= 3:
+            break
+        time.sleep(0.05)
+    victim.send_signal(signal.SIGKILL)
+    assert victim.wait(timeout=30) == -signal.SIGKILL  # killed mid-run, not finished
+    at_kill = torch.load(ckpt, weights_only=False)["update"]
+    assert at_kill < 29  # 30 updates in all
+
+    resumed = _cli("--resume", str(tmp_path / "killed"))
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+
+    a = torch.load(tmp_path / "clean" / "checkpoint.pt", weights_only=False)
+    b = torch.load(ckpt, weights_only=False)
+    assert a["update"] == b["update"] == 29
+    assert a["returns"] == b["returns"] and len(a["returns"]) == 300
+    assert _same_params(a["state"]["learn.params"], b["state"]["learn.params"])
+
+    def rows(name):
+        lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        return [{k: v for k, v in json.loads(line).items() if k != "seconds"} for line in lines]
+
+    assert rows("clean") == rows("killed")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["pong"], "unknown environment 'pong'"),
+    (["cartpole", "--episodes", "-3"], "expected a positive integer"),
+    (["cartpole", "--algo", "sarsa"], "unknown algorithm 'sarsa'"),
+    (["cartpole", "--distribution", "magic"], "unknown distribution policy"),
+    (["cartpole", "--set", "nope=1"], "--set 'nope=1'"),
+    (["cartpole", "--policy", "qvalue-pqc"], "reinforce trains a softmax-pqc policy"),
+    (["cartpole", "--backend", "nosuch"], "nosuch"),
+    (["--resume", "/nonexistent/run"], "is not a run directory"),
+    ([], "give an environment"),
+])
+def test_bad_arguments_exit_2_with_one_line(argv, message, tmp_path):
+    proc = _cli(*argv, cwd=tmp_path, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err
+    assert message in err and len(err.strip().splitlines()) == 1, err
