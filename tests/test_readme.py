@@ -24,7 +24,7 @@ def test_readme_has_two_setup_commands_installing_torch_first():
     for cmd in setup:
         assert cmd.index("torch==2.13.0") < cmd.index("pip install -q .") if "pip install -q ." in cmd else True
         assert "torch==2.13.0" in cmd
-    assert any(cmd.endswith("hqflow run vqe") for cmd in setup)
+    assert any(cmd.endswith("hqflow train cartpole") for cmd in setup)
 
 
 def test_readme_example_runs(capsys):

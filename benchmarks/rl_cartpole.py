@@ -1,0 +1,167 @@
+"""The main job's training figures: REINFORCE with the softmax-PQC policy on CartPole-v1.
+
+Part 1, learning. The main-job configuration (``hqflow train cartpole``: the TFQ
+tutorial's setup on the default compiled backend, ``sync`` distribution) for S
+seeds. Per seed: episodes until the mean of the last 10 episode returns reaches
+500 (budget 1000 episodes), wall-clock seconds to that point, environment steps
+per second and circuit evaluations per second (the actor's rows plus the
+learner's rows).
+
+Part 2, overlap. REINFORCE whose circuit runs on an emulated cloud QPU
+(``emulated-qpu`` over the compiled simulator, exact values, 50 ms of queue
+latency per job, jobs' queue waits overlapping as a cloud service's do). The
+learner's gradient is one batched parameter-shift job. Wall-clock for the first
+E episodes (default 100) under ``sync`` and under ``pipelined`` (staleness 1: the
+next rollout starts while the learner works), same seed; the speedup is their
+ratio. Whether staleness 1 changes episodes-to-solve is measured on the compiled
+backend (part 3) rather than on the slow emulated QPU.
+
+Part 3 (skipped with --quick): episodes to solve under ``pipelined`` staleness 1 on
+the compiled backend, same seeds as part 1.
+
+    python benchmarks/rl_cartpole.py [--quick] [--seeds S] [--plot docs/rl_cartpole.png]
+
+The last line printed is one JSON object with the figures.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from hqflow.backends import register_backend
+from hqflow.backends.emulated import EmulatedQPU
+from hqflow.distribution import Pipelined
+from hqflow.workloads.rl import reinforce, runner
+
+_QPU: dict = {}
+
+
+def _shared_qpu(suffix=None, **options):
+    """One emulated QPU per process, shared by every policy copy (actors and learner), like one cloud device."""
+    if "qpu" not in _QPU:
+        _QPU["qpu"] = EmulatedQPU("compiled", queue_wait=0.05, name="qpu-50ms")
+    return _QPU["qpu"]
+
+
+def seed_figures(out: dict) -> dict:
+    solved = out["episodes_to_solve"]
+    return {"seed": out["config"]["seed"], "solved": solved is not None, "episodes_to_solve": solved,
+            "seconds": round(out["seconds"], 3), "env_steps_per_s": round(out["env_steps_per_s"], 1),
+            "circuits_per_s": round(out["circuit_evals_per_s"], 1), "episodes": len(out["returns"])}
+
+
+def plot(curves: list, path: str, budget: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    grid = np.arange(10, budget + 1)
+    rows = []
+    for r in curves:
+        run = np.convolve(np.asarray(r, float), np.ones(10) / 10, "valid")  # episode 10..len
+        full = np.concatenate([run, np.full(len(grid) - len(run), run[-1])]) if len(run) < len(grid) else run
+        rows.append(full[: len(grid)])
+        ax.plot(np.arange(10, 10 + len(run)), run, color="grey", lw=0.5, alpha=0.5)
+    rows = np.array(rows)
+    ax.plot(grid, rows.mean(0), color="C0", lw=2, label=f"mean over {len(curves)} seeds")
+    ax.fill_between(grid, np.percentile(rows, 25, 0), np.percentile(rows, 75, 0), color="C0", alpha=0.2,
+                    label="25-75th percentile")
+    last = max(len(r) for r in curves)
+    ax.set_xlim(10, min(budget, last + 20))
+    ax.axhline(500, color="k", lw=0.5, ls="--")
+    ax.set_xlabel("episode")
+    ax.set_ylabel("mean return of the last 10 episodes")
+    ax.set_title("REINFORCE, softmax-PQC (4 qubits, 5 layers), CartPole-v1")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.text(0.01, 0.01, "grey: each seed, until it stops at 500; the mean carries a stopped seed's last value",
+             fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="2 seeds, 50 emulated-QPU episodes, no part 3 (< 60 s)")
+    ap.add_argument("--seeds", type=int, default=None, help="seeds 0..S-1 (default 10; quick 2)")
+    ap.add_argument("--episodes", type=int, default=1000, help="episode budget per seed (default 1000)")
+    ap.add_argument("--overlap-episodes", type=int, default=None, help="episodes timed on the emulated QPU (100)")
+    ap.add_argument("--plot", metavar="PNG", help="write the learning curves over the seeds here")
+    args = ap.parse_args()
+    seeds = args.seeds or (2 if args.quick else 10)
+    overlap_episodes = args.overlap_episodes or (50 if args.quick else 100)
+    if seeds < 1 or args.episodes < 10 or overlap_episodes < 10:
+        ap.error("need --seeds >= 1, --episodes >= 10 and --overlap-episodes >= 10")
+    start = time.perf_counter()
+
+    # ---- part 1: the main-job configuration over seeds
+    print(f"part 1: REINFORCE, main-job config, {seeds} seeds, budget {args.episodes} episodes (sync, compiled)")
+    print(f"{'seed':>4} {'solved':>7} {'episodes':>9} {'seconds':>8} {'env steps/s':>12} {'circuits/s':>11}")
+    rows, curves = [], []
+    for s in range(seeds):
+        out = runner.train("reinforce", reinforce.Config(seed=s, max_episodes=args.episodes), "sync")
+        row = seed_figures(out)
+        rows.append(row)
+        curves.append(out["returns"])
+        print(f"{s:>4} {str(row['solved']):>7} {str(row['episodes_to_solve'] or '-'):>9} {row['seconds']:>8.2f} "
+              f"{row['env_steps_per_s']:>12,.0f} {row['circuits_per_s']:>11,.0f}", flush=True)
+    solved = [r for r in rows if r["solved"]]
+    figures = {"seeds": seeds, "episode_budget": args.episodes, "solved": len(solved),
+               "median_episodes_to_solve": statistics.median(r["episodes_to_solve"] for r in solved) if solved else None,
+               "median_seconds_to_solve": round(statistics.median(r["seconds"] for r in solved), 3) if solved else None,
+               "env_steps_per_s": round(statistics.median(r["env_steps_per_s"] for r in rows), 1),
+               "circuits_per_s": round(statistics.median(r["circuits_per_s"] for r in rows), 1),
+               "per_seed": rows}
+    if args.plot:
+        plot(curves, args.plot, args.episodes)
+        print(f"wrote {args.plot}")
+
+    # ---- part 2: the overlap on an emulated cloud QPU
+    register_backend("qpu-50ms", _shared_qpu, listed=False)
+    cfg = reinforce.Config(seed=0, backend="qpu-50ms", max_episodes=overlap_episodes, stop_when_solved=False)
+    print(f"\npart 2: REINFORCE on an emulated QPU (50 ms queue latency per job, exact), first {overlap_episodes} "
+          "episodes, seed 0")
+    times = {}
+    for name, dist in (("sync", "sync"), ("pipelined", Pipelined(staleness=1))):
+        out = runner.train("reinforce", cfg, dist)
+        times[name] = out["seconds"]
+        per100 = out["seconds"] * 100 / len(out["returns"])
+        print(f"  {name:<10} {out['seconds']:7.2f} s  ({per100:.2f} s per 100 episodes, {out['env_steps']} env steps, "
+              f"mean return {np.mean(out['returns']):.1f})", flush=True)
+        figures[f"{name}_seconds_per_100_episodes_emulated_qpu"] = round(per100, 3)
+    figures["pipelined_speedup_emulated_qpu"] = round(times["sync"] / times["pipelined"], 3)
+    print(f"  pipelined speedup: x{figures['pipelined_speedup_emulated_qpu']:.2f} (target >= 1.8)")
+
+    # ---- part 3: does staleness 1 change learning? (compiled backend, same seeds)
+    if not args.quick:
+        print(f"\npart 3: REINFORCE pipelined (staleness 1) on the compiled backend, {seeds} seeds")
+        prow = []
+        for s in range(seeds):
+            out = runner.train("reinforce", reinforce.Config(seed=s, max_episodes=args.episodes), Pipelined(staleness=1))
+            prow.append(seed_figures(out))
+            print(f"  seed {s}: {'solved at ' + str(out['episodes_to_solve']) if out['episodes_to_solve'] else 'not solved'}"
+                  f" in {out['seconds']:.2f} s", flush=True)
+        psolved = [r for r in prow if r["solved"]]
+        figures["pipelined_solved"] = len(psolved)
+        figures["pipelined_median_episodes_to_solve"] = (
+            statistics.median(r["episodes_to_solve"] for r in psolved) if psolved else None)
+
+    figures["targets"] = {"solved_ge_8_of_10": len(solved) >= 8 * seeds / 10,
+                          "median_seconds_le_20": bool(solved) and figures["median_seconds_to_solve"] <= 20,
+                          "pipelined_speedup_ge_1.8": figures["pipelined_speedup_emulated_qpu"] >= 1.8}
+    figures["total_s"] = round(time.perf_counter() - start, 1)
+    print(f"\nsolved {len(solved)}/{seeds}; median episodes {figures['median_episodes_to_solve']}, median seconds "
+          f"{figures['median_seconds_to_solve']}; total {figures['total_s']} s")
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
