@@ -102,7 +102,7 @@ def learn(batch, params, opt, extra, step, algo, config):
     learner_evals = int(metrics.pop("circuit_evals", 0))  # rows the learner's own forward passes ran
     return {"params": _params(policy), "opt": copy.deepcopy(optimizer.state_dict()), "extra": {"value": extra},
             "returns": [float(r) for r in batch.episode_returns], "env_steps": int(batch.n_steps),
-            "circuit_evals": int(batch.circuit_evals) + learner_evals, **metrics}
+            "circuit_evals": int(batch.circuit_evals) + learner_evals, "loss": float(metrics.get("loss", float("nan")))}
 
 
 def build_graph(algo: str, cfg, staleness: int = 0) -> Graph:

@@ -1,0 +1,398 @@
+"""PPO (clipped objective, GAE) with a softmax quantum actor and a classical critic, readable top to bottom.
+
+The model is CleanRL's ``ppo.py`` (Huang et al. 2022, "The 37 implementation details of
+PPO"), with two changes:
+
+* the actor is the ``SoftmaxPQC`` of Jerbi et al. 2021 (π(a|s) = softmax(β · w_a · <O>));
+  the critic is a small classical MLP on the same encoded state (``ActorCritic``);
+* every rollout starts fresh episodes. CleanRL carries its envs from one rollout to the
+  next; here a rollout is a pure function of ``(parameters, cfg.seed, update index)``, so
+  that a dataflow runtime can run rollouts anywhere, concurrently, and replay them. Each
+  env runs ``num_steps`` steps, resetting itself when an episode ends (seeds drawn from the
+  rollout's generator); the episode still running at the end is cut there, and GAE
+  bootstraps it with the critic's value of the state it reached. Its return is not
+  counted: ``episode_returns`` holds completed episodes only. So ``num_steps`` defaults to
+  512, above the 500-step time limit of CartPole and Acrobot (CleanRL's 128 could never
+  complete an episode of a balancing agent, and CartPole would never count as solved).
+
+Hyperparameters are CleanRL's CartPole defaults (4 envs, γ 0.99, λ 0.95, clip 0.2, 4 epochs
+of 4 minibatches, entropy 0.01, value 0.5, gradient norm 0.5, normalized advantages, Adam
+eps 1e-5) but for ``num_steps`` (512, above) and the learning rates: the actor's three
+groups are the REINFORCE ones (λ 0.1, θ 0.01, w 0.1), the critic's 3e-3 (``Config``).
+Left out of CleanRL's defaults: learning-rate annealing and the clipped value loss (plain
+0.5 · MSE here). As in CleanRL, an episode that hits its time limit counts as terminated
+(``SyncEnvs`` reports one ``done``), so GAE does not bootstrap past it.
+
+The loop is two fragments that a dataflow runtime can call on their own (the protocol of
+``hqflow.workloads.rl.runner``, at the bottom):
+
+* ``act(policy, envs, cfg, step) -> Batch`` (the actor): one no-grad forward of actor and
+  critic per time step for all envs, actions sampled with a numpy ``Generator`` seeded from
+  ``(cfg.seed, step)``; it records states, actions, log π_old(a|s), rewards, dones, V_old(s)
+  and V_old of the last states. Values are computed here, by the parameters that acted.
+* ``learn(policy, optimizer, batch, cfg, extra, step)`` (the learner): GAE, then
+  ``update_epochs`` passes over the batch in ``num_minibatches`` shuffled minibatches, one
+  Adam step each on the clipped surrogate + value loss - entropy bonus.
+
+``train(cfg)`` alternates them for ``max_updates(cfg)`` updates or until solved.
+
+    from hqflow.workloads.rl import ppo
+    out = ppo.train(ppo.Config(env="cartpole", seed=0))
+    print(out["episodes_to_solve"], out["seconds"])
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+from hqflow.workloads.rl.envs import SyncEnvs, get_spec
+from hqflow.workloads.rl.policies import ENCODINGS, SoftmaxPQC
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Config:
+    env: str = "cartpole"
+    """environment short name (``hqflow.workloads.rl.envs.SPECS``)"""
+    n_qubits: int | None = None
+    """circuit width of the actor; None takes the environment's (4 for CartPole, 6 for Acrobot)"""
+    n_layers: int = 5
+    """re-uploading layers of the actor's circuit"""
+    encoding: str = "plain"
+    """state encoding of the actor: "plain" (λ·s), "tanh" (tanh(λ·s)) or "atan" (arctan(λ·s))"""
+    beta: float = 1.0
+    """inverse temperature of the softmax policy"""
+    critic_hidden: int = 64
+    """width of the critic's two hidden tanh layers (CleanRL's 64)"""
+    num_envs: int = 4
+    """environments stepped side by side in a rollout (CleanRL's 4)"""
+    num_steps: int = 512
+    """steps per env per rollout; keep it above the env's time limit (500 for CartPole and
+    Acrobot) or no episode of a good agent completes within a rollout"""
+    max_episodes: int = 1000
+    """episode budget: the run makes ``max_updates(cfg)`` = ⌈max_episodes / episodes_per_update(cfg)⌉
+    updates, where ``episodes_per_update`` = num_envs · max(1, num_steps // time limit) is the
+    fewest episodes a rollout completes when num_steps >= the time limit; so at least
+    ``max_episodes`` episodes complete (many more while episodes are short)"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """λ of generalized advantage estimation"""
+    update_epochs: int = 4
+    """passes over each rollout"""
+    num_minibatches: int = 4
+    """minibatches per pass (num_envs · num_steps / num_minibatches rows each)"""
+    clip_coef: float = 0.2
+    """ε of the clipped surrogate: the ratio π/π_old is clipped to [1-ε, 1+ε]"""
+    norm_adv: bool = True
+    """normalize the advantages within each minibatch (mean 0, std 1)"""
+    ent_coef: float = 0.01
+    """weight of the entropy bonus"""
+    vf_coef: float = 0.5
+    """weight of the value loss 0.5 · (V(s) - R)²"""
+    max_grad_norm: float = 0.5
+    """clip the gradient norm over all parameters (actor and critic together) to this"""
+    lr_in: float = 0.1
+    """Adam learning rate of the actor's input scalings λ"""
+    lr_var: float = 0.01
+    """Adam learning rate of the actor's circuit weights θ"""
+    lr_out: float = 0.1
+    """Adam learning rate of the actor's readout weights w"""
+    lr_critic: float = 3e-3
+    """Adam learning rate of the critic: 3e-3, above CleanRL's 2.5e-4 (its runs make ~1000 updates, ours
+    ~50); on CartPole seed 0, 2.5e-4 solved after 2523 episodes, 1e-3 after 753, 3e-3 after 536"""
+    backend: str = "compiled"
+    """backend of the actor's circuit (compiled: autograd; others: parameter shift)"""
+    seed: int = 0
+    """seed of the initial weights (actor and critic), env resets, action sampling and minibatches"""
+    threads: int = 1
+    """torch intra-op threads during training (1 is fastest for these tiny batches)"""
+    solve_window: int = 10
+    """solved when the mean return of the last ``solve_window`` completed episodes reaches the env's threshold"""
+    stop_when_solved: bool = True
+    """stop training at the first update after which the agent counts as solved"""
+
+    def __post_init__(self):
+        get_spec(self.env)  # ValueError naming the known environments
+        if self.encoding not in ENCODINGS:
+            raise ValueError(f"unknown encoding {self.encoding!r}; known: {', '.join(ENCODINGS)}")
+        for name in ("num_envs", "num_steps", "max_episodes", "update_epochs", "num_minibatches", "critic_hidden",
+                     "threads", "solve_window"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_minibatches > self.num_envs * self.num_steps:
+            raise ValueError(f"num_minibatches ({self.num_minibatches}) exceeds the rollout's "
+                             f"num_envs * num_steps = {self.num_envs * self.num_steps} rows")
+        if not 0 < self.gamma <= 1 or not 0 <= self.gae_lambda <= 1:
+            raise ValueError(f"need 0 < gamma <= 1 and 0 <= gae_lambda <= 1, got {self.gamma} and {self.gae_lambda}")
+        if self.clip_coef <= 0 or self.max_grad_norm <= 0:
+            raise ValueError(f"need clip_coef > 0 and max_grad_norm > 0, got {self.clip_coef} and {self.max_grad_norm}")
+
+
+# --- the agent -------------------------------------------------------------------------------
+
+class ActorCritic(nn.Module):
+    """The quantum actor π(a|s) (``SoftmaxPQC``) and a classical critic V(s), as one module.
+
+    The critic is CleanRL's: Linear(F, h) - tanh - Linear(h, h) - tanh - Linear(h, 1) on the
+    encoded state (F features, h = ``hidden``), orthogonal weights with gain √2 (last layer
+    1), zero biases. ``named_parameters()`` holds everything trained: ``actor.*`` (λ, θ, w)
+    and ``critic.*``.
+    """
+
+    def __init__(self, actor: SoftmaxPQC, n_features: int, hidden: int = 64, seed: int | None = None):
+        super().__init__()
+        self.actor = actor
+        self.critic = nn.Sequential(nn.Linear(n_features, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
+                                    nn.Linear(hidden, 1))
+        gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
+        for layer, gain in zip(self.critic[::2], (2**0.5, 2**0.5, 1.0)):
+            nn.init.orthogonal_(layer.weight, gain, generator=gen)
+            nn.init.zeros_(layer.bias)
+
+    def value(self, states: torch.Tensor) -> torch.Tensor:
+        """V(s): [B]."""
+        return self.critic(torch.as_tensor(states, dtype=self.critic[0].weight.dtype))[:, 0]
+
+    def forward(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log π(a|s) for every action [B, n_actions], V(s) [B])."""
+        return self.actor.log_probs(states), self.value(states)
+
+    def param_groups(self, lr_in: float, lr_var: float, lr_out: float, lr_critic: float) -> list[dict]:
+        """Optimizer groups: the actor's λ, θ, w (``SoftmaxPQC.param_groups``), then the critic."""
+        return self.actor.param_groups(lr_in, lr_var, lr_out) + [
+            {"params": list(self.critic.parameters()), "lr": lr_critic, "name": "critic"}]
+
+
+def snapshot(policy: nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of the parameters (actor and critic)."""
+    return {k: v.detach().clone() for k, v in policy.named_parameters()}
+
+
+@dataclass
+class Batch:
+    """What the actor hands the learner: ``num_steps`` steps of ``num_envs`` envs, time-major."""
+
+    states: np.ndarray  # [T, N, F] float32, encoded: the state each action was taken in
+    actions: np.ndarray  # [T, N] int64
+    log_probs: np.ndarray  # [T, N] float32: log π_old(a|s) of the parameters that acted
+    rewards: np.ndarray  # [T, N] float64
+    dones: np.ndarray  # [T, N] bool: the episode ended with this step (terminated or hit its time limit)
+    values: np.ndarray  # [T, N] float32: V_old(s)
+    last_values: np.ndarray  # [N] float32: V_old of each env's state after the last step
+    episode_returns: np.ndarray  # returns of the episodes completed in the rollout, in the order they ended
+    circuit_evals: int  # actor rows evaluated while acting + the rows the learner evaluates on this batch
+
+    @property
+    def n_steps(self) -> int:
+        return self.actions.size
+
+
+# --- the actor -------------------------------------------------------------------------------
+
+def sample(log_probs: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Inverse-CDF sampling: for each row, the first action whose cumulative probability exceeds ``u``."""
+    cdf = np.cumsum(np.exp(log_probs), axis=1)
+    return np.minimum((u[:, None] > cdf).sum(axis=1), log_probs.shape[1] - 1)
+
+
+@torch.no_grad()
+def rollout(policy: ActorCritic, envs: SyncEnvs, num_steps: int, seed, learner_rows: int = 0) -> Batch:
+    """``num_steps`` steps of every env in ``envs`` from fresh, seeded episodes (auto-reset on done)."""
+    rng = np.random.default_rng(seed)
+    n, encode = len(envs), envs.spec.encode
+    everyone = np.arange(n)
+    obs = encode(envs.reset(rng.integers(0, 2**31 - 1, n)))
+    states = np.empty((num_steps, *obs.shape), np.float32)
+    actions = np.empty((num_steps, n), np.int64)
+    log_probs = np.empty((num_steps, n), np.float32)
+    values = np.empty((num_steps, n), np.float32)
+    rewards = np.empty((num_steps, n))
+    dones = np.empty((num_steps, n), bool)
+    running, finished = np.zeros(n), []  # running return of each env's episode; completed returns
+    for t in range(num_steps):
+        logp, v = policy(torch.from_numpy(obs))
+        logp = logp.double().numpy()
+        a = sample(logp, rng.random(n))
+        states[t], actions[t], log_probs[t], values[t] = obs, a, logp[everyone, a], v.numpy()
+        raw, rewards[t], dones[t] = envs.step(everyone, a)
+        running += rewards[t]
+        for i in np.flatnonzero(dones[t]):  # auto-reset: a new seeded episode in env i
+            finished.append(running[i])
+            running[i] = 0.0
+            raw[i] = envs.envs[i].reset(seed=int(rng.integers(0, 2**31 - 1)))[0]
+        obs = encode(raw)
+    last_values = policy.value(torch.from_numpy(obs)).numpy()
+    return Batch(states, actions, log_probs, rewards, dones, values, last_values, np.array(finished),
+                 num_steps * n + learner_rows)
+
+
+# --- the learner -----------------------------------------------------------------------------
+
+def gae(rewards, values, dones, last_values, gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """Generalized advantage estimation over time-major ``[T, N]`` arrays: (advantages, returns).
+
+    δ_t = r_t + γ (1 - done_t) V_{t+1} - V_t, with V_T = ``last_values`` (the bootstrap of the
+    episodes the rollout cut), and A_t = δ_t + γ λ (1 - done_t) A_{t+1}; returns = A + V.
+    """
+    rewards, values = np.asarray(rewards, np.float64), np.asarray(values, np.float64)
+    alive = 1.0 - np.asarray(dones, np.float64)
+    next_values = np.concatenate([values[1:], np.asarray(last_values, np.float64)[None]])
+    advantages = np.empty_like(rewards)
+    acc = np.zeros(rewards.shape[1:])
+    for t in range(len(rewards) - 1, -1, -1):
+        delta = rewards[t] + gamma * alive[t] * next_values[t] - values[t]
+        acc = delta + gamma * lam * alive[t] * acc
+        advantages[t] = acc
+    return advantages, advantages + values
+
+
+def clipped_objective(new_log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
+                      clip_coef: float) -> torch.Tensor:
+    """PPO's policy loss: mean of max(-A · ρ, -A · clip(ρ, 1-ε, 1+ε)), ρ = π/π_old (minimized)."""
+    ratio = torch.exp(new_log_probs - old_log_probs)
+    return torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean()
+
+
+def update(policy: ActorCritic, optimizer: torch.optim.Optimizer, batch: Batch, cfg: Config, seed) -> dict:
+    """GAE, then ``update_epochs`` shuffled passes of ``num_minibatches`` Adam steps; the mean metrics."""
+    advantages, returns = gae(batch.rewards, batch.values, batch.dones, batch.last_values, cfg.gamma, cfg.gae_lambda)
+    dtype = policy.actor.output.dtype
+    states = torch.from_numpy(batch.states.reshape(-1, batch.states.shape[-1]))
+    actions = torch.from_numpy(batch.actions.reshape(-1))
+    old_log_probs = torch.from_numpy(batch.log_probs.reshape(-1)).to(dtype)
+    advantages = torch.as_tensor(advantages.reshape(-1), dtype=dtype)
+    returns = torch.as_tensor(returns.reshape(-1), dtype=dtype)
+    rng = np.random.default_rng(seed)
+    sums, n_updates = {}, 0
+    for _ in range(cfg.update_epochs):
+        for mb in np.array_split(rng.permutation(len(actions)), cfg.num_minibatches):
+            mb = torch.from_numpy(mb)
+            log_probs, values = policy(states[mb])
+            new_log_probs = log_probs.gather(1, actions[mb, None])[:, 0]
+            adv = advantages[mb]
+            if cfg.norm_adv and len(mb) > 1:
+                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+            pg_loss = clipped_objective(new_log_probs, old_log_probs[mb], adv, cfg.clip_coef)
+            v_loss = 0.5 * ((values - returns[mb]) ** 2).mean()
+            entropy = -(log_probs.exp() * log_probs).sum(dim=1).mean()
+            loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+            with torch.no_grad():
+                log_ratio = new_log_probs - old_log_probs[mb]
+                row = {"loss": loss, "pg_loss": pg_loss, "v_loss": v_loss, "entropy": entropy,
+                       "approx_kl": ((log_ratio.exp() - 1) - log_ratio).mean(),  # Schulman's k3 estimator
+                       "clipfrac": ((log_ratio.exp() - 1).abs() > cfg.clip_coef).float().mean()}
+            for k, v in row.items():
+                sums[k] = sums.get(k, 0.0) + float(v.detach())
+            n_updates += 1
+    metrics = {k: v / n_updates for k, v in sums.items()}
+    metrics["mean_return"] = float(batch.episode_returns.mean()) if len(batch.episode_returns) else None
+    return metrics
+
+
+# --- the loop --------------------------------------------------------------------------------
+
+def train(cfg: Config = Config(), progress=None) -> dict:
+    """Alternate ``act`` and ``update`` (what ``learn`` runs); ``progress(episodes_done, metrics)`` after each update.
+
+    Returns the config, ``returns`` (every completed episode's return), ``episodes_to_solve``
+    (the episode count at the first update after which the last ``solve_window`` returns
+    average at least the env's threshold; None if never), ``updates``, ``seconds``,
+    ``env_steps``, ``env_steps_per_s``, ``circuit_evals`` (actor rows + learner rows),
+    ``circuit_evals_per_s`` and the final ``params`` (a ``snapshot``, actor and critic).
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.threads)
+    try:
+        spec = get_spec(cfg.env)
+        policy = make_policy(cfg)
+        optimizer = make_optimizer(policy, cfg)
+        envs = make_envs(cfg)
+        returns, solved_at, env_steps, evals, updates = [], None, 0, 0, 0
+        t0 = time.perf_counter()
+        for k in range(max_updates(cfg)):
+            batch = act(policy, envs, cfg, k)
+            metrics = update(policy, optimizer, batch, cfg, seed=[cfg.seed, k, 1])
+            returns += batch.episode_returns.tolist()
+            env_steps += batch.n_steps
+            evals += batch.circuit_evals
+            updates += 1
+            window = returns[-cfg.solve_window:]
+            if solved_at is None and len(window) == cfg.solve_window and np.mean(window) >= spec.solved:
+                solved_at = len(returns)
+            if progress is not None:
+                progress(len(returns), metrics)
+            if solved_at is not None and cfg.stop_when_solved:
+                break
+        seconds = time.perf_counter() - t0
+        envs.close()
+    finally:
+        torch.set_num_threads(threads)
+    return {"config": asdict(cfg), "returns": returns, "episodes_to_solve": solved_at, "updates": updates,
+            "seconds": seconds, "env_steps": env_steps, "env_steps_per_s": env_steps / seconds, "circuit_evals": evals,
+            "circuit_evals_per_s": evals / seconds, "params": snapshot(policy)}
+
+
+# --- the fragment protocol of hqflow.workloads.rl.runner (the same loop as a dataflow graph) ---
+
+def make_policy(cfg: Config) -> ActorCritic:
+    spec = get_spec(cfg.env)
+    actor = SoftmaxPQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
+                       encoding=cfg.encoding, beta=cfg.beta, backend=cfg.backend, seed=cfg.seed)
+    return ActorCritic(actor, spec.n_features, cfg.critic_hidden, seed=cfg.seed)
+
+
+def make_optimizer(policy: ActorCritic, cfg: Config) -> torch.optim.Optimizer:
+    """Adam over the four groups (λ, θ, w, critic) with their learning rates; eps 1e-5 as CleanRL."""
+    return torch.optim.Adam(policy.param_groups(cfg.lr_in, cfg.lr_var, cfg.lr_out, cfg.lr_critic), eps=1e-5)
+
+
+def make_envs(cfg: Config) -> SyncEnvs:
+    return SyncEnvs(get_spec(cfg.env), cfg.num_envs)
+
+
+def init_extra(cfg: Config, policy) -> dict:
+    return {}  # the learner keeps nothing but its parameters and Adam's state; rollouts start fresh
+
+
+def time_limit(cfg: Config) -> int:
+    """The env's episode time limit (gymnasium's ``max_episode_steps``: 500 for CartPole and Acrobot)."""
+    return gym.spec(get_spec(cfg.env).gym_id).max_episode_steps
+
+
+def episodes_per_update(cfg: Config) -> int:
+    """The fewest episodes a rollout completes when ``num_steps`` >= the time limit (a rough count otherwise)."""
+    return cfg.num_envs * max(1, cfg.num_steps // time_limit(cfg))
+
+
+def max_updates(cfg: Config) -> int:
+    """Updates of a run that does not stop early: ⌈max_episodes / episodes_per_update⌉ (as the runner computes)."""
+    return -(-cfg.max_episodes // episodes_per_update(cfg))
+
+
+def solved_threshold(cfg: Config) -> float:
+    return get_spec(cfg.env).solved
+
+
+def act(policy: ActorCritic, envs: SyncEnvs, cfg: Config, step: int) -> Batch:
+    """Update ``step``'s rollout: fresh episodes seeded from ``(cfg.seed, step)``."""
+    return rollout(policy, envs, cfg.num_steps, seed=[cfg.seed, step],
+                   learner_rows=cfg.update_epochs * cfg.num_envs * cfg.num_steps)
+
+
+def learn(policy: ActorCritic, optimizer, batch: Batch, cfg: Config, extra, step: int) -> tuple[dict, dict]:
+    """One PPO update (minibatches shuffled from ``(cfg.seed, step, 1)``); the runner's metrics: ``loss``."""
+    metrics = update(policy, optimizer, batch, cfg, seed=[cfg.seed, step, 1])
+    return {"loss": metrics["loss"]}, extra
+
+
+__all__ = ["ActorCritic", "Batch", "Config", "act", "clipped_objective", "episodes_per_update", "gae", "learn",
+           "make_envs", "make_optimizer", "make_policy", "max_updates", "rollout", "sample", "snapshot",
+           "solved_threshold", "train", "update"]
