@@ -121,3 +121,13 @@ def test_bad_arguments_exit_2_with_one_line(argv, message, tmp_path):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 2, err
     assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.ray
+def test_ray_actors_staleness_0_equals_sync():
+    from hqflow.distribution import RayActors
+
+    sync = runner.train("reinforce", SMALL, "sync")
+    ray = runner.train("reinforce", SMALL, RayActors(staleness=0))
+    assert ray["returns"] == sync["returns"]
+    assert _same_params(ray["params"], sync["params"])
