@@ -171,6 +171,7 @@ def train(algo: str = "reinforce", cfg=None, distribution="sync", run_dir=None, 
         cfg = mod.Config(**meta["config"])
     cfg = cfg or mod.Config()
     spec_solved = mod.solved_threshold(cfg)
+    window_n = mod.solve_window(cfg) if hasattr(mod, "solve_window") else 10  # episodes the criterion averages
     state = initial_state(algo, cfg) if ckpt is None else ckpt["state"]
     done = {"returns": [], "env_steps": 0, "circuit_evals": 0, "seconds": 0.0, "update": -1, "solved_at": None}
     if ckpt is not None:
@@ -208,11 +209,12 @@ def train(algo: str = "reinforce", cfg=None, distribution="sync", run_dir=None, 
         done["env_steps"] += out["env_steps"]
         done["circuit_evals"] += out["circuit_evals"]
         last["state"] = {"learn.params": out["params"], "learn.opt": out["opt"], "learn.extra": out["extra"]}
-        window = done["returns"][-10:]
-        if done["solved_at"] is None and len(window) == 10 and np.mean(window) >= spec_solved:
+        window = done["returns"][-window_n:]
+        if done["solved_at"] is None and len(window) == window_n and np.mean(window) >= spec_solved:
             done["solved_at"] = len(done["returns"])
         row = {"update": done["update"], "episodes": len(done["returns"]), "returns": out["returns"],
-               "mean_return_10": float(np.mean(window)) if window else None, "loss": out.get("loss"),
+               f"mean_return_{window_n}": float(np.mean(window)) if window else None,
+               "loss": None if out["loss"] != out["loss"] else out["loss"],  # NaN (no gradient step) -> null
                "env_steps": done["env_steps"], "seconds": round(done["seconds"] + time.perf_counter() - t0, 4)}
         if run_dir is not None:
             with open(run_dir / "metrics.jsonl", "a") as fh:
@@ -220,7 +222,7 @@ def train(algo: str = "reinforce", cfg=None, distribution="sync", run_dir=None, 
             if (done["update"] + 1) % checkpoint_every == 0:
                 checkpoint()
         if progress is not None:
-            progress(len(done["returns"]), {"reward": row["mean_return_10"] or 0.0})
+            progress(len(done["returns"]), {"reward": row[f"mean_return_{window_n}"] or 0.0})
 
     graph = build_graph(algo, cfg, policy_.staleness)
     threads = torch.get_num_threads()
