@@ -1,8 +1,12 @@
-"""Reinforcement learning with quantum policies (issue 5): plain torch building blocks.
+"""Reinforcement learning with variational quantum policies.
 
 * ``policies``: ``pqc_template``, ``SoftmaxPQC`` (Jerbi et al. 2021), ``QValuePQC`` (Skolik et al. 2022);
 * ``envs``: ``EnvSpec``, ``get_spec``, ``make_env``, ``SyncEnvs`` (CartPole, Acrobot, FrozenLake);
-* ``reinforce``: ``Config``, ``collect`` (actor), ``update`` (learner), ``train``.
+* ``reinforce``, ``dqn``, ``ppo``: one algorithm per file, each with a ``Config``, ``train(cfg)``
+  and the two fragment functions ``act`` (the actor) and ``learn`` (the learner);
+* ``runner``: runs an algorithm as a dataflow graph under a distribution policy
+  (``hqflow.distribution``: sync, pipelined, ray-actors), with a run directory, checkpoints
+  and resume; ``hqflow train`` calls it.
 
 Submodules are imported on use (``from hqflow.workloads.rl import reinforce``), so importing
 this package does not import gymnasium.
