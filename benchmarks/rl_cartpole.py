@@ -35,8 +35,8 @@ import statistics
 import sys
 import time
 
+import _curves
 import numpy as np
-
 from hqflow.backends import register_backend
 from hqflow.backends.emulated import EmulatedQPU
 from hqflow.distribution import Pipelined
@@ -66,28 +66,9 @@ def plot(curves: list, path: str, budget: int) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    grid = np.arange(10, budget + 1)
-    rows = []
-    for r in curves:
-        run = np.convolve(np.asarray(r, float), np.ones(10) / 10, "valid")  # episode 10..len
-        full = np.concatenate([run, np.full(len(grid) - len(run), run[-1])]) if len(run) < len(grid) else run
-        rows.append(full[: len(grid)])
-        ax.plot(np.arange(10, 10 + len(run)), run, color="grey", lw=0.5, alpha=0.5)
-    rows = np.array(rows)
-    ax.plot(grid, rows.mean(0), color="C0", lw=2, label=f"mean over {len(curves)} seeds")
-    ax.fill_between(grid, np.percentile(rows, 25, 0), np.percentile(rows, 75, 0), color="C0", alpha=0.2,
-                    label="25-75th percentile")
-    last = max(len(r) for r in curves)
-    ax.set_xlim(10, min(budget, last + 20))
-    ax.axhline(500, color="k", lw=0.5, ls="--")
-    ax.set_xlabel("episode")
-    ax.set_ylabel("mean return of the last 10 episodes")
-    ax.set_title("REINFORCE, softmax-PQC (4 qubits, 5 layers), CartPole-v1")
-    ax.legend(loc="lower right", fontsize=8)
-    fig.text(0.01, 0.01, "grey: each seed, until it stops at 500; the mean carries a stopped seed's last value",
-             fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _curves.draw(ax, curves, 10, budget, 500, "mean return of the last 10 episodes",
+                 "REINFORCE, softmax-PQC (4 qubits, 5 layers), CartPole-v1")
+    _curves.save(fig, path, "grey: each seed, until it stops at 500; the mean carries a stopped seed's last value")
     plt.close(fig)
 
 
