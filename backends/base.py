@@ -171,7 +171,8 @@ class BatchResult:
     """What a job returns. Which fields are set depends on the template:
 
     * observables, exact: ``values`` ``[B, n_obs]``;
-    * observables, shots: ``values`` and ``stderr`` (standard error of the mean);
+    * observables, shots: ``values`` and ``stderr`` (standard error of the mean, from the
+      unbiased sample variance; NaN with ``shots=1``, where one sample gives no estimate);
     * no observables, exact: ``probs`` ``[B, 2**n]`` (wire 0 most significant);
     * no observables, shots: ``counts``, one ``{bitstring: count}`` per row.
     """
@@ -337,6 +338,6 @@ def expectation_from_samples(bits: np.ndarray, template: CircuitTemplate) -> tup
             std = total.std(axis=1, ddof=1)
             std[std < 1e-12] = 0.0  # constant outcomes: zero, not a rounding residue
             errs.append(std / np.sqrt(bits.shape[1]))
-        else:
-            errs.append(np.zeros(bits.shape[0]))
+        else:  # one shot: no variance estimate
+            errs.append(np.full(bits.shape[0], np.nan))
     return np.stack(vals, axis=1), np.stack(errs, axis=1)

@@ -201,6 +201,6 @@ def _estimate(compiled: _Compiled, sample: Callable[[Basis], np.ndarray], rows: 
         for j, coeff, wires in g.terms:
             per_shot[:, :, j] += coeff * np.prod(signs[:, :, list(wires)], axis=2)
         values += per_shot.mean(axis=1)
-        if shots > 1:
-            variance += per_shot.var(axis=1, ddof=1) / shots
+        # unbiased per-shot variance; undefined (NaN) for one shot
+        variance += per_shot.var(axis=1, ddof=1) / shots if shots > 1 else np.nan
     return BatchResult(values=values, stderr=np.sqrt(variance))

@@ -97,8 +97,8 @@ class ReferenceBackend(LocalBackend):
                 plus = rng.binomial(batch.shots, p_plus)
                 mean = (2 * plus - batch.shots) / batch.shots
                 values[:, j] += term.coeff * mean
-                # unbiased sample variance of the ±1 outcomes, divided by shots
-                var = (1 - mean**2) * batch.shots / max(batch.shots - 1, 1)
+                # unbiased sample variance of the ±1 outcomes, divided by shots (undefined for one shot)
+                var = (1 - mean**2) * batch.shots / (batch.shots - 1) if batch.shots > 1 else np.full(batch.size, np.nan)
                 variance[:, j] += term.coeff**2 * var / batch.shots
         if batch.shots is None:
             return BatchResult(values=values)

@@ -93,6 +93,6 @@ def _sample_terms(t: CircuitTemplate, exact: np.ndarray, shots: int, rng: np.ran
             plus = rng.binomial(shots, p_plus)
             mean = (2 * plus - shots) / shots
             values[:, j] += term.coeff * mean
-            var = (1 - mean**2) * shots / max(shots - 1, 1)
+            var = (1 - mean**2) * shots / (shots - 1) if shots > 1 else np.full(rows, np.nan)  # one shot: undefined
             variance[:, j] += term.coeff**2 * var / shots
     return BatchResult(values=values, stderr=np.sqrt(variance))

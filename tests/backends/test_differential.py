@@ -39,3 +39,17 @@ def test_shot_values_agree_within_five_standard_errors(backends):
             res = b.submit(CircuitBatch.make(t, x, w, shots=4000, seed=k)).result(timeout=60)
             assert res.stderr is not None and res.stderr.shape == exact.shape
             assert np.all(np.abs(res.values - exact) <= 5 * res.stderr + 1e-9), f"{name}, case {k}"
+
+
+@pytest.mark.parametrize("name", BACKENDS + ["compiled"])
+def test_one_shot_gives_outcomes_and_no_standard_error(name):
+    """One shot: each term's estimate is a ±1 outcome, and the standard error is undefined (NaN), not 0."""
+    from hqflow.ir import Circuit
+
+    c = Circuit(2)
+    x = c.inputs("x", 1)
+    c.ry(x[0], 0).cx(0, 1)
+    t = c.build(observables=["Z0", [(0.5, "Z0 Z1")]])
+    res = get_backend(name).submit(CircuitBatch.make(t, np.full((20, 1), 1.1), [], shots=1, seed=3)).result(timeout=60)
+    assert np.all(np.isin(res.values[:, 0], [-1.0, 1.0])) and np.all(np.isin(res.values[:, 1], [-0.5, 0.5]))
+    assert res.stderr.shape == (20, 2) and np.all(np.isnan(res.stderr))
