@@ -34,6 +34,8 @@ def _resolve_device(device) -> torch.device:
             raise BackendError(f"device {device!r} requested but CUDA is not available (torch {torch.__version__})")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise BackendError(f"device {device!r} requested but only {torch.cuda.device_count()} CUDA device(s) exist")
+        if dev.index is None:  # "cuda" is the current device: one cache entry with "cuda:i"
+            dev = torch.device("cuda", torch.cuda.current_device())
     elif dev.type != "cpu":
         raise BackendError(f"device {device!r} is not supported by the compiled backend; use 'cpu' or 'cuda[:i]'")
     return dev

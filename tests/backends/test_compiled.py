@@ -386,6 +386,8 @@ def test_runs_on_cuda_and_matches_cpu():
     np.testing.assert_allclose(xg.grad.cpu().numpy(), xc.grad.numpy(), atol=1e-9)
     res = get_backend("compiled", device="cuda").run_checked(CircuitBatch.make(t, x.numpy(), w.numpy(), shots=100))
     assert res.values.shape == (256, 1) and res.stderr is not None
+    # "cuda" names the current device: the same compiled program as "cuda:i"
+    assert gpu is compile_template(t, "complex128", device=f"cuda:{torch.cuda.current_device()}")
 
 
 # --- batched parameter-shift on the compiled backend against its own autograd ------------
