@@ -23,6 +23,7 @@ from .fragments import (
     call_fragment,
     execute_batch,
     execute_outputs,
+    job_spans,
     step_seed,
 )
 from .trace import Span
@@ -93,6 +94,7 @@ class ReferenceExecutor:
                 spans.append(Span(f.name, f.kind, self.resource(f), step, start, time.perf_counter() - t0, f"error: {exc}"))
                 raise
             spans.append(Span(f.name, f.kind, self.resource(f), step, start, time.perf_counter() - t0))
+            spans += job_spans(out, f.name, self.resource(f), step, start)
             values.update({(f.name, k): v for k, v in out.items()})
         for i in state:
             state[i] = values[g.edges[i].src]

@@ -102,8 +102,12 @@ def makespan(spans: list[Span]) -> float:
 
 def intervals_union(spans: list[Span]) -> list[tuple[float, float]]:
     """The spans' ``[start, end]`` intervals merged into sorted, disjoint intervals."""
+    return _merge((s.start, s.end) for s in spans)
+
+
+def _merge(pairs) -> list[tuple[float, float]]:
     merged: list[tuple[float, float]] = []
-    for start, end in sorted((s.start, s.end) for s in spans if s.end > s.start):
+    for start, end in sorted(p for p in pairs if p[1] > p[0]):
         if merged and start <= merged[-1][1]:
             merged[-1] = (merged[-1][0], max(merged[-1][1], end))
         else:
@@ -153,9 +157,41 @@ def idle(spans: list[Span]) -> dict[str, float]:
     return {r: total - busy for r, busy in _busy_by(spans, lambda s: s.resource).items()}
 
 
+def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """``a`` without ``b`` (both sorted, disjoint interval lists)."""
+    out, j = [], 0
+    for start, end in a:
+        while j < len(b) and b[j][1] <= start:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < end:
+            if b[k][0] > start:
+                out.append((start, b[k][0]))
+            start = max(start, b[k][1])
+            k += 1
+        if start < end:
+            out.append((start, end))
+    return out
+
+
+def is_nested_job(s: Span) -> bool:
+    """A quantum job that a classical fragment ran itself (``hqflow.fragments.job_span``)."""
+    return is_quantum(s.resource) and s.fragment.endswith("/job") and "/" in s.row
+
+
 def _classical_quantum(spans: list[Span]) -> tuple[list, list]:
-    return (intervals_union([s for s in spans if not is_quantum(s.resource)]),
-            intervals_union([s for s in spans if is_quantum(s.resource)]))
+    """Classical and quantum busy intervals. A classical lane's time spent blocked on a job
+    it submitted itself (a nested job span in lane ``qpu:B/LANE``) counts as quantum only."""
+    waits: dict[str, list[Span]] = {}
+    lanes: dict[str, list[Span]] = {}
+    for s in spans:
+        if is_nested_job(s):
+            waits.setdefault(s.row.split("/", 1)[1], []).append(s)
+        elif not is_quantum(s.resource):
+            lanes.setdefault(s.row, []).append(s)
+    classical = [iv for lane, group in lanes.items()
+                 for iv in _minus(intervals_union(group), intervals_union(waits.get(lane, [])))]
+    return _merge(classical), intervals_union([s for s in spans if is_quantum(s.resource)])
 
 
 def overlap_seconds(spans: list[Span]) -> float:
@@ -168,7 +204,8 @@ def overlap_fraction(spans: list[Span]) -> float:
 
     ``overlap_seconds / min(classical busy, quantum busy)``, where classical
     busy is the union of all cpu/gpu spans and quantum busy the union of all
-    ``qpu:*`` spans. 0 when the two never run together (a strictly sequential
+    ``qpu:*`` spans (a classical fragment blocked on a job it ran itself counts as
+    quantum, not classical, for that time). 0 when the two never run together (a strictly sequential
     hybrid loop), 1 when the shorter of the two is entirely hidden behind the
     other, which is the best any overlapping schedule can do. 0 when either side
     has no busy time.

@@ -23,6 +23,9 @@ autograd differentiates it. With any other backend name (``hqflow.backends.get_b
 a ``torch.autograd.Function`` submits one ``CircuitBatch``; when a gradient is needed, that
 one job holds the batched parameter-shift rows for both weights and inputs
 (``hqflow.gradients.param_shift(wrt="both")``) and backward applies the saved jacobians.
+Each such job is timed with ``hqflow.fragments.job_span``, so inside a runner's fragment
+it shows in the run's trace as a quantum span (the compiled program is an in-process
+function call, not a job: its time stays in the fragment's own span).
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ from hqflow.backends.compiled import compile_template
 from hqflow.ir import Circuit, CircuitTemplate
 from torch import nn
 
+from hqflow.fragments import job_span
 from hqflow.gradients import param_shift
 
 ENCODINGS = ("plain", "tanh", "atan")
@@ -74,12 +78,14 @@ class _ParamShift(torch.autograd.Function):
         xs, ws = x.detach().cpu().double().numpy(), w.detach().cpu().double().numpy()
         if need_grad:  # (decided by the caller: inside forward, grad mode is always off)
             batch, post = param_shift(template, xs, ws, wrt="both")
-            g = post(backend.submit(batch).result())
+            with job_span(backend.name):
+                g = post(backend.submit(batch).result())
             values = g.values
             ctx.save_for_backward(torch.as_tensor(g.input_jacobian, dtype=x.dtype),
                                   torch.as_tensor(g.jacobian, dtype=w.dtype))
         else:
-            values = backend.submit(CircuitBatch.make(template, xs, ws)).result().values
+            with job_span(backend.name):
+                values = backend.submit(CircuitBatch.make(template, xs, ws)).result().values
         return torch.as_tensor(np.asarray(values), dtype=x.dtype, device=x.device)
 
     @staticmethod
