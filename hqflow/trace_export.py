@@ -74,14 +74,15 @@ def draw_gantt(spans: list[Span], path: str, title: str | None = None) -> str:
     width_in = 13.0
     fig, ax = plt.subplots(figsize=(width_in, 1.6 + 0.42 * max(len(order), 1)))
 
+    bars: dict[tuple[str, str, bool], list[tuple[float, float]]] = {}  # one artist per (row, kind, failed)
     for s in spans:
-        failed = s.outcome != "ok"
-        ax.broken_barh([(s.start - t0, s.seconds)], (y[s.row] - 0.38, 0.76),
-                       facecolor=KIND_COLORS.get(s.kind, _OTHER_COLOR),
-                       edgecolor=_FAILED_EDGE if failed else "#333333",
-                       linewidth=1.0 if failed else 0.3, hatch="////" if failed else None)
+        bars.setdefault((s.row, s.kind, s.outcome != "ok"), []).append((s.start - t0, s.seconds))
         if s.seconds / total * width_in > 0.22:  # room for the step number
             ax.text(s.start - t0 + s.seconds / 2, y[s.row], str(s.step), ha="center", va="center", fontsize=6)
+    for (row, kind, failed), xranges in bars.items():
+        ax.broken_barh(xranges, (y[row] - 0.38, 0.76), facecolor=KIND_COLORS.get(kind, _OTHER_COLOR),
+                       edgecolor=_FAILED_EDGE if failed else "#333333",
+                       linewidth=1.0 if failed else 0.3, hatch="////" if failed else None)
 
     ax.set_ylim(max(len(order), 1) - 0.5, -0.5)
     ax.set_yticks(range(len(order)), [row for row, _ in order], fontsize=8)
