@@ -315,6 +315,13 @@ class LocalBackend:
         return f"<{type(self).__name__} {self.name!r}>"
 
 
+def pm1_variance(mean: np.ndarray, shots: int) -> np.ndarray:
+    """Unbiased sample variance of ``shots`` ±1 outcomes whose mean is ``mean``; NaN for one
+    shot, where a single sample gives no estimate."""
+    mean = np.asarray(mean, dtype=float)
+    return (1 - mean**2) * shots / (shots - 1) if shots > 1 else np.full(mean.shape, np.nan)
+
+
 def expectation_from_samples(bits: np.ndarray, template: CircuitTemplate) -> tuple[np.ndarray, np.ndarray]:
     """Estimate each observable from measured bits, with the standard error.
 

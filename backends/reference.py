@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from hqflow.ir.gates import PAULIS, gate_matrix
 
-from .base import BatchResult, Capabilities, CircuitBatch, LocalBackend
+from .base import BatchResult, Capabilities, CircuitBatch, LocalBackend, pm1_variance
 
 
 def initial_state(batch: int, n_qubits: int) -> np.ndarray:
@@ -97,9 +97,7 @@ class ReferenceBackend(LocalBackend):
                 plus = rng.binomial(batch.shots, p_plus)
                 mean = (2 * plus - batch.shots) / batch.shots
                 values[:, j] += term.coeff * mean
-                # unbiased sample variance of the ±1 outcomes, divided by shots (undefined for one shot)
-                var = (1 - mean**2) * batch.shots / (batch.shots - 1) if batch.shots > 1 else np.full(batch.size, np.nan)
-                variance[:, j] += term.coeff**2 * var / batch.shots
+                variance[:, j] += term.coeff**2 * pm1_variance(mean, batch.shots) / batch.shots
         if batch.shots is None:
             return BatchResult(values=values)
         return BatchResult(values=values, stderr=np.sqrt(variance))

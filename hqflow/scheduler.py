@@ -354,8 +354,9 @@ class Scheduler:
             self.spans.append(Span(f.name, f.kind, resource, step, start - self.t0, end - self.t0, f"error: {exc}", version, lane))
             raise exc if isinstance(exc, FragmentError) else FragmentError(f"fragment {f.name!r} step {step}: {exc}") from exc
         self.spans.append(Span(f.name, f.kind, resource, step, start - self.t0, end - self.t0, "ok", version, lane))
-        self.spans += job_spans(fut.result(), f.name, resource, step, start - self.t0, version, lane)
-        self._complete(f, step, fut.result(), progress)
+        out = fut.result()
+        self.spans += job_spans(out, f.name, resource, step, start - self.t0, version, lane)
+        self._complete(f, step, out, progress)
 
     def _job_done(self, token: int, end: float, progress) -> None:
         rec = self.jobs.get(token)

@@ -176,7 +176,7 @@ def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[t
 
 def is_nested_job(s: Span) -> bool:
     """A quantum job that a classical fragment ran itself (``hqflow.fragments.job_span``)."""
-    return is_quantum(s.resource) and s.fragment.endswith("/job") and "/" in s.row
+    return is_quantum(s.resource) and s.fragment.endswith("/job") and s.row.startswith(s.resource + "/")
 
 
 def _classical_quantum(spans: list[Span]) -> tuple[list, list]:
@@ -186,7 +186,7 @@ def _classical_quantum(spans: list[Span]) -> tuple[list, list]:
     lanes: dict[str, list[Span]] = {}
     for s in spans:
         if is_nested_job(s):
-            waits.setdefault(s.row.split("/", 1)[1], []).append(s)
+            waits.setdefault(s.row[len(s.resource) + 1:], []).append(s)  # the lane that submitted it
         elif not is_quantum(s.resource):
             lanes.setdefault(s.row, []).append(s)
     classical = [iv for lane, group in lanes.items()

@@ -5,7 +5,7 @@ import numpy as np
 import torch
 from hqflow.ir.circuit import CircuitTemplate
 
-from ..base import BackendError, BatchResult, Capabilities, CircuitBatch, LocalBackend
+from ..base import BackendError, BatchResult, Capabilities, CircuitBatch, LocalBackend, pm1_variance
 from . import config
 from .program import (
     CompiledProgram,
@@ -93,6 +93,5 @@ def _sample_terms(t: CircuitTemplate, exact: np.ndarray, shots: int, rng: np.ran
             plus = rng.binomial(shots, p_plus)
             mean = (2 * plus - shots) / shots
             values[:, j] += term.coeff * mean
-            var = (1 - mean**2) * shots / (shots - 1) if shots > 1 else np.full(rows, np.nan)  # one shot: undefined
-            variance[:, j] += term.coeff**2 * var / shots
+            variance[:, j] += term.coeff**2 * pm1_variance(mean, shots) / shots
     return BatchResult(values=values, stderr=np.sqrt(variance))

@@ -70,6 +70,12 @@ def pqc_template(n_qubits: int = 4, n_layers: int = 5, observables=None) -> Circ
     return c.build(observables=list(observables))
 
 
+def _run(backend, batch):
+    """One job's result, timed for the run's trace (``job_span``)."""
+    with job_span(backend.name):
+        return backend.submit(batch).result()
+
+
 class _ParamShift(torch.autograd.Function):
     """Expectation values on a job backend; backward from one batched parameter-shift job."""
 
@@ -78,14 +84,12 @@ class _ParamShift(torch.autograd.Function):
         xs, ws = x.detach().cpu().double().numpy(), w.detach().cpu().double().numpy()
         if need_grad:  # (decided by the caller: inside forward, grad mode is always off)
             batch, post = param_shift(template, xs, ws, wrt="both")
-            with job_span(backend.name):
-                g = post(backend.submit(batch).result())
+            g = post(_run(backend, batch))
             values = g.values
             ctx.save_for_backward(torch.as_tensor(g.input_jacobian, dtype=x.dtype),
                                   torch.as_tensor(g.jacobian, dtype=w.dtype))
         else:
-            with job_span(backend.name):
-                values = backend.submit(CircuitBatch.make(template, xs, ws)).result().values
+            values = _run(backend, CircuitBatch.make(template, xs, ws)).values
         return torch.as_tensor(np.asarray(values), dtype=x.dtype, device=x.device)
 
     @staticmethod
