@@ -18,7 +18,8 @@ if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isdir(_o
 __version__ = "0.1.0"
 
 from .executors import learner_device
-from .fragments import FragmentError, RunResult
+from .fragments import FragmentError, RunFailed, RunResult
+from .jobs import JobClient, RetriesExhausted, get_client
 from .pipeline import Pipeline
 from .reference_executor import ReferenceExecutor
 from .reference_executor import run as run_reference
@@ -31,13 +32,17 @@ from .trace import Span
 
 __all__ = [
     "FragmentError",
+    "JobClient",
     "Pipeline",
     "ReferenceExecutor",
+    "RetriesExhausted",
+    "RunFailed",
     "RunResult",
     "Scheduler",
     "SchedulerConfig",
     "Span",
     "__version__",
+    "get_client",
     "learner_device",
     "run",
     "run_reference",

@@ -1,14 +1,23 @@
-"""Backend pools: several backends behind one name, chosen by measured latency.
+"""Backend pools: several backends behind one name, chosen by measured latency and health.
 
-A pool holds the backends an ``execute`` fragment may use. Each backend keeps
-``capacity`` jobs in flight: its device slots plus a few prefetched jobs that
-wait in its own queue, so it never idles between jobs. ``choose`` picks, among the backends that
-fit a job, the one expected to *finish* it first: a free slot now plus its
-moving-average job time, or, when all its slots are busy, the time until one
-frees plus that job time. So a slow QPU takes work only when that finishes
-earlier than waiting for a fast simulator, and never holds it back. Backends
-without a measurement yet are assumed as fast as the pool's average, and the
-backend with fewer jobs in flight wins a tie.
+A pool holds the backends a name stands for. Each backend keeps ``capacity``
+jobs in flight: its device slots plus a few prefetched jobs that wait in its own
+queue, so it never idles between jobs. ``choose`` picks, among the backends that
+fit a job, the one expected to deliver a *good* result first: a free slot now
+plus its moving-average job time, or, when all its slots are busy, the time
+until one frees plus that job time, divided by its recent success rate. So a
+slow QPU takes work only when that finishes earlier than waiting for a fast
+simulator, and never holds it back.
+
+The pool also learns from what it has not seen and from failures:
+
+* **Exploration.** A member that has never run a job gets the next one it can
+  take. A member that has not been tried for ``stale_after`` jobs of the pool
+  gets one trial job, so a backend that got faster (or came back) is noticed.
+* **Circuit breaker.** ``breaker`` failures in a row open a member's circuit:
+  it rests ``rest`` seconds (doubling on each failed trial, up to ``max_rest``),
+  then gets one trial job; a success closes the circuit. A resting member is
+  used only when no other member fits.
 """
 from __future__ import annotations
 
@@ -16,17 +25,26 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from hqflow.backends import Capabilities
+
 
 @dataclass
 class Member:
-    """One backend of a pool, with its slots and its latency estimate."""
+    """One backend of a pool, with its slots, its latency estimate and its health."""
 
     handle: Any  # has .submit(batch) -> Job and .capabilities
     lane: str  # Gantt row prefix, e.g. "qpu:emulated-qpu#1"
     devices: int  # jobs the backend runs at once (its device slots)
     capacity: int  # jobs kept in flight: devices plus prefetched ones waiting in its queue
-    ewma: float | None = None  # seconds per job (exponential moving average)
+    ewma: float | None = None  # seconds per successful job (exponential moving average)
+    success: float = 1.0  # moving average of job outcomes (1 ok, 0 failed)
     busy: dict[int, float] = field(default_factory=dict)  # slot -> start time
+    tried_at: int | None = None  # the pool's job count when this member last got a job
+    streak: int = 0  # failures in a row
+    rest_until: float = 0.0  # circuit open until this time
+    rest: float = 0.0  # length of the current (or last) rest
+    jobs: int = 0  # jobs given to this member
+    failures: int = 0  # of them failed
 
     def free_slot(self) -> int | None:
         for s in range(self.capacity):
@@ -35,32 +53,56 @@ class Member:
         return None
 
     def expected_finish(self, now: float, guess: float) -> float:
-        """When a job given now would end here; ``guess`` stands in for an unmeasured backend.
+        """When a good result of a job given now would arrive; ``guess`` stands in for an unmeasured backend.
 
         With a device idle it starts now; otherwise it waits behind the jobs
         ahead of it: the soonest device frees, then one job time per job queued.
+        The wait is divided by the member's recent success rate (a job that fails
+        half the time takes twice as long to succeed, on average).
         """
         job = guess if self.ewma is None else self.ewma
         ahead = len(self.busy) - self.devices + 1
-        if ahead <= 0:
-            return now + job
-        return max(now, min(self.busy.values()) + job) + job * ahead
+        finish = job if ahead <= 0 else max(0.0, min(self.busy.values()) + job - now) + job * ahead
+        return now + finish / max(self.success, 0.05)
 
     def fits(self, n_qubits: int) -> bool:
         return n_qubits <= self.handle.capabilities.max_qubits
 
+    def resting(self, now: float) -> bool:
+        return now < self.rest_until
+
 
 class Pool:
-    """The backends behind one backend name, with latency-aware choice."""
+    """The backends behind one backend name, with latency- and failure-aware choice."""
 
-    def __init__(self, name: str, members: list[Member], alpha: float = 0.3):
+    def __init__(self, name: str, members: list[Member], alpha: float = 0.3, stale_after: int = 20,
+                 breaker: int = 3, rest: float = 1.0, max_rest: float = 30.0):
         if not members:
             raise ValueError(f"backend pool {name!r} is empty")
         self.name, self.members, self.alpha = name, members, alpha
+        self.stale_after, self.breaker, self.base_rest, self.max_rest = stale_after, breaker, rest, max_rest
+        self.jobs = 0  # jobs given out, all members
 
     @property
     def resource(self) -> str:
         return f"qpu:{self.name}"
+
+    @property
+    def devices(self) -> int:
+        """Device slots of all members together: jobs the pool runs at once."""
+        return sum(m.devices for m in self.members)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What a job sent to the pool can count on: the widest member's qubits (a job goes to one
+        that fits), exact/shots only if every member has them, a native gradient only if all share it.
+        Batches are split to the smallest per-job limit, so the pool itself has none."""
+        caps = [m.handle.capabilities for m in self.members]
+        gradients = {c.gradient for c in caps}
+        devices = {c.device for c in caps}
+        return Capabilities(self.name, max(c.max_qubits for c in caps), None, all(c.exact for c in caps),
+                            all(c.shots for c in caps), gradients.pop() if len(gradients) == 1 else None,
+                            devices.pop() if len(devices) == 1 else "mixed")
 
     def max_rows(self) -> int | None:
         """The largest job every member accepts (``None``: unlimited)."""
@@ -71,14 +113,22 @@ class Pool:
     def choose(self, n_qubits: int, avoid: set[int]) -> tuple[int, int] | None:
         """``(member index, slot)`` to run a job on now, or ``None`` to wait.
 
-        ``avoid`` holds members that already failed this job; they are used only
-        when no other member fits.
+        ``avoid`` holds members that already failed this job; they, and resting
+        members, are used only when no other member fits.
         """
+        now = time.perf_counter()
         fitting = [i for i, m in enumerate(self.members) if m.fits(n_qubits)]
-        preferred = [i for i in fitting if i not in avoid] or fitting
+        healthy = [i for i in fitting if not self.members[i].resting(now)]
+        preferred = ([i for i in healthy if i not in avoid] or healthy
+                     or [i for i in fitting if i not in avoid] or fitting)
         if not preferred:
             return None
-        now = time.perf_counter()
+        explore = [i for i in preferred if self._needs_trial(self.members[i])]
+        if explore:
+            i = min(explore, key=lambda i: (self.members[i].tried_at is not None, self.members[i].tried_at or 0, i))
+            slot = self.members[i].free_slot()
+            if slot is not None:
+                return i, slot
         known = [m.ewma for m in self.members if m.ewma is not None]
         guess = sum(known) / len(known) if known else 0.0
         best = min(preferred, key=lambda i: (self.members[i].expected_finish(now, guess),
@@ -86,22 +136,45 @@ class Pool:
         slot = self.members[best].free_slot()
         return None if slot is None else (best, slot)
 
+    def _needs_trial(self, m: Member) -> bool:
+        """Never tried, or not tried for ``stale_after`` pool jobs, and nothing of it in flight."""
+        if m.busy:
+            return False
+        return m.tried_at is None or self.jobs - m.tried_at >= self.stale_after
+
     def any_fits(self, n_qubits: int) -> bool:
         return any(m.fits(n_qubits) for m in self.members)
 
     def start(self, member: int, slot: int) -> float:
         t = time.perf_counter()
-        self.members[member].busy[slot] = t
+        m = self.members[member]
+        m.busy[slot] = t
+        m.tried_at, m.jobs = self.jobs, m.jobs + 1
+        self.jobs += 1
         return t
 
     def finish(self, member: int, slot: int, ok: bool) -> None:
         m = self.members[member]
         started = m.busy.pop(slot)
+        m.success = (1 - self.alpha) * m.success + self.alpha * (1.0 if ok else 0.0)
         if ok:
             took = time.perf_counter() - started
             m.ewma = took if m.ewma is None else (1 - self.alpha) * m.ewma + self.alpha * took
+            m.streak, m.rest = 0, 0.0
+            return
+        m.failures += 1
+        m.streak += 1
+        if m.streak >= self.breaker:  # open the circuit (again, for longer, after a failed trial)
+            m.rest = min(self.max_rest, 2 * m.rest if m.rest else self.base_rest)
+            m.rest_until = time.perf_counter() + m.rest
 
     def lane(self, member: int, slot: int) -> str:
         """One Gantt row per device slot (prefetched jobs share their device's row)."""
         m = self.members[member]
         return m.lane if m.devices == 1 else f"{m.lane}/{slot % m.devices}"
+
+    def health(self) -> list[dict]:
+        """Per member: jobs, failures, latency estimate, success rate and whether it rests now."""
+        now = time.perf_counter()
+        return [{"lane": m.lane, "jobs": m.jobs, "failures": m.failures, "ewma": m.ewma,
+                 "success": round(m.success, 3), "resting": m.resting(now)} for m in self.members]

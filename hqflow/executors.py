@@ -1,15 +1,20 @@
 """Executors: where fragment work runs. One small interface, three implementations.
 
-An executor has ``submit(fragment, args, resource) -> concurrent.futures.Future``
-for classical fragments and ``backend(spec) -> handle`` for quantum backends
-(a handle has ``name``, ``capabilities``, ``max_in_flight`` and
+An executor has ``submit(fragment, args, resource, client) -> concurrent.futures.Future``
+for classical fragments (the future holds ``(outputs, spans)``: the spans of jobs
+the fragment submitted that the run's own job service did not see, with times
+from the call's start) and ``backend(spec) -> handle`` for quantum backends (a
+handle has ``name``, ``capabilities``, ``max_in_flight`` and
 ``submit(batch) -> Job``). The scheduler's one loop drives all of them:
 
 * ``sync``: runs each task inline, on the scheduler's thread (debugging, reference);
 * ``local``: a thread pool per classical resource (the default);
 * ``ray``: classical slots and backends are Ray actors. Fragments
   travel by reference (``module:qualname``) and state is explicit, so nothing
-  but data crosses process boundaries.
+  but data crosses process boundaries. A fragment's job client there is a
+  per-process one (``_remote_client``): its pools hold the same backend actors
+  as the driver's, so jobs go straight to the devices, with retries, failover,
+  timeouts and spans, and no round trip through the driver.
 
 A backend spec is a backend instance (``sync``/``local`` only), a registry name,
 or ``(name, options)``.
@@ -21,10 +26,14 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+import time
+
 from hqflow.backends import Backend, FutureJob, get_backend
 from hqflow.ir.graph import Fragment
 
+from .dispatch import Member, Pool
 from .fragments import call_fragment
+from .jobs import JobClient, JobService
 
 BackendSpec = "Backend | str | tuple[str, Mapping[str, Any]]"
 
@@ -62,10 +71,10 @@ class SyncExecutor:
 
     name = "sync"
 
-    def submit(self, fragment: Fragment, args: dict, resource: str) -> cf.Future:
+    def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None) -> cf.Future:
         fut: cf.Future = cf.Future()
         try:
-            fut.set_result(call_fragment(fragment, args))
+            fut.set_result((call_fragment(fragment, args, client), []))
         except Exception as exc:
             fut.set_exception(exc)
         return fut
@@ -91,19 +100,44 @@ class LocalExecutor(SyncExecutor):
             "gpu": cf.ThreadPoolExecutor(gpu_workers, thread_name_prefix="hqflow-gpu"),
         }
 
-    def submit(self, fragment: Fragment, args: dict, resource: str) -> cf.Future:
-        return self.pools[resource].submit(call_fragment, fragment, args)
+    def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None) -> cf.Future:
+        return self.pools[resource].submit(_local_call, fragment, args, client)
 
     def close(self) -> None:
         for pool in self.pools.values():
             pool.shutdown(wait=False, cancel_futures=True)
 
 
+def _local_call(fragment: Fragment, args: dict, client: JobClient | None):
+    return call_fragment(fragment, args, client), []
+
+
+# A Ray worker process's pools, kept between calls of one run so their latency estimates and
+# circuit breakers carry over: (run id, pool name) -> Pool.
+_REMOTE_POOLS: dict[tuple, Pool] = {}
+
+
+def _remote_client(spec: dict, t0: float, record) -> JobClient:
+    """A job client inside a Ray worker, over pools of the driver's backend actors (see the module docstring)."""
+    pools = {}
+    for name, members in spec["pools"].items():
+        key = (spec["run"], name)
+        if key not in _REMOTE_POOLS:
+            if len(_REMOTE_POOLS) > 64:  # pools of finished runs
+                _REMOTE_POOLS.clear()
+            _REMOTE_POOLS[key] = Pool(name, [Member(h, lane, devices, capacity) for h, lane, devices, capacity in members])
+        pools[name] = _REMOTE_POOLS[key]
+    service = JobService(pools, max_retries=spec["max_retries"], job_timeout=spec["job_timeout"], t0=t0, record=record)
+    return JobClient(service, spec["names"], spec["parent"])
+
+
 class _Worker:
     """A classical worker slot inside a Ray actor: calls fragments by reference."""
 
-    def call(self, fragment: Fragment, args: dict) -> dict:
-        return call_fragment(fragment, args)
+    def call(self, fragment: Fragment, args: dict, client_spec: dict | None = None):
+        t0, spans = time.perf_counter(), []
+        client = None if client_spec is None else _remote_client(client_spec, t0, spans.append)
+        return call_fragment(fragment, args, client), spans  # span times: seconds from this call's start
 
     def ready(self) -> bool:
         return True
@@ -181,10 +215,11 @@ class RayExecutor:
         self._backends: list[_RayHandle] = []
         self._lock = threading.Lock()
 
-    def submit(self, fragment: Fragment, args: dict, resource: str) -> cf.Future:
+    def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None) -> cf.Future:
         with self._lock:  # the scheduler never asks for more than the slots it has
             actor = self._idle[resource].pop()
-        fut = actor.call.remote(fragment, args).future()
+        spec = None if client is None else self._client_spec(client)
+        fut = actor.call.remote(fragment, args, spec).future()
 
         def release(_):
             with self._lock:
@@ -192,6 +227,13 @@ class RayExecutor:
 
         fut.add_done_callback(release)
         return fut
+
+    def _client_spec(self, client: JobClient) -> dict:
+        service = client._service
+        pools = {name: [(m.handle, m.lane, m.devices, m.capacity) for m in service.pools[name].members]
+                 for name in client.names}
+        return {"run": service.run_id, "names": client.names, "parent": client.parent, "pools": pools,
+                "max_retries": service.max_retries, "job_timeout": service.job_timeout}
 
     def backend(self, spec: Any, default_in_flight: int) -> _RayHandle:
         handle = _RayHandle(self._actor, spec, default_in_flight)

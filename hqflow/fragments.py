@@ -6,18 +6,13 @@
 * a micro-batch's shot seed depends only on (run seed, step, fragment index),
   so every executor draws the same samples;
 * numeric JSON ``init`` lists reach array ports as numpy arrays;
-* a classical fragment that runs quantum jobs itself (an RL actor's policy
-  forward passes) times each one with ``job_span(backend)``; ``call_fragment``
-  hands them back on its outputs (``Outputs.jobs``, times from the call's start)
-  and the executors add them to the run's spans, so the trace shows that
-  quantum work too.
+* a classical fragment that declares ``job_backends`` runs with a job client
+  (``hqflow.get_client()``) whose jobs go through the run's pools
+  (``hqflow.jobs``).
 """
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +22,7 @@ from hqflow.backends import BatchResult, CircuitBatch
 from hqflow.ir.graph import Fragment, resolve_fn
 
 from .gradients import param_shift
+from .jobs import JobClient, bind_client, unbind_client
 from .trace import Span
 
 
@@ -41,10 +37,24 @@ class RunResult:
     state: dict[str, Any]  # final value on each loop-carried edge, keyed "src_frag.port"
     seconds: float = 0.0
     extra: dict = field(default_factory=dict)
+    steps: list[int] | None = None  # the step of each output; None: 0, 1, 2, ... (a whole run)
 
     def column(self, name: str) -> list[Any]:
         """One graph output across all steps."""
         return [o[name] for o in self.outputs]
+
+
+class RunFailed(FragmentError):
+    """A run stopped by a failure (a fragment raised, a quantum job ran out of retries).
+
+    ``result`` is a ``RunResult`` of everything that completed before: the
+    outputs of every finished step (``result.steps`` says which), every span,
+    and the newest value on each loop-carried edge. ``__cause__`` is the failure.
+    """
+
+    def __init__(self, message: str, result: RunResult):
+        super().__init__(message)
+        self.result = result
 
 
 def step_seed(seed: int | None, step: int, index: int) -> int | None:
@@ -68,64 +78,18 @@ def as_port_value(value: Any, port_type: str) -> Any:
     return value
 
 
-class Outputs(dict):
-    """A classical fragment's outputs, plus ``jobs``: the quantum jobs it ran itself, as
-    ``(backend, start, end, outcome)`` with times in seconds from the call's start."""
-
-    jobs: tuple = ()
-
-
-_CALL = threading.local()  # the fragment call running on this thread: its start and its jobs
-
-
-@contextmanager
-def job_span(backend: str):
-    """Time one quantum job that a classical fragment runs itself, for the run's trace.
-
-    ``with job_span(backend.name): backend.submit(batch).result()``. Outside a
-    fragment call (plain Python) it does nothing.
-    """
-    jobs = getattr(_CALL, "jobs", None)
-    if jobs is None:
-        yield
-        return
-    start, outcome = time.perf_counter(), "ok"
-    try:
-        yield
-    except BaseException as exc:
-        outcome = f"error: {exc}"
-        raise
-    finally:
-        jobs.append((str(backend), start - _CALL.t0, time.perf_counter() - _CALL.t0, outcome))
-
-
-def job_spans(out: Any, fragment: str, resource: str, step: int, start: float, version=None,
-              lane: str = "") -> list[Span]:
-    """The spans of the jobs a fragment call ran itself, placed on the run's clock at ``start``.
-
-    Each is an ``execute`` span on resource ``qpu:BACKEND``, in lane ``qpu:BACKEND/LANE``
-    (the worker that submitted it), named ``FRAGMENT/job``.
-    """
-    return [Span(f"{fragment}/job", "execute", f"qpu:{b}", step, start + t0, start + t1, outcome, version,
-                 f"qpu:{b}/{lane or resource}")
-            for b, t0, t1, outcome in getattr(out, "jobs", ())]
-
-
-def call_fragment(f: Fragment, args: Mapping[str, Any]) -> dict[str, Any]:
-    """Call a classical fragment's function and check its outputs against its ports."""
+def call_fragment(f: Fragment, args: Mapping[str, Any], client: JobClient | None = None) -> dict[str, Any]:
+    """Call a classical fragment's function (with ``client`` as its ``get_client()``) and check
+    its outputs against its ports."""
     fn = resolve_fn(f.fn)
-    outer = getattr(_CALL, "jobs", None), getattr(_CALL, "t0", None)
-    _CALL.jobs, _CALL.t0 = [], time.perf_counter()
+    token = bind_client(client)
     try:
         result = fn(**args, **f.kwargs)
     except Exception as exc:
         raise FragmentError(f"fragment {f.name!r} ({f.fn}) raised {type(exc).__name__}: {exc}") from exc
     finally:
-        jobs = tuple(_CALL.jobs)
-        _CALL.jobs, _CALL.t0 = outer
-    out = Outputs(_check_outputs(f, result))
-    out.jobs = jobs
-    return out
+        unbind_client(token)
+    return _check_outputs(f, result)
 
 
 def _check_outputs(f: Fragment, result: Any) -> dict[str, Any]:

@@ -21,7 +21,9 @@ A decorated function's parameters are its input ports, except the names in
 ``params`` and parameters with a default value (which keep it unless named in
 ``inputs=``). An input port left unconnected is wired to the graph input of the
 same name, or else to the one earlier fragment with an output of that name.
-Loop-carried edges are always declared with ``loop``. Cuts are explicit: the
+Loop-carried edges are always declared with ``loop``. A classical fragment
+that submits circuit jobs itself names the backends it uses
+(``job_backends="qpu"``) and gets them from ``hqflow.get_client()`` at run time. Cuts are explicit: the
 graph is what these calls say, and ``print(graph)`` shows it.
 """
 from __future__ import annotations
@@ -56,6 +58,14 @@ def _ports(spec: Any) -> tuple[Port, ...]:
     if isinstance(spec, Mapping):
         return tuple(Port(k, v) for k, v in spec.items())
     return tuple(Port(s) for s in spec)
+
+
+def _names(spec: Any, fragment: str) -> tuple[str, ...]:
+    """``job_backends=``: one backend name or several."""
+    names = (spec,) if isinstance(spec, str) else tuple(spec or ())
+    if not all(isinstance(n, str) and n for n in names):
+        raise GraphError(f"fragment {fragment!r}: job_backends must be backend names, got {spec!r}")
+    return names
 
 
 def _split(ref: str) -> tuple[str | None, str]:
@@ -112,7 +122,7 @@ class Pipeline:
         self._fragments.append(fragment)
         return fragment
 
-    def _decorator(self, kind: str, name, outputs, inputs, resource, params) -> Callable:
+    def _decorator(self, kind: str, name, outputs, inputs, resource, params, job_backends=()) -> Callable:
         def wrap(fn: Callable) -> Callable:
             fname = name or fn.__name__
             consts = {k: json_constant(v, f"param {k!r} of fragment {fname!r}") for k, v in (params or {}).items()}
@@ -128,29 +138,30 @@ class Pipeline:
             if types:
                 raise GraphError(f"fragment {fname!r}: inputs= names {sorted(types)}, which are not parameters of {fn.__qualname__}")
             self.add(Fragment(fname, kind, ports, _ports(outputs), fn_ref(fn, fname),
-                              resource or _DEFAULT_RESOURCE[kind], tuple(consts.items())))
+                              resource or _DEFAULT_RESOURCE[kind], tuple(consts.items()),
+                              job_backends=_names(job_backends, fname)))
             return fn
 
         return wrap
 
-    def preprocess(self, fn=None, *, name=None, outputs=None, inputs=None, resource=None, params=None):
+    def preprocess(self, fn=None, *, name=None, outputs=None, inputs=None, resource=None, params=None, job_backends=()):
         """Decorate a classical preprocessing function (see the module docstring)."""
-        deco = self._decorator("preprocess", name, outputs, inputs, resource, params)
+        deco = self._decorator("preprocess", name, outputs, inputs, resource, params, job_backends)
         return deco(fn) if fn else deco
 
-    def prepare(self, fn=None, *, name=None, outputs=None, inputs=None, resource=None, params=None):
+    def prepare(self, fn=None, *, name=None, outputs=None, inputs=None, resource=None, params=None, job_backends=()):
         """Decorate a state-preparation function (turns data into circuit inputs)."""
-        deco = self._decorator("prepare", name, outputs, inputs, resource, params)
+        deco = self._decorator("prepare", name, outputs, inputs, resource, params, job_backends)
         return deco(fn) if fn else deco
 
-    def postprocess(self, fn=None, *, name=None, outputs=None, inputs=None, resource=None, params=None):
+    def postprocess(self, fn=None, *, name=None, outputs=None, inputs=None, resource=None, params=None, job_backends=()):
         """Decorate a function that reads circuit results."""
-        deco = self._decorator("postprocess", name, outputs, inputs, resource, params)
+        deco = self._decorator("postprocess", name, outputs, inputs, resource, params, job_backends)
         return deco(fn) if fn else deco
 
-    def learn(self, fn=None, *, name=None, outputs=None, inputs=None, resource=None, params=None):
+    def learn(self, fn=None, *, name=None, outputs=None, inputs=None, resource=None, params=None, job_backends=()):
         """Decorate a learner step (usually returns the next weights for a loop edge)."""
-        deco = self._decorator("learn", name, outputs, inputs, resource, params)
+        deco = self._decorator("learn", name, outputs, inputs, resource, params, job_backends)
         return deco(fn) if fn else deco
 
     def execute(self, name: str, circuit: CircuitTemplate, backend: str = DEFAULT_BACKEND,

@@ -16,6 +16,7 @@ from typing import Any
 from hqflow.backends import Backend, get_backend
 from hqflow.ir.graph import Fragment, Graph, GraphError
 
+from .dispatch import Member, Pool
 from .fragments import (
     FragmentError,
     RunResult,
@@ -23,9 +24,9 @@ from .fragments import (
     call_fragment,
     execute_batch,
     execute_outputs,
-    job_spans,
     step_seed,
 )
+from .jobs import JobClient, JobService, Parent
 from .trace import Span
 
 
@@ -41,8 +42,10 @@ class ReferenceExecutor:
     def __init__(self, graph: Graph, backends: Mapping[str, Backend] | None = None):
         self.backends: dict[str, Backend] = dict(backends or {})
         for f in graph.fragments:
-            if f.kind == "execute" and f.backend and f.backend not in self.backends:
-                self.backends[f.backend] = get_backend(f.backend)
+            used = (f.backend,) if f.kind == "execute" and f.backend else tuple(f.job_backends)
+            for name in used:
+                if name not in self.backends:
+                    self.backends[name] = get_backend(name)
         self.graph = graph.validate(backends={k: b.capabilities for k, b in self.backends.items()})
         self.order = graph.topological_order()
 
@@ -89,16 +92,24 @@ class ReferenceExecutor:
                     except Exception as exc:
                         raise FragmentError(f"fragment {f.name!r} on backend {f.backend!r}: {exc}") from exc
                 else:
-                    out = call_fragment(f, args)
+                    out = call_fragment(f, args, self._client(f, step, t0, spans))
             except Exception as exc:
                 spans.append(Span(f.name, f.kind, self.resource(f), step, start, time.perf_counter() - t0, f"error: {exc}"))
                 raise
             spans.append(Span(f.name, f.kind, self.resource(f), step, start, time.perf_counter() - t0))
-            spans += job_spans(out, f.name, self.resource(f), step, start)
             values.update({(f.name, k): v for k, v in out.items()})
         for i in state:
             state[i] = values[g.edges[i].src]
         return {p.name: values[g.edges[incoming[(None, p.name)]].src] for p in g.outputs}
+
+    def _client(self, f: Fragment, step: int, t0: float, spans: list[Span]) -> JobClient | None:
+        """A classical fragment's job client: its declared backends, each a pool of one, no retries."""
+        if not f.job_backends:
+            return None
+        pools = {name: Pool(name, [Member(self.backends[name], f"qpu:{self.backends[name].name}", 1, 1)])
+                 for name in f.job_backends}
+        service = JobService(pools, max_retries=0, t0=t0, record=spans.append)
+        return JobClient(service, f.job_backends, Parent(f.name, step, self.resource(f), submitted=True))
 
     def run(self, stream: Iterable[Mapping[str, Any]] | int, *, initial_state: Mapping[str, Any] | None = None,
             seed: int | None = 0, progress=None) -> RunResult:

@@ -15,37 +15,46 @@ consumes ``i - 1``.
   results for the same seed) and ``k > 0`` lets producers run ahead. Spans
   record the version used.
 * **Backpressure.** At most ``window`` steps are admitted and unfinished.
-* **Several backends per name**, chosen by measured latency (``dispatch.Pool``);
-  batches larger than a backend's ``max_circuits_per_job`` are split and re-joined.
+* **Several backends per name**, chosen by measured latency and health
+  (``dispatch.Pool``); batches larger than a backend's ``max_circuits_per_job``
+  are split and re-joined.
+* **One path for every quantum job** (``jobs.JobService``): an ``execute``
+  fragment's, and those a classical fragment submits itself through its
+  client (``hqflow.get_client()``, for the backends it declares in
+  ``job_backends``), get the same pools, retries, timeouts and spans.
 * **Failures.** A failed or timed-out job is retried, on another backend where
   one fits, up to ``max_retries`` times; each attempt is a span. A step's
-  result is taken once, from the first successful attempt of each part.
+  result is taken once, from the first successful attempt of each part. When
+  a fragment fails or a job runs out of retries, the run raises ``RunFailed``,
+  whose ``result`` holds every completed step's outputs, the spans and the
+  newest loop-carried values.
 
 One loop serves the ``sync``, ``local`` and ``ray`` executors (``executors.py``).
 """
 from __future__ import annotations
 
-import itertools
+import dataclasses
 import queue
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hqflow.backends import BatchResult
+from hqflow.backends import BackendError
 from hqflow.ir.graph import Fragment, Graph, GraphError
 
 from .dispatch import Member, Pool
 from .executors import make_executor
 from .fragments import (
     FragmentError,
+    RunFailed,
     RunResult,
     as_port_value,
     execute_batch,
     execute_outputs,
-    job_spans,
     step_seed,
 )
+from .jobs import JobClient, JobService, Parent
 from .trace import Span
 
 
@@ -93,32 +102,6 @@ class SchedulerConfig:
             raise ValueError(f"job_timeout must be positive or None, got {self.job_timeout!r}")
 
 
-@dataclass
-class _Execute:
-    """An execute instance in flight: its parts (split batches) and their results."""
-
-    fragment: Fragment
-    step: int
-    version: int | None
-    parts: list
-    post: Any
-    results: list = field(default_factory=list)
-    attempts: list = field(default_factory=list)
-    avoid: list = field(default_factory=list)
-
-
-@dataclass
-class _Job:
-    inst: _Execute
-    part: int
-    pool: Pool
-    member: int
-    slot: int
-    job: Any
-    start: float
-    deadline: float | None
-
-
 class Scheduler:
     """Runs a graph over a stream of micro-batches; see the module docstring."""
 
@@ -136,19 +119,28 @@ class Scheduler:
         self.index = {f.name: i for i, f in enumerate(self.order)}
         self.incoming = {e.dst: i for i, e in enumerate(self.graph.edges)}
         self.slots = {"cpu": config.cpu_workers, "gpu": config.gpu_workers}
+        for f in self.graph.fragments:
+            for name in f.job_backends:
+                if not self.pools[name].any_fits(1):
+                    raise GraphError(f"fragment {f.name!r}: backend pool {name!r} has no usable member")
 
     def _make_pools(self, graph: Graph, backends: dict) -> dict[str, Pool]:
-        pools = {}
+        """One pool per backend name used: by ``execute`` fragments and in classical fragments' ``job_backends``."""
+        names = []
         for f in graph.fragments:
-            if f.kind != "execute" or not f.backend or f.backend in pools:
-                continue
-            specs = backends.get(f.backend, f.backend)
+            used = (f.backend,) if f.kind == "execute" and f.backend else tuple(f.job_backends)
+            names += [n for n in used if isinstance(n, str) and n and n not in names]
+        pools = {}
+        for name in names:
+            specs = backends.get(name, name)
             specs = specs if isinstance(specs, list) else [specs]
+            if not specs:
+                raise GraphError(f"backend pool {name!r} is empty")
             handles = [self.executor.backend(s, self.config.max_in_flight) for s in specs]
             many = len(handles) > 1
             members = [Member(h, f"qpu:{h.name}#{j}" if many else f"qpu:{h.name}", h.max_in_flight,
                               h.max_in_flight + self.config.prefetch) for j, h in enumerate(handles)]
-            pools[f.backend] = Pool(f.backend, members)
+            pools[name] = Pool(name, members)
         return pools
 
     # -- the loop -------------------------------------------------------------------
@@ -176,17 +168,29 @@ class Scheduler:
                 if exhausted and not self.admitted:
                     break
                 self._wait_and_handle(progress)
-        finally:
-            self._cancel_all()
+        except (FragmentError, BackendError) as exc:
+            self.service.close()
             self.executor.close()
-        outputs = [self.outputs[i] for i in range(next_step)]
+            raise RunFailed(str(exc), self._result(next_step)) from exc
+        finally:
+            self.service.close()
+            self.executor.close()
+        return self._result(next_step)
+
+    def _result(self, next_step: int) -> RunResult:
+        """What completed: every finished step's outputs (in step order), the spans, the newest loop values."""
+        steps = sorted(self.outputs)
         state = {}
         for i, versions in self.versions.items():
             e = self.graph.edges[i]
             state[f"{e.src[0]}.{e.src[1]}"] = versions[max(versions)]
-        self.stats["steps"] = next_step
+        stats = dict(self.stats, steps=next_step, **{k: v for k, v in self.service.stats.items() if k != "jobs"},
+                     quantum_jobs=self.service.stats["jobs"],
+                     pools={name: pool.health() for name, pool in self.pools.items()})
         spans = sorted(self.spans, key=lambda s: (s.start, s.row))
-        return RunResult(outputs, spans, state, time.perf_counter() - self.t0, dict(self.stats))
+        whole = steps == list(range(next_step))
+        return RunResult([self.outputs[i] for i in steps], spans, state, time.perf_counter() - self.t0, stats,
+                         None if whole else steps)
 
     def _reset(self, initial_state) -> None:
         in_flight = sum(m.capacity for pool in self.pools.values() for m in pool.members)
@@ -198,12 +202,10 @@ class Scheduler:
         self.outputs: dict[int, dict] = {}
         self.running: set[tuple[str, int]] = set()
         self.busy = {"cpu": set(), "gpu": set()}  # taken worker slots
-        self.job_queue: list[tuple[_Execute, int]] = []
-        self.jobs: dict[int, _Job] = {}
-        self.tokens = itertools.count()
         self.spans: list[Span] = []
-        self.stats = {"retries": 0, "failed_jobs": 0, "timeouts": 0, "max_admitted": 0, "max_job_queue": 0,
-                      "executor": self.config.executor, "completed_steps": 0}
+        self.service = JobService(self.pools, max_retries=self.config.max_retries, job_timeout=self.config.job_timeout,
+                                  t0=self.t0, record=self.spans.append)
+        self.stats = {"max_admitted": 0, "executor": self.config.executor, "completed_steps": 0}
         self.versions: dict[int, dict[int, Any]] = {}  # loop edge index -> version -> value
         overrides, used = dict(initial_state or {}), set()
         for i, e in enumerate(self.graph.edges):
@@ -246,12 +248,11 @@ class Scheduler:
         return args, (min(versions) if versions else None)
 
     def _idle(self) -> bool:
-        return not self.running and not self.jobs
+        return not self.running
 
     def _dispatch(self) -> None:
         """Quantum work first: its jobs go out before classical tasks compete for this process."""
         self._dispatch_instances(quantum=True)
-        self._dispatch_jobs()
         self._dispatch_instances(quantum=False)
 
     def _dispatch_instances(self, quantum: bool) -> None:
@@ -280,8 +281,11 @@ class Scheduler:
     def _start_task(self, f: Fragment, step: int, args: dict, version: int | None, resource: str) -> None:
         slot = min(set(range(self.slots[resource])) - self.busy[resource])
         self.busy[resource].add(slot)
+        lane = f"{resource}/{slot}"
+        client = (JobClient(self.service, f.job_backends, Parent(f.name, step, lane, version, submitted=True))
+                  if f.job_backends else None)
         start = time.perf_counter()
-        fut = self.executor.submit(f, args, resource)
+        fut = self.executor.submit(f, args, resource, client)
         fut.add_done_callback(lambda fut: self.events.put(("task", f, step, version, resource, slot, start,
                                                                time.perf_counter(), fut)))
 
@@ -293,56 +297,17 @@ class Scheduler:
             batch, post = execute_batch(f, args, step_seed(self.config.seed, step, self.index[f.name]))
         except Exception as exc:
             raise FragmentError(f"fragment {f.name!r} step {step}: {exc}") from exc
-        limit = pool.max_rows()
-        parts = batch.split(limit) if limit else [batch]
-        inst = _Execute(f, step, version, parts, post, [None] * len(parts), [0] * len(parts), [set() for _ in parts])
-        self.job_queue += [(inst, j) for j in range(len(parts))]
-        self.stats["max_job_queue"] = max(self.stats["max_job_queue"], len(self.job_queue))
-
-    def _dispatch_jobs(self) -> None:
-        waiting = []
-        for inst, j in self.job_queue:
-            if self.config.executor == "sync" and self.jobs:
-                waiting.append((inst, j))
-                continue
-            pool = self.pools[inst.fragment.backend]
-            part = inst.parts[j]
-            choice = pool.choose(part.template.n_qubits, inst.avoid[j])
-            if choice is None:
-                waiting.append((inst, j))
-                continue
-            member, slot = choice
-            start = pool.start(member, slot)
-            token = next(self.tokens)
-            try:
-                job = pool.members[member].handle.submit(part)
-            except Exception as exc:  # refused at submission: counts as a failed attempt
-                self.jobs[token] = _Job(inst, j, pool, member, slot, None, start, None)
-                self._job_failed(token, f"error: {exc}")
-                continue
-            deadline = start + self.config.job_timeout if self.config.job_timeout else None
-            self.jobs[token] = _Job(inst, j, pool, member, slot, job, start, deadline)
-            _on_done(job, lambda _job, token=token: self.events.put(("job", token, time.perf_counter())))
-        self.job_queue = waiting
+        fut = self.service.submit(f.backend, batch, Parent(f.name, step, pool.resource, version))
+        fut.add_done_callback(lambda fut: self.events.put(("execute", f, step, post, fut)))
 
     def _wait_and_handle(self, progress) -> None:
-        deadlines = [r.deadline for r in self.jobs.values() if r.deadline is not None]
-        if self._idle() and not self.job_queue and self.events.empty():
+        if self._idle() and self.events.empty():
             raise RuntimeError(f"scheduler stalled with steps {sorted(self.admitted)} unfinished (a bug: please report)")
-        timeout = max(0.0, min(deadlines) - time.perf_counter()) if deadlines else None
-        try:
-            event = self.events.get(timeout=timeout)
-        except queue.Empty:
-            now = time.perf_counter()
-            for token in [t for t, r in self.jobs.items() if r.deadline is not None and r.deadline <= now]:
-                self.jobs[token].job.cancel()
-                self.stats["timeouts"] += 1
-                self._job_failed(token, "timeout")
-            return
+        event = self.events.get()
         if event[0] == "task":
             self._task_done(*event[1:], progress)
         else:
-            self._job_done(*event[1:], progress)
+            self._execute_done(*event[1:], progress)
 
     # -- completions ------------------------------------------------------------------
     def _task_done(self, f, step, version, resource, slot, start, end, fut, progress) -> None:
@@ -354,52 +319,21 @@ class Scheduler:
             self.spans.append(Span(f.name, f.kind, resource, step, start - self.t0, end - self.t0, f"error: {exc}", version, lane))
             raise exc if isinstance(exc, FragmentError) else FragmentError(f"fragment {f.name!r} step {step}: {exc}") from exc
         self.spans.append(Span(f.name, f.kind, resource, step, start - self.t0, end - self.t0, "ok", version, lane))
-        out = fut.result()
-        self.spans += job_spans(out, f.name, resource, step, start - self.t0, version, lane)
+        out, remote_spans = fut.result()
+        shift = start - self.t0  # spans of jobs submitted in another process: times from the call's start
+        self.spans += [dataclasses.replace(s, start=s.start + shift, end=s.end + shift) for s in remote_spans]
         self._complete(f, step, out, progress)
 
-    def _job_done(self, token: int, end: float, progress) -> None:
-        rec = self.jobs.get(token)
-        if rec is None:  # an attempt already given up on (timed out): its late result is dropped
-            return
+    def _execute_done(self, f: Fragment, step: int, post, fut, progress) -> None:
+        self.running.discard((f.name, step))
+        exc = fut.exception()
+        if exc is not None:
+            raise FragmentError(f"fragment {f.name!r} step {step}: {exc}") from exc
         try:
-            result: BatchResult = rec.job.result(timeout=0)
+            out = execute_outputs(f, fut.result(), post)
         except Exception as exc:
-            self._job_failed(token, f"error: {exc}")
-            return
-        del self.jobs[token]
-        rec.pool.finish(rec.member, rec.slot, ok=True)
-        inst = rec.inst
-        self._job_span(rec, end, "ok")
-        inst.results[rec.part] = result
-        if any(r is None for r in inst.results):
-            return
-        joined = inst.results[0] if len(inst.results) == 1 else BatchResult.concat(inst.results)
-        self.running.discard((inst.fragment.name, inst.step))
-        try:
-            out = execute_outputs(inst.fragment, joined, inst.post)
-        except Exception as exc:
-            raise FragmentError(f"fragment {inst.fragment.name!r} step {inst.step}: {exc}") from exc
-        self._complete(inst.fragment, inst.step, out, progress)
-
-    def _job_failed(self, token: int, outcome: str) -> None:
-        rec = self.jobs.pop(token)
-        rec.pool.finish(rec.member, rec.slot, ok=False)
-        self._job_span(rec, time.perf_counter(), outcome)
-        self.stats["failed_jobs"] += 1
-        inst, j = rec.inst, rec.part
-        inst.attempts[j] += 1
-        inst.avoid[j].add(rec.member)
-        if inst.attempts[j] > self.config.max_retries:
-            raise FragmentError(f"fragment {inst.fragment.name!r} step {inst.step}: quantum job failed "
-                                f"{inst.attempts[j]} times; last: {outcome}")
-        self.stats["retries"] += 1
-        self.job_queue.append((inst, j))
-
-    def _job_span(self, rec: _Job, end: float, outcome: str) -> None:
-        f = rec.inst.fragment
-        self.spans.append(Span(f.name, f.kind, rec.pool.resource, rec.inst.step, rec.start - self.t0, end - self.t0,
-                               outcome, rec.inst.version, rec.pool.lane(rec.member, rec.slot)))
+            raise FragmentError(f"fragment {f.name!r} step {step}: {exc}") from exc
+        self._complete(f, step, out, progress)
 
     def _complete(self, f: Fragment, step: int, out: dict, progress) -> None:
         for port, value in out.items():
@@ -432,28 +366,6 @@ class Scheduler:
             for v in [v for v in versions if v < keep and v != newest]:
                 del versions[v]
 
-    def _cancel_all(self) -> None:
-        for rec in self.jobs.values():
-            if rec.job is not None:
-                rec.job.cancel()
-
-
-def _on_done(job, callback) -> None:
-    """Call ``callback(job)`` when ``job`` finishes: its own hook, or a waiter thread."""
-    if hasattr(job, "add_done_callback"):
-        job.add_done_callback(callback)
-        return
-    import threading
-
-    def wait():
-        try:
-            job.result()
-        except Exception:
-            pass
-        callback(job)
-
-    threading.Thread(target=wait, daemon=True, name="hqflow-job-waiter").start()
-
 
 def run(graph: Graph, stream: Iterable[Mapping[str, Any]] | int, *, backends: Mapping[str, Any] | None = None,
         initial_state: Mapping[str, Any] | None = None, progress=None, config: SchedulerConfig | None = None,
@@ -466,8 +378,6 @@ def run(graph: Graph, stream: Iterable[Mapping[str, Any]] | int, *, backends: Ma
     """
     cfg = config or SchedulerConfig()
     if options:
-        import dataclasses
-
         unknown = sorted(set(options) - {f.name for f in dataclasses.fields(SchedulerConfig)})
         if unknown:
             raise TypeError(f"unknown scheduler option(s) {unknown}; see hqflow.SchedulerConfig")

@@ -1,7 +1,9 @@
 """Timed spans: what ran where, and when.
 
 Every executor records one ``Span`` per fragment instance (and per quantum job
-attempt). ``lane`` names the one worker the span occupied (``"cpu/0"``,
+attempt, whether an ``execute`` fragment's or one a classical fragment submitted
+through its job client: ``parent_lane`` then names the lane of the fragment call
+that asked for it). ``lane`` names the one worker the span occupied (``"cpu/0"``,
 ``"qpu:emulated-qpu#1"``...), ``resource`` the pool it belongs to; the Gantt
 chart draws one row per lane.
 
@@ -27,7 +29,7 @@ import tempfile
 from dataclasses import asdict, dataclass, fields
 
 SPANS_FORMAT = "hqflow.spans"
-SPANS_VERSION = 1
+SPANS_VERSION = 2  # 2 added ``parent_lane``; version 1 files are still read
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,9 @@ class Span:
     outcome: str = "ok"  # "ok", "error: ...", "timeout", "cancelled"
     version: int | None = None  # parameter version used (loop-carried inputs), if any
     lane: str = ""  # the worker within the resource; "" means the resource itself
+    parent_lane: str | None = None
+    """for a quantum job that a classical fragment submitted itself (through its job client): the
+    lane of that fragment's call; ``fragment`` and ``step`` are then that fragment's. None otherwise"""
 
     @property
     def seconds(self) -> float:
@@ -175,8 +180,8 @@ def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[t
 
 
 def is_nested_job(s: Span) -> bool:
-    """A quantum job that a classical fragment ran itself (``hqflow.fragments.job_span``)."""
-    return is_quantum(s.resource) and s.fragment.endswith("/job") and s.row.startswith(s.resource + "/")
+    """A quantum job that a classical fragment submitted itself (through ``hqflow.get_client()``)."""
+    return s.parent_lane is not None
 
 
 def _classical_quantum(spans: list[Span]) -> tuple[list, list]:
@@ -186,7 +191,7 @@ def _classical_quantum(spans: list[Span]) -> tuple[list, list]:
     lanes: dict[str, list[Span]] = {}
     for s in spans:
         if is_nested_job(s):
-            waits.setdefault(s.row[len(s.resource) + 1:], []).append(s)  # the lane that submitted it
+            waits.setdefault(s.parent_lane, []).append(s)
         elif not is_quantum(s.resource):
             lanes.setdefault(s.row, []).append(s)
     classical = [iv for lane, group in lanes.items()
@@ -305,15 +310,28 @@ def write_json_atomic(path: str, obj) -> None:
 
 
 def save_spans(path: str, spans: list[Span], meta: dict | None = None) -> str:
-    """Write ``{"format": "hqflow.spans", "version": 1, "meta": ..., "spans": [...]}`` atomically."""
+    """Write ``{"format": "hqflow.spans", "version": 2, "meta": ..., "spans": [...]}`` atomically."""
     write_json_atomic(path, {"format": SPANS_FORMAT, "version": SPANS_VERSION, "meta": dict(meta or {}),
                              "spans": [s.to_dict() for s in spans]})
     return path
 
 
 _FIELD_TYPES = {"fragment": str, "kind": str, "resource": str, "step": int, "start": (int, float),
-                "end": (int, float), "outcome": str, "version": (int, type(None)), "lane": str}
-_REQUIRED = [f.name for f in fields(Span) if f.name not in ("outcome", "version", "lane")]
+                "end": (int, float), "outcome": str, "version": (int, type(None)), "lane": str,
+                "parent_lane": (str, type(None))}
+_REQUIRED = [f.name for f in fields(Span) if f.name not in ("outcome", "version", "lane", "parent_lane")]
+
+
+def _from_version_1(d):
+    """Version 1 marked a job a fragment ran itself only by strings: fragment ``F/job`` in lane
+    ``qpu:B/LANE``. Read it as version 2's structured ``parent_lane``."""
+    if not isinstance(d, dict) or "parent_lane" in d:
+        return d
+    resource, lane, name = d.get("resource"), d.get("lane"), d.get("fragment")
+    if (isinstance(resource, str) and isinstance(lane, str) and isinstance(name, str) and resource.startswith("qpu")
+            and name.endswith("/job") and lane.startswith(resource + "/")):
+        return dict(d, fragment=name[:-len("/job")], parent_lane=lane[len(resource) + 1:])
+    return d
 
 
 def _span_from_dict(d, index: int) -> Span:
@@ -347,12 +365,13 @@ def load_spans(path: str) -> tuple[list[Span], dict]:
         raise TraceError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(doc, dict) or doc.get("format") != SPANS_FORMAT:
         raise TraceError(f"{path}: not an {SPANS_FORMAT} file (no \"format\": \"{SPANS_FORMAT}\")")
-    if doc.get("version") != SPANS_VERSION:
+    if doc.get("version") not in (1, SPANS_VERSION) or isinstance(doc.get("version"), bool):
         raise TraceError(f"{path}: unsupported {SPANS_FORMAT} version {doc.get('version')!r}")
     if not isinstance(doc.get("spans"), list) or not isinstance(doc.get("meta", {}), dict):
         raise TraceError(f"{path}: \"spans\" must be a list and \"meta\" an object")
     try:
-        spans = [_span_from_dict(d, i) for i, d in enumerate(doc["spans"])]
+        upgrade = _from_version_1 if doc["version"] == 1 else (lambda d: d)
+        spans = [_span_from_dict(upgrade(d), i) for i, d in enumerate(doc["spans"])]
     except TraceError as exc:
         raise TraceError(f"{path}: {exc}") from None
     return spans, doc.get("meta", {})

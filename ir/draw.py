@@ -16,7 +16,8 @@ def _describe(f) -> str:
             f"{c.n_inputs} inputs, {c.n_weights} weights, {c.n_observables} observables, {mode}{grad}"
         )
     params = f" params={f.kwargs}" if f.params else ""
-    return f"fn={f.fn}{params}"
+    jobs = f" jobs->{','.join(f.job_backends)}" if f.job_backends else ""
+    return f"fn={f.fn}{params}{jobs}"
 
 
 def to_text(graph: Graph) -> str:
@@ -47,7 +48,8 @@ def to_networkx(graph: Graph):
     for p in graph.outputs:
         g.add_node(f"output:{p.name}", kind="output", resource="io", type=p.type)
     for f in graph.fragments:
-        g.add_node(f.name, kind=f.kind, resource=f.resource, fn=f.fn, backend=f.backend)
+        g.add_node(f.name, kind=f.kind, resource=f.resource, fn=f.fn, backend=f.backend,
+                   job_backends=list(f.job_backends))
     for e in graph.edges:
         src = e.src[0] if e.src[0] else f"input:{e.src[1]}"
         dst = e.dst[0] if e.dst[0] else f"output:{e.dst[1]}"

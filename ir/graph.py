@@ -5,7 +5,9 @@ A fragment is one of five kinds (``preprocess``, ``prepare``, ``execute``,
 typed input and output ports, and holds its function by reference
 (``"module:qualname"``) plus JSON constants (``params``) passed as keywords.
 An ``execute`` fragment holds a ``CircuitTemplate`` and a backend name instead of
-a function; its ports follow from the template (see ``execute_ports``).
+a function; its ports follow from the template (see ``execute_ports``). A
+classical fragment that submits circuit jobs itself (an RL actor's policy
+forward passes) declares the backend names it uses in ``job_backends``.
 
 Edges join ``(fragment, port)`` pairs; a ``None`` fragment means the graph's own
 input (as a source) or output (as a destination). A **loop-carried** edge
@@ -86,6 +88,10 @@ class Fragment:
     circuit: CircuitTemplate | None = None
     backend: str | None = None
     gradient: str | None = None
+    job_backends: tuple[str, ...] = ()
+    """backend (pool) names a classical fragment submits circuit jobs to itself, through
+    ``hqflow.get_client()``; the scheduler gives those jobs the same pools, retries and spans
+    as an ``execute`` fragment's"""
 
     @property
     def kwargs(self) -> dict[str, Any]:

@@ -57,6 +57,7 @@ def graph_to_json(graph: Graph, indent: int | None = 2) -> str:
                 "circuit": None if f.circuit is None else _circuit(f.circuit),
                 "backend": f.backend,
                 "gradient": f.gradient,
+                **({"job_backends": list(f.job_backends)} if f.job_backends else {}),
             }
             for f in graph.fragments
         ],
@@ -66,6 +67,13 @@ def graph_to_json(graph: Graph, indent: int | None = 2) -> str:
         ],
     }
     return json.dumps(doc, indent=indent)
+
+
+def _read_names(f: Any, key: str, where: str) -> tuple[str, ...]:
+    names = _get(f, key, where, list, [])
+    if not all(isinstance(n, str) for n in names):
+        raise GraphError(f"graph JSON: {where}: {key!r} must be a list of strings")
+    return tuple(names)
 
 
 def _get(d: Any, key: str, where: str, kind: type | tuple = object, default: Any = ...) -> Any:
@@ -148,6 +156,7 @@ def graph_from_json(text: str) -> Graph:
                 circuit=None if circuit is None else _read_circuit(circuit, where),
                 backend=_get(f, "backend", where, (str, type(None)), None),
                 gradient=_get(f, "gradient", where, (str, type(None)), None),
+                job_backends=_read_names(f, "job_backends", where),
             )
         )
     edges = []

@@ -53,6 +53,15 @@ def _fragment_problems(f, backends, resolve) -> list[str]:
         dup = [n for n, c in Counter(p.name for p in ports).items() if c > 1]
         if dup:
             out.append(f"{where}: duplicate {what} port(s) {dup}")
+    if f.job_backends:
+        if f.kind == "execute":
+            out.append(f"{where}: an execute fragment submits to its own backend; job_backends is for classical fragments")
+        bad = [b for b in f.job_backends if not isinstance(b, str) or not b]
+        if bad:
+            out.append(f"{where}: job_backends must be non-empty backend names, got {bad}")
+        dup = [n for n, c in Counter(f.job_backends).items() if c > 1]
+        if dup:
+            out.append(f"{where}: duplicate job backend(s) {dup}")
     if f.kind != "execute":
         if not f.fn:
             out.append(f"{where}: a {f.kind} fragment needs a function")

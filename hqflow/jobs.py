@@ -1,0 +1,353 @@
+"""Every quantum job of a run goes through here: pools, retries, timeouts and spans.
+
+``JobService.submit(pool, batch, parent) -> Future[BatchResult]`` is the one path
+for circuit jobs, whether an ``execute`` fragment's or one a classical fragment
+submits itself through its ``JobClient``:
+
+* the batch is split to the pool's smallest per-job limit and re-joined;
+* each part goes to the member ``Pool.choose`` picks, when it has a free slot
+  (parts wait in arrival order; a retried part goes first);
+* a failed part, or one past ``job_timeout`` (cancelled, its late result
+  dropped), is retried on another member where one fits, up to ``max_retries``
+  times; then the future fails with :class:`RetriesExhausted`;
+* every attempt is a ``Span`` on its device slot's lane, with its parent: the
+  fragment, step and lane that asked for it.
+
+The service is thread-safe: fragments on worker threads submit while backends
+complete jobs on their own threads. ``get_client()`` gives a running fragment
+its client, as Dask's ``get_client()`` does for a task.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextvars
+import heapq
+import itertools
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from hqflow.backends import BackendError, BatchResult, Capabilities, CircuitBatch, FutureJob, JobFailed
+
+from .dispatch import Pool
+from .trace import Span
+
+
+class RetriesExhausted(JobFailed):
+    """A job failed on every attempt the run allows (``max_retries + 1``)."""
+
+
+@dataclass(frozen=True)
+class Parent:
+    """Who asked for a job: the fragment, its step, its lane, and the parameter version it ran with."""
+
+    fragment: str
+    step: int
+    lane: str
+    version: int | None = None
+    submitted: bool = False  # True: a classical fragment submitted it itself (its client)
+
+
+@dataclass
+class _Request:
+    pool: Pool
+    parts: list[CircuitBatch]
+    parent: Parent
+    future: cf.Future
+    results: list = field(default_factory=list)
+    attempts: list = field(default_factory=list)
+    avoid: list = field(default_factory=list)
+    left: int = 0
+
+
+@dataclass
+class _Attempt:
+    request: _Request
+    part: int
+    member: int
+    slot: int
+    start: float
+    job: Any = None
+    deadline: float | None = None
+
+
+class JobService:
+    """Runs circuit jobs over named pools; see the module docstring."""
+
+    def __init__(self, pools: dict[str, Pool], *, max_retries: int = 3, job_timeout: float | None = None,
+                 t0: float | None = None, record=None):
+        self.pools, self.max_retries, self.job_timeout = pools, max_retries, job_timeout
+        self.t0 = time.perf_counter() if t0 is None else t0
+        self.run_id = uuid.uuid4().hex
+        self.record = record if record is not None else (lambda span: None)
+        self.stats = {"jobs": 0, "retries": 0, "failed_jobs": 0, "timeouts": 0, "max_job_queue": 0}
+        self._lock = threading.RLock()
+        self._waiting: deque[tuple[_Request, int]] = deque()
+        self._live: dict[int, _Attempt] = {}
+        self._tokens = itertools.count()
+        self._deadlines: list[tuple[float, int]] = []
+        self._wake = threading.Condition(self._lock)
+        self._closed = False
+        self._watchdog: threading.Thread | None = None
+
+    # -- asking -----------------------------------------------------------------------
+    def submit(self, pool: str, batch: CircuitBatch, parent: Parent) -> cf.Future:
+        """Run ``batch`` on pool ``pool``; the future holds its ``BatchResult`` (parts re-joined)."""
+        if pool not in self.pools:
+            raise BackendError(f"no backend pool named {pool!r}; pools: {', '.join(sorted(self.pools)) or 'none'}")
+        p = self.pools[pool]
+        if not p.any_fits(batch.template.n_qubits):
+            raise BackendError(f"no backend in pool {pool!r} fits circuit {batch.template.name!r} "
+                               f"({batch.template.n_qubits} qubits)")
+        limit = p.max_rows()
+        parts = batch.split(limit) if limit else [batch]
+        n = len(parts)
+        req = _Request(p, parts, parent, cf.Future(), [None] * n, [0] * n, [set() for _ in parts], n)
+        req.future.set_running_or_notify_cancel()
+        with self._lock:
+            if self._closed:
+                raise BackendError("the run has ended; no more jobs are taken")
+            self._waiting.extend((req, j) for j in range(n))
+            self.stats["max_job_queue"] = max(self.stats["max_job_queue"], len(self._waiting))
+        self._pump()
+        return req.future
+
+    # -- dispatch ----------------------------------------------------------------------
+    def _pump(self) -> None:
+        """Start every waiting part that has a free slot; submissions happen outside the lock."""
+        starts = []
+        with self._lock:
+            waiting = deque()
+            while self._waiting:
+                req, j = self._waiting.popleft()
+                if req.future.done():  # failed meanwhile (another part ran out of retries)
+                    continue
+                choice = req.pool.choose(req.parts[j].template.n_qubits, req.avoid[j])
+                if choice is None:
+                    waiting.append((req, j))
+                    continue
+                member, slot = choice
+                token = next(self._tokens)
+                att = _Attempt(req, j, member, slot, req.pool.start(member, slot))
+                self._live[token] = att
+                starts.append((token, att))
+            self._waiting = waiting
+        for token, att in starts:
+            self.stats["jobs"] += 1
+            try:
+                job = att.request.pool.members[att.member].handle.submit(att.request.parts[att.part])
+            except Exception as exc:  # refused at submission: counts as a failed attempt
+                self._failed(token, f"error: {exc}")
+                continue
+            with self._lock:
+                if token not in self._live:
+                    continue
+                att.job = job
+                if self.job_timeout:
+                    att.deadline = att.start + self.job_timeout
+                    heapq.heappush(self._deadlines, (att.deadline, token))
+                    self._start_watchdog()
+                    self._wake.notify()
+            _on_done(job, lambda _job, token=token: self._done(token))
+
+    def _done(self, token: int) -> None:
+        with self._lock:
+            att = self._live.get(token)
+            if att is None or att.job is None:  # given up on (timed out): its late result is dropped
+                return
+        try:
+            result: BatchResult = att.job.result(timeout=0)
+        except Exception as exc:
+            self._failed(token, f"error: {exc}")
+            return
+        finish = None
+        with self._lock:
+            if self._live.pop(token, None) is None:
+                return
+            req = att.request
+            req.pool.finish(att.member, att.slot, ok=True)
+            self._span(att, "ok")
+            req.results[att.part] = result
+            req.left -= 1
+            if req.left == 0:
+                finish = req.results[0] if len(req.results) == 1 else BatchResult.concat(req.results)
+        if finish is not None and not req.future.done():
+            req.future.set_result(finish)
+        self._pump()
+
+    def _failed(self, token: int, outcome: str) -> None:
+        give_up = None
+        with self._lock:
+            att = self._live.pop(token, None)
+            if att is None:
+                return
+            req, j = att.request, att.part
+            req.pool.finish(att.member, att.slot, ok=False)
+            self._span(att, outcome)
+            self.stats["failed_jobs"] += 1
+            req.attempts[j] += 1
+            req.avoid[j].add(att.member)
+            if req.attempts[j] > self.max_retries:
+                give_up = RetriesExhausted(f"quantum job failed {req.attempts[j]} times on pool {req.pool.name!r}; "
+                                           f"last: {outcome}")
+            else:
+                self.stats["retries"] += 1
+                self._waiting.appendleft((req, j))
+        if give_up is not None and not req.future.done():
+            req.future.set_exception(give_up)
+        self._pump()
+
+    def _span(self, att: _Attempt, outcome: str) -> None:
+        p, req = att.request.parent, att.request
+        self.record(Span(p.fragment, "execute", req.pool.resource, p.step, att.start - self.t0,
+                         time.perf_counter() - self.t0, outcome, p.version, req.pool.lane(att.member, att.slot),
+                         p.lane if p.submitted else None))
+
+    # -- timeouts ----------------------------------------------------------------------
+    def _start_watchdog(self) -> None:
+        if self._watchdog is None:
+            self._watchdog = threading.Thread(target=self._watch, name="hqflow-job-timeouts", daemon=True)
+            self._watchdog.start()
+
+    def _watch(self) -> None:
+        while True:
+            overdue = []
+            with self._lock:
+                if self._closed:
+                    return
+                now = time.perf_counter()
+                while self._deadlines and self._deadlines[0][0] <= now:
+                    _, token = heapq.heappop(self._deadlines)
+                    if token in self._live and self._live[token].job is not None:
+                        overdue.append(token)
+                if not overdue:
+                    self._wake.wait(self._deadlines[0][0] - now if self._deadlines else None)
+                    continue
+            for token in overdue:
+                with self._lock:
+                    att = self._live.get(token)
+                    self.stats["timeouts"] += 1
+                if att is not None:
+                    self._failed(token, "timeout")  # first: its cancellation's callback then finds nothing
+                    att.job.cancel()
+
+    # -- the end -----------------------------------------------------------------------
+    def busy(self) -> bool:
+        with self._lock:
+            return bool(self._live or self._waiting)
+
+    def close(self) -> None:
+        """Cancel every unfinished job; pending futures fail. Returns at once."""
+        with self._lock:
+            self._closed = True
+            live, self._live = list(self._live.values()), {}
+            waiting, self._waiting = list(self._waiting), deque()
+            self._wake.notify_all()
+        for att in live:
+            if att.job is not None:
+                att.job.cancel()
+        for req in [a.request for a in live] + [r for r, _ in waiting]:
+            if not req.future.done():
+                req.future.set_exception(BackendError("the run ended before this job finished"))
+
+
+def _on_done(job, callback) -> None:
+    """Call ``callback(job)`` when ``job`` finishes: its own hook, or a waiter thread."""
+    if hasattr(job, "add_done_callback"):
+        job.add_done_callback(callback)
+        return
+
+    def wait():
+        try:
+            job.result()
+        except Exception:
+            pass
+        callback(job)
+
+    threading.Thread(target=wait, daemon=True, name="hqflow-job-waiter").start()
+
+
+# --- the client a fragment gets ----------------------------------------------------------
+
+class JobClient:
+    """What a running classical fragment submits circuit jobs through.
+
+    ``submit(name, batch)`` returns a ``concurrent.futures.Future`` of the
+    ``BatchResult``; ``backend(name)`` wraps a pool as a backend object
+    (``name``, ``capabilities``, ``submit(batch) -> Job``) for code that takes one;
+    ``devices(name)`` is how many jobs the pool runs at once. Only the backend
+    names the fragment declared (``Fragment.job_backends``) are open to it.
+    """
+
+    def __init__(self, service: JobService, names: tuple[str, ...], parent: Parent):
+        self._service, self.names, self.parent = service, tuple(names), parent
+
+    def _pool(self, name: str) -> Pool:
+        if name not in self.names:
+            raise BackendError(f"fragment {self.parent.fragment!r} did not declare backend {name!r} "
+                               f"(job_backends={list(self.names)}); declare every backend it submits to")
+        return self._service.pools[name]
+
+    def submit(self, name: str, batch: CircuitBatch) -> cf.Future:
+        self._pool(name)
+        return self._service.submit(name, batch, self.parent)
+
+    def capabilities(self, name: str) -> Capabilities:
+        return self._pool(name).capabilities
+
+    def devices(self, name: str) -> int:
+        return self._pool(name).devices
+
+    def backend(self, name: str) -> PoolBackend:
+        self._pool(name)
+        return PoolBackend(self, name)
+
+
+class PoolBackend:
+    """A pool seen through a client, as a backend: ``submit(batch) -> Job``."""
+
+    def __init__(self, client: JobClient, name: str):
+        self._client, self.name = client, name
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._client.capabilities(self.name)
+
+    @property
+    def devices(self) -> int:
+        return self._client.devices(self.name)
+
+    def submit(self, batch: CircuitBatch) -> FutureJob:
+        return FutureJob(self._client.submit(self.name, batch), self.name)
+
+
+_CLIENT: contextvars.ContextVar[JobClient | None] = contextvars.ContextVar("hqflow_job_client", default=None)
+
+
+def get_client() -> JobClient:
+    """The job client of the fragment running on this thread (``BackendError`` outside one).
+
+    Threads a fragment starts do not inherit it: hand them the client (or
+    ``client.backend(name)``) explicitly.
+    """
+    client = _CLIENT.get()
+    if client is None:
+        raise BackendError("get_client() is only available inside a running fragment that declares job_backends")
+    return client
+
+
+def current_client() -> JobClient | None:
+    """The running fragment's client, or ``None`` outside a fragment (or one that declared no backends)."""
+    return _CLIENT.get()
+
+
+def bind_client(client: JobClient | None):
+    """Make ``client`` the current one; returns the token for :func:`unbind_client`."""
+    return _CLIENT.set(client)
+
+
+def unbind_client(token) -> None:
+    _CLIENT.reset(token)
