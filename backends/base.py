@@ -45,7 +45,10 @@ class Capabilities:
     max_circuits_per_job: int | None = None
     exact: bool = True  # can return exact expectation values / probabilities
     shots: bool = True  # can sample
-    gradient: str | None = None  # native gradient: "autograd", "adjoint", or None
+    gradient: str | None = None
+    """native gradient: "autograd" (the backend also has ``program(template, dtype=None)``, a torch
+    function ``(inputs, weights) -> values`` that autograd differentiates, in process), "adjoint",
+    or None (use parameter shift: ``hqflow.gradients``)"""
     device: str = "cpu"  # "cpu", "cuda:0", "qpu", ...
 
     def describe(self) -> str:

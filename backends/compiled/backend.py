@@ -47,8 +47,11 @@ class CompiledBackend(LocalBackend):
     def capabilities(self) -> Capabilities:
         return self._caps
 
-    def program(self, template: CircuitTemplate) -> CompiledProgram:
-        return compile_template(template, self.dtype, self.device, self.fusion)
+    def program(self, template: CircuitTemplate, dtype=None) -> CompiledProgram:
+        """The torch program of ``template`` (``gradient="autograd"``): ``(inputs, weights) -> values``,
+        differentiable; ``dtype`` (a complex torch dtype) overrides the backend's precision."""
+        return compile_template(template, self.dtype if dtype is None else _resolve_dtype(dtype), self.device,
+                                self.fusion)
 
     def run(self, batch: CircuitBatch) -> BatchResult:
         t = batch.template

@@ -18,14 +18,17 @@ Encodings (``encoding=``) turn the scaled state λ·s into the angle x:
 continuous encoding, angles in (-π/2, π/2)). State feature f feeds qubit f; with fewer
 features than qubits the missing features are zeros (their λ·0 = 0 angles then do nothing).
 
-Gradients: with ``backend="compiled"`` the compiled program is called on torch tensors and
-autograd differentiates it. With any other backend name (``hqflow.backends.get_backend``)
-a ``torch.autograd.Function`` submits one ``CircuitBatch``; when a gradient is needed, that
-one job holds the batched parameter-shift rows for both weights and inputs
-(``hqflow.gradients.param_shift(wrt="both")``) and backward applies the saved jacobians.
-Each such job is timed with ``hqflow.fragments.job_span``, so inside a runner's fragment
-it shows in the run's trace as a quantum span (the compiled program is an in-process
-function call, not a job: its time stays in the fragment's own span).
+Backends: ``backend=`` is a backend object or a name. A name is looked up when the policy
+runs: inside a fragment that declared it (``job_backends``), it is that run's pool, through
+the fragment's job client (``hqflow.get_client()``), so every job gets the scheduler's
+dispatch, retries and spans; elsewhere it is ``hqflow.backends.get_backend(name)``.
+
+Gradients: the policy asks the backend's ``Capabilities``. One that differentiates in process
+(``gradient="autograd"``, such as ``compiled``) gives a torch program
+(``backend.program(template, dtype)``) that is called on tensors and autograd differentiates.
+On any other backend a ``torch.autograd.Function`` submits one ``CircuitBatch``; when a
+gradient is needed, that one job holds the batched parameter-shift rows for both weights and
+inputs (``hqflow.gradients.param_shift(wrt="both")``) and backward applies the saved jacobians.
 """
 from __future__ import annotations
 
@@ -33,13 +36,12 @@ import math
 
 import numpy as np
 import torch
-from hqflow.backends import CircuitBatch, get_backend
-from hqflow.backends.compiled import compile_template
+from hqflow.backends import BackendError, CircuitBatch, get_backend
 from hqflow.ir import Circuit, CircuitTemplate
 from torch import nn
 
-from hqflow.fragments import job_span
 from hqflow.gradients import param_shift
+from hqflow.jobs import current_client
 
 ENCODINGS = ("plain", "tanh", "atan")
 
@@ -71,9 +73,13 @@ def pqc_template(n_qubits: int = 4, n_layers: int = 5, observables=None) -> Circ
 
 
 def _run(backend, batch):
-    """One job's result, timed for the run's trace (``job_span``)."""
-    with job_span(backend.name):
-        return backend.submit(batch).result()
+    """One job's result (blocking)."""
+    return backend.submit(batch).result()
+
+
+def differentiates(backend) -> bool:
+    """Whether ``backend`` gives an in-process torch program that autograd differentiates."""
+    return backend.capabilities.gradient == "autograd" and hasattr(backend, "program")
 
 
 class _ParamShift(torch.autograd.Function):
@@ -107,16 +113,33 @@ class _PQC(nn.Module):
         super().__init__()
         if encoding not in ENCODINGS:
             raise ValueError(f"unknown encoding {encoding!r}; known: {', '.join(ENCODINGS)}")
+        if not isinstance(backend, str) and not hasattr(backend, "submit"):
+            raise ValueError(f"backend must be a backend name or a backend object, got {type(backend).__name__}")
         self.n_qubits, self.n_layers, self.encoding, self.backend = n_qubits, n_layers, encoding, backend
         self.template = pqc_template(n_qubits, n_layers, observables)
         gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
         self.input_scaling = nn.Parameter(torch.ones(n_layers, n_qubits, dtype=dtype))
         self.weights = nn.Parameter(torch.rand(self.template.n_weights, generator=gen, dtype=dtype) * math.pi)
-        if backend == "compiled":
+        self._own = None if isinstance(backend, str) else backend  # resolved backend outside a client
+        self._program = None
+        if isinstance(backend, str) and current_client() is None:
+            try:
+                self._own = get_backend(backend)
+            except BackendError:  # not a registry name: a pool's, looked up when the policy runs
+                self._own = None
+        if self._own is not None and differentiates(self._own):
             cdtype = torch.complex128 if dtype == torch.float64 else torch.complex64
-            self._program, self._backend = compile_template(self.template, dtype=cdtype), None
-        else:
-            self._program, self._backend = None, get_backend(backend)
+            self._program = self._own.program(self.template, dtype=cdtype)
+
+    def job_backend(self):
+        """The backend this policy's jobs go to now: the running fragment's pool named ``backend``
+        (through its job client) if there is one, else the backend object or registry backend."""
+        client = current_client()
+        if isinstance(self.backend, str) and client is not None and self.backend in client.names:
+            return client.backend(self.backend)
+        if self._own is None:
+            self._own = get_backend(self.backend)
+        return self._own
 
     def angles(self, states: torch.Tensor) -> torch.Tensor:
         """Circuit inputs [B, n_layers*n_qubits]: the encoded λ·s, layer-major."""
@@ -138,8 +161,12 @@ class _PQC(nn.Module):
         x = self.angles(states)
         if self._program is not None:
             return self._program(x, self.weights).to(x.dtype)
+        backend = self.job_backend()
+        if differentiates(backend):  # an in-process autograd backend found only now (by name, in a fragment)
+            return backend.program(self.template, dtype=torch.complex128 if x.dtype == torch.float64
+                                   else torch.complex64)(x, self.weights).to(x.dtype)
         need_grad = torch.is_grad_enabled() and (x.requires_grad or self.weights.requires_grad)
-        return _ParamShift.apply(x, self.weights, self.template, self._backend, need_grad)
+        return _ParamShift.apply(x, self.weights, self.template, backend, need_grad)
 
     def param_groups(self, lr_in: float = 0.1, lr_var: float = 0.01, lr_out: float = 0.1) -> list[dict]:
         """Optimizer groups: λ (``input_scaling``), θ (``weights``), w (``output``)."""
@@ -152,7 +179,7 @@ class SoftmaxPQC(_PQC):
     """Softmax policy π(a|s) = softmax_a(β · w_a · <O>) over a re-uploading circuit (Jerbi et al.)."""
 
     def __init__(self, n_qubits: int = 4, n_layers: int = 5, n_actions: int = 2, encoding: str = "plain",
-                 beta: float = 1.0, observable: str | None = None, backend: str = "compiled",
+                 beta: float = 1.0, observable: str | None = None, backend="compiled",
                  seed: int | None = None, dtype: torch.dtype = torch.float32):
         super().__init__(n_qubits, n_layers, None if observable is None else [observable], encoding, backend,
                          seed, dtype)
@@ -176,7 +203,7 @@ class QValuePQC(_PQC):
     """Q(s, a) = w_a · (1 + <O_a>) / 2 over a re-uploading circuit (Skolik et al.); w starts at ones."""
 
     def __init__(self, n_qubits: int = 4, n_layers: int = 5, n_actions: int = 2, encoding: str = "plain",
-                 observables=("Z0 Z1", "Z2 Z3"), backend: str = "compiled", seed: int | None = None,
+                 observables=("Z0 Z1", "Z2 Z3"), backend="compiled", seed: int | None = None,
                  dtype: torch.dtype = torch.float32):
         if len(observables) != n_actions:
             raise ValueError(f"QValuePQC needs one observable per action: {n_actions} actions, "

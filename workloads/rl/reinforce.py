@@ -6,9 +6,13 @@ Adam with learning rates 0.1 (λ), 0.01 (θ), 0.1 (w).
 
 The loop is two fragments that a dataflow runtime can call on their own:
 
-* ``collect(policy, params, envs, n_episodes, seed) -> Batch`` (the actor): runs the
+* ``act(policy, envs, cfg, step, carry) -> (Batch, carry)`` (the actor): runs the update's
   episodes side by side, one batched no-grad policy forward per time step, actions
-  sampled with a numpy ``Generator`` seeded from ``seed`` (env resets too): deterministic.
+  sampled by inverse CDF with a numpy ``Generator`` seeded from ``(seed, step)`` (env
+  resets too): deterministic. The environments are split into ``groups`` whose forward
+  passes overlap with each other's environment steps, and with ``autoreset`` they run
+  continuously, every job full (``hqflow.workloads.rl.actor``); ``collect`` is the
+  one-group, fresh-episodes case.
 * ``update(policy, optimizer, batch, cfg) -> dict`` (the learner): returns-to-go,
   normalized, and one Adam step on all of the batch's states in one forward+backward.
 
@@ -22,12 +26,13 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import torch
+from hqflow.workloads.rl import actor
 from hqflow.workloads.rl.envs import SyncEnvs, get_spec
-from hqflow.workloads.rl.policies import ENCODINGS, SoftmaxPQC
+from hqflow.workloads.rl.policies import ENCODINGS, SoftmaxPQC, differentiates
 
 NORMALIZE = ("batch", "episode", "none")
 
@@ -63,7 +68,16 @@ class Config:
     """subtract a per-timestep baseline after normalizing: the mean normalized return at step t
     over the batch's episodes that lasted past t"""
     backend: str = "compiled"
-    """backend of the policy circuit (compiled: autograd; others: parameter shift)"""
+    """backend (or pool) name of the policy circuit (one that differentiates in process, like
+    compiled: autograd; others: one job per forward pass, parameter shift for the gradient)"""
+    groups: int | None = None
+    """environment groups whose forward-pass jobs overlap with each other's environment steps;
+    None: 1 on an in-process backend, else one per device slot of the backend's pool"""
+    num_envs: int | None = None
+    """environments stepped side by side; None: batch_episodes, times groups with autoreset"""
+    autoreset: bool | None = None
+    """environments start their next episode at once, so jobs stay full, and episodes carry over
+    between updates (``actor`` module docstring); None: on for job backends, off in process"""
     seed: int = 0
     """seed of the initial weights, env resets and action sampling"""
     threads: int = 1
@@ -81,6 +95,15 @@ class Config:
             raise ValueError(f"normalize must be one of {', '.join(NORMALIZE)}, got {self.normalize!r}")
         if self.batch_episodes < 1 or self.max_episodes < 1 or not 0 < self.gamma <= 1 or self.threads < 1:
             raise ValueError("need batch_episodes >= 1, max_episodes >= 1, 0 < gamma <= 1 and threads >= 1")
+        for name in ("groups", "num_envs"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name} must be an integer >= 1 or None, got {value!r}")
+        if self.groups is not None and self.groups > self.batch_episodes:
+            raise ValueError(f"groups ({self.groups}) cannot exceed batch_episodes ({self.batch_episodes}): "
+                             "every group completes its share of each update's episodes")
+        if self.groups is not None and self.num_envs is not None and self.num_envs < self.groups:
+            raise ValueError(f"num_envs ({self.num_envs}) must be at least groups ({self.groups})")
 
 
 @dataclass
@@ -109,35 +132,30 @@ def snapshot(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 # --- the actor -------------------------------------------------------------------------------
 
+def sampler(policy) -> actor.ChooseFn:
+    """One time step's actions for a group's states: one batched policy forward, inverse-CDF sampling."""
+    def choose(states: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        probs = policy(torch.from_numpy(states)).double().numpy()  # [k, A]
+        u = rng.random(len(states))[:, None]
+        return np.minimum((u > np.cumsum(probs, axis=1)).sum(axis=1), probs.shape[1] - 1)
+    return choose
+
+
+def as_batch(episodes: list[actor.Episode], rows: int) -> Batch:
+    """Episodes laid out one after the other."""
+    return Batch(np.concatenate([e.states for e in episodes]), np.concatenate([e.actions for e in episodes]),
+                 np.concatenate([e.rewards for e in episodes]), np.array([len(e.actions) for e in episodes]), rows)
+
+
 @torch.no_grad()
 def collect(policy, params, envs: SyncEnvs, n_episodes: int, seed) -> Batch:
-    """Run ``n_episodes`` episodes (in waves of ``len(envs)``) with the policy's current
-    parameters, or with ``params`` (a ``snapshot``) when given."""
+    """Run ``n_episodes`` fresh episodes (in waves of ``len(envs)``) with the policy's current
+    parameters, or with ``params`` (a ``snapshot``) when given: one group, no autoreset."""
     if params is not None:
         return _with_params(policy, params, collect, policy, None, envs, n_episodes, seed)
-    rng = np.random.default_rng(seed)
-    reset_seeds = rng.integers(0, 2**31 - 1, n_episodes)
-    encode, waves, evals = envs.spec.encode, [], 0
-    for start in range(0, n_episodes, len(envs)):
-        n = min(len(envs), n_episodes - start)
-        obs = encode(envs.reset(reset_seeds[start: start + n]))  # [n, F]
-        alive = np.arange(n)
-        steps = []  # per time step: (env indices, states, actions, rewards)
-        while alive.size:
-            probs = policy(torch.from_numpy(obs)).double().numpy()  # [k, A]
-            evals += alive.size
-            u = rng.random(alive.size)[:, None]
-            actions = np.minimum((u > np.cumsum(probs, axis=1)).sum(axis=1), probs.shape[1] - 1)
-            raw, rewards, done = envs.step(alive, actions)
-            steps.append((alive, obs, actions, rewards))
-            alive, obs = alive[~done], encode(raw[~done])
-        # episode-major layout: sort every step's rows by (env, time)
-        env_ix = np.concatenate([s[0] for s in steps])
-        order = np.argsort(env_ix, kind="stable")
-        waves.append((np.concatenate([s[1] for s in steps])[order], np.concatenate([s[2] for s in steps])[order],
-                      np.concatenate([s[3] for s in steps])[order], np.bincount(env_ix, minlength=n)))
-    states, actions, rewards, lengths = (np.concatenate(parts) for parts in zip(*waves))
-    return Batch(states, actions.astype(np.int64), rewards.astype(np.float64), lengths, evals)
+    episodes, _, rows = actor.sample_episodes(sampler(policy), envs.spec, len(envs), n_episodes, seed, False,
+                                              envs=envs)
+    return as_batch(episodes, rows)
 
 
 def _with_params(policy, params, fn, *args):
@@ -211,12 +229,13 @@ def train(cfg: Config = Config(), progress=None) -> dict:
         spec = get_spec(cfg.env)
         policy = make_policy(cfg)
         optimizer = torch.optim.Adam(policy.param_groups(cfg.lr_in, cfg.lr_var, cfg.lr_out))
-        envs = SyncEnvs(spec, cfg.batch_episodes)
+        backend = policy.job_backend()
+        cfg = resolve(cfg, differentiates(backend), getattr(backend, "max_in_flight", None) or 1)
+        envs, carry = make_envs(cfg), init_carry(cfg)
         returns, solved_at, env_steps, evals = [], None, 0, 0
         t0 = time.perf_counter()
         for k in range(-(-cfg.max_episodes // cfg.batch_episodes)):
-            n = min(cfg.batch_episodes, cfg.max_episodes - len(returns))
-            batch = collect(policy, None, envs, n, seed=[cfg.seed, k])
+            batch, carry = act(policy, envs, cfg, k, carry)
             metrics = update(policy, optimizer, batch, cfg)
             returns += batch.episode_returns.tolist()
             env_steps += len(batch.actions)
@@ -229,7 +248,8 @@ def train(cfg: Config = Config(), progress=None) -> dict:
             if solved_at is not None and cfg.stop_when_solved:
                 break
         seconds = time.perf_counter() - t0
-        envs.close()
+        for e in envs:
+            e.close()
     finally:
         torch.set_num_threads(threads)
     return {"config": asdict(cfg), "returns": returns, "episodes_to_solve": solved_at, "seconds": seconds,
@@ -243,8 +263,25 @@ def make_optimizer(policy, cfg: Config) -> torch.optim.Optimizer:
     return torch.optim.Adam(policy.param_groups(cfg.lr_in, cfg.lr_var, cfg.lr_out))
 
 
-def make_envs(cfg: Config) -> SyncEnvs:
-    return SyncEnvs(get_spec(cfg.env), cfg.batch_episodes)
+def resolve(cfg: Config, in_process: bool, devices: int = 1) -> Config:
+    """``cfg`` with ``groups``, ``num_envs`` and ``autoreset`` decided for a backend that runs in
+    process (autograd) or not, with ``devices`` device slots: see the fields' docstrings."""
+    groups = cfg.groups or (1 if in_process else min(cfg.batch_episodes, max(1, devices)))
+    autoreset = (not in_process) if cfg.autoreset is None else cfg.autoreset
+    num_envs = cfg.num_envs or (cfg.batch_episodes * groups if autoreset else cfg.batch_episodes)
+    return replace(cfg, groups=groups, num_envs=max(num_envs, groups), autoreset=autoreset)
+
+
+def make_envs(cfg: Config) -> list[SyncEnvs]:
+    """Each group's scratch environments (fresh mode; with autoreset they live in the carry)."""
+    groups = cfg.groups or 1
+    return [SyncEnvs(get_spec(cfg.env), n) for n in actor.split(cfg.num_envs or cfg.batch_episodes, groups)]
+
+
+def init_carry(cfg: Config) -> list | None:
+    """What the actor carries from one update to the next: one ``actor.Carry`` per group (None:
+    made at the first update), or None without autoreset."""
+    return [None] * (cfg.groups or 1) if cfg.autoreset else None
 
 
 def init_extra(cfg: Config, policy) -> None:
@@ -259,10 +296,25 @@ def solved_threshold(cfg: Config) -> float:
     return get_spec(cfg.env).solved
 
 
-def act(policy, envs: SyncEnvs, cfg: Config, step: int) -> Batch:
-    """Update ``step``'s episodes: the same seeds as ``train`` uses."""
+@torch.no_grad()
+def act(policy, envs: list[SyncEnvs], cfg: Config, step: int, carry=None) -> tuple[Batch, list | None]:
+    """Update ``step``'s episodes, each group's share side by side: ``(batch, carry)``.
+
+    Group g's generator is seeded from ``(seed, step, g)`` (``(seed, step)`` with one group),
+    or carried over with autoreset (started from ``(seed, 7919, g)``)."""
     n = min(cfg.batch_episodes, cfg.max_episodes - step * cfg.batch_episodes)
-    return collect(policy, None, envs, n, seed=[cfg.seed, step])
+    groups = len(envs)
+    quotas, sizes = actor.split(n, groups), actor.split(cfg.num_envs or cfg.batch_episodes, groups)
+    choose = sampler(policy)
+
+    def group(g: int):
+        seed = ([cfg.seed, 7919, g] if cfg.autoreset else [cfg.seed, step] if groups == 1 else [cfg.seed, step, g])
+        return actor.sample_episodes(choose, envs[g].spec, sizes[g], quotas[g], seed, bool(cfg.autoreset),
+                                     None if carry is None else carry[g], envs[g])
+
+    results = actor.run_groups(group, list(range(groups)))
+    batch = as_batch([e for episodes, _, _ in results for e in episodes], sum(r[2] for r in results))
+    return batch, ([r[1] for r in results] if cfg.autoreset else None)
 
 
 def learn(policy, optimizer, batch: Batch, cfg: Config, extra, step: int) -> tuple[dict, None]:
@@ -270,5 +322,5 @@ def learn(policy, optimizer, batch: Batch, cfg: Config, extra, step: int) -> tup
     return {"loss": metrics["loss"], "circuit_evals": batch.n_steps}, None
 
 
-__all__ = ["Batch", "Config", "act", "collect", "learn", "make_envs", "make_optimizer", "make_policy",
-           "returns_to_go", "snapshot", "train", "update"]
+__all__ = ["Batch", "Config", "act", "as_batch", "collect", "init_carry", "learn", "make_envs", "make_optimizer",
+           "make_policy", "resolve", "returns_to_go", "sampler", "snapshot", "train", "update"]

@@ -6,6 +6,11 @@ The algorithm is written once (``reinforce``, ``dqn``, ``ppo``), as a module wit
 * ``make_policy(cfg)``, ``make_optimizer(policy, cfg)``, ``make_envs(cfg)``, ``init_extra(cfg, policy)``;
 * ``act(policy, envs, cfg, step) -> batch`` (the actor: ``batch.episode_returns``,
   ``batch.n_steps`` and ``batch.circuit_evals``); deterministic for ``(cfg.seed, step)``;
+  an actor that keeps state between updates (environments that run on, with
+  ``autoreset``) also has ``init_carry(cfg)`` and ``act(..., carry) -> (batch, carry)``;
+* optionally ``resolve(cfg, in_process, devices) -> cfg``: settings that depend on the
+  backend (``groups``, ``num_envs``, ``autoreset``), fixed once before the run so the
+  run directory records them;
 * ``learn(policy, optimizer, batch, cfg, extra, step) -> (metrics, extra)`` (the learner;
   ``metrics["circuit_evals"]``, if given, counts the circuit rows it ran).
 
@@ -14,6 +19,12 @@ Each iteration (one stream item, ``{"step": k}``) is two fragments::
     rollout (cpu) --batch--> learn (gpu: the learner's own slot)
     learn.params ~> rollout.params (max_staleness = the policy's staleness)
     learn.params, learn.opt, learn.extra ~> learn.* (strictly sequential)
+    rollout.carry ~> rollout.carry (with an actor that carries state)
+
+On a job backend (one that does not differentiate in process) both fragments declare
+it in ``job_backends``, so every policy forward pass and gradient job goes through the
+scheduler's pool for that name: latency-aware dispatch over several QPUs, retries with
+failover, timeouts and spans. ``train(..., backends={"qpu": [...]})`` makes a pool.
 
 Fragments are pure functions of their inputs: the parameters and the optimizer's
 state travel on loop-carried edges, so a checkpoint is just their latest values
@@ -34,6 +45,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -93,6 +105,14 @@ def rollout(params, step, algo, config):
     return {"batch": algorithm(algo).act(policy, envs, _config(algo, config), int(step))}
 
 
+def rollout_carry(params, carry, step, algo, config):
+    """The actor of an algorithm that carries state between updates (``init_carry``)."""
+    policy, _, envs = _scratch(algo, config, "actor")
+    _load(policy, params)
+    batch, carry = algorithm(algo).act(policy, envs, _config(algo, config), int(step), carry["value"])
+    return {"batch": batch, "carry": {"value": carry}}
+
+
 def learn(batch, params, opt, extra, step, algo, config):
     """The learner: one update from ``(params, opt, extra)`` and the actor's batch."""
     policy, optimizer, _ = _scratch(algo, config, "learner")
@@ -105,18 +125,25 @@ def learn(batch, params, opt, extra, step, algo, config):
             "circuit_evals": int(batch.circuit_evals) + learner_evals, "loss": float(metrics.get("loss", float("nan")))}
 
 
-def build_graph(algo: str, cfg, staleness: int = 0) -> Graph:
+def build_graph(algo: str, cfg, staleness: int = 0, job_backends: tuple[str, ...] = ()) -> Graph:
+    """The two fragments; ``job_backends``: the backend names their jobs go to through the scheduler."""
     config = dataclasses.asdict(cfg)
+    carries = hasattr(algorithm(algo), "init_carry")
     pipe = hq.Pipeline(f"{algo}_{cfg.env}")
     pipe.input("step", "scalar")
-    pipe.preprocess(rollout, outputs={"batch": "any"}, params={"algo": algo, "config": config})
+    outputs = {"batch": "any", "carry": "any"} if carries else {"batch": "any"}
+    pipe.preprocess(rollout_carry if carries else rollout, name="rollout", outputs=outputs,
+                    params={"algo": algo, "config": config}, job_backends=job_backends)
     pipe.learn(learn, outputs={"params": "any", "opt": "any", "extra": "any", "returns": "any", "env_steps": "scalar",
                                "circuit_evals": "scalar", "loss": "scalar"},
-               resource="gpu", params={"algo": algo, "config": config})
+               resource="gpu", params={"algo": algo, "config": config}, job_backends=job_backends)
     pipe.loop("learn.params", "rollout.params", max_staleness=staleness)
     pipe.loop("learn.params", "learn.params")
     pipe.loop("learn.opt", "learn.opt")
     pipe.loop("learn.extra", "learn.extra")
+    if carries:
+        pipe.loop("rollout.carry", "rollout.carry")
+        pipe.output("rollout.carry")
     for port in ("params", "opt", "extra", "returns", "env_steps", "circuit_evals", "loss"):
         pipe.output(f"learn.{port}")
     return pipe.build()
@@ -126,8 +153,31 @@ def initial_state(algo: str, cfg) -> dict:
     mod = algorithm(algo)
     policy = mod.make_policy(cfg)
     optimizer = mod.make_optimizer(policy, cfg)
-    return {"learn.params": _params(policy), "learn.opt": copy.deepcopy(optimizer.state_dict()),
-            "learn.extra": {"value": mod.init_extra(cfg, policy)}}  # boxed: None is a value here
+    state = {"learn.params": _params(policy), "learn.opt": copy.deepcopy(optimizer.state_dict()),
+             "learn.extra": {"value": mod.init_extra(cfg, policy)}}  # boxed: None is a value here
+    if hasattr(mod, "init_carry"):
+        state["rollout.carry"] = {"value": mod.init_carry(cfg)}
+    return state
+
+
+def backend_facts(name: str, backends: Mapping | None = None) -> tuple[bool, int]:
+    """``(in_process, devices)`` of the backend (or pool) ``name``: whether it differentiates in
+    process (then the policy calls it directly, with no jobs) and how many device slots it has."""
+    from hqflow.backends import get_backend
+    from hqflow.workloads.rl.policies import differentiates
+
+    specs = (backends or {}).get(name, name)
+    specs = specs if isinstance(specs, list) else [specs]
+    made = []
+    for spec in specs:
+        if hasattr(spec, "submit"):
+            made.append(spec)
+        elif isinstance(spec, tuple):
+            made.append(get_backend(spec[0], **dict(spec[1])))
+        else:
+            made.append(get_backend(spec))
+    in_process = len(made) == 1 and differentiates(made[0])
+    return in_process, sum(int(getattr(b, "max_in_flight", None) or 1) for b in made)
 
 
 # --- the run directory --------------------------------------------------------------------
@@ -153,12 +203,18 @@ def load_run(run_dir) -> tuple[dict, dict | None]:
 
 
 def train(algo: str = "reinforce", cfg=None, distribution="sync", run_dir=None, resume: bool = False,
-          checkpoint_every: int = 5, progress=None) -> dict:
+          checkpoint_every: int = 5, progress=None, backends: Mapping | None = None, **scheduler) -> dict:
     """Train, writing the run directory; ``resume`` continues ``run_dir`` from its checkpoint.
 
+    ``backends`` maps a backend name (``cfg.backend``) to a pool, as ``hq.run`` takes it;
+    ``scheduler`` are ``SchedulerConfig`` fields (``max_retries``, ``job_timeout``, ...).
     Returns ``returns`` (every episode's return), ``episodes_to_solve``, ``seconds``,
     ``env_steps``, ``env_steps_per_s``, ``circuit_evals``, ``circuit_evals_per_s``,
-    ``updates`` and the final ``params``.
+    ``updates``, the final ``params``, the ``spans`` and the scheduler's ``stats``.
+
+    When the run fails (a job out of retries, say) the last completed update's checkpoint,
+    metrics and spans are written first, then ``hqflow.RunFailed`` is raised: fix the
+    backend and ``resume``.
     """
     run_dir = Path(run_dir) if run_dir is not None else None
     ckpt = None
@@ -170,6 +226,9 @@ def train(algo: str = "reinforce", cfg=None, distribution="sync", run_dir=None, 
         mod = algorithm(algo)
         cfg = mod.Config(**meta["config"])
     cfg = cfg or mod.Config()
+    in_process, devices = backend_facts(cfg.backend, backends)
+    if hasattr(mod, "resolve"):
+        cfg = mod.resolve(cfg, in_process, devices)
     spec_solved = mod.solved_threshold(cfg)
     window_n = mod.solve_window(cfg) if hasattr(mod, "solve_window") else 10  # episodes the criterion averages
     state = initial_state(algo, cfg) if ckpt is None else ckpt["state"]
@@ -209,6 +268,8 @@ def train(algo: str = "reinforce", cfg=None, distribution="sync", run_dir=None, 
         done["env_steps"] += out["env_steps"]
         done["circuit_evals"] += out["circuit_evals"]
         last["state"] = {"learn.params": out["params"], "learn.opt": out["opt"], "learn.extra": out["extra"]}
+        if "carry" in out:
+            last["state"]["rollout.carry"] = out["carry"]
         window = done["returns"][-window_n:]
         if done["solved_at"] is None and len(window) == window_n and np.mean(window) >= spec_solved:
             done["solved_at"] = len(done["returns"])
@@ -224,25 +285,32 @@ def train(algo: str = "reinforce", cfg=None, distribution="sync", run_dir=None, 
         if progress is not None:
             progress(len(done["returns"]), {"reward": row[f"mean_return_{window_n}"] or 0.0})
 
-    graph = build_graph(algo, cfg, policy_.staleness)
+    graph = build_graph(algo, cfg, policy_.staleness, () if in_process else (cfg.backend,))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny batches: one thread is fastest, and no OpenMP teams fight
+    config = dataclasses.replace(policy_.scheduler_config(seed=cfg.seed), **scheduler)
+
+    def save(spans) -> None:
+        checkpoint()
+        if run_dir is not None:
+            save_spans(str(run_dir / "spans.json"), spans)
+            write_chrome_trace(str(run_dir / "trace.json"), spans)
+            plot_learning_curve(done["returns"], run_dir / "learning_curve.png", f"{algo} on {cfg.env}")
+
     try:
-        result = hq.run(graph, stream(), initial_state=state, progress=on_update,
-                        config=policy_.scheduler_config(seed=cfg.seed))
+        result = hq.run(graph, stream(), initial_state=state, progress=on_update, backends=backends, config=config)
+    except hq.RunFailed as exc:
+        save(exc.result.spans)  # the last completed update stays resumable
+        raise
     finally:
         torch.set_num_threads(threads)
     seconds = done["seconds"] + time.perf_counter() - t0
-    checkpoint()
-    if run_dir is not None:
-        save_spans(str(run_dir / "spans.json"), result.spans)
-        write_chrome_trace(str(run_dir / "trace.json"), result.spans)
-        plot_learning_curve(done["returns"], run_dir / "learning_curve.png", f"{algo} on {cfg.env}")
+    save(result.spans)
     return {"algo": algo, "config": dataclasses.asdict(cfg), "distribution": policy_.name,
             "returns": done["returns"], "episodes_to_solve": done["solved_at"], "updates": done["update"] + 1,
             "seconds": seconds, "env_steps": done["env_steps"], "env_steps_per_s": done["env_steps"] / seconds,
             "circuit_evals": done["circuit_evals"], "circuit_evals_per_s": done["circuit_evals"] / seconds,
-            "params": last["state"]["learn.params"], "spans": result.spans}
+            "params": last["state"]["learn.params"], "spans": result.spans, "stats": result.extra}
 
 
 def plot_learning_curve(returns, path, title: str, window: int = 10) -> None:
