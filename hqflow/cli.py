@@ -73,7 +73,14 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--backend", help="backend of the policy circuit (default: compiled)")
     tr.add_argument("--seed", type=int, help="random seed (default 0)")
     tr.add_argument("--episodes", type=_positive, help="episode budget (default: the algorithm's, 1000 for reinforce)")
-    tr.add_argument("--distribution", default="sync", help="sync (default), pipelined or ray-actors")
+    tr.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[],
+                    help="an option of the backend, e.g. --backend-opt per_job=0.05 (repeatable); K: only for "
+                         "pool member K (0-based), e.g. --backend-opt 1:failure_rate=0.2")
+    tr.add_argument("--pool", type=_positive, default=None,
+                    help="run the policy's jobs on a pool of this many copies of --backend (default 1)")
+    tr.add_argument("--distribution", default="auto",
+                    help="auto (default: sync on an in-process simulator, pipelined with staleness 1 on a job "
+                         "backend), sync, pipelined or ray-actors")
     tr.add_argument("--staleness", type=_natural,
                     help="parameter versions an actor may lag behind (pipelined, ray-actors; default 1)")
     tr.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
@@ -248,6 +255,13 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"hqflow: error: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:
+        from .cli_train import RunStopped
+
+        if not isinstance(exc, RunStopped):
+            raise
+        print(f"hqflow: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("hqflow: interrupted", file=sys.stderr)
         return 130

@@ -4,6 +4,8 @@
     hqflow train acrobot --algo ppo --seed 3
     hqflow train frozenlake --algo dqn --episodes 500
     hqflow train cartpole --distribution pipelined --staleness 1 --backend emulated-qpu
+    hqflow train cartpole --backend emulated-qpu --backend-opt per_job=0.05 --pool 2 \
+        --backend-opt 1:failure_rate=0.2          # two emulated QPUs, the second flaky
     hqflow train --resume runs/reinforce-cartpole-seed0
 """
 from __future__ import annotations
@@ -13,6 +15,11 @@ import json
 import os
 
 from .cli import UsageError
+from .fragments import RunFailed
+
+
+class RunStopped(RuntimeError):
+    """Training failed mid-run; the message says how to resume (exit code 1, one line)."""
 
 POLICIES = {"reinforce": "softmax-pqc", "ppo": "softmax-pqc", "dqn": "qvalue-pqc"}
 
@@ -42,6 +49,38 @@ def _config(args, mod):
         raise UsageError(str(exc)) from None
 
 
+def _backend_pool(args) -> list | None:
+    """``--backend`` with ``--backend-opt`` and ``--pool`` as a pool spec ``[(name, options), ...]``
+    (None without them); each member is made once here, so a bad option is a usage error."""
+    from hqflow.backends import BackendError, get_backend
+
+    if not args.backend_opt and not args.pool:
+        return None
+    name, size = args.backend or "compiled", args.pool or 1
+    shared, own = {}, [{} for _ in range(size)]
+    for item in args.backend_opt:
+        target, key_value = shared, item
+        head, colon, rest = item.partition(":")
+        if colon and head.isdigit():
+            if int(head) >= size:
+                raise UsageError(f"--backend-opt {item!r}: member {head} but the pool has {size} (--pool)")
+            target, key_value = own[int(head)], rest
+        key, sep, text = key_value.partition("=")
+        if not sep or not key.isidentifier():
+            raise UsageError(f"--backend-opt {item!r}: expected [K:]KEY=VALUE")
+        target[key] = _value(text)
+    specs = [(name, {**shared, **own[k]}) for k in range(size)]
+    for member, (_, options) in enumerate(specs):
+        try:
+            backend = get_backend(name, **options)
+        except BackendError as exc:
+            raise UsageError(f"--backend-opt for {name!r} (member {member}): {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"--backend-opt for {name!r} (member {member}): {exc}") from None
+        getattr(backend, "close", lambda: None)()
+    return specs
+
+
 def cmd_train(args) -> int:
     from hqflow.backends import BackendError, get_backend
     from hqflow.distribution import get_distribution
@@ -51,7 +90,8 @@ def cmd_train(args) -> int:
 
     if args.resume:
         if args.env or args.algo or args.policy or args.backend or args.seed is not None or args.set \
-                or args.episodes or args.staleness is not None or args.distribution != "sync":
+                or args.episodes or args.staleness is not None or args.distribution != "auto" \
+                or args.backend_opt or args.pool:
             raise UsageError("--resume takes the run's own settings; give only --resume RUN_DIR (and --json)")
         try:
             meta, ckpt = runner.load_run(args.resume)
@@ -62,7 +102,7 @@ def cmd_train(args) -> int:
         algo, run_dir = meta["algo"], args.resume
         mod = runner.algorithm(algo)
         cfg = mod.Config(**meta["config"])
-        distribution = None
+        distribution, pool = None, None
     else:
         if not args.env:
             raise UsageError("give an environment (cartpole, acrobot, frozenlake) or --resume RUN_DIR")
@@ -74,14 +114,17 @@ def cmd_train(args) -> int:
         if args.policy and args.policy != POLICIES[algo]:
             raise UsageError(f"{algo} trains a {POLICIES[algo]} policy, not {args.policy!r}")
         cfg = _config(args, mod)
-        if args.backend:
+        pool = _backend_pool(args)
+        if args.backend and pool is None:
             try:
                 get_backend(args.backend)
             except BackendError as exc:
                 raise UsageError(str(exc)) from None
         options = {} if args.staleness is None else {"staleness": args.staleness}
+        if args.distribution == "auto" and options:
+            raise UsageError("--staleness needs --distribution pipelined or ray-actors")
         try:
-            distribution = get_distribution(args.distribution, **options)
+            distribution = "auto" if args.distribution == "auto" else get_distribution(args.distribution, **options)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         run_dir = args.run_dir
@@ -99,8 +142,13 @@ def cmd_train(args) -> int:
             raise UsageError(f"cannot create run directory {run_dir}: {exc.strerror}") from None
 
     with Progress(cfg.max_episodes, f"{algo} {cfg.env}") as bar:
-        out = runner.train(algo, cfg, distribution, run_dir=run_dir, resume=bool(args.resume),
-                           checkpoint_every=args.checkpoint_every, progress=bar)
+        try:
+            out = runner.train(algo, cfg, distribution, run_dir=run_dir, resume=bool(args.resume),
+                               checkpoint_every=args.checkpoint_every, progress=bar,
+                               backends=None if pool is None else {cfg.backend: pool})
+        except RunFailed as exc:
+            raise RunStopped(f"training stopped: {exc} (the last completed update is checkpointed: "
+                             f"fix the backend, then hqflow train --resume {run_dir})") from None
     returns = out["returns"]
     figures = {"algo": algo, "env": cfg.env, "seed": cfg.seed, "distribution": out["distribution"],
                "episodes": len(returns), "episodes_to_solve": out["episodes_to_solve"],

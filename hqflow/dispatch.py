@@ -39,6 +39,7 @@ class Member:
     ewma: float | None = None  # seconds per successful job (exponential moving average)
     success: float = 1.0  # moving average of job outcomes (1 ok, 0 failed)
     busy: dict[int, float] = field(default_factory=dict)  # slot -> start time
+    device: dict[int, int] = field(default_factory=dict)  # slot -> the device slot its job is drawn on
     tried_at: int | None = None  # the pool's job count when this member last got a job
     streak: int = 0  # failures in a row
     rest_until: float = 0.0  # circuit open until this time
@@ -148,6 +149,10 @@ class Pool:
     def start(self, member: int, slot: int) -> float:
         t = time.perf_counter()
         m = self.members[member]
+        # the device this job will run on, as far as the pool can tell: the one with the fewest
+        # jobs, then the one whose job started first (it frees first); queued jobs wait behind it
+        load = {d: [m.busy[s] for s, dd in m.device.items() if dd == d] for d in range(m.devices)}
+        m.device[slot] = min(load, key=lambda d: (len(load[d]), min(load[d], default=0.0), d))
         m.busy[slot] = t
         m.tried_at, m.jobs = self.jobs, m.jobs + 1
         self.jobs += 1
@@ -156,6 +161,7 @@ class Pool:
     def finish(self, member: int, slot: int, ok: bool) -> None:
         m = self.members[member]
         started = m.busy.pop(slot)
+        m.device.pop(slot, None)
         m.success = (1 - self.alpha) * m.success + self.alpha * (1.0 if ok else 0.0)
         if ok:
             took = time.perf_counter() - started
@@ -169,9 +175,10 @@ class Pool:
             m.rest_until = time.perf_counter() + m.rest
 
     def lane(self, member: int, slot: int) -> str:
-        """One Gantt row per device slot (prefetched jobs share their device's row)."""
+        """One Gantt row per device slot: a job's row is the device it was drawn on at its start
+        (a prefetched job shares the row of the device it waits for). Call before ``finish``."""
         m = self.members[member]
-        return m.lane if m.devices == 1 else f"{m.lane}/{slot % m.devices}"
+        return m.lane if m.devices == 1 else f"{m.lane}/{m.device.get(slot, slot % m.devices)}"
 
     def health(self) -> list[dict]:
         """Per member: jobs, failures, latency estimate, success rate and whether it rests now."""

@@ -168,8 +168,8 @@ class JobService:
             if self._live.pop(token, None) is None:
                 return
             req = att.request
-            req.pool.finish(att.member, att.slot, ok=True)
             self._span(att, "ok")
+            req.pool.finish(att.member, att.slot, ok=True)
             req.results[att.part] = result
             req.left -= 1
             if req.left == 0:
@@ -185,8 +185,8 @@ class JobService:
             if att is None:
                 return
             req, j = att.request, att.part
-            req.pool.finish(att.member, att.slot, ok=False)
             self._span(att, outcome)
+            req.pool.finish(att.member, att.slot, ok=False)
             self.stats["failed_jobs"] += 1
             req.attempts[j] += 1
             req.avoid[j].add(att.member)

@@ -160,6 +160,13 @@ def initial_state(algo: str, cfg) -> dict:
     return state
 
 
+def default_distribution(in_process: bool):
+    """``sync`` on a backend that runs in process (nothing to hide: threads would cost more than they
+    overlap); on a job backend ``pipelined`` with staleness 1 and one actor, so the learner's work and
+    gradient job overlap with the next rollout and the QPU does not wait for the learner."""
+    return get_distribution("sync") if in_process else get_distribution("pipelined", staleness=1, actors=1)
+
+
 def backend_facts(name: str, backends: Mapping | None = None) -> tuple[bool, int]:
     """``(in_process, devices)`` of the backend (or pool) ``name``: whether it differentiates in
     process (then the policy calls it directly, with no jobs) and how many device slots it has."""
@@ -192,6 +199,23 @@ def _write_text(path: Path, text: str) -> None:
     _atomic(path, lambda p: p.write_text(text))
 
 
+def _json_pools(backends) -> dict | None:
+    """Pools given as names and options, for config.json (so --resume uses them again); None otherwise."""
+    if not backends:
+        return None
+    out = {}
+    for name, specs in backends.items():
+        specs = specs if isinstance(specs, list) else [specs]
+        if not all(isinstance(s, str) or (isinstance(s, tuple) and len(s) == 2) for s in specs):
+            return None  # backend objects: not storable
+        out[name] = [[s, {}] if isinstance(s, str) else [s[0], dict(s[1])] for s in specs]
+    try:
+        json.dumps(out)
+    except TypeError:
+        return None
+    return out
+
+
 def load_run(run_dir) -> tuple[dict, dict | None]:
     """``(config.json, last checkpoint or None)`` of a run directory (``ValueError`` if it is not one)."""
     run_dir = Path(run_dir)
@@ -202,10 +226,12 @@ def load_run(run_dir) -> tuple[dict, dict | None]:
     return meta, torch.load(ckpt, weights_only=False) if ckpt.is_file() else None
 
 
-def train(algo: str = "reinforce", cfg=None, distribution="sync", run_dir=None, resume: bool = False,
+def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, resume: bool = False,
           checkpoint_every: int = 5, progress=None, backends: Mapping | None = None, **scheduler) -> dict:
     """Train, writing the run directory; ``resume`` continues ``run_dir`` from its checkpoint.
 
+    ``distribution``: a policy or its name; ``"auto"`` (``default_distribution``): ``sync`` on an
+    in-process backend, ``pipelined`` (staleness 1) on a job backend.
     ``backends`` maps a backend name (``cfg.backend``) to a pool, as ``hq.run`` takes it;
     ``scheduler`` are ``SchedulerConfig`` fields (``max_retries``, ``job_timeout``, ...).
     Returns ``returns`` (every episode's return), ``episodes_to_solve``, ``seconds``,
@@ -219,14 +245,18 @@ def train(algo: str = "reinforce", cfg=None, distribution="sync", run_dir=None, 
     run_dir = Path(run_dir) if run_dir is not None else None
     ckpt = None
     if not resume:
-        mod, policy_ = algorithm(algo), get_distribution(distribution)
+        mod, policy_ = algorithm(algo), None
     else:
         meta, ckpt = load_run(run_dir)
         algo, policy_ = meta["algo"], get_distribution(meta["distribution"], **meta["distribution_options"])
+        if backends is None and meta.get("backends"):
+            backends = {name: [(m[0], m[1]) for m in pool] for name, pool in meta["backends"].items()}
         mod = algorithm(algo)
         cfg = mod.Config(**meta["config"])
     cfg = cfg or mod.Config()
     in_process, devices = backend_facts(cfg.backend, backends)
+    if policy_ is None:
+        policy_ = default_distribution(in_process) if distribution in (None, "auto") else get_distribution(distribution)
     if hasattr(mod, "resolve"):
         cfg = mod.resolve(cfg, in_process, devices)
     spec_solved = mod.solved_threshold(cfg)
@@ -240,7 +270,7 @@ def train(algo: str = "reinforce", cfg=None, distribution="sync", run_dir=None, 
         if ckpt is None:
             meta = {"algo": algo, "distribution": policy_.name,
                     "distribution_options": {f.name: getattr(policy_, f.name) for f in dataclasses.fields(policy_)},
-                    "config": dataclasses.asdict(cfg)}
+                    "config": dataclasses.asdict(cfg), "backends": _json_pools(backends)}
             _write_text(run_dir / "config.json", json.dumps(meta, indent=2))
         # a killed run may have logged updates past its checkpoint: they will be redone
         lines = (run_dir / "metrics.jsonl").read_text().splitlines() if (run_dir / "metrics.jsonl").exists() else []
