@@ -1,0 +1,210 @@
+"""Jobs that a classical fragment submits itself go through the run's pools (retries, failover,
+spans with their parent); pools explore and rest failing members; a failed run keeps its results."""
+import json
+import time
+
+import numpy as np
+import pytest
+
+import hqflow as hq
+from hqflow.backends import BackendError, CircuitBatch, get_backend
+from hqflow.dispatch import Member, Pool
+from hqflow.ir import Circuit
+from hqflow.trace import load_spans, overlap_seconds, save_spans
+
+
+def _template():
+    c = Circuit(2, name="probe")
+    x, w = c.inputs("x", 1), c.weights("w", 1)
+    c.ry(x[0], 0).ry(w[0], 1).cx(0, 1)
+    return c.build(observables=["Z0 Z1"])
+
+
+TEMPLATE = _template()
+
+
+def actor(step):
+    """Submits two jobs at once through its client and waits for both."""
+    client = hq.get_client()
+    batch = CircuitBatch.make(TEMPLATE, np.full((3, 1), 0.1 * step), [0.2])
+    futures = [client.submit("qpu", batch) for _ in range(2)]
+    values = [f.result().values for f in futures]
+    return {"y": float(values[0].sum() + values[1].sum())}
+
+
+def undeclared(step):
+    hq.get_client().submit("other", CircuitBatch.make(TEMPLATE, [[0.0]], [0.0]))
+    return {"y": 0.0}
+
+
+def _graph(fn, job_backends=("qpu",)):
+    pipe = hq.Pipeline("jobs")
+    pipe.input("step", "scalar")
+    pipe.preprocess(fn, outputs={"y": "scalar"}, job_backends=job_backends, name="actor")
+    pipe.output("actor.y")
+    return pipe.build()
+
+
+def _reference(g, stream):
+    return hq.run_reference(g, stream, backends={"qpu": get_backend("reference")}).column("y")
+
+
+def _qpu(name, **options):
+    return ("emulated-qpu", dict(per_job=0.01, name=name, **options))
+
+
+def test_job_backends_are_graph_data():
+    g = _graph(actor)
+    assert g.fragment("actor").job_backends == ("qpu",)
+    assert "jobs->qpu" in str(g)
+    assert type(g).from_json(g.to_json()).fragment("actor").job_backends == ("qpu",)
+    with pytest.raises(Exception, match="job_backends"):
+        _graph(actor, job_backends=("",))
+
+
+@pytest.mark.parametrize("executor", ["sync", "local", "reference"])
+def test_fragment_jobs_run_through_the_pool_with_parent_spans(executor):
+    g = _graph(actor)
+    stream = [{"step": i} for i in range(3)]
+    if executor == "reference":
+        result = hq.run_reference(g, stream, backends={"qpu": get_backend("reference")})
+    else:
+        result = hq.run(g, stream, backends={"qpu": [_qpu("a"), _qpu("b")]}, executor=executor)
+    expected = _reference(g, stream)
+    assert np.allclose(result.column("y"), expected)
+    jobs = [s for s in result.spans if s.kind == "execute"]
+    assert len(jobs) == 6 and all(s.outcome == "ok" for s in jobs)
+    outer = {s.step: s for s in result.spans if s.kind == "preprocess"}
+    for s in jobs:
+        assert s.fragment == "actor" and s.resource == "qpu:qpu" and s.parent_lane == outer[s.step].row
+        assert outer[s.step].start - 1e-3 <= s.start and s.end <= outer[s.step].end + 1e-3
+
+
+@pytest.mark.parametrize("executor", ["sync", "local"])
+def test_a_failed_fragment_job_is_retried_on_the_other_member(executor):
+    g = _graph(actor)
+    pool = [_qpu("bad", fail_jobs=(0, 1)), _qpu("good")]
+    result = hq.run(g, [{"step": i} for i in range(3)], backends={"qpu": pool}, executor=executor)
+    assert np.allclose(result.column("y"), _reference(g, [{"step": i} for i in range(3)]))
+    failed = [s for s in result.spans if s.kind == "execute" and s.outcome != "ok"]
+    assert failed and all("bad" in s.row for s in failed)
+    assert result.extra["retries"] == len(failed)
+
+
+def test_undeclared_backend_is_refused_with_a_clear_error():
+    g = _graph(undeclared)
+    with pytest.raises(hq.FragmentError, match="did not declare backend 'other'"):
+        hq.run(g, [{"step": 0}], backends={"qpu": [_qpu("a")]}, executor="sync")
+
+
+def test_get_client_outside_a_fragment_is_an_error():
+    with pytest.raises(BackendError, match="inside a running fragment"):
+        hq.get_client()
+
+
+def test_exhausted_retries_raise_run_failed_with_completed_steps():
+    g = _graph(actor)
+    # every job from the 5th on fails: steps 0 and 1 (4 jobs) complete, step 2 cannot
+    pool = [_qpu("a", fail_jobs=tuple(range(4, 40)))]
+    with pytest.raises(hq.RunFailed, match="failed 3 times") as info:
+        hq.run(g, [{"step": i} for i in range(4)], backends={"qpu": pool}, executor="sync", max_retries=2)
+    partial = info.value.result
+    assert partial.column("y") == pytest.approx(_reference(g, [{"step": i} for i in range(2)]))
+    assert sorted({s.step for s in partial.spans if s.kind == "preprocess" and s.outcome == "ok"}) == [0, 1]
+    # the two jobs of step 2 failed side by side: one ran out of its 3 attempts
+    assert sum(s.outcome != "ok" for s in partial.spans if s.kind == "execute" and s.step == 2) >= 3
+    assert isinstance(info.value, hq.FragmentError)
+
+
+class _Fake:
+    def __init__(self, name):
+        self.name = name
+        from hqflow.backends import Capabilities
+
+        self.capabilities = Capabilities(name, 4)
+
+
+def _pool(n=2, **kw):
+    return Pool("p", [Member(_Fake(f"m{i}"), f"qpu:m{i}", 1, 1) for i in range(n)], **kw)
+
+
+def test_pool_tries_an_unmeasured_member_even_when_one_job_is_in_flight():
+    pool = _pool()
+    m, slot = pool.choose(1, set())
+    pool.start(m, slot)
+    pool.finish(m, slot, ok=True)
+    second, slot = pool.choose(1, set())
+    assert second != m  # never tried yet: it gets the next job
+
+
+def test_pool_returns_to_a_stale_member_now_and_then():
+    pool = _pool(stale_after=5)
+    pool.members[0].ewma, pool.members[1].ewma = 0.01, 1.0  # member 1 slow
+    pool.members[0].tried_at = pool.members[1].tried_at = 0
+    picks = []
+    for _ in range(30):
+        m, slot = pool.choose(1, set())
+        pool.start(m, slot)
+        pool.members[m].busy.pop(slot)
+        pool.members[m].device.pop(slot, None)
+        picks.append(m)
+    assert 3 <= picks.count(1) <= 7  # about one job in stale_after
+    assert picks.count(0) >= 23
+
+
+def test_circuit_breaker_rests_a_failing_member_then_tries_it_again():
+    pool = _pool(breaker=3, rest=0.05)
+    for _ in range(3):
+        pool.start(0, 0)
+        pool.finish(0, 0, ok=False)
+    assert pool.members[0].resting(time.perf_counter())
+    assert all(pool.choose(1, set())[0] == 1 for _ in range(5))  # resting: not chosen
+    time.sleep(0.06)
+    pool.members[0].tried_at, pool.members[1].tried_at = -100, pool.jobs  # member 0 long untried: due a trial
+    assert pool.choose(1, set())[0] == 0  # the trial job
+    pool.start(0, 0)
+    pool.finish(0, 0, ok=False)  # the trial failed: rest again, twice as long
+    assert pool.members[0].rest == pytest.approx(0.1)
+    pool.members[0].rest_until = 0.0
+    pool.start(0, 0)
+    pool.finish(0, 0, ok=True)  # a success closes the circuit
+    assert pool.members[0].streak == 0 and pool.members[0].rest == 0.0
+    assert pool.choose(1, {1}) == (0, 0)
+
+
+def test_resting_member_is_still_used_when_nothing_else_fits():
+    pool = _pool(1, breaker=1, rest=10.0)
+    pool.start(0, 0)
+    pool.finish(0, 0, ok=False)
+    assert pool.choose(1, set()) == (0, 0)
+
+
+def test_spans_file_version_1_is_still_read(tmp_path):
+    doc = {"format": "hqflow.spans", "version": 1, "meta": {}, "spans": [
+        {"fragment": "rollout", "kind": "preprocess", "resource": "cpu", "step": 0, "start": 0.0, "end": 10.0,
+         "outcome": "ok", "version": 0, "lane": "cpu/0"},
+        {"fragment": "rollout/job", "kind": "execute", "resource": "qpu:q", "step": 0, "start": 4.0, "end": 10.0,
+         "outcome": "ok", "version": 0, "lane": "qpu:q/cpu/0"}]}
+    path = tmp_path / "spans.json"
+    path.write_text(json.dumps(doc))
+    spans, _ = load_spans(str(path))
+    assert spans[1].fragment == "rollout" and spans[1].parent_lane == "cpu/0"
+    assert overlap_seconds(spans) == 0.0  # the lane waiting on its own job is not classical work
+    save_spans(str(path), spans)
+    again, _ = load_spans(str(path))
+    assert json.loads(path.read_text())["version"] == 2 and again == spans
+
+
+@pytest.mark.ray
+def test_a_failed_fragment_job_is_retried_under_ray():
+    g = _graph(actor)
+    pool = [_qpu("bad", fail_jobs=(0,)), _qpu("good")]
+    stream = [{"step": i} for i in range(3)]
+    result = hq.run(g, stream, backends={"qpu": pool}, executor="ray", ray_num_cpus=2)
+    assert np.allclose(result.column("y"), _reference(g, stream))
+    jobs = [s for s in result.spans if s.kind == "execute"]
+    failed = [s for s in jobs if s.outcome != "ok"]
+    assert len(failed) == 1 and "bad" in failed[0].row
+    assert sum(s.outcome == "ok" for s in jobs) == 6
+    outer = {s.step: s for s in result.spans if s.kind == "preprocess"}
+    assert all(s.parent_lane == outer[s.step].row for s in jobs)
