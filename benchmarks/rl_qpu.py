@@ -5,10 +5,12 @@ Part 1, throughput. REINFORCE on CartPole-v1 whose policy circuit runs on ``emul
 
 * old: 10 environments, one group, fresh episodes every update (jobs shrink as episodes end);
 * new: the defaults this issue chose for a job backend (one group per device slot, a
-  batch's worth of environments per group, autoreset).
+  batch's worth of environments per group, autoreset, and the ``auto`` distribution:
+  ``pipelined`` with staleness 1, so the learner overlaps the next rollout).
 
-Both under ``sync`` distribution, the same seeds and episode budget; env steps/s and the
-QPU device slots' utilization (busy slot-seconds over slots x makespan, from the trace).
+The old run uses ``sync`` distribution; both the same seeds and episode budget; env
+steps/s and the QPU device slots' utilization (busy slot-seconds over slots x makespan,
+from the trace).
 
 Part 2, faults. The same training (small) on a pool of two emulated QPUs, one failing 20%
 of its jobs, against a pool of two healthy ones: lost and duplicated updates (metrics and
@@ -56,7 +58,7 @@ def device_busy(spans, resource: str, slots: int) -> float:
     return busy / (slots * makespan(spans))
 
 
-def train(cfg, backends, distribution="sync", **options):
+def train(cfg, backends, distribution="auto", **options):
     return runner.train("reinforce", cfg, distribution, backends=backends, **options)
 
 
@@ -65,12 +67,14 @@ def part1(episodes: int, seeds: list[int]) -> dict:
     print(f"{'run':<6} {'seed':>4} {'G':>2} {'envs':>4} {'autoreset':>9} {'env steps':>9} {'seconds':>8} "
           f"{'steps/s':>8} {'QPU busy':>8}")
     figures = {}
-    for label, extra in (("old", {"groups": 1, "num_envs": 10, "autoreset": False}), ("new", {})):
+    # warm-up, not timed: compiles the circuit programs
+    train(reinforce.Config(seed=0, backend="qpu", max_episodes=10, stop_when_solved=False), {"qpu": [qpu(0.0)]})
+    for label, extra, dist in (("old", {"groups": 1, "num_envs": 10, "autoreset": False}, "sync"), ("new", {}, "auto")):
         steps = secs = 0.0
         busy = []
         for s in seeds:
             cfg = reinforce.Config(seed=s, backend="qpu", max_episodes=episodes, stop_when_solved=False, **extra)
-            out = train(cfg, {"qpu": [qpu()]})
+            out = train(cfg, {"qpu": [qpu()]}, dist)
             b = device_busy(out["spans"], "qpu:qpu", 2)
             steps, secs = steps + out["env_steps"], secs + out["seconds"]
             busy.append(b)
@@ -80,7 +84,8 @@ def part1(episodes: int, seeds: list[int]) -> dict:
         figures[f"env_steps_per_s_{label}"] = round(steps / secs, 1)
         figures[f"qpu_busy_{label}"] = round(float(np.mean(busy)), 3)
         if label == "new":
-            figures["new_config"] = {k: out["config"][k] for k in ("groups", "num_envs", "autoreset")}
+            figures["new_config"] = dict({k: out["config"][k] for k in ("groups", "num_envs", "autoreset")},
+                                         distribution=out["distribution"])
             figures["last_new_run"] = out
     figures["qpu_speedup"] = round(figures["env_steps_per_s_new"] / figures["env_steps_per_s_old"], 3)
     figures["qpu_busy"] = figures.pop("qpu_busy_new")
@@ -94,8 +99,8 @@ def part2(episodes: int) -> dict:
     cfg = reinforce.Config(seed=3, backend="qpu", max_episodes=episodes, stop_when_solved=False, n_layers=2)
     healthy = [qpu(0.01, 1, "qpu-a", seed=1), qpu(0.01, 1, "qpu-b", seed=2)]
     flaky = [qpu(0.01, 1, "qpu-a", seed=1), qpu(0.01, 1, "qpu-b", seed=2, failure_rate=0.2)]
-    good = train(cfg, {"qpu": healthy})
-    bad = train(cfg, {"qpu": flaky}, max_retries=10)
+    good = train(cfg, {"qpu": healthy}, "sync")
+    bad = train(cfg, {"qpu": flaky}, "sync", max_retries=10)
     expected = good["updates"]
     learned = [s.step for s in bad["spans"] if s.fragment == "learn" and s.kind == "learn" and s.outcome == "ok"]
     failed = [s for s in bad["spans"] if s.resource == "qpu:qpu" and s.outcome != "ok"]
@@ -138,6 +143,7 @@ def part3(jobs: int) -> dict:
 def part4(episodes: int, seeds: list[int]) -> dict:
     print(f"\npart 4: REINFORCE on compiled, {episodes} episodes, seeds {seeds}: G=1 in process vs the defaults")
     totals = {"g1": [0, 0.0], "defaults": [0, 0.0]}
+    runner.train("reinforce", reinforce.Config(seed=0, max_episodes=20, stop_when_solved=False))  # warm-up
     for s in seeds:
         for label, extra in (("g1", {"groups": 1, "autoreset": False}), ("defaults", {})):
             cfg = reinforce.Config(seed=s, max_episodes=episodes, stop_when_solved=False, **extra)
@@ -187,7 +193,7 @@ def gantt(path: str) -> None:
     pool = [qpu(0.05, 1, "qpu-a", seed=1, fail_jobs=(5,)), qpu(0.05, 1, "qpu-b", seed=2)]
     cfg = reinforce.Config(seed=0, backend="qpu", max_episodes=20, stop_when_solved=False)
     out = train(cfg, {"qpu": pool})
-    spans = [s for s in out["spans"] if s.start < 2.0]
+    spans = [s for s in out["spans"] if s.start < 3.0]
     draw_gantt(spans, path, "REINFORCE on two emulated QPUs: 2 env groups, learner on gpu/0, a failed job retried")
     print(f"wrote {path}")
 
