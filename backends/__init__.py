@@ -13,6 +13,8 @@ import importlib
 import inspect
 from collections.abc import Callable
 
+from hqflow.ir.validate import set_backend_lookup
+
 from .base import (
     Backend,
     BackendError,
@@ -73,6 +75,10 @@ def get_backend(name: str, /, **options) -> Backend:
     except TypeError as exc:
         raise BackendError(f"backend {name!r}: bad options {sorted(options)}: {exc}") from None
     return factory(*args, **options)
+
+
+# Let Graph.validate() check backend names and widths against this registry (the IR itself knows no backend).
+set_backend_lookup(lambda name: get_backend(name))
 
 
 def backend_names() -> list[str]:

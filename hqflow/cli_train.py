@@ -73,9 +73,7 @@ def _backend_pool(args) -> list | None:
     for member, (_, options) in enumerate(specs):
         try:
             backend = get_backend(name, **options)
-        except BackendError as exc:
-            raise UsageError(f"--backend-opt for {name!r} (member {member}): {exc}") from None
-        except (TypeError, ValueError) as exc:
+        except (BackendError, TypeError, ValueError) as exc:
             raise UsageError(f"--backend-opt for {name!r} (member {member}): {exc}") from None
         getattr(backend, "close", lambda: None)()
     return specs

@@ -53,6 +53,14 @@ def _spec(spec: Any) -> tuple[str, dict]:
     raise ValueError(f"a backend spec is a backend, a name, or (name, options); got {spec!r}")
 
 
+def make_backend(spec: Any) -> Backend:
+    """The backend a spec stands for: the instance itself, or one made from a name or (name, options)."""
+    if hasattr(spec, "submit"):
+        return spec
+    name, options = _spec(spec)
+    return get_backend(name, **options)
+
+
 class _LocalHandle:
     """A backend in this process."""
 
@@ -80,10 +88,7 @@ class SyncExecutor:
         return fut
 
     def backend(self, spec: Any, default_in_flight: int) -> _LocalHandle:
-        if hasattr(spec, "submit"):
-            return _LocalHandle(spec, default_in_flight)
-        name, options = _spec(spec)
-        return _LocalHandle(get_backend(name, **options), default_in_flight)
+        return _LocalHandle(make_backend(spec), default_in_flight)
 
     def close(self) -> None:
         pass

@@ -235,10 +235,6 @@ class JobService:
                     att.job.cancel()
 
     # -- the end -----------------------------------------------------------------------
-    def busy(self) -> bool:
-        with self._lock:
-            return bool(self._live or self._waiting)
-
     def close(self) -> None:
         """Cancel every unfinished job; pending futures fail. Returns at once."""
         with self._lock:

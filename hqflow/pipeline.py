@@ -60,12 +60,9 @@ def _ports(spec: Any) -> tuple[Port, ...]:
     return tuple(Port(s) for s in spec)
 
 
-def _names(spec: Any, fragment: str) -> tuple[str, ...]:
-    """``job_backends=``: one backend name or several."""
-    names = (spec,) if isinstance(spec, str) else tuple(spec or ())
-    if not all(isinstance(n, str) and n for n in names):
-        raise GraphError(f"fragment {fragment!r}: job_backends must be backend names, got {spec!r}")
-    return names
+def _names(spec: Any) -> tuple:
+    """``job_backends=``: one backend name or several (``validate`` checks them)."""
+    return (spec,) if isinstance(spec, str) else tuple(spec or ())
 
 
 def _split(ref: str) -> tuple[str | None, str]:
@@ -139,7 +136,7 @@ class Pipeline:
                 raise GraphError(f"fragment {fname!r}: inputs= names {sorted(types)}, which are not parameters of {fn.__qualname__}")
             self.add(Fragment(fname, kind, ports, _ports(outputs), fn_ref(fn, fname),
                               resource or _DEFAULT_RESOURCE[kind], tuple(consts.items()),
-                              job_backends=_names(job_backends, fname)))
+                              job_backends=_names(job_backends)))
             return fn
 
         return wrap

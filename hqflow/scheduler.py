@@ -37,7 +37,7 @@ import dataclasses
 import queue
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from hqflow.backends import BackendError
@@ -119,10 +119,6 @@ class Scheduler:
         self.index = {f.name: i for i, f in enumerate(self.order)}
         self.incoming = {e.dst: i for i, e in enumerate(self.graph.edges)}
         self.slots = {"cpu": config.cpu_workers, "gpu": config.gpu_workers}
-        for f in self.graph.fragments:
-            for name in f.job_backends:
-                if not self.pools[name].any_fits(1):
-                    raise GraphError(f"fragment {f.name!r}: backend pool {name!r} has no usable member")
 
     def _make_pools(self, graph: Graph, backends: dict) -> dict[str, Pool]:
         """One pool per backend name used: by ``execute`` fragments and in classical fragments' ``job_backends``."""
@@ -169,12 +165,14 @@ class Scheduler:
                     break
                 self._wait_and_handle(progress)
         except (FragmentError, BackendError) as exc:
-            self.service.close()
-            self.executor.close()
-            raise RunFailed(str(exc), self._result(next_step)) from exc
+            failure = exc
+        else:
+            failure = None
         finally:
             self.service.close()
             self.executor.close()
+        if failure is not None:
+            raise RunFailed(str(failure), self._result(next_step)) from failure
         return self._result(next_step)
 
     def _result(self, next_step: int) -> RunResult:

@@ -1,8 +1,14 @@
-"""``problems(graph)``: every reason a graph cannot run, as readable messages."""
+"""``problems(graph)``: every reason a graph cannot run, as readable messages.
+
+The IR knows no backend. Checks against a backend (its name exists, the circuit
+fits its qubits) use the ``backends`` given, or else the lookup a backend
+registry installed with ``set_backend_lookup`` (``hqflow.backends`` installs
+``get_backend`` when it is imported); with neither, they are skipped.
+"""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .graph import (
@@ -96,20 +102,31 @@ def _fragment_problems(f, backends, resolve) -> list[str]:
     return out
 
 
-def _capabilities(name, backends, out, where):
-    try:
-        if backends is not None:
-            b = backends[name]
-        else:
-            from hqflow.backends import get_backend
+_LOOKUP: Callable[[str], Any] | None = None
 
-            b = get_backend(name)
-    except KeyError:
-        out.append(f"{where}: backend {name!r} is not among the backends given")
+
+def set_backend_lookup(lookup: Callable[[str], Any] | None) -> None:
+    """How ``validate()`` without ``backends`` finds a backend by name (``lookup(name)`` returns a
+    backend or its ``Capabilities``, or raises with a readable message); None: skip those checks."""
+    global _LOOKUP
+    _LOOKUP = lookup
+
+
+def _capabilities(name, backends, out, where):
+    """The ``Capabilities`` of backend ``name`` (None, with a problem noted, if unknown; None unchecked)."""
+    if backends is not None:
+        if name not in backends:
+            out.append(f"{where}: backend {name!r} is not among the backends given")
+            return None
+        b = backends[name]
+    elif _LOOKUP is None:
         return None
-    except Exception as exc:  # unknown name, missing plugin, device error
-        out.append(f"{where}: {exc}")
-        return None
+    else:
+        try:
+            b = _LOOKUP(name)
+        except Exception as exc:  # unknown name, missing plugin, device error
+            out.append(f"{where}: {exc}")
+            return None
     return getattr(b, "capabilities", b)
 
 

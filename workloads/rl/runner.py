@@ -170,19 +170,11 @@ def default_distribution(in_process: bool):
 def backend_facts(name: str, backends: Mapping | None = None) -> tuple[bool, int]:
     """``(in_process, devices)`` of the backend (or pool) ``name``: whether it differentiates in
     process (then the policy calls it directly, with no jobs) and how many device slots it has."""
-    from hqflow.backends import get_backend
+    from hqflow.executors import make_backend
     from hqflow.workloads.rl.policies import differentiates
 
     specs = (backends or {}).get(name, name)
-    specs = specs if isinstance(specs, list) else [specs]
-    made = []
-    for spec in specs:
-        if hasattr(spec, "submit"):
-            made.append(spec)
-        elif isinstance(spec, tuple):
-            made.append(get_backend(spec[0], **dict(spec[1])))
-        else:
-            made.append(get_backend(spec))
+    made = [make_backend(spec) for spec in (specs if isinstance(specs, list) else [specs])]
     in_process = len(made) == 1 and differentiates(made[0])
     return in_process, sum(int(getattr(b, "max_in_flight", None) or 1) for b in made)
 
