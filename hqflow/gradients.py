@@ -8,9 +8,12 @@ and a function that turns its ``BatchResult`` into a ``Gradient`` (values, jacob
 ``spsa`` does the same with a few random simultaneous perturbations.
 
 How: every occurrence of a weight or input in the circuit becomes its own
-column of per-row weights (``angle_k = scale_k * symbol + offset_k``).
-Shifting occurrence ``k`` by ``±s`` is then just another row, and the chain
-rule sums the occurrences of a symbol with their ``scale_k``. Shift rules come
+column (``angle_k = scale_k * symbol + offset_k``): an input occurrence a column
+of the expanded circuit's inputs, a weight occurrence a column of its per-row
+weights. Shifting occurrence ``k`` by ``±s`` is then just another row, and the
+chain rule sums the occurrences of a symbol with their ``scale_k``. The rows
+share few distinct weight rows (the unshifted one, and one per shifted weight
+occurrence), which a simulator can batch by (``compiled`` does). Shift rules come
 from the gate table (two-term for rotations, four-term for controlled rotations).
 """
 from __future__ import annotations
@@ -58,12 +61,14 @@ def _expand(template: CircuitTemplate) -> tuple[CircuitTemplate, list[_Occurrenc
             rule = GATES[op.name].shift_rule
             if rule is None:  # pragma: no cover - every parametrized gate has a rule
                 raise ValueError(f"gate {op.name!r} has no parameter-shift rule")
+            column = sum(o.kind == a.kind for o in occ)  # its column among the inputs or the weights
             occ.append(_Occurrence(a.kind, a.index, a.scale, a.offset, SHIFT_RULES[rule]))
-            angles.append(Angle.weight(len(occ) - 1))
+            angles.append(Angle.input(column) if a.kind == "input" else Angle.weight(column))
         ops.append(Op(op.name, op.wires, tuple(angles)))
+    n_in = sum(o.kind == "input" for o in occ)
     expanded = dataclasses.replace(
-        template, ops=tuple(ops), input_names=(), weight_names=tuple(f"occ[{k}]" for k in range(len(occ)))
-    )
+        template, ops=tuple(ops), input_names=tuple(f"x_occ[{k}]" for k in range(n_in)),
+        weight_names=tuple(f"w_occ[{k}]" for k in range(len(occ) - n_in)))
     _EXPANDED[key] = (expanded, occ)
     return expanded, occ
 
@@ -99,7 +104,9 @@ def param_shift(
     block = np.repeat(angles[:, None, :], R, axis=1)  # [B, R, n_occ]
     for r, (k, s) in enumerate(shifts, start=1):
         block[:, r, k] += s
-    batch = CircuitBatch(expanded, np.zeros((B * R, 0)), block.reshape(B * R, len(occ)), base.shots, base.seed)
+    block = block.reshape(B * R, len(occ))
+    is_input = np.array([o.kind == "input" for o in occ], dtype=bool)  # occurrences are in column order per kind
+    batch = CircuitBatch(expanded, block[:, is_input], block[:, ~is_input], base.shots, base.seed)
 
     def postprocess(result: BatchResult) -> Gradient:
         vals = result.values.reshape(B, R, -1)  # [B, R, n_obs]

@@ -56,6 +56,10 @@ class CompiledBackend(LocalBackend):
     def run(self, batch: CircuitBatch) -> BatchResult:
         t = batch.template
         prog = self.program(t)
+        if batch.shots is None and batch.weights.ndim == 2:
+            grouped = _by_shared_weights(batch)
+            if grouped is not None:  # few distinct weight rows (parameter shift): fused programs per group
+                return _scatter(batch, [(rows, self.run(part)) for rows, part in grouped])
         chunk = max(1, self.max_amplitudes // 2**t.n_qubits)
         rng = np.random.default_rng(batch.seed)
         parts = [self._run_rows(prog, b, rng) for b in batch.split(chunk)]
@@ -80,6 +84,33 @@ class CompiledBackend(LocalBackend):
                 return BatchResult(values=prog(batch.inputs, batch.weights).double().cpu().numpy())
             exact = prog.term_values(batch.inputs, batch.weights).double().cpu().numpy()  # [B, n_terms]
         return _sample_terms(t, exact, batch.shots, rng)
+
+
+def _by_shared_weights(batch: CircuitBatch):
+    """Rows grouped by their weight row, each group a batch with shared weights; None when the
+    weight rows are mostly distinct (then per-row programs are the faster way)."""
+    w = batch.weights
+    keys = w @ np.random.default_rng(0).standard_normal(w.shape[1])  # a row's fingerprint (checked below)
+    unique, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    if len(unique) * 8 > batch.size or not np.array_equal(w, w[first][inverse]):
+        return None
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(len(unique) + 1))
+    return [(rows, CircuitBatch(batch.template, batch.inputs[rows], w[first[g]], None, batch.seed))
+            for g in range(len(unique)) for rows in [order[bounds[g]:bounds[g + 1]]]]
+
+
+def _scatter(batch: CircuitBatch, parts) -> BatchResult:
+    """The groups' results put back in the batch's row order."""
+    first = parts[0][1]
+    out = {}
+    for name in ("values", "probs"):
+        if getattr(first, name) is not None:
+            arr = np.empty((batch.size, getattr(first, name).shape[1]))
+            for rows, res in parts:
+                arr[rows] = getattr(res, name)
+            out[name] = arr
+    return BatchResult(**out, metadata=dict(first.metadata, groups=len(parts)))
 
 
 def _sample_terms(t: CircuitTemplate, exact: np.ndarray, shots: int, rng: np.random.Generator) -> BatchResult:

@@ -466,3 +466,14 @@ def test_fusion_must_be_an_int_even_when_cached():
     compile_template(t, fusion=1)
     with pytest.raises(BackendError, match="fusion"):
         compile_template(t, fusion=True)
+
+
+def test_per_row_weights_with_few_distinct_rows_run_grouped_and_match_reference():
+    rng = np.random.default_rng(1)
+    t = random_template(rng, 3, 12, n_inputs=2, n_weights=3)
+    rows = rng.uniform(-3, 3, (3, t.n_weights))[rng.integers(0, 3, 48)]  # 48 rows, 3 distinct weight rows
+    batch = CircuitBatch.make(t, rng.uniform(-3, 3, (48, t.n_inputs)), rows)
+    got = get_backend("compiled", dtype="complex128").submit(batch).result()
+    ref = get_backend("reference").submit(batch).result()
+    assert got.metadata.get("groups") == 3
+    np.testing.assert_allclose(got.values, ref.values, atol=1e-10)

@@ -106,7 +106,9 @@ def test_one_batch_holds_every_shifted_row():
     batch, _ = param_shift(t, np.zeros((3, 1)), [0.1, 0.2])
     # occurrences: ry (2 rows), crx (4 rows), rx (2 rows) + the unshifted row = 9 per sample
     assert batch.size == 3 * 9
-    assert batch.weights.shape == (27, 4)  # one per-row column per occurrence of an input or weight
+    # one column per occurrence: the input's among the inputs, the weights' among per-row weights
+    assert batch.inputs.shape == (27, 1) and batch.weights.shape == (27, 3)
+    assert len(np.unique(batch.weights, axis=0)) == 9  # the unshifted row and the 8 shifted ones, shared by samples
 
 
 def test_per_row_weights():

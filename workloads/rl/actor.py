@@ -8,25 +8,26 @@ steps the other groups' environments (double-buffered sampling, as in Sample Fac
 EnvPool's async mode). Nothing depends on timing: every group's trajectories are a function
 of its own seeds, so any completion order gives the same batch.
 
-``sample_episodes`` runs whole episodes for the episodic algorithms (REINFORCE):
+Whole episodes for the episodic algorithms (REINFORCE) come two ways:
 
-* **fresh** (``autoreset=False``, G = 1 gives the runner's original behaviour): each update
-  a group starts ``quota`` new episodes (in waves of its envs) and runs them to the end;
-  jobs shrink as episodes end.
-* **continuous** (``autoreset=True``): an environment that finishes an episode starts the
-  next at once (gymnasium's autoreset), so every job stays full. An update takes the first
-  ``quota`` episodes the group completes (by time step, then env index); episodes still
-  running, and completed ones past the quota, carry over to the next update in the
-  group's ``carry`` (environments, partial episodes and generator): a loop-carried value,
-  so checkpoints hold it and a resumed run continues bit for bit. Each update still sees
-  whole episodes; an episode that spans updates was acted by the parameter versions of
-  the updates it ran in.
+* ``fresh_episodes`` (G = 1 gives the runner's original behaviour): each update a group
+  starts its share of new episodes (in waves of its envs) and runs them to the end; jobs
+  shrink as episodes end.
+* ``continuous_episodes`` (autoreset): an environment that finishes an episode starts the
+  next at once (gymnasium's autoreset), so every job stays full. The groups step in
+  lockstep rounds, and an update takes the first episodes completed, by (round, group,
+  env), so the groups stop together. Episodes still running, and completed ones past the
+  update's count, carry over in each group's ``Carry`` (environments, partial episodes,
+  generator): a loop-carried value, so checkpoints hold it and a resumed run continues
+  bit for bit. Each update still sees whole episodes; an episode that spans updates was
+  acted by the parameter versions of the updates it ran in.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
 import contextvars
 import copy
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -79,36 +80,24 @@ class Carry:
     rng: np.random.Generator
     obs: np.ndarray  # [n, n_features] encoded current state of every env
     partial: list  # per env: ([states], [actions], [rewards]) of its running episode
-    done: list = field(default_factory=list)  # completed episodes past the last quota
+    rounds: int = 0  # time steps this group has run (all groups run in step with each other)
+    done: list = field(default_factory=list)  # (round, env, Episode) completed, not yet handed to an update
 
 
 ChooseFn = Callable[[np.ndarray, np.random.Generator], np.ndarray]
 """``choose(states [k, F], rng) -> actions [k]``: the policy's forward pass (one job) and sampling."""
 
 
-def sample_episodes(choose: ChooseFn, spec: EnvSpec, n_envs: int, quota: int, seed, autoreset: bool,
-                    carry: Carry | None = None, envs: SyncEnvs | None = None) -> tuple[list[Episode], Carry | None, int]:
-    """``quota`` whole episodes of one group: ``(episodes, carry, circuit rows)``; see the module docstring.
-
-    Fresh mode uses ``envs`` (scratch environments, at least ``n_envs``) and the generator
-    ``np.random.default_rng(seed)``; continuous mode starts from ``carry`` (a new one from
-    ``seed`` when None) and returns the next ``carry``.
-    """
-    if quota == 0:
-        return [], carry, 0
-    if not autoreset:
-        episodes, rows = _fresh(choose, envs, min(n_envs, quota), quota, seed)
-        return episodes, None, rows
-    return _continuous(choose, spec, n_envs, quota, seed, carry)
-
-
-def _fresh(choose: ChooseFn, envs: SyncEnvs, n_envs: int, quota: int, seed) -> tuple[list[Episode], int]:
-    """Fresh episodes in waves of ``n_envs``, ordered by wave then env."""
+def fresh_episodes(choose: ChooseFn, envs: SyncEnvs, n_episodes: int, seed) -> tuple[list[Episode], int]:
+    """``n_episodes`` fresh episodes of one group, in waves of its envs, ordered by wave then env:
+    ``(episodes, circuit rows)``; generator ``np.random.default_rng(seed)``."""
+    if n_episodes == 0:
+        return [], 0
     rng = np.random.default_rng(seed)
-    reset_seeds = rng.integers(0, 2**31 - 1, quota)
+    reset_seeds = rng.integers(0, 2**31 - 1, n_episodes)
     encode, episodes, rows = envs.spec.encode, [], 0
-    for start in range(0, quota, n_envs):
-        n = min(n_envs, quota - start)
+    for start in range(0, n_episodes, len(envs)):
+        n = min(len(envs), n_episodes - start)
         obs = encode(envs.reset(reset_seeds[start: start + n]))
         alive = np.arange(n)
         trace = [([], [], []) for _ in range(n)]
@@ -125,31 +114,66 @@ def _fresh(choose: ChooseFn, envs: SyncEnvs, n_envs: int, quota: int, seed) -> t
     return episodes, rows
 
 
-def _continuous(choose: ChooseFn, spec: EnvSpec, n_envs: int, quota: int, seed, carry: Carry | None):
-    if carry is None:
-        envs = SyncEnvs(spec, n_envs)
-        rng = np.random.default_rng(seed)
-        obs = spec.encode(envs.reset(rng.integers(0, 2**31 - 1, n_envs)))
-        carry = Carry(envs, rng, obs, [([], [], []) for _ in range(n_envs)])
-    else:
-        carry = copy.deepcopy(carry)  # the value on the loop edge stays as it was (checkpoints, replays)
-    everyone, rows = np.arange(n_envs), 0
-    while len(carry.done) < quota:
-        actions = choose(carry.obs, carry.rng)
-        rows += n_envs
-        raw, rewards, done = carry.envs.step(everyone, actions)
-        for i in everyone:
-            part = carry.partial[i]
-            part[0].append(carry.obs[i])
-            part[1].append(actions[i])
-            part[2].append(rewards[i])
-            if done[i]:
-                carry.done.append(_episode(*part, spec.n_features))
-                carry.partial[i] = ([], [], [])
-                raw[i] = carry.envs.envs[i].reset(seed=int(carry.rng.integers(0, 2**31 - 1)))[0]
-        carry.obs = spec.encode(raw)
-    episodes, carry.done = carry.done[:quota], carry.done[quota:]
-    return episodes, carry, rows
+def continuous_episodes(choose: ChooseFn, spec: EnvSpec, sizes: list[int], n_episodes: int, seeds: list,
+                        carries: list | None) -> tuple[list[Episode], list[Carry], int]:
+    """The next ``n_episodes`` whole episodes of all groups, with autoreset: ``(episodes, carries, rows)``.
+
+    The groups run side by side in lockstep time steps (rounds): after each round, once
+    every group has stepped, the update stops if the completed episodes reach
+    ``n_episodes``; so no group runs ahead of the stop, and the groups finish together.
+    It takes the first ``n_episodes`` in (round, group, env) order; the rest carry over.
+    ``carries`` (one per group, None: new from ``seeds``) are copied, never changed.
+    """
+    carries = [_new_carry(spec, n, seed) if c is None else copy.deepcopy(c)  # the loop edge's value stays
+               for n, seed, c in zip(sizes, seeds, carries or [None] * len(sizes))]
+    total = lambda: sum(len(c.done) for c in carries)  # noqa: E731
+    stop = [total() >= n_episodes]
+
+    def decide():  # run by one thread once every group has finished the round
+        stop[0] = total() >= n_episodes
+
+    barrier = threading.Barrier(len(carries), action=decide)
+
+    def run(g: int) -> int:
+        c, everyone, rows = carries[g], np.arange(len(carries[g].envs)), 0
+        try:
+            while not stop[0]:
+                actions = choose(c.obs, c.rng)
+                rows += len(everyone)
+                raw, rewards, done = c.envs.step(everyone, actions)
+                for i in everyone:
+                    part = c.partial[i]
+                    part[0].append(c.obs[i])
+                    part[1].append(actions[i])
+                    part[2].append(rewards[i])
+                    if done[i]:
+                        c.done.append((c.rounds, i, _episode(*part, spec.n_features)))
+                        c.partial[i] = ([], [], [])
+                        raw[i] = c.envs.envs[i].reset(seed=int(c.rng.integers(0, 2**31 - 1)))[0]
+                c.obs = spec.encode(raw)
+                c.rounds += 1
+                barrier.wait()
+        except threading.BrokenBarrierError:
+            return rows  # another group failed: its error is the one raised
+        except BaseException:
+            barrier.abort()
+            raise
+        return rows
+
+    rows = run_groups(run, list(range(len(carries))))
+    ranked = sorted((r, g, i, id(e)) for g, c in enumerate(carries) for r, i, e in c.done)
+    taken = {key[3] for key in ranked[:n_episodes]}
+    episodes = {id(e): e for c in carries for _, _, e in c.done}
+    for c in carries:
+        c.done = [d for d in c.done if id(d[2]) not in taken]
+    return [episodes[key[3]] for key in ranked[:n_episodes]], carries, sum(rows)
+
+
+def _new_carry(spec: EnvSpec, n_envs: int, seed) -> Carry:
+    envs = SyncEnvs(spec, n_envs)
+    rng = np.random.default_rng(seed)
+    obs = spec.encode(envs.reset(rng.integers(0, 2**31 - 1, n_envs)))
+    return Carry(envs, rng, obs, [([], [], []) for _ in range(n_envs)])
 
 
 def _episode(states, actions, rewards, n_features: int) -> Episode:

@@ -153,9 +153,7 @@ def collect(policy, params, envs: SyncEnvs, n_episodes: int, seed) -> Batch:
     parameters, or with ``params`` (a ``snapshot``) when given: one group, no autoreset."""
     if params is not None:
         return _with_params(policy, params, collect, policy, None, envs, n_episodes, seed)
-    episodes, _, rows = actor.sample_episodes(sampler(policy), envs.spec, len(envs), n_episodes, seed, False,
-                                              envs=envs)
-    return as_batch(episodes, rows)
+    return as_batch(*actor.fresh_episodes(sampler(policy), envs, n_episodes, seed))
 
 
 def _with_params(policy, params, fn, *args):
@@ -298,23 +296,22 @@ def solved_threshold(cfg: Config) -> float:
 
 @torch.no_grad()
 def act(policy, envs: list[SyncEnvs], cfg: Config, step: int, carry=None) -> tuple[Batch, list | None]:
-    """Update ``step``'s episodes, each group's share side by side: ``(batch, carry)``.
+    """Update ``step``'s episodes, the groups side by side: ``(batch, carry)``.
 
-    Group g's generator is seeded from ``(seed, step, g)`` (``(seed, step)`` with one group),
-    or carried over with autoreset (started from ``(seed, 7919, g)``)."""
+    Without autoreset, group g runs its share of fresh episodes with a generator seeded
+    from ``(seed, step, g)`` (``(seed, step)`` with one group). With autoreset the groups
+    run on from ``carry`` (first started from ``(seed, 7919, g)``)."""
     n = min(cfg.batch_episodes, cfg.max_episodes - step * cfg.batch_episodes)
-    groups = len(envs)
-    quotas, sizes = actor.split(n, groups), actor.split(cfg.num_envs or cfg.batch_episodes, groups)
-    choose = sampler(policy)
-
-    def group(g: int):
-        seed = ([cfg.seed, 7919, g] if cfg.autoreset else [cfg.seed, step] if groups == 1 else [cfg.seed, step, g])
-        return actor.sample_episodes(choose, envs[g].spec, sizes[g], quotas[g], seed, bool(cfg.autoreset),
-                                     None if carry is None else carry[g], envs[g])
-
-    results = actor.run_groups(group, list(range(groups)))
-    batch = as_batch([e for episodes, _, _ in results for e in episodes], sum(r[2] for r in results))
-    return batch, ([r[1] for r in results] if cfg.autoreset else None)
+    groups, choose = len(envs), sampler(policy)
+    if cfg.autoreset:
+        sizes = actor.split(cfg.num_envs or cfg.batch_episodes, groups)
+        episodes, carry, rows = actor.continuous_episodes(choose, envs[0].spec, sizes, n,
+                                                          [[cfg.seed, 7919, g] for g in range(groups)], carry)
+        return as_batch(episodes, rows), carry
+    quotas = actor.split(n, groups)
+    results = actor.run_groups(lambda g: actor.fresh_episodes(
+        choose, envs[g], quotas[g], [cfg.seed, step] if groups == 1 else [cfg.seed, step, g]), list(range(groups)))
+    return as_batch([e for episodes, _ in results for e in episodes], sum(rows for _, rows in results)), None
 
 
 def learn(policy, optimizer, batch: Batch, cfg: Config, extra, step: int) -> tuple[dict, None]:
