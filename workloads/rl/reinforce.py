@@ -115,6 +115,8 @@ class Batch:
     rewards: np.ndarray  # [T] float64
     lengths: np.ndarray  # [n_episodes] steps of each episode (they sum to T)
     circuit_evals: int  # policy rows evaluated while collecting
+    steps_taken: int = -1  # env steps the actor ran for this batch (-1: T); with autoreset, steps of
+    # episodes that carry over to later updates count here, where they were run
 
     @property
     def n_steps(self) -> int:
@@ -144,7 +146,8 @@ def sampler(policy) -> actor.ChooseFn:
 def as_batch(episodes: list[actor.Episode], rows: int) -> Batch:
     """Episodes laid out one after the other."""
     return Batch(np.concatenate([e.states for e in episodes]), np.concatenate([e.actions for e in episodes]),
-                 np.concatenate([e.rewards for e in episodes]), np.array([len(e.actions) for e in episodes]), rows)
+                 np.concatenate([e.rewards for e in episodes]), np.array([len(e.actions) for e in episodes]), rows,
+                 rows)  # every policy row is one env step
 
 
 @torch.no_grad()

@@ -122,6 +122,7 @@ def learn(batch, params, opt, extra, step, algo, config):
     learner_evals = int(metrics.pop("circuit_evals", 0))  # rows the learner's own forward passes ran
     return {"params": _params(policy), "opt": copy.deepcopy(optimizer.state_dict()), "extra": {"value": extra},
             "returns": [float(r) for r in batch.episode_returns], "env_steps": int(batch.n_steps),
+            "env_steps_taken": int(batch.n_steps if getattr(batch, "steps_taken", -1) < 0 else batch.steps_taken),
             "circuit_evals": int(batch.circuit_evals) + learner_evals, "loss": float(metrics.get("loss", float("nan")))}
 
 
@@ -135,6 +136,7 @@ def build_graph(algo: str, cfg, staleness: int = 0, job_backends: tuple[str, ...
     pipe.preprocess(rollout_carry if carries else rollout, name="rollout", outputs=outputs,
                     params={"algo": algo, "config": config}, job_backends=job_backends)
     pipe.learn(learn, outputs={"params": "any", "opt": "any", "extra": "any", "returns": "any", "env_steps": "scalar",
+                               "env_steps_taken": "scalar",
                                "circuit_evals": "scalar", "loss": "scalar"},
                resource="gpu", params={"algo": algo, "config": config}, job_backends=job_backends)
     pipe.loop("learn.params", "rollout.params", max_staleness=staleness)
@@ -144,7 +146,7 @@ def build_graph(algo: str, cfg, staleness: int = 0, job_backends: tuple[str, ...
     if carries:
         pipe.loop("rollout.carry", "rollout.carry")
         pipe.output("rollout.carry")
-    for port in ("params", "opt", "extra", "returns", "env_steps", "circuit_evals", "loss"):
+    for port in ("params", "opt", "extra", "returns", "env_steps", "env_steps_taken", "circuit_evals", "loss"):
         pipe.output(f"learn.{port}")
     return pipe.build()
 
@@ -227,7 +229,9 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
     ``backends`` maps a backend name (``cfg.backend``) to a pool, as ``hq.run`` takes it;
     ``scheduler`` are ``SchedulerConfig`` fields (``max_retries``, ``job_timeout``, ...).
     Returns ``returns`` (every episode's return), ``episodes_to_solve``, ``seconds``,
-    ``env_steps``, ``env_steps_per_s``, ``circuit_evals``, ``circuit_evals_per_s``,
+    ``env_steps`` (steps of the episodes the learner got), ``env_steps_per_s``, ``env_steps_taken``
+    (steps the actors ran, with episodes still running at the end: with autoreset they exceed
+    ``env_steps``), ``env_steps_taken_per_s``, ``circuit_evals``, ``circuit_evals_per_s``,
     ``updates``, the final ``params``, the ``spans`` and the scheduler's ``stats``.
 
     When the run fails (a job out of retries, say) the last completed update's checkpoint,
@@ -254,9 +258,10 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
     spec_solved = mod.solved_threshold(cfg)
     window_n = mod.solve_window(cfg) if hasattr(mod, "solve_window") else 10  # episodes the criterion averages
     state = initial_state(algo, cfg) if ckpt is None else ckpt["state"]
-    done = {"returns": [], "env_steps": 0, "circuit_evals": 0, "seconds": 0.0, "update": -1, "solved_at": None}
+    done = {"returns": [], "env_steps": 0, "env_steps_taken": 0, "circuit_evals": 0, "seconds": 0.0, "update": -1,
+            "solved_at": None}
     if ckpt is not None:
-        done.update({k: ckpt[k] for k in done})
+        done.update({k: ckpt.get(k, done[k]) for k in done})
     if run_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
         if ckpt is None:
@@ -288,6 +293,7 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
         done["update"] += 1
         done["returns"] += out["returns"]
         done["env_steps"] += out["env_steps"]
+        done["env_steps_taken"] += out["env_steps_taken"]
         done["circuit_evals"] += out["circuit_evals"]
         last["state"] = {"learn.params": out["params"], "learn.opt": out["opt"], "learn.extra": out["extra"]}
         if "carry" in out:
@@ -331,6 +337,7 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
     return {"algo": algo, "config": dataclasses.asdict(cfg), "distribution": policy_.name,
             "returns": done["returns"], "episodes_to_solve": done["solved_at"], "updates": done["update"] + 1,
             "seconds": seconds, "env_steps": done["env_steps"], "env_steps_per_s": done["env_steps"] / seconds,
+            "env_steps_taken": done["env_steps_taken"], "env_steps_taken_per_s": done["env_steps_taken"] / seconds,
             "circuit_evals": done["circuit_evals"], "circuit_evals_per_s": done["circuit_evals"] / seconds,
             "params": last["state"]["learn.params"], "spans": result.spans, "stats": result.extra}
 
