@@ -115,7 +115,10 @@ def main() -> int:
     print(f"\npart 2: REINFORCE on an emulated QPU (50 ms queue latency per job, exact), first {overlap_episodes} "
           f"episodes, seeds 0..{oseeds - 1}")
     # warm-up (not timed): compiles the circuit programs and starts the emulated QPU's threads
-    warm = reinforce.Config(seed=0, backend="qpu-50ms", max_episodes=10, stop_when_solved=False)
+    # the actor as before issue 11 (one group of 10 envs, fresh episodes): this part measures what
+    # pipelined distribution alone hides; benchmarks/rl_qpu.py measures the groups and autoreset
+    warm = reinforce.Config(seed=0, backend="qpu-50ms", max_episodes=10, stop_when_solved=False, groups=1,
+                            num_envs=10, autoreset=False)
     runner.train("reinforce", warm, "sync")
     totals = {"sync": [0.0, 0, 0], "pipelined": [0.0, 0, 0]}  # seconds, episodes, env steps
     for s in range(oseeds):

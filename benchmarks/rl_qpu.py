@@ -42,7 +42,7 @@ import torch
 
 import hqflow as hq
 from hqflow.ir import Circuit
-from hqflow.trace import intervals_union, makespan
+from hqflow.trace import makespan
 from hqflow.workloads.rl import reinforce, runner
 
 
@@ -51,12 +51,21 @@ def qpu(per_job=0.05, slots=2, name="qpu-50ms", **faults):
 
 
 def device_busy(spans, resource: str, slots: int) -> float:
-    """Busy slot-seconds of the pool's device lanes over slots x the run's makespan."""
-    lanes: dict[str, list] = {}
-    for s in spans:
-        if s.resource == resource:
-            lanes.setdefault(s.row, []).append(s)
-    busy = sum(sum(b - a for a, b in intervals_union(group)) for group in lanes.values())
+    """Busy slot-seconds of the pool's device slots over slots x the run's makespan.
+
+    A device slot works while a job is on it; jobs wait in the QPU's queue only while every
+    slot is taken (the emulated QPU, like a cloud device, starts a queued job as soon as a
+    slot frees). So with n jobs in flight, min(n, slots) slots are busy: the integral of that
+    over the run, from the job spans. (Lanes, the pool's guess of which slot ran a job, are
+    for drawing: a long job may be drawn on a slot other than the one it ran on.)
+    """
+    events = sorted([(s.start, 1) for s in spans if s.resource == resource] +
+                    [(s.end, -1) for s in spans if s.resource == resource])
+    busy, n, last = 0.0, 0, None
+    for t, step in events:
+        if last is not None:
+            busy += min(n, slots) * (t - last)
+        n, last = n + step, t
     return busy / (slots * makespan(spans))
 
 

@@ -83,6 +83,12 @@ class Carry:
     rounds: int = 0  # time steps this group has run (all groups run in step with each other)
     done: list = field(default_factory=list)  # (round, env, Episode) completed, not yet handed to an update
 
+    def copy(self) -> Carry:
+        """An independent copy: environments and generator deep-copied; the recorded steps and
+        episodes, which are never changed in place, shared."""
+        return Carry(copy.deepcopy(self.envs), copy.deepcopy(self.rng), self.obs.copy(),
+                     [(list(s), list(a), list(r)) for s, a, r in self.partial], self.rounds, list(self.done))
+
 
 ChooseFn = Callable[[np.ndarray, np.random.Generator], np.ndarray]
 """``choose(states [k, F], rng) -> actions [k]``: the policy's forward pass (one job) and sampling."""
@@ -124,7 +130,7 @@ def continuous_episodes(choose: ChooseFn, spec: EnvSpec, sizes: list[int], n_epi
     It takes the first ``n_episodes`` in (round, group, env) order; the rest carry over.
     ``carries`` (one per group, None: new from ``seeds``) are copied, never changed.
     """
-    carries = [_new_carry(spec, n, seed) if c is None else copy.deepcopy(c)  # the loop edge's value stays
+    carries = [_new_carry(spec, n, seed) if c is None else c.copy()  # the loop edge's value stays as it was
                for n, seed, c in zip(sizes, seeds, carries or [None] * len(sizes))]
     total = lambda: sum(len(c.done) for c in carries)  # noqa: E731
     stop = [total() >= n_episodes]
