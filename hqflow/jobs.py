@@ -312,10 +312,6 @@ class PoolBackend:
     def capabilities(self) -> Capabilities:
         return self._client.capabilities(self.name)
 
-    @property
-    def devices(self) -> int:
-        return self._client.devices(self.name)
-
     def submit(self, batch: CircuitBatch) -> FutureJob:
         return FutureJob(self._client.submit(self.name, batch), self.name)
 

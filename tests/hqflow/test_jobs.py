@@ -26,6 +26,7 @@ TEMPLATE = _template()
 def actor(step):
     """Submits two jobs at once through its client and waits for both."""
     client = hq.get_client()
+    assert client.devices("qpu") >= 1 and client.capabilities("qpu").max_qubits >= 2
     batch = CircuitBatch.make(TEMPLATE, np.full((3, 1), 0.1 * step), [0.2])
     futures = [client.submit("qpu", batch) for _ in range(2)]
     values = [f.result().values for f in futures]

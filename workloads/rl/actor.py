@@ -167,12 +167,11 @@ def continuous_episodes(choose: ChooseFn, spec: EnvSpec, sizes: list[int], n_epi
         return rows
 
     rows = run_groups(run, list(range(len(carries))))
-    ranked = sorted((r, g, i, id(e)) for g, c in enumerate(carries) for r, i, e in c.done)
-    taken = {key[3] for key in ranked[:n_episodes]}
-    episodes = {id(e): e for c in carries for _, _, e in c.done}
-    for c in carries:
-        c.done = [d for d in c.done if id(d[2]) not in taken]
-    return [episodes[key[3]] for key in ranked[:n_episodes]], carries, sum(rows)
+    # an env completes at most one episode a round, so (round, group, env) names each one
+    pending = sorted(((r, g, i, e) for g, c in enumerate(carries) for r, i, e in c.done), key=lambda d: d[:3])
+    for g, c in enumerate(carries):
+        c.done = [(r, i, e) for r, owner, i, e in pending[n_episodes:] if owner == g]
+    return [e for *_, e in pending[:n_episodes]], carries, sum(rows)
 
 
 def _new_carry(spec: EnvSpec, n_envs: int, seed) -> Carry:

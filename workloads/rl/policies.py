@@ -121,15 +121,19 @@ class _PQC(nn.Module):
         self.input_scaling = nn.Parameter(torch.ones(n_layers, n_qubits, dtype=dtype))
         self.weights = nn.Parameter(torch.rand(self.template.n_weights, generator=gen, dtype=dtype) * math.pi)
         self._own = None if isinstance(backend, str) else backend  # resolved backend outside a client
-        self._program = None
         if isinstance(backend, str) and current_client() is None:
             try:
                 self._own = get_backend(backend)
             except BackendError:  # not a registry name: a pool's, looked up when the policy runs
-                self._own = None
-        if self._own is not None and differentiates(self._own):
-            cdtype = torch.complex128 if dtype == torch.float64 else torch.complex64
-            self._program = self._own.program(self.template, dtype=cdtype)
+                pass
+        self._program = None if self._own is None else self._torch_program(self._own)
+
+    def _torch_program(self, backend):
+        """The in-process torch program of a backend that differentiates; None for any other."""
+        if not differentiates(backend):
+            return None
+        return backend.program(self.template, dtype=torch.complex128 if self.weights.dtype == torch.float64
+                               else torch.complex64)
 
     def job_backend(self):
         """The backend this policy's jobs go to now: the running fragment's pool named ``backend``
@@ -159,14 +163,14 @@ class _PQC(nn.Module):
     def expectations(self, states: torch.Tensor) -> torch.Tensor:
         """<O_k> for every observable: [B, n_obs]."""
         x = self.angles(states)
-        if self._program is not None:
-            return self._program(x, self.weights).to(x.dtype)
-        backend = self.job_backend()
-        if differentiates(backend):  # an in-process autograd backend found only now (by name, in a fragment)
-            return backend.program(self.template, dtype=torch.complex128 if x.dtype == torch.float64
-                                   else torch.complex64)(x, self.weights).to(x.dtype)
-        need_grad = torch.is_grad_enabled() and (x.requires_grad or self.weights.requires_grad)
-        return _ParamShift.apply(x, self.weights, self.template, backend, need_grad)
+        program = self._program
+        if program is None:
+            backend = self.job_backend()
+            program = self._torch_program(backend)  # a differentiating backend found only now, by name
+            if program is None:
+                need_grad = torch.is_grad_enabled() and (x.requires_grad or self.weights.requires_grad)
+                return _ParamShift.apply(x, self.weights, self.template, backend, need_grad)
+        return program(x, self.weights).to(x.dtype)
 
     def param_groups(self, lr_in: float = 0.1, lr_var: float = 0.01, lr_out: float = 0.1) -> list[dict]:
         """Optimizer groups: λ (``input_scaling``), θ (``weights``), w (``output``)."""

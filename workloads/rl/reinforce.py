@@ -274,9 +274,10 @@ def resolve(cfg: Config, in_process: bool, devices: int = 1) -> Config:
 
 
 def make_envs(cfg: Config) -> list[SyncEnvs]:
-    """Each group's scratch environments (fresh mode; with autoreset they live in the carry)."""
-    groups = cfg.groups or 1
-    return [SyncEnvs(get_spec(cfg.env), n) for n in actor.split(cfg.num_envs or cfg.batch_episodes, groups)]
+    """Each group's scratch environments for fresh episodes (none with autoreset: they live in the carry)."""
+    if cfg.autoreset:
+        return []
+    return [SyncEnvs(get_spec(cfg.env), n) for n in actor.split(cfg.num_envs or cfg.batch_episodes, cfg.groups or 1)]
 
 
 def init_carry(cfg: Config) -> list | None:
@@ -305,10 +306,10 @@ def act(policy, envs: list[SyncEnvs], cfg: Config, step: int, carry=None) -> tup
     from ``(seed, step, g)`` (``(seed, step)`` with one group). With autoreset the groups
     run on from ``carry`` (first started from ``(seed, 7919, g)``)."""
     n = min(cfg.batch_episodes, cfg.max_episodes - step * cfg.batch_episodes)
-    groups, choose = len(envs), sampler(policy)
+    groups, choose = cfg.groups or 1, sampler(policy)
     if cfg.autoreset:
         sizes = actor.split(cfg.num_envs or cfg.batch_episodes, groups)
-        episodes, carry, rows = actor.continuous_episodes(choose, envs[0].spec, sizes, n,
+        episodes, carry, rows = actor.continuous_episodes(choose, get_spec(cfg.env), sizes, n,
                                                           [[cfg.seed, 7919, g] for g in range(groups)], carry)
         return as_batch(episodes, rows), carry
     quotas = actor.split(n, groups)
