@@ -27,6 +27,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,8 @@ class Parent:
     lane: str
     version: int | None = None
     submitted: bool = False  # True: a classical fragment submitted it itself (its client)
+    kind: str = "execute"  # the fragment's kind and resource (for the spans of its own work, ``JobClient.work``)
+    resource: str = "qpu"
 
 
 @dataclass
@@ -274,7 +277,8 @@ class JobClient:
     ``submit(name, batch)`` returns a ``concurrent.futures.Future`` of the
     ``BatchResult``; ``backend(name)`` wraps a pool as a backend object
     (``name``, ``capabilities``, ``submit(batch) -> Job``) for code that takes one;
-    ``devices(name)`` is how many jobs the pool runs at once. Only the backend
+    ``devices(name)`` is how many jobs the pool runs at once; ``work(label)`` times
+    a stretch of the fragment's own work for the trace. Only the backend
     names the fragment declared (``Fragment.job_backends``) are open to it.
     """
 
@@ -300,6 +304,23 @@ class JobClient:
     def backend(self, name: str) -> PoolBackend:
         self._pool(name)
         return PoolBackend(self, name)
+
+    @contextmanager
+    def work(self, label: str):
+        """Time a stretch of the fragment's own classical work, done while its jobs are in flight
+        (an actor group stepping its environments), as a span in lane ``LANE/label`` with the
+        fragment as parent: the trace then shows that work overlapping the jobs."""
+        start = time.perf_counter()
+        outcome = "ok"
+        try:
+            yield
+        except BaseException as exc:
+            outcome = f"error: {exc}"
+            raise
+        finally:
+            p, t0 = self.parent, self._service.t0
+            self._service.record(Span(p.fragment, p.kind, p.resource, p.step, start - t0, time.perf_counter() - t0,
+                                      outcome, p.version, f"{p.lane}/{label}", p.lane))
 
 
 class PoolBackend:

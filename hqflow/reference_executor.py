@@ -109,7 +109,7 @@ class ReferenceExecutor:
         pools = {name: Pool(name, [Member(self.backends[name], f"qpu:{self.backends[name].name}", 1, 1)])
                  for name in f.job_backends}
         service = JobService(pools, max_retries=0, t0=t0, record=spans.append)
-        return JobClient(service, f.job_backends, Parent(f.name, step, self.resource(f), submitted=True))
+        return JobClient(service, f.job_backends, Parent(f.name, step, self.resource(f), None, True, f.kind, self.resource(f)))
 
     def run(self, stream: Iterable[Mapping[str, Any]] | int, *, initial_state: Mapping[str, Any] | None = None,
             seed: int | None = 0, progress=None) -> RunResult:

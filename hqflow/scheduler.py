@@ -280,7 +280,7 @@ class Scheduler:
         slot = min(set(range(self.slots[resource])) - self.busy[resource])
         self.busy[resource].add(slot)
         lane = f"{resource}/{slot}"
-        client = (JobClient(self.service, f.job_backends, Parent(f.name, step, lane, version, submitted=True))
+        client = (JobClient(self.service, f.job_backends, Parent(f.name, step, lane, version, True, f.kind, resource))
                   if f.job_backends else None)
         start = time.perf_counter()
         fut = self.executor.submit(f, args, resource, client)

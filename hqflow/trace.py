@@ -44,8 +44,9 @@ class Span:
     version: int | None = None  # parameter version used (loop-carried inputs), if any
     lane: str = ""  # the worker within the resource; "" means the resource itself
     parent_lane: str | None = None
-    """for a quantum job that a classical fragment submitted itself (through its job client): the
-    lane of that fragment's call; ``fragment`` and ``step`` are then that fragment's. None otherwise"""
+    """for work inside a classical fragment's call, recorded through its job client (a quantum job it
+    submitted, or a stretch of its own work, ``JobClient.work``): the lane of that call; ``fragment``
+    and ``step`` are then that fragment's. None otherwise"""
 
     @property
     def seconds(self) -> float:
@@ -181,12 +182,14 @@ def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[t
 
 def is_nested_job(s: Span) -> bool:
     """A quantum job that a classical fragment submitted itself (through ``hqflow.get_client()``)."""
-    return s.parent_lane is not None
+    return s.parent_lane is not None and is_quantum(s.resource)
 
 
 def _classical_quantum(spans: list[Span]) -> tuple[list, list]:
-    """Classical and quantum busy intervals. A classical lane's time spent blocked on a job
-    it submitted itself (a nested job span in lane ``qpu:B/LANE``) counts as quantum only."""
+    """Classical and quantum busy intervals. A classical lane's time while jobs it submitted itself
+    are in flight (spans whose ``parent_lane`` is that lane) counts as quantum only: the fragment
+    waits on them; the work it does meanwhile counts through its own work spans (``JobClient.work``,
+    in lanes of their own)."""
     waits: dict[str, list[Span]] = {}
     lanes: dict[str, list[Span]] = {}
     for s in spans:

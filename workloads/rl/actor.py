@@ -5,7 +5,8 @@ own environments and its own seeded generator, and its policy forward pass for o
 step is one job. The groups run side by side (``run_groups``): group 0 on the fragment's
 thread, the others on worker threads, so while group g waits for its job on the QPU the CPU
 steps the other groups' environments (double-buffered sampling, as in Sample Factory or
-EnvPool's async mode). Nothing depends on timing: every group's trajectories are a function
+EnvPool's async mode). On a job backend each group's environment work is a span of its own
+(lane ``cpu/0/envs1``...), so the trace shows it overlapping the jobs. Nothing depends on timing: every group's trajectories are a function
 of its own seeds, so any completion order gives the same batch.
 
 Whole episodes for the episodic algorithms (REINFORCE) come two ways:
@@ -29,11 +30,14 @@ import contextvars
 import copy
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from hqflow.workloads.rl.envs import EnvSpec, SyncEnvs
+
+from hqflow.jobs import current_client
 
 
 def split(n: int, parts: int) -> list[int]:
@@ -94,9 +98,11 @@ ChooseFn = Callable[[np.ndarray, np.random.Generator], np.ndarray]
 """``choose(states [k, F], rng) -> actions [k]``: the policy's forward pass (one job) and sampling."""
 
 
-def fresh_episodes(choose: ChooseFn, envs: SyncEnvs, n_episodes: int, seed) -> tuple[list[Episode], int]:
+def fresh_episodes(choose: ChooseFn, envs: SyncEnvs, n_episodes: int, seed,
+                   label: str = "envs") -> tuple[list[Episode], int]:
     """``n_episodes`` fresh episodes of one group, in waves of its envs, ordered by wave then env:
-    ``(episodes, circuit rows)``; generator ``np.random.default_rng(seed)``."""
+    ``(episodes, circuit rows)``; generator ``np.random.default_rng(seed)``. Inside a fragment with
+    a job client, each time step's environment work is a span in lane ``LANE/label``."""
     if n_episodes == 0:
         return [], 0
     rng = np.random.default_rng(seed)
@@ -110,12 +116,13 @@ def fresh_episodes(choose: ChooseFn, envs: SyncEnvs, n_episodes: int, seed) -> t
         while alive.size:
             actions = choose(obs, rng)
             rows += alive.size
-            raw, rewards, done = envs.step(alive, actions)
-            for k, i in enumerate(alive):
-                trace[i][0].append(obs[k])
-                trace[i][1].append(actions[k])
-                trace[i][2].append(rewards[k])
-            alive, obs = alive[~done], encode(raw[~done])
+            with _work(label):
+                raw, rewards, done = envs.step(alive, actions)
+                for k, i in enumerate(alive):
+                    trace[i][0].append(obs[k])
+                    trace[i][1].append(actions[k])
+                    trace[i][2].append(rewards[k])
+                alive, obs = alive[~done], encode(raw[~done])
         episodes += [_episode(*t, envs.spec.n_features) for t in trace]
     return episodes, rows
 
@@ -146,17 +153,18 @@ def continuous_episodes(choose: ChooseFn, spec: EnvSpec, sizes: list[int], n_epi
             while not stop[0]:
                 actions = choose(c.obs, c.rng)
                 rows += len(everyone)
-                raw, rewards, done = c.envs.step(everyone, actions)
-                for i in everyone:
-                    part = c.partial[i]
-                    part[0].append(c.obs[i])
-                    part[1].append(actions[i])
-                    part[2].append(rewards[i])
-                    if done[i]:
-                        c.done.append((c.rounds, i, _episode(*part, spec.n_features)))
-                        c.partial[i] = ([], [], [])
-                        raw[i] = c.envs.envs[i].reset(seed=int(c.rng.integers(0, 2**31 - 1)))[0]
-                c.obs = spec.encode(raw)
+                with _work(f"envs{g}"):
+                    raw, rewards, done = c.envs.step(everyone, actions)
+                    for i in everyone:
+                        part = c.partial[i]
+                        part[0].append(c.obs[i])
+                        part[1].append(actions[i])
+                        part[2].append(rewards[i])
+                        if done[i]:
+                            c.done.append((c.rounds, i, _episode(*part, spec.n_features)))
+                            c.partial[i] = ([], [], [])
+                            raw[i] = c.envs.envs[i].reset(seed=int(c.rng.integers(0, 2**31 - 1)))[0]
+                    c.obs = spec.encode(raw)
                 c.rounds += 1
                 barrier.wait()
         except threading.BrokenBarrierError:
@@ -172,6 +180,12 @@ def continuous_episodes(choose: ChooseFn, spec: EnvSpec, sizes: list[int], n_epi
     for g, c in enumerate(carries):
         c.done = [(r, i, e) for r, owner, i, e in pending[n_episodes:] if owner == g]
     return [e for *_, e in pending[:n_episodes]], carries, sum(rows)
+
+
+def _work(label: str):
+    """The running fragment's ``JobClient.work(label)`` (a span of environment work), if it has a client."""
+    client = current_client()
+    return nullcontext() if client is None else client.work(label)
 
 
 def _new_carry(spec: EnvSpec, n_envs: int, seed) -> Carry:

@@ -314,7 +314,8 @@ def act(policy, envs: list[SyncEnvs], cfg: Config, step: int, carry=None) -> tup
         return as_batch(episodes, rows), carry
     quotas = actor.split(n, groups)
     results = actor.run_groups(lambda g: actor.fresh_episodes(
-        choose, envs[g], quotas[g], [cfg.seed, step] if groups == 1 else [cfg.seed, step, g]), list(range(groups)))
+        choose, envs[g], quotas[g], [cfg.seed, step] if groups == 1 else [cfg.seed, step, g], f"envs{g}"),
+        list(range(groups)))
     return as_batch([e for episodes, _ in results for e in episodes], sum(rows for _, rows in results)), None
 
 

@@ -6,8 +6,9 @@ The algorithm is written once (``reinforce``, ``dqn``, ``ppo``), as a module wit
 * ``make_policy(cfg)``, ``make_optimizer(policy, cfg)``, ``make_envs(cfg)``, ``init_extra(cfg, policy)``;
 * ``act(policy, envs, cfg, step) -> batch`` (the actor: ``batch.episode_returns``,
   ``batch.n_steps`` and ``batch.circuit_evals``); deterministic for ``(cfg.seed, step)``;
-  an actor that keeps state between updates (environments that run on, with
-  ``autoreset``) also has ``init_carry(cfg)`` and ``act(..., carry) -> (batch, carry)``;
+  an actor that may keep state between updates (environments that run on, with
+  ``autoreset``) also has ``init_carry(cfg)`` (None when this config keeps none) and
+  ``act(..., carry) -> (batch, carry)``;
 * optionally ``resolve(cfg, in_process, devices) -> cfg``: settings that depend on the
   backend (``groups``, ``num_envs``, ``autoreset``), fixed once before the run so the
   run directory records them;
@@ -19,7 +20,7 @@ Each iteration (one stream item, ``{"step": k}``) is two fragments::
     rollout (cpu) --batch--> learn (gpu: the learner's own slot)
     learn.params ~> rollout.params (max_staleness = the policy's staleness)
     learn.params, learn.opt, learn.extra ~> learn.* (strictly sequential)
-    rollout.carry ~> rollout.carry (with an actor that carries state)
+    rollout.carry ~> rollout.carry (only with an actor that carries state: it orders the rollouts)
 
 On a job backend (one that does not differentiate in process) both fragments declare
 it in ``job_backends``, so every policy forward pass and gradient job goes through the
@@ -102,7 +103,15 @@ def rollout(params, step, algo, config):
     """The actor: run the environments with ``params``."""
     policy, _, envs = _scratch(algo, config, "actor")
     _load(policy, params)
-    return {"batch": algorithm(algo).act(policy, envs, _config(algo, config), int(step))}
+    mod = algorithm(algo)
+    out = mod.act(policy, envs, _config(algo, config), int(step))
+    return {"batch": out[0] if hasattr(mod, "init_carry") else out}  # (batch, None) from an actor that can carry
+
+
+def _carries(mod, cfg) -> bool:
+    """Whether the actor keeps state between updates with this config (a ``rollout.carry`` loop edge).
+    Without one, rollouts depend on nothing but the parameters, so several can run at once."""
+    return hasattr(mod, "init_carry") and mod.init_carry(cfg) is not None
 
 
 def rollout_carry(params, carry, step, algo, config):
@@ -129,7 +138,7 @@ def learn(batch, params, opt, extra, step, algo, config):
 def build_graph(algo: str, cfg, staleness: int = 0, job_backends: tuple[str, ...] = ()) -> Graph:
     """The two fragments; ``job_backends``: the backend names their jobs go to through the scheduler."""
     config = dataclasses.asdict(cfg)
-    carries = hasattr(algorithm(algo), "init_carry")
+    carries = _carries(algorithm(algo), cfg)
     pipe = hq.Pipeline(f"{algo}_{cfg.env}")
     pipe.input("step", "scalar")
     outputs = {"batch": "any", "carry": "any"} if carries else {"batch": "any"}
@@ -157,7 +166,7 @@ def initial_state(algo: str, cfg) -> dict:
     optimizer = mod.make_optimizer(policy, cfg)
     state = {"learn.params": _params(policy), "learn.opt": copy.deepcopy(optimizer.state_dict()),
              "learn.extra": {"value": mod.init_extra(cfg, policy)}}  # boxed: None is a value here
-    if hasattr(mod, "init_carry"):
+    if _carries(mod, cfg):
         state["rollout.carry"] = {"value": mod.init_carry(cfg)}
     return state
 

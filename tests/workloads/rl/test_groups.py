@@ -51,6 +51,11 @@ def test_groups_are_bit_identical_across_distributions(autoreset):
     assert {s.row for s in jobs} == {"qpu:a#0", "qpu:b#1"}  # both QPUs used
     if autoreset:  # every actor job is full: one row per env of its group
         assert a["circuit_evals"] % 2 == 0
+    # each group's environment work is a span of its own, parented by the rollout's lane
+    rollout_lanes = {s.row for s in a["spans"] if s.kind == "preprocess" and s.parent_lane is None}
+    work = [s for s in a["spans"] if s.parent_lane is not None and s.resource == "cpu"]
+    assert {s.row for s in work} == {f"{lane}/envs{g}" for lane in rollout_lanes for g in (0, 1)}
+    assert hq.trace.overlap_seconds(b["spans"]) > 0  # environments stepped while jobs were in flight
 
 
 def test_a_flaky_qpu_changes_nothing():
