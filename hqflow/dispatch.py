@@ -7,7 +7,9 @@ fit a job, the one expected to deliver a *good* result first: a free slot now
 plus its moving-average job time, or, when all its slots are busy, the time
 until one frees plus that job time, divided by its recent success rate. So a
 slow QPU takes work only when that finishes earlier than waiting for a fast
-simulator, and never holds it back.
+simulator, and never holds it back. Job times are kept per size class (rows
+within a factor of two), so one big gradient job does not make a member look
+slow for the small jobs that follow.
 
 The pool also learns from what it has not seen and from failures:
 
@@ -36,10 +38,12 @@ class Member:
     lane: str  # Gantt row prefix, e.g. "qpu:emulated-qpu#1"
     devices: int  # jobs the backend runs at once (its device slots)
     capacity: int  # jobs kept in flight: devices plus prefetched ones waiting in its queue
-    ewma: float | None = None  # seconds per successful job (exponential moving average)
+    ewma: float | None = None  # seconds per successful job, any size (exponential moving average)
+    by_size: dict[int, float] = field(default_factory=dict)  # the same per size class (rows' bit length)
     success: float = 1.0  # moving average of job outcomes (1 ok, 0 failed)
     busy: dict[int, float] = field(default_factory=dict)  # slot -> start time
     device: dict[int, int] = field(default_factory=dict)  # slot -> the device slot its job is drawn on
+    expect: dict[int, float] = field(default_factory=dict)  # slot -> the expected seconds of its job
     tried_at: int | None = None  # the pool's job count when this member last got a job
     streak: int = 0  # failures in a row
     rest_until: float = 0.0  # circuit open until this time
@@ -53,17 +57,28 @@ class Member:
                 return s
         return None
 
-    def expected_finish(self, now: float, guess: float) -> float:
-        """When a good result of a job given now would arrive; ``guess`` stands in for an unmeasured backend.
+    def job_time(self, rows: int, guess: float) -> float:
+        """Seconds a job of ``rows`` circuits is expected to take here: the moving average of jobs of
+        its size class (a big gradient job does not make small jobs look slow), else of all jobs."""
+        known = self.by_size.get(_size_class(rows), self.ewma)
+        return guess if known is None else known
+
+    def expected_finish(self, now: float, guess: float, rows: int = 1) -> float:
+        """When a good result of a job of ``rows`` given now would arrive; ``guess`` stands in for
+        an unmeasured backend.
 
         With a device idle it starts now; otherwise it waits behind the jobs
-        ahead of it: the soonest device frees, then one job time per job queued.
+        ahead of it: the soonest running job ends, then one job time per job queued.
         The wait is divided by the member's recent success rate (a job that fails
         half the time takes twice as long to succeed, on average).
         """
-        job = guess if self.ewma is None else self.ewma
+        job = self.job_time(rows, guess)
         ahead = len(self.busy) - self.devices + 1
-        finish = job if ahead <= 0 else max(0.0, min(self.busy.values()) + job - now) + job * ahead
+        if ahead <= 0:
+            finish = job
+        else:
+            soonest = min(start + self.expect.get(slot, job) for slot, start in self.busy.items())
+            finish = max(0.0, soonest - now) + job * ahead
         return now + finish / max(self.success, 0.05)
 
     def fits(self, n_qubits: int) -> bool:
@@ -71,6 +86,11 @@ class Member:
 
     def resting(self, now: float) -> bool:
         return now < self.rest_until
+
+
+def _size_class(rows: int) -> int:
+    """Jobs within a factor of two in rows share a latency estimate."""
+    return max(int(rows), 1).bit_length()
 
 
 class Pool:
@@ -111,8 +131,8 @@ class Pool:
         limits = [x for x in limits if x]
         return min(limits) if limits else None
 
-    def choose(self, n_qubits: int, avoid: set[int]) -> tuple[int, int] | None:
-        """``(member index, slot)`` to run a job on now, or ``None`` to wait.
+    def choose(self, n_qubits: int, avoid: set[int], rows: int = 1) -> tuple[int, int] | None:
+        """``(member index, slot)`` to run a job of ``rows`` circuits on now, or ``None`` to wait.
 
         ``avoid`` holds members that already failed this job; they, and resting
         members, are used only when no other member fits.
@@ -132,7 +152,7 @@ class Pool:
                 return i, slot
         known = [m.ewma for m in self.members if m.ewma is not None]
         guess = sum(known) / len(known) if known else 0.0
-        best = min(preferred, key=lambda i: (self.members[i].expected_finish(now, guess),
+        best = min(preferred, key=lambda i: (self.members[i].expected_finish(now, guess, rows),
                                               len(self.members[i].busy), i))
         slot = self.members[best].free_slot()
         return None if slot is None else (best, slot)
@@ -146,9 +166,11 @@ class Pool:
     def any_fits(self, n_qubits: int) -> bool:
         return any(m.fits(n_qubits) for m in self.members)
 
-    def start(self, member: int, slot: int) -> float:
+    def start(self, member: int, slot: int, rows: int = 1) -> float:
         t = time.perf_counter()
         m = self.members[member]
+        known = [x.ewma for x in self.members if x.ewma is not None]
+        m.expect[slot] = m.job_time(rows, sum(known) / len(known) if known else 0.0)
         # the device this job will run on, as far as the pool can tell: the one with the fewest
         # jobs, then the one whose job started first (it frees first); queued jobs wait behind it
         load = {d: [m.busy[s] for s, dd in m.device.items() if dd == d] for d in range(m.devices)}
@@ -158,14 +180,18 @@ class Pool:
         self.jobs += 1
         return t
 
-    def finish(self, member: int, slot: int, ok: bool) -> None:
+    def finish(self, member: int, slot: int, ok: bool, rows: int = 1) -> None:
         m = self.members[member]
         started = m.busy.pop(slot)
         m.device.pop(slot, None)
+        m.expect.pop(slot, None)
         m.success = (1 - self.alpha) * m.success + self.alpha * (1.0 if ok else 0.0)
         if ok:
             took = time.perf_counter() - started
             m.ewma = took if m.ewma is None else (1 - self.alpha) * m.ewma + self.alpha * took
+            size = _size_class(rows)
+            old = m.by_size.get(size)
+            m.by_size[size] = took if old is None else (1 - self.alpha) * old + self.alpha * took
             m.streak, m.rest = 0, 0.0
             return
         m.failures += 1

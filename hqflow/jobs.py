@@ -128,13 +128,14 @@ class JobService:
                 req, j = self._waiting.popleft()
                 if req.future.done():  # failed meanwhile (another part ran out of retries)
                     continue
-                choice = req.pool.choose(req.parts[j].template.n_qubits, req.avoid[j])
+                part = req.parts[j]
+                choice = req.pool.choose(part.template.n_qubits, req.avoid[j], part.size)
                 if choice is None:
                     waiting.append((req, j))
                     continue
                 member, slot = choice
                 token = next(self._tokens)
-                att = _Attempt(req, j, member, slot, req.pool.start(member, slot))
+                att = _Attempt(req, j, member, slot, req.pool.start(member, slot, part.size))
                 self._live[token] = att
                 starts.append((token, att))
             self._waiting = waiting
@@ -172,7 +173,7 @@ class JobService:
                 return
             req = att.request
             self._span(att, "ok")
-            req.pool.finish(att.member, att.slot, ok=True)
+            req.pool.finish(att.member, att.slot, True, req.parts[att.part].size)
             req.results[att.part] = result
             req.left -= 1
             if req.left == 0:
@@ -189,7 +190,7 @@ class JobService:
                 return
             req, j = att.request, att.part
             self._span(att, outcome)
-            req.pool.finish(att.member, att.slot, ok=False)
+            req.pool.finish(att.member, att.slot, False, req.parts[att.part].size)
             self.stats["failed_jobs"] += 1
             req.attempts[j] += 1
             req.avoid[j].add(att.member)

@@ -153,6 +153,20 @@ def test_pool_returns_to_a_stale_member_now_and_then():
     assert picks.count(0) >= 23
 
 
+def test_a_big_slow_job_does_not_make_a_member_look_slow_for_small_ones():
+    pool = _pool()
+    for m in pool.members:
+        m.tried_at = 0
+    a, b = pool.members
+    a.ewma, b.ewma = 0.3, 0.02
+    a.by_size = {1: 0.01, 16: 1.0}  # small jobs fast, one 40,000-row job slow
+    b.by_size = {1: 0.02}
+    assert pool.choose(1, set(), rows=1)[0] == 0
+    assert pool.choose(1, set(), rows=40_000)[0] == 1  # a's big jobs are slow; b has no big-job figure: its mean
+    pool.start(0, 0, rows=40_000)
+    assert a.expect[0] == 1.0
+
+
 def test_circuit_breaker_rests_a_failing_member_then_tries_it_again():
     pool = _pool(breaker=3, rest=0.05)
     for _ in range(3):
