@@ -36,6 +36,7 @@ _REGISTRY: dict[str, str | Callable[..., Backend]] = {
     "pennylane": "hqflow.backends.pennylane_device:PennyLaneBackend",
     "emulated-qpu": "hqflow.backends.emulated:EmulatedQPU",
     "compiled": "hqflow.backends.compiled:CompiledBackend",
+    "azure": "hqflow.backends.azure.backend:AzureBackend",  # azure:<target>; its targets are listed from the workspace
 }
 # The default for exact local simulation: the fastest backend at small widths
 # (benchmarks/simulators.py). ``Pipeline.execute`` and the workloads default to it.

@@ -74,6 +74,10 @@ class CircuitBatch:
     weights: np.ndarray
     shots: int | None = None
     seed: int | None = None
+    key: str | None = None
+    """the job's identity in its run (run, fragment, step), set by the runtime: a cloud backend derives
+    idempotent service job ids from it, so a resubmission finds the job that already ran"""
+    attempt: int = 0  # the runtime's retry count for this batch (0: first try)
 
     @property
     def size(self) -> int:
@@ -153,7 +157,8 @@ class CircuitBatch:
         for lo in range(0, self.size, max_rows):
             w = self.weights[lo : lo + max_rows] if self.weights.ndim == 2 else self.weights
             seed = None if self.seed is None else self.seed + lo
-            parts.append(CircuitBatch(self.template, self.inputs[lo : lo + max_rows], w, self.shots, seed))
+            parts.append(CircuitBatch(self.template, self.inputs[lo : lo + max_rows], w, self.shots, seed,
+                                      self.key, self.attempt))
         return parts
 
 

@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 
 from .executors import learner_device
 from .fragments import FragmentError, RunFailed, RunResult
-from .jobs import JobClient, RetriesExhausted, get_client
+from .jobs import BudgetExceeded, JobClient, RetriesExhausted, get_client
 from .pipeline import Pipeline
 from .reference_executor import ReferenceExecutor
 from .reference_executor import run as run_reference
@@ -36,6 +36,7 @@ __all__ = [
     "Pipeline",
     "ReferenceExecutor",
     "RetriesExhausted",
+    "BudgetExceeded",
     "RunFailed",
     "RunResult",
     "Scheduler",

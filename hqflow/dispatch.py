@@ -200,6 +200,12 @@ class Pool:
             m.rest = min(self.max_rest, 2 * m.rest if m.rest else self.base_rest)
             m.rest_until = time.perf_counter() + m.rest
 
+    def release(self, member: int, slot: int) -> None:
+        """Free a slot whose job never ran (refused before submission): no timing, no failure."""
+        m = self.members[member]
+        for d in (m.busy, m.device, m.expect):
+            d.pop(slot, None)
+
     def lane(self, member: int, slot: int) -> str:
         """One Gantt row per device slot: a job's row is the device it was drawn on at its start
         (a prefetched job shares the row of the device it waits for). Call before ``finish``."""

@@ -64,11 +64,20 @@ def make_backend(spec: Any) -> Backend:
 class _LocalHandle:
     """A backend in this process."""
 
-    def __init__(self, backend: Backend, default_in_flight: int):
-        self.backend = backend
+    def __init__(self, backend: Backend, default_in_flight: int, owned: bool = False):
+        self.backend, self.owned = backend, owned  # owned: made here from a name, so closed with the run
         self.name = backend.name
         self.capabilities = backend.capabilities
         self.max_in_flight = getattr(backend, "max_in_flight", None) or default_in_flight
+        self.estimate_cost = getattr(backend, "estimate_cost", None)  # priced backends (cloud QPUs)
+
+    def close(self) -> None:
+        close = getattr(self.backend, "close", None)
+        if self.owned and close is not None:
+            try:
+                close()  # ends what the backend opened for the run (an Azure session, its threads)
+            except Exception:
+                pass
 
     def submit(self, batch):
         return self.backend.submit(batch)
@@ -79,6 +88,9 @@ class SyncExecutor:
 
     name = "sync"
 
+    def __init__(self):
+        self.handles: list[_LocalHandle] = []
+
     def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None) -> cf.Future:
         fut: cf.Future = cf.Future()
         try:
@@ -88,10 +100,14 @@ class SyncExecutor:
         return fut
 
     def backend(self, spec: Any, default_in_flight: int) -> _LocalHandle:
-        return _LocalHandle(make_backend(spec), default_in_flight)
+        handle = _LocalHandle(make_backend(spec), default_in_flight, owned=not hasattr(spec, "submit"))
+        self.handles.append(handle)
+        return handle
 
     def close(self) -> None:
-        pass
+        for handle in self.handles:
+            handle.close()
+        self.handles.clear()
 
 
 class LocalExecutor(SyncExecutor):
@@ -100,6 +116,7 @@ class LocalExecutor(SyncExecutor):
     name = "local"
 
     def __init__(self, cpu_workers: int = 1, gpu_workers: int = 1):
+        super().__init__()
         self.pools = {
             "cpu": cf.ThreadPoolExecutor(cpu_workers, thread_name_prefix="hqflow-cpu"),
             "gpu": cf.ThreadPoolExecutor(gpu_workers, thread_name_prefix="hqflow-gpu"),
@@ -111,6 +128,7 @@ class LocalExecutor(SyncExecutor):
     def close(self) -> None:
         for pool in self.pools.values():
             pool.shutdown(wait=False, cancel_futures=True)
+        super().close()
 
 
 def _local_call(fragment: Fragment, args: dict, client: JobClient | None):
@@ -132,7 +150,8 @@ def _remote_client(spec: dict, t0: float, record) -> JobClient:
                 _REMOTE_POOLS.clear()
             _REMOTE_POOLS[key] = Pool(name, [Member(h, lane, devices, capacity) for h, lane, devices, capacity in members])
         pools[name] = _REMOTE_POOLS[key]
-    service = JobService(pools, max_retries=spec["max_retries"], job_timeout=spec["job_timeout"], t0=t0, record=record)
+    service = JobService(pools, max_retries=spec["max_retries"], job_timeout=spec["job_timeout"], t0=t0, record=record,
+                         run_id=spec["run"])
     return JobClient(service, spec["names"], spec["parent"])
 
 

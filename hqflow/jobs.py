@@ -11,7 +11,13 @@ submits itself through its ``JobClient``:
   dropped), is retried on another member where one fits, up to ``max_retries``
   times; then the future fails with :class:`RetriesExhausted`;
 * every attempt is a ``Span`` on its device slot's lane, with its parent: the
-  fragment, step and lane that asked for it.
+  fragment, step and lane that asked for it, and its cost where the backend prices jobs;
+* each part carries its identity (``CircuitBatch.key``: run, fragment, step) and its
+  attempt, from which a cloud backend derives idempotent service job ids;
+* with a ``budget``, a part whose estimated cost (``backend.estimate_cost``) would take
+  the run's spend past it is refused: the request fails with :class:`BudgetExceeded`,
+  not retried. Spend counts each attempt's estimate until the job reports its actual
+  cost (``BatchResult.metadata["cost"]``).
 
 The service is thread-safe: fragments on worker threads submit while backends
 complete jobs on their own threads. ``get_client()`` gives a running fragment
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextvars
+import dataclasses
 import heapq
 import itertools
 import threading
@@ -39,6 +46,10 @@ from .trace import Span
 
 class RetriesExhausted(JobFailed):
     """A job failed on every attempt the run allows (``max_retries + 1``)."""
+
+
+class BudgetExceeded(BackendError):
+    """A job would have taken the run's spend past its budget; it was not submitted."""
 
 
 @dataclass(frozen=True)
@@ -75,16 +86,21 @@ class _Attempt:
     start: float
     job: Any = None
     deadline: float | None = None
+    estimate: float | None = None  # the attempt's estimated cost, counted as spend until it reports its own
 
 
 class JobService:
     """Runs circuit jobs over named pools; see the module docstring."""
 
     def __init__(self, pools: dict[str, Pool], *, max_retries: int = 3, job_timeout: float | None = None,
-                 t0: float | None = None, record=None):
+                 t0: float | None = None, record=None, run_id: str | None = None, budget: float | None = None):
         self.pools, self.max_retries, self.job_timeout = pools, max_retries, job_timeout
         self.t0 = time.perf_counter() if t0 is None else t0
-        self.run_id = uuid.uuid4().hex
+        self.run_id = run_id or uuid.uuid4().hex
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0):
+            raise ValueError(f"budget must be a number >= 0 or None, got {budget!r}")
+        self.budget = budget
+        self.spend, self.currency = 0.0, None
         self.record = record if record is not None else (lambda span: None)
         self.stats = {"jobs": 0, "retries": 0, "failed_jobs": 0, "timeouts": 0, "max_job_queue": 0}
         self._lock = threading.RLock()
@@ -140,9 +156,19 @@ class JobService:
                 starts.append((token, att))
             self._waiting = waiting
         for token, att in starts:
+            req = att.request
+            part = req.parts[att.part]
+            part = dataclasses.replace(part, key=part.key or f"{self.run_id}/{req.parent.fragment}/{req.parent.step}",
+                                       attempt=req.attempts[att.part])
+            handle = req.pool.members[att.member].handle
+            try:
+                self._charge(att, handle, part)
+            except BudgetExceeded as exc:
+                self._refuse(token, exc)
+                continue
             self.stats["jobs"] += 1
             try:
-                job = att.request.pool.members[att.member].handle.submit(att.request.parts[att.part])
+                job = handle.submit(part)
             except Exception as exc:  # refused at submission: counts as a failed attempt
                 self._failed(token, f"error: {exc}")
                 continue
@@ -156,6 +182,41 @@ class JobService:
                     self._start_watchdog()
                     self._wake.notify()
             _on_done(job, lambda _job, token=token: self._done(token))
+
+    def _charge(self, att: _Attempt, handle, part: CircuitBatch) -> None:
+        """Count the attempt's estimated cost as spend, or refuse it past the budget."""
+        estimate = getattr(handle, "estimate_cost", None)
+        if estimate is None:
+            return
+        try:
+            cost = estimate(part)
+        except BackendError as exc:
+            if self.budget is not None:  # an unpriced job cannot be held to a budget
+                raise BudgetExceeded(f"cannot hold a job to the budget: {exc}") from None
+            return
+        with self._lock:
+            if self.currency is None:
+                self.currency = cost.currency
+            elif cost.currency != self.currency:
+                raise BudgetExceeded(f"jobs priced in {cost.currency} and {self.currency} cannot share one budget")
+            if self.budget is not None and self.spend + cost.amount > self.budget + 1e-9:
+                raise BudgetExceeded(
+                    f"budget reached: spent {self.spend:.4f} {self.currency} of {self.budget:.4f}; the next job on "
+                    f"{handle.name} would cost {cost.amount:.4f} ({cost.jobs} jobs x {cost.shots} shots)")
+            self.spend += cost.amount
+            att.estimate = cost.amount
+
+    def _refuse(self, token: int, exc: BudgetExceeded) -> None:
+        with self._lock:
+            att = self._live.pop(token, None)
+            if att is None:
+                return
+            req = att.request
+            req.pool.release(att.member, att.slot)
+            self.stats["refused_jobs"] = self.stats.get("refused_jobs", 0) + 1
+        if not req.future.done():
+            req.future.set_exception(exc)
+        self._pump()
 
     def _done(self, token: int) -> None:
         with self._lock:
@@ -172,6 +233,11 @@ class JobService:
             if self._live.pop(token, None) is None:
                 return
             req = att.request
+            if att.estimate is not None:  # the job's own figure replaces the estimate
+                actual = result.metadata.get("cost")
+                if isinstance(actual, (int, float)) and actual == actual:
+                    self.spend += float(actual) - att.estimate
+                    att.estimate = float(actual)
             self._span(att, "ok")
             req.pool.finish(att.member, att.slot, True, req.parts[att.part].size)
             req.results[att.part] = result
@@ -208,7 +274,7 @@ class JobService:
         p, req = att.request.parent, att.request
         self.record(Span(p.fragment, "execute", req.pool.resource, p.step, att.start - self.t0,
                          time.perf_counter() - self.t0, outcome, p.version, req.pool.lane(att.member, att.slot),
-                         p.lane if p.submitted else None))
+                         p.lane if p.submitted else None, att.estimate))
 
     # -- timeouts ----------------------------------------------------------------------
     def _start_watchdog(self) -> None:

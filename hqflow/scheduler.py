@@ -85,6 +85,12 @@ class SchedulerConfig:
     """run seed; shot seeds derive from (seed, step, fragment)"""
     ray_num_cpus: int | None = None
     """CPUs for ``ray.init`` when the ray executor starts Ray itself"""
+    budget: float | None = None
+    """the most the run may spend on priced quantum jobs, in their backend's currency (``estimate_cost``);
+    a job that would go past it is refused and the run stops with ``BudgetExceeded``, results kept"""
+    run_id: str | None = None
+    """the run's identity, from which cloud backends derive idempotent job ids (give the same one to a
+    resumed run so that it finds the jobs that already ran); None: a fresh one"""
 
     def __post_init__(self):
         if self.executor not in ("sync", "local", "ray"):
@@ -100,6 +106,9 @@ class SchedulerConfig:
             raise ValueError(f"max_retries must be an integer >= 0, got {self.max_retries!r}")
         if self.job_timeout is not None and self.job_timeout <= 0:
             raise ValueError(f"job_timeout must be positive or None, got {self.job_timeout!r}")
+        if self.budget is not None and (isinstance(self.budget, bool) or not isinstance(self.budget, (int, float))
+                                        or self.budget < 0):
+            raise ValueError(f"budget must be a number >= 0 or None, got {self.budget!r}")
 
 
 class Scheduler:
@@ -183,7 +192,8 @@ class Scheduler:
             e = self.graph.edges[i]
             state[f"{e.src[0]}.{e.src[1]}"] = versions[max(versions)]
         stats = dict(self.stats, steps=next_step, **{k: v for k, v in self.service.stats.items() if k != "jobs"},
-                     quantum_jobs=self.service.stats["jobs"],
+                     quantum_jobs=self.service.stats["jobs"], spend=self.service.spend,
+                     currency=self.service.currency, budget=self.service.budget,
                      pools={name: pool.health() for name, pool in self.pools.items()})
         spans = sorted(self.spans, key=lambda s: (s.start, s.row))
         whole = steps == list(range(next_step))
@@ -202,7 +212,8 @@ class Scheduler:
         self.busy = {"cpu": set(), "gpu": set()}  # taken worker slots
         self.spans: list[Span] = []
         self.service = JobService(self.pools, max_retries=self.config.max_retries, job_timeout=self.config.job_timeout,
-                                  t0=self.t0, record=self.spans.append)
+                                  t0=self.t0, record=self.spans.append, run_id=self.config.run_id,
+                                  budget=self.config.budget)
         self.stats = {"max_admitted": 0, "executor": self.config.executor, "completed_steps": 0}
         self.versions: dict[int, dict[int, Any]] = {}  # loop edge index -> version -> value
         overrides, used = dict(initial_state or {}), set()

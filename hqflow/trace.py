@@ -29,7 +29,7 @@ import tempfile
 from dataclasses import asdict, dataclass, fields
 
 SPANS_FORMAT = "hqflow.spans"
-SPANS_VERSION = 2  # 2 added ``parent_lane``; version 1 files are still read
+SPANS_VERSION = 3  # 2 added ``parent_lane``, 3 ``cost``; versions 1 and 2 are still read
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,8 @@ class Span:
     """for work inside a classical fragment's call, recorded through its job client (a quantum job it
     submitted, or a stretch of its own work, ``JobClient.work``): the lane of that call; ``fragment``
     and ``step`` are then that fragment's. None otherwise"""
+    cost: float | None = None
+    """a quantum job's spend, in its backend's currency (``Backend.estimate_cost``); None where unpriced"""
 
     @property
     def seconds(self) -> float:
@@ -293,6 +295,9 @@ def format_table(spans: list[Span]) -> str:
                  f"({scale * s['classical_busy']:.3f} {unit}) and quantum ({scale * s['quantum_busy']:.3f} {unit})")
     outcomes = sorted(s["outcomes"].items(), key=lambda item: (item[0] != "ok", item[0]))
     lines.append("outcomes  " + ", ".join(f"{n} {k}" for k, n in outcomes))
+    priced = [x for x in spans if x.cost is not None]
+    if priced:
+        lines.append(f"spend     {sum(x.cost for x in priced):.4f} over {len(priced)} priced jobs")
     return "\n".join(lines)
 
 
@@ -313,7 +318,7 @@ def write_json_atomic(path: str, obj) -> None:
 
 
 def save_spans(path: str, spans: list[Span], meta: dict | None = None) -> str:
-    """Write ``{"format": "hqflow.spans", "version": 2, "meta": ..., "spans": [...]}`` atomically."""
+    """Write ``{"format": "hqflow.spans", "version": 3, "meta": ..., "spans": [...]}`` atomically."""
     write_json_atomic(path, {"format": SPANS_FORMAT, "version": SPANS_VERSION, "meta": dict(meta or {}),
                              "spans": [s.to_dict() for s in spans]})
     return path
@@ -321,8 +326,8 @@ def save_spans(path: str, spans: list[Span], meta: dict | None = None) -> str:
 
 _FIELD_TYPES = {"fragment": str, "kind": str, "resource": str, "step": int, "start": (int, float),
                 "end": (int, float), "outcome": str, "version": (int, type(None)), "lane": str,
-                "parent_lane": (str, type(None))}
-_REQUIRED = [f.name for f in fields(Span) if f.name not in ("outcome", "version", "lane", "parent_lane")]
+                "parent_lane": (str, type(None)), "cost": (int, float, type(None))}
+_REQUIRED = [f.name for f in fields(Span) if f.name not in ("outcome", "version", "lane", "parent_lane", "cost")]
 
 
 def _from_version_1(d):
@@ -368,7 +373,7 @@ def load_spans(path: str) -> tuple[list[Span], dict]:
         raise TraceError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(doc, dict) or doc.get("format") != SPANS_FORMAT:
         raise TraceError(f"{path}: not an {SPANS_FORMAT} file (no \"format\": \"{SPANS_FORMAT}\")")
-    if doc.get("version") not in (1, SPANS_VERSION) or isinstance(doc.get("version"), bool):
+    if doc.get("version") not in (1, 2, SPANS_VERSION) or isinstance(doc.get("version"), bool):
         raise TraceError(f"{path}: unsupported {SPANS_FORMAT} version {doc.get('version')!r}")
     if not isinstance(doc.get("spans"), list) or not isinstance(doc.get("meta", {}), dict):
         raise TraceError(f"{path}: \"spans\" must be a list and \"meta\" an object")

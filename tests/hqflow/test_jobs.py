@@ -207,7 +207,7 @@ def test_spans_file_version_1_is_still_read(tmp_path):
     assert overlap_seconds(spans) == 0.0  # the lane waiting on its own job is not classical work
     save_spans(str(path), spans)
     again, _ = load_spans(str(path))
-    assert json.loads(path.read_text())["version"] == 2 and again == spans
+    assert json.loads(path.read_text())["version"] == 3 and again == spans
 
 
 @pytest.mark.ray

@@ -1,0 +1,1 @@
+"""Azure Quantum targets as hqflow backends (``azure:<target>``), over the azure-quantum SDK."""

@@ -1,0 +1,119 @@
+"""What Azure Quantum targets return, into counts and expectation values.
+
+Every output becomes ``{bitstring: count}`` with wire 0 first (hqflow's order):
+
+* IonQ ``ionq.quantum-results.v1``: ``{"histogram": {"<int>": p}}``, bit ``i`` of the
+  integer (least significant first) is qubit ``i``. A simulator returns exact
+  probabilities; those are sampled here, from the job's seed, into ``shots`` counts.
+* Quantinuum ``honeywell.quantum-results.v1``: ``{"c": ["0110", ...]}``, one string
+  per shot, classical bit 0 rightmost (OpenQASM's order).
+* QIR ``microsoft.quantum-results.v2``: ``{"Results": [{"Shots": [...]}]}``, each shot
+  the recorded results; Qiskit's QIR records bit ``n-1`` first.
+
+Expectation values come from the counts of each measurement group, with the
+standard error of the mean from the unbiased sample variance.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from hqflow.ir.circuit import CircuitTemplate
+
+from ..base import BackendError
+from .translate import Format, group_of
+
+
+class OutputError(BackendError):
+    """A target's output could not be read."""
+
+
+def counts_of(fmt: Format, raw: bytes | str | dict, n_qubits: int, shots: int,
+              rng: np.random.Generator, sample: bool) -> dict[str, int]:
+    """Counts (wire 0 first) from one job's output; ``sample``: the target returns probabilities."""
+    try:
+        data = json.loads(raw) if isinstance(raw, (bytes, str)) else raw
+        if fmt.kind == "ionq":
+            return _ionq(data["histogram"], n_qubits, shots, rng, sample)
+        if fmt.kind == "qasm":
+            return _per_shot([s[::-1] for s in data["c"]], n_qubits)
+        results = data["Results"][0] if "Results" in data else data
+        return _per_shot(["".join(str(int(b)) for b in _flat(shot))[::-1] for shot in results["Shots"]], n_qubits)
+    except OutputError:
+        raise
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise OutputError(f"cannot read {fmt.output_data_format} output: {type(exc).__name__}: {exc}") from None
+
+
+def _flat(shot) -> list:
+    if isinstance(shot, (list, tuple)):
+        return [b for item in shot for b in _flat(item)]
+    if isinstance(shot, str):  # "[0, 1]" displays or "01" strings
+        return [int(c) for c in shot if c in "01"]
+    return [int(shot)]
+
+
+def _ionq(histogram: dict, n: int, shots: int, rng: np.random.Generator, sample: bool) -> dict[str, int]:
+    keys = [int(k) for k in histogram]
+    probs = np.array([float(histogram[k]) for k in histogram])
+    if np.any(probs < -1e-9) or abs(probs.sum() - 1.0) > 1e-6:
+        raise OutputError(f"IonQ histogram does not sum to 1 (sums to {probs.sum():.6g})")
+    probs = np.clip(probs, 0.0, None)
+    scaled = probs * shots
+    if sample or np.any(np.abs(scaled - np.round(scaled)) > 1e-6):  # probabilities, not frequencies
+        drawn = rng.multinomial(shots, probs / probs.sum())
+    else:
+        drawn = np.round(scaled).astype(int)
+    out = {}
+    for k, c in zip(keys, drawn):
+        if c:
+            bits = "".join(str((k >> i) & 1) for i in range(n))
+            out[bits] = out.get(bits, 0) + int(c)
+    return out
+
+
+def _per_shot(strings: list[str], n: int) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for s in strings:
+        if len(s) != n or set(s) - {"0", "1"}:
+            raise OutputError(f"a shot reads {s!r}; expected {n} bits")
+        out[s] = out.get(s, 0) + 1
+    if not out:
+        raise OutputError("the output has no shots")
+    return out
+
+
+def estimate(template: CircuitTemplate, groups: list[dict[int, str]],
+             counts: list[dict[str, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Each observable's mean and standard error from the counts of each group (wire 0 first)."""
+    tables = []
+    for c in counts:
+        bits = np.array([[ch == "1" for ch in k] for k in c], dtype=float).reshape(len(c), template.n_qubits)
+        tables.append((1.0 - 2.0 * bits, np.array(list(c.values()), dtype=float)))
+    vals, errs = [], []
+    for obs in template.observables:
+        mean, var = 0.0, 0.0
+        per_group: dict[int, np.ndarray] = {}
+        for term in obs.terms:
+            if not term.paulis:
+                mean += term.coeff
+                continue
+            g = group_of(groups, term.paulis)
+            signs, _ = tables[g]
+            f = np.full(signs.shape[0], term.coeff)
+            for w, _ in term.paulis:
+                f = f * signs[:, w]
+            per_group[g] = per_group.get(g, 0.0) + f
+        for g, f in per_group.items():
+            _, n = tables[g]
+            total = n.sum()
+            m = float((f * n).sum() / total)
+            mean += m
+            if total > 1:
+                s2 = float(((f - m) ** 2 * n).sum() / (total - 1))
+                var += max(s2, 0.0) / total
+            else:
+                var = float("nan")
+        vals.append(mean)
+        errs.append(np.sqrt(var) if var > 1e-24 or np.isnan(var) else 0.0)
+    return np.array(vals), np.array(errs)
