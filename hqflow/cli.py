@@ -38,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     b = sub.add_parser("backends", help="list backends and their capabilities",
                        description="List the registered quantum backends and what each can do.")
     b.add_argument("--json", action="store_true", help="print one JSON object per line")
+    b.add_argument("--azure-opt", metavar="KEY=VALUE", action="append", default=[],
+                   help="an Azure Quantum workspace option (subscription_id, resource_group, name, location, "
+                        "endpoint, ...; the key is best left to AZURE_QUANTUM_API_KEY), repeatable")
 
     i = sub.add_parser("inspect", help="validate and pretty-print a saved graph",
                        description="Load GRAPH.json, validate it, and print it. Exit 2 if it is malformed or invalid.")
@@ -55,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print the figures as one JSON line")
     r.add_argument("--run-dir", metavar="DIR",
                    help="write config.json, result.json and (when the workload reports them) spans.json to DIR")
+    r.add_argument("--dry-run", action="store_true",
+                   help="submit nothing: price every job the run would send to --backend (jobs, shots, "
+                        "estimated cost), answering them from a local simulator")
 
     t = sub.add_parser("trace", help="show where a run spent its time",
                        description="Read RUN/spans.json, print the utilization table and write trace.json "
@@ -88,8 +94,22 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--run-dir", metavar="DIR", help="where to write the run (default: runs/ALGO-ENV-seedN)")
     tr.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
     tr.add_argument("--checkpoint-every", type=_positive, default=5, help="updates between checkpoints (default 5)")
+    tr.add_argument("--budget", type=_amount, metavar="AMOUNT",
+                    help="the most the run may spend on priced quantum jobs (Azure Quantum), in the target's "
+                         "currency (USD, or HQC on Quantinuum); a job that would pass it is refused and the run "
+                         "stops, checkpointed")
     tr.add_argument("--json", action="store_true", help="print the figures as one JSON line")
     return p
+
+
+def _amount(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an amount >= 0, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected an amount >= 0, got {text!r}")
+    return value
 
 
 def _natural(text: str) -> int:
@@ -121,6 +141,7 @@ def _workload_names() -> list[str]:
 def cmd_backends(args) -> int:
     from hqflow.backends import backend_names, get_backend
 
+    azure = _options(args.azure_opt, "--azure-opt")
     for name in backend_names():
         try:
             caps = get_backend(name).capabilities
@@ -132,7 +153,47 @@ def cmd_backends(args) -> int:
             print(json.dumps({"name": name, "available": True, **dataclasses.asdict(caps)}))
         else:
             print(f"{name:<28} {caps.describe()}")
+    _azure_targets(azure, args.json)
     return 0
+
+
+def _options(items: list[str], flag: str) -> dict:
+    out = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
+        out[key] = text
+    return out
+
+
+_AZURE_VARS = ("AZURE_QUANTUM_CONNECTION_STRING", "AZURE_QUANTUM_WORKSPACE_NAME", "AZURE_QUANTUM_ENDPOINT")
+
+
+def _azure_targets(options: dict, as_json: bool) -> None:
+    """The targets of the configured Azure Quantum workspace, or how to configure one."""
+    if not options and not any(os.environ.get(v) for v in _AZURE_VARS):
+        why = ("no workspace configured: set AZURE_QUANTUM_SUBSCRIPTION_ID, AZURE_QUANTUM_WORKSPACE_RG, "
+               "AZURE_QUANTUM_WORKSPACE_NAME and AZURE_QUANTUM_WORKSPACE_LOCATION (and AZURE_QUANTUM_API_KEY, or "
+               "sign in with az login), or AZURE_QUANTUM_CONNECTION_STRING, or pass --azure-opt; "
+               "see README 'Run on Azure Quantum'")
+        print(json.dumps({"name": "azure:<target>", "available": False, "reason": why}) if as_json
+              else f"{'azure:<target>':<28} {why}")
+        return
+    from hqflow.backends import BackendError
+    from hqflow.backends.azure.backend import AzureBackend
+
+    try:
+        found = AzureBackend("any", **options).targets()
+    except (BackendError, TypeError) as exc:
+        reason = str(exc).splitlines()[0]
+        print(json.dumps({"name": "azure:<target>", "available": False, "reason": reason}) if as_json
+              else f"{'azure:<target>':<28} unavailable: {reason}")
+        return
+    for provider, target, status in found:
+        name = f"azure:{target}"
+        print(json.dumps({"name": name, "available": status == "Available", "provider": provider, "status": status})
+              if as_json else f"{name:<28} {status} (provider {provider})")
 
 
 def cmd_inspect(args) -> int:
@@ -187,6 +248,16 @@ def cmd_run(args) -> int:
             get_backend(args.backend)
         except BackendError as exc:
             raise UsageError(str(exc)) from None
+    tally = None
+    if args.dry_run:
+        if not hasattr(cfg, "backend"):
+            raise UsageError(f"workload {args.workload!r} runs no quantum jobs to price")
+        from hqflow.backends import register_backend
+        from hqflow.backends.dryrun import DryRunBackend, Tally
+
+        tally = Tally()
+        register_backend("dry-run", lambda target=None, **o: DryRunBackend(target, tally, **o), listed=False)
+        cfg = dataclasses.replace(cfg, backend=f"dry-run:{cfg.backend}")
     if args.run_dir:
         try:
             os.makedirs(args.run_dir, exist_ok=True)
@@ -194,6 +265,9 @@ def cmd_run(args) -> int:
             raise UsageError(f"cannot create run directory {args.run_dir}: {exc.strerror}") from None
     with Progress(getattr(cfg, "steps", 1), args.workload) as bar:
         result = module.run(cfg, progress=bar)
+    if tally is not None:
+        print(json.dumps(tally.figures()) if args.json else tally.table())
+        return 0
     figures = {k: v for k, v in result.items() if not isinstance(v, (list, dict))}
     if args.out:
         _write_atomic(args.out, json.dumps(result, indent=2, default=float))

@@ -16,6 +16,7 @@ import os
 
 from .cli import UsageError
 from .fragments import RunFailed
+from .jobs import BudgetExceeded
 
 
 class RunStopped(RuntimeError):
@@ -79,6 +80,25 @@ def _backend_pool(args) -> list | None:
     return specs
 
 
+class _CostReport:
+    """The progress callback, plus one line after the first priced update: what it cost and what the
+    whole run will cost at that rate."""
+
+    def __init__(self, bar, mod, cfg):
+        self.bar, self.said = bar, False
+        self.updates = -(-cfg.max_episodes // mod.episodes_per_update(cfg))
+
+    def __call__(self, done, metrics=None):
+        self.bar(done, metrics)
+        spend = (metrics or {}).get("spend")
+        if spend is not None and not self.said:
+            self.said = True
+            import sys
+
+            print(f"\nhqflow: the first update cost {spend:.4f}; {self.updates} updates at that rate: about "
+                  f"{spend * self.updates:.4f} (--budget caps a run)", file=sys.stderr)
+
+
 def cmd_train(args) -> int:
     from hqflow.backends import BackendError, get_backend
     from hqflow.distribution import get_distribution
@@ -89,7 +109,7 @@ def cmd_train(args) -> int:
     if args.resume:
         if args.env or args.algo or args.policy or args.backend or args.seed is not None or args.set \
                 or args.episodes or args.staleness is not None or args.distribution != "auto" \
-                or args.backend_opt or args.pool:
+                or args.backend_opt or args.pool:  # --budget may change
             raise UsageError("--resume takes the run's own settings; give only --resume RUN_DIR (and --json)")
         try:
             meta, ckpt = runner.load_run(args.resume)
@@ -139,14 +159,16 @@ def cmd_train(args) -> int:
         except OSError as exc:
             raise UsageError(f"cannot create run directory {run_dir}: {exc.strerror}") from None
 
+    scheduler = {} if args.budget is None else {"budget": args.budget}
     with Progress(cfg.max_episodes, f"{algo} {cfg.env}") as bar:
         try:
             out = runner.train(algo, cfg, distribution, run_dir=run_dir, resume=bool(args.resume),
-                               checkpoint_every=args.checkpoint_every, progress=bar,
-                               backends=None if pool is None else {cfg.backend: pool})
+                               checkpoint_every=args.checkpoint_every, progress=_CostReport(bar, mod, cfg),
+                               backends=None if pool is None else {cfg.backend: pool}, **scheduler)
         except RunFailed as exc:
+            what = "raise --budget" if isinstance(exc.__cause__, BudgetExceeded) else "fix the backend"
             raise RunStopped(f"training stopped: {exc} (the last completed update is checkpointed: "
-                             f"fix the backend, then hqflow train --resume {run_dir})") from None
+                             f"{what}, then hqflow train --resume {run_dir})") from None
     returns = out["returns"]
     figures = {"algo": algo, "env": cfg.env, "seed": cfg.seed, "distribution": out["distribution"],
                "episodes": len(returns), "episodes_to_solve": out["episodes_to_solve"],
@@ -154,6 +176,8 @@ def cmd_train(args) -> int:
                "seconds": round(out["seconds"], 3), "env_steps": out["env_steps"],
                "env_steps_per_s": round(out["env_steps_per_s"], 1),
                "circuit_evals_per_s": round(out["circuit_evals_per_s"], 1), "run_dir": run_dir}
+    if out.get("currency"):
+        figures["spend"], figures["currency"] = round(out["spend"], 6), out["currency"]
     if args.json:
         print(json.dumps(figures))
     else:

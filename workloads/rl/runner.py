@@ -46,6 +46,7 @@ import json
 import os
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -55,6 +56,7 @@ from hqflow.ir import Graph
 
 import hqflow as hq
 from hqflow.distribution import get_distribution
+from hqflow.scheduler import Scheduler
 from hqflow.trace import save_spans
 from hqflow.trace_export import write_chrome_trace
 
@@ -202,8 +204,13 @@ def _write_text(path: Path, text: str) -> None:
     _atomic(path, lambda p: p.write_text(text))
 
 
+# options never written to a run directory (they come back from the environment on --resume)
+SECRET_OPTIONS = ("key", "api_key", "credential", "connection_string", "password", "token", "secret")
+
+
 def _json_pools(backends) -> dict | None:
-    """Pools given as names and options, for config.json (so --resume uses them again); None otherwise."""
+    """Pools given as names and options, for config.json (so --resume uses them again), without
+    secrets (``SECRET_OPTIONS``); None otherwise."""
     if not backends:
         return None
     out = {}
@@ -211,7 +218,8 @@ def _json_pools(backends) -> dict | None:
         specs = specs if isinstance(specs, list) else [specs]
         if not all(isinstance(s, str) or (isinstance(s, tuple) and len(s) == 2) for s in specs):
             return None  # backend objects: not storable
-        out[name] = [[s, {}] if isinstance(s, str) else [s[0], dict(s[1])] for s in specs]
+        out[name] = [[s, {}] if isinstance(s, str) else
+                     [s[0], {k: v for k, v in s[1].items() if k not in SECRET_OPTIONS}] for s in specs]
     try:
         json.dumps(out)
     except TypeError:
@@ -256,6 +264,7 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
         algo, policy_ = meta["algo"], get_distribution(meta["distribution"], **meta["distribution_options"])
         if backends is None and meta.get("backends"):
             backends = {name: [(m[0], m[1]) for m in pool] for name, pool in meta["backends"].items()}
+        scheduler.setdefault("run_id", meta.get("run_id"))
         mod = algorithm(algo)
         cfg = mod.Config(**meta["config"])
     cfg = cfg or mod.Config()
@@ -268,13 +277,16 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
     window_n = mod.solve_window(cfg) if hasattr(mod, "solve_window") else 10  # episodes the criterion averages
     state = initial_state(algo, cfg) if ckpt is None else ckpt["state"]
     done = {"returns": [], "env_steps": 0, "env_steps_taken": 0, "circuit_evals": 0, "seconds": 0.0, "update": -1,
-            "solved_at": None}
+            "solved_at": None, "spend": 0.0}
     if ckpt is not None:
         done.update({k: ckpt.get(k, done[k]) for k in done})
+        if scheduler.get("budget") is not None:  # the budget is the whole run's: what the resumed part may spend
+            scheduler["budget"] = max(0.0, scheduler["budget"] - done["spend"])
     if run_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
         if ckpt is None:
-            meta = {"algo": algo, "distribution": policy_.name,
+            scheduler.setdefault("run_id", uuid.uuid4().hex)  # job ids derive from it; --resume reuses it
+            meta = {"algo": algo, "run_id": scheduler["run_id"], "distribution": policy_.name,
                     "distribution_options": {f.name: getattr(policy_, f.name) for f in dataclasses.fields(policy_)},
                     "config": dataclasses.asdict(cfg), "backends": _json_pools(backends)}
             _write_text(run_dir / "config.json", json.dumps(meta, indent=2))
@@ -285,9 +297,17 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
     n_updates = -(-cfg.max_episodes // mod.episodes_per_update(cfg))
     t0, last = time.perf_counter(), {"state": state}
 
+    sched = None
+
+    def spent() -> tuple[float, str | None]:
+        """The run's spend on priced jobs, with the updates before a resume, and its currency."""
+        service = getattr(sched, "service", None)
+        return done["spend"] + (service.spend if service else 0.0), service.currency if service else None
+
     def checkpoint() -> None:
         if run_dir is not None:
-            data = dict(done, state=last["state"], seconds=done["seconds"] + time.perf_counter() - t0)
+            data = dict(done, state=last["state"], seconds=done["seconds"] + time.perf_counter() - t0,
+                        spend=spent()[0])
             _atomic(run_dir / "checkpoint.pt", lambda p: torch.save(data, p))
 
     def stream():
@@ -314,13 +334,19 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
                f"mean_return_{window_n}": float(np.mean(window)) if window else None,
                "loss": None if out["loss"] != out["loss"] else out["loss"],  # NaN (no gradient step) -> null
                "env_steps": done["env_steps"], "seconds": round(done["seconds"] + time.perf_counter() - t0, 4)}
+        spend, currency = spent()
+        if currency is not None:  # priced jobs: the run's spend so far
+            row["spend"], row["currency"] = round(spend, 6), currency
         if run_dir is not None:
             with open(run_dir / "metrics.jsonl", "a") as fh:
                 fh.write(json.dumps(row) + "\n")
             if (done["update"] + 1) % checkpoint_every == 0:
                 checkpoint()
         if progress is not None:
-            progress(len(done["returns"]), {"reward": row[f"mean_return_{window_n}"] or 0.0})
+            shown = {"reward": row[f"mean_return_{window_n}"] or 0.0}
+            if "spend" in row:
+                shown["spend"] = row["spend"]
+            progress(len(done["returns"]), shown)
 
     graph = build_graph(algo, cfg, policy_.staleness, () if in_process else (cfg.backend,))
     threads = torch.get_num_threads()
@@ -335,7 +361,8 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
             plot_learning_curve(done["returns"], run_dir / "learning_curve.png", f"{algo} on {cfg.env}")
 
     try:
-        result = hq.run(graph, stream(), initial_state=state, progress=on_update, backends=backends, config=config)
+        sched = Scheduler(graph, backends, config)
+        result = sched.run(stream(), initial_state=state, progress=on_update)
     except hq.RunFailed as exc:
         save(exc.result.spans)  # the last completed update stays resumable
         raise
@@ -348,7 +375,8 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
             "seconds": seconds, "env_steps": done["env_steps"], "env_steps_per_s": done["env_steps"] / seconds,
             "env_steps_taken": done["env_steps_taken"], "env_steps_taken_per_s": done["env_steps_taken"] / seconds,
             "circuit_evals": done["circuit_evals"], "circuit_evals_per_s": done["circuit_evals"] / seconds,
-            "params": last["state"]["learn.params"], "spans": result.spans, "stats": result.extra}
+            "params": last["state"]["learn.params"], "spans": result.spans, "stats": result.extra,
+            "spend": spent()[0], "currency": spent()[1]}
 
 
 def plot_learning_curve(returns, path, title: str, window: int = 10) -> None:
