@@ -92,6 +92,7 @@ class AzureBackend:
                              credential=credential, connection_string=connection_string)
         self._workspace = workspace
         self._session_id: str | None = None
+        self._typical: float | None = None  # seconds from creation to a finished job, lately
         self._lock = threading.Lock()
         self._pool = cf.ThreadPoolExecutor(max_concurrency, thread_name_prefix=f"hqflow-{self.name}")
         self._prepared: dict[str, _Prepared] = {}
@@ -237,26 +238,47 @@ class AzureBackend:
         raise JobFailed(f"Azure job for row {row} on {self.target} {last}")
 
     def _create(self, ws, jid: str, body: bytes, job: AzureJob):
+        """Upload the input (kept if an earlier try uploaded it) and create the job (PUT: idempotent)."""
+        from azure.core.exceptions import ResourceExistsError
         from azure.quantum import Job
+        from azure.quantum.storage import remove_sas_token
 
         fmt = self.format
         params = {fmt.shots_param: job.shots}
         if fmt.kind == "qir":
             params.update(count=job.shots, items=[{"entryPoint": "ENTRYPOINT__main", "arguments": []}])
-        return Job.from_input_data(ws, name=f"hqflow-{job.batch.template.name}", target=self.target,
-                                   input_data=body, content_type=fmt.content_type, job_id=jid,
-                                   provider_id=self.target.split(".", 1)[0], input_data_format=fmt.input_data_format,
-                                   output_data_format=fmt.output_data_format, input_params=params,
-                                   session_id=self._session())
+        container = ws.get_container_uri(job_id=jid)
+        try:
+            input_uri = Job.upload_input_data(container, body, content_type=fmt.content_type, blob_name="inputData")
+        except ResourceExistsError:  # a try before this one got that far
+            base, _, _ = remove_sas_token(container).partition("?")
+            input_uri = base.rstrip("/") + "/inputData"
+        return Job.from_storage_uri(ws, name=f"hqflow-{job.batch.template.name}", target=self.target,
+                                    input_data_uri=input_uri, provider_id=self.target.split(".", 1)[0],
+                                    input_data_format=fmt.input_data_format,
+                                    output_data_format=fmt.output_data_format, container_uri=container,
+                                    job_id=jid, input_params=params, session_id=self._session())
 
     def _wait(self, sj, job: AzureJob) -> None:
+        """Poll until the job ends: first when jobs have been taking to finish, then backing off."""
+        start = time.perf_counter()
+        with self._lock:
+            typical = self._typical
+        first = min(max(self.poll_interval, 0.9 * typical), self.max_poll_interval) if typical else None
         delay = self.poll_interval
         while sj.details.status not in _TERMINAL:
             if job.cancelled:
                 raise _Cancelled()
-            time.sleep(delay)
-            delay = min(delay * 1.5, self.max_poll_interval)
+            if first is not None:
+                time.sleep(first)
+                first = None
+            else:
+                time.sleep(delay)
+                delay = min(delay * 1.5, self.max_poll_interval)
             self._retry(sj.refresh, "poll a job")
+        took = time.perf_counter() - start
+        with self._lock:  # a moving average of how long jobs take to finish, for the first poll
+            self._typical = took if self._typical is None else 0.8 * self._typical + 0.2 * took
 
     def _retry(self, fn, what: str):
         """``fn()``, again on transient failures (throttling, 5xx, dropped connections, expired SAS)."""
