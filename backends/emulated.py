@@ -225,7 +225,7 @@ class EmulatedQPU:
         self._waiting: list[tuple[float, int, EmulatedJob]] = []  # heap of (ready time, index, job)
         self._live: set[EmulatedJob] = set()
         self._submitted = 0
-        self._closed = threading.Event()
+        self._closed = threading.Event()  # this generation's stop signal; close() starts a new one
         self._ready: queue.SimpleQueue | None = None  # jobs out of the queue, for the device slots
 
     @property
@@ -242,8 +242,6 @@ class EmulatedQPU:
                                f"{caps.max_circuits_per_job} per job; split it with batch.split()")
         getattr(self.wrapped, "check", lambda b: None)(batch)  # fail fast, in the caller's thread
         with self._cond:
-            if self._closed.is_set():
-                raise BackendError(f"backend {self.name!r} is closed")
             job = self._new_job(self._submitted, batch)
             self._submitted += 1
             self._live.add(job)
@@ -270,22 +268,26 @@ class EmulatedQPU:
         return EmulatedJob(self.name, k, batch, wait, device, fails, hangs)
 
     def _start_threads(self) -> None:
-        """One daemon thread for the cloud queue and one per device slot (at the first submit)."""
-        self._ready = queue.SimpleQueue()
-        threading.Thread(target=self._dispatch, name=f"hqflow-{self.name}-queue", daemon=True).start()
+        """One daemon thread for the cloud queue and one per device slot (at the first submit
+        after construction or after ``close()``); each generation has its own stop signal."""
+        self._closed, self._ready = threading.Event(), queue.SimpleQueue()
+        closed, ready = self._closed, self._ready
+        threading.Thread(target=self._dispatch, args=(closed, ready), name=f"hqflow-{self.name}-queue",
+                         daemon=True).start()
         for slot in range(self.max_in_flight):
-            threading.Thread(target=self._device_slot, name=f"hqflow-{self.name}-slot{slot}", daemon=True).start()
+            threading.Thread(target=self._device_slot, args=(closed, ready), name=f"hqflow-{self.name}-slot{slot}",
+                             daemon=True).start()
 
-    def _dispatch(self) -> None:
+    def _dispatch(self, closed: threading.Event, ready: queue.SimpleQueue) -> None:
         """The queue thread: pass each job on to the device slots when its queue wait ends."""
         with self._cond:
-            while not self._closed.is_set():
+            while not closed.is_set():
                 now = time.perf_counter()
                 while self._waiting and self._waiting[0][0] <= now:
-                    self._ready.put(heapq.heappop(self._waiting)[2])
+                    ready.put(heapq.heappop(self._waiting)[2])
                 self._cond.wait(self._waiting[0][0] - now if self._waiting else None)
 
-    def _device_slot(self) -> None:
+    def _device_slot(self, closed: threading.Event, ready: queue.SimpleQueue) -> None:
         """A device slot thread: run ready jobs one at a time, in the order they left the queue.
 
         Times are the model's, not this thread's: a job starts when its queue
@@ -293,13 +295,13 @@ class EmulatedQPU:
         late wake-up on a busy machine does not lengthen the modelled latency.
         """
         free_at = 0.0
-        while (job := self._ready.get()) is not None:
+        while (job := ready.get()) is not None:
             start = min(max(job.submitted_at + job.queue_seconds, free_at), time.perf_counter())
             if job._start(start):  # False if it was cancelled meanwhile
-                self._execute(job)
+                self._execute(job, closed)
                 free_at = start + job.device_seconds
 
-    def _execute(self, job: EmulatedJob) -> None:
+    def _execute(self, job: EmulatedJob, closed: threading.Event) -> None:
         """Compute the result, then sleep out the rest of the job's modelled device time."""
         result = error = None
         if job.fails:
@@ -314,7 +316,7 @@ class EmulatedQPU:
                                   f"{self.wrapped.name!r}: {type(exc).__name__}: {exc}")
                 error.__cause__ = exc
         end = job.started_at + job.device_seconds
-        while (left := end - time.perf_counter()) > 0 and not self._closed.wait(left):
+        while (left := end - time.perf_counter()) > 0 and not closed.wait(left):
             pass  # Event.wait may wake a hair early; never deliver before the modelled end
         job._settle("failed" if error else "done", result, error)  # a no-op if close() cancelled it
 
@@ -323,13 +325,19 @@ class EmulatedQPU:
             self._live.discard(job)
 
     def close(self) -> None:
-        """Stop the threads and cancel every unfinished job, running ones included."""
+        """Stop the threads and cancel every unfinished job, running ones included.
+
+        The backend stays usable: a later ``submit`` starts fresh threads, so a
+        shared instance (one a registered factory hands to several runs) survives
+        the end of each run.
+        """
         with self._cond:
             self._closed.set()
             self._cond.notify_all()
-            live, self._live = list(self._live), set()
+            live, self._live, self._waiting = list(self._live), set(), []
             for _ in range(self.max_in_flight if self._ready else 0):
                 self._ready.put(None)  # stops a device slot thread
+            self._ready = None
         for job in live:
             job._settle("cancelled")
 

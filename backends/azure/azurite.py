@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import atexit
 import fcntl
+import hashlib
 import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
+import warnings
 
 # Azurite's well-known development account (public, documented; it only opens the local emulator)
 ACCOUNT = "devstoreaccount1"
@@ -21,19 +24,19 @@ _BIN = os.path.join("node_modules", ".bin", "azurite-blob")
 
 
 def find(root: str | None = None) -> str | None:
-    """``azurite-blob``: ``$HQFLOW_AZURITE``, ``node_modules/.bin`` under ``root`` or the current
-    directory and its parents, or on PATH."""
+    """``azurite-blob``: ``$HQFLOW_AZURITE``, else ``node_modules/.bin`` under ``root`` or under the
+    current directory or one of its parents, else on PATH; None if nowhere."""
     if os.environ.get("HQFLOW_AZURITE"):
         return os.environ["HQFLOW_AZURITE"]
-    starts = [root] if root else []
+    folders = [os.path.abspath(root)] if root else []
     here = os.getcwd()
     while True:
-        starts.append(here)
+        folders.append(here)
         parent = os.path.dirname(here)
         if parent == here:
             break
         here = parent
-    for folder in starts:
+    for folder in folders:
         path = os.path.join(folder, _BIN)
         if os.access(path, os.X_OK):
             return path
@@ -41,20 +44,30 @@ def find(root: str | None = None) -> str | None:
 
 
 def ensure_installed(root: str) -> str | None:
-    """``find(root)``, else ``npm ci`` in ``root`` (its package.json pins Azurite); None without npm."""
+    """``find(root)``, else ``npm ci`` in ``root`` (its package.json pins Azurite) and find again.
+
+    None when npm or ``root/package.json`` is missing or the install fails (callers skip with a reason).
+    Several processes asking at once install once: they wait on a lock file in the temp folder.
+    """
     exe = find(root)
     if exe is not None:
         return exe
     if shutil.which("npm") is None or not os.path.exists(os.path.join(root, "package.json")):
         return None
-    with open(os.path.join(root, ".npm-install.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one install when several processes ask at once
+    tag = hashlib.sha256(os.path.abspath(root).encode()).hexdigest()[:12]
+    with open(os.path.join(tempfile.gettempdir(), f"hqflow-npm-{tag}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            if find(root) is None:
-                cmd = ["npm", "ci" if os.path.exists(os.path.join(root, "package-lock.json")) else "install",
-                       "--no-audit", "--no-fund", "--loglevel=error"]
-                proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
-                if proc.returncode != 0:
+            if find(root) is None:  # another process may have installed it meanwhile
+                ci = os.path.exists(os.path.join(root, "package-lock.json"))
+                cmd = ["npm", "ci" if ci else "install", "--no-audit", "--no-fund", "--loglevel=error"]
+                try:
+                    done = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=900)
+                    failed = done.returncode != 0 and (done.stderr or done.stdout).strip()[-400:]
+                except (OSError, subprocess.TimeoutExpired) as exc:
+                    failed = str(exc)
+                if failed:
+                    warnings.warn(f"`{' '.join(cmd[:2])}` in {root} failed: {failed}", stacklevel=2)
                     return None
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
@@ -79,26 +92,35 @@ class Azurite:
 
     @staticmethod
     def start(executable: str | None = None, timeout: float = 30.0) -> Azurite:
+        """Start Azurite's blob service on a free port and wait until it accepts connections."""
         exe = executable or find()
         if exe is None:
-            raise RuntimeError("azurite-blob not found: run npm ci in the repository (package.json pins it)")
-        port = _free_port()
-        proc = subprocess.Popen([exe, "--inMemoryPersistence", "--blobHost", "127.0.0.1", "--blobPort", str(port),
-                                 "--skipApiVersionCheck", "--loose", "--silent"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"Azurite exited at start ({proc.returncode}): {proc.stderr.read()[-500:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    return Azurite(proc, port)
-            except OSError:
-                time.sleep(0.05)
-        proc.kill()
-        raise RuntimeError(f"Azurite did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
+            raise RuntimeError("azurite-blob not found: run `npm ci` in the repository (package.json pins it) "
+                               "or set HQFLOW_AZURITE")
+        for attempt in range(3):  # a free port can be taken by someone else before Azurite binds it
+            port, log = _free_port(), tempfile.TemporaryFile()
+            proc = subprocess.Popen([exe, "--inMemoryPersistence", "--blobHost", "127.0.0.1", "--blobPort", str(port),
+                                     "--skipApiVersionCheck", "--loose", "--silent", "--disableTelemetry"],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and proc.poll() is None:
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                        return Azurite(proc, port)
+                except OSError:
+                    time.sleep(0.05)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+                raise RuntimeError(f"Azurite did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
+            log.seek(0)
+            tail = log.read().decode(errors="replace").strip()[-800:]
+            if "EADDRINUSE" not in tail or attempt == 2:
+                raise RuntimeError(f"Azurite exited at start (exit code {proc.returncode}): {tail}")
+        raise AssertionError("unreachable")
 
     def stop(self) -> None:
+        """Kill it (again is fine)."""
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)

@@ -60,8 +60,15 @@ class _Prepared:
     """One template on this target: its payloads and what one row costs."""
 
     payloads: Payloads
-    per_job: list[float]  # one per measurement group
-    counts: list[tuple[int, int, int]]
+    counts: list[tuple[int, int, int]]  # (1q, 2q, measurements) per measurement group
+    entry: dict | None  # the target's price-table entry
+    target: str
+
+    def job_cost(self, group: int, shots: int) -> float:
+        """What one service job of ``group`` at ``shots`` costs; NaN where the price is unknown."""
+        if not self.entry or self.entry.get("model") == "unknown":
+            return float("nan")
+        return job_cost(self.entry, self.target, self.counts[group], shots)
 
 
 class AzureBackend:
@@ -78,6 +85,8 @@ class AzureBackend:
             raise BackendError("name an Azure Quantum target: azure:<target>, e.g. azure:ionq.simulator")
         if not isinstance(shots, (int, np.integer)) or shots < 1:
             raise BackendError(f"shots must be a positive integer, got {shots!r}")
+        if not isinstance(max_concurrency, (int, np.integer)) or max_concurrency < 1:
+            raise BackendError(f"max_concurrency must be a positive integer, got {max_concurrency!r}")
         if job_failure_policy not in ("Abort", "Continue"):
             raise BackendError(f"job_failure_policy must be 'Abort' or 'Continue', got {job_failure_policy!r}")
         self.target, self.name = target, f"azure:{target}"
@@ -94,7 +103,8 @@ class AzureBackend:
         self._session_id: str | None = None
         self._typical: float | None = None  # seconds from creation to a finished job, lately
         self._lock = threading.Lock()
-        self._pool = cf.ThreadPoolExecutor(max_concurrency, thread_name_prefix=f"hqflow-{self.name}")
+        self.max_concurrency = int(max_concurrency)
+        self._pool: cf.ThreadPoolExecutor | None = None  # started at the first submit, stopped by close()
         self._prepared: dict[str, _Prepared] = {}
 
     # -- the protocol --------------------------------------------------------------------
@@ -111,10 +121,14 @@ class AzureBackend:
         digest = _digest(batch, shots)
         key = batch.key or uuid.uuid4().hex
         job = AzureJob(self, batch, prep, shots)
+        with self._lock:
+            if self._pool is None:
+                self._pool = cf.ThreadPoolExecutor(self.max_concurrency, thread_name_prefix=f"hqflow-{self.name}")
+            pool = self._pool
         for r, row in enumerate(bodies):
             for g, body in enumerate(row):
                 ids = [str(uuid.uuid5(_NAMESPACE, f"{key}|{digest}|{r}|{g}|{a}")) for a in range(batch.attempt + 1)]
-                job.add(self._pool.submit(self._run_one, job, ids, body, r, g))
+                job.add(pool.submit(self._run_one, job, ids, body, r, g))
         return job
 
     def estimate_cost(self, batch: CircuitBatch) -> Cost:
@@ -142,6 +156,7 @@ class AzureBackend:
         """Close the run's session, if one was opened, and stop the threads."""
         with self._lock:
             sid, self._session_id = self._session_id, None
+            pool, self._pool = self._pool, None
         if sid is not None:
             try:
                 from azure.quantum import Session
@@ -150,7 +165,8 @@ class AzureBackend:
                 ws.close_session(Session(ws, id=sid, target=self.target))
             except Exception:
                 pass  # closing is best effort; the service closes idle sessions itself
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)  # a later submit starts a new pool
 
     def options(self) -> dict:
         """The options to rebuild this backend, without secrets (for run directories)."""
@@ -178,9 +194,7 @@ class AzureBackend:
             model = (self._entry or {}).get("model", "free")
             zeros = np.full(len(payloads.slot_angles), 0.5)
             counts = [gate_counts(payloads._qiskit(g, zeros), model) for g in payloads.groups]
-            per_job = [job_cost(self._entry, self.target, c, self.shots) if self._entry and model != "unknown"
-                       else float("nan") for c in counts]
-            prep = _Prepared(payloads, per_job, counts)
+            prep = _Prepared(payloads, counts, self._entry, self.target)
             with self._lock:
                 self._prepared[fp] = prep
         return prep
@@ -339,7 +353,7 @@ class AzureJob(FutureJob):
         with self._lock:
             self._service_jobs.append(service_job)
             if created:
-                self._cost += self.prep.per_job[group]
+                self._cost += self.prep.job_cost(group, self.shots)
 
     @property
     def job_ids(self) -> list[str]:

@@ -1,188 +1,371 @@
-"""The loopback service's quantum part: read a job's input in a provider's format, run it on the
-reference simulator, and write the provider's output format.
+"""The loopback service's quantum part: read a job's input in a provider's format, run it on
+hqflow's reference simulator, and write the provider's output format.
 
-* ``ionq.circuit.v1`` (IonQ's JSON, ``qis`` gateset) -> ``ionq.quantum-results.v1``: a histogram of
-  exact probabilities on simulators, of ``shots`` sampled frequencies on QPUs; the integer's
-  bit ``i`` (least significant first) is qubit ``i``.
-* ``honeywell.openqasm.v1`` (OpenQASM 2) -> ``honeywell.quantum-results.v1``: per classical
-  register, one string per shot, classical bit 0 rightmost.
-* ``qir.v1`` (QIR text, base profile) -> ``microsoft.quantum-results.v2``: each shot the recorded
-  results in recording order.
+* ``ionq.circuit.v1`` (IonQ's JSON, ``qis`` gateset) -> ``ionq.quantum-results.v1``:
+  ``{"histogram": {"<int>": p}}``, bit ``i`` of the integer (least significant first) is
+  qubit ``i``; exact probabilities on ``ionq.simulator``, frequencies of ``shots`` samples
+  on ``ionq.qpu.*``.
+* ``honeywell.openqasm.v1`` (OpenQASM 2) -> ``honeywell.quantum-results.v1``:
+  ``{register: ["0110", ...]}``, one string per shot, classical bit 0 rightmost; all
+  zeros on the syntax checker (``*sc``).
+* ``qir.v1`` (QIR text or bitcode, base profile) -> ``microsoft.quantum-results.v2``: each
+  shot the recorded output (all zeros on the syntax checker) (a result is 0 or 1, an array a list, a tuple
+  ``{"Item1": ..}``), and a histogram whose ``Display`` is the Python literal
+  (``"[1, 0]"``, ``"([1], [0, 1])"``).
+
+Gates run through ``hqflow.backends.reference`` with wire 0 the most significant bit.
+Measurements must come last on each qubit (no mid-circuit measurement or reset).
 """
 from __future__ import annotations
 
 import json
 import re
+import struct
 
 import numpy as np
 
-from hqflow.backends.base import CircuitBatch
-from hqflow.backends.reference import probabilities, simulate
-from hqflow.ir.circuit import Angle, CircuitTemplate, Op
+from hqflow.backends.reference import apply_matrix, initial_state, probabilities
+from hqflow.ir.gates import GATES, PAULIS, gate_matrix
+
+MAX_QUBITS = 20
+MAX_SHOTS = 1_000_000
 
 
 class BadInput(ValueError):
     """The job's input cannot be run (the job fails with this message)."""
 
 
-def _probs(n: int, ops: list[Op]) -> np.ndarray:
-    """Exact probabilities, wire 0 most significant."""
-    t = CircuitTemplate(n, tuple(ops), name="job")
-    problems = t.problems()
-    if problems:
-        raise BadInput("; ".join(problems))
-    return probabilities(simulate(CircuitBatch.make(t, None, None)))[0]
+class Program:
+    """Gates as ``(matrix, wires)`` steps, then measurements; checks wires as it goes."""
+
+    def __init__(self, n_qubits: int):
+        if not isinstance(n_qubits, int) or not 1 <= n_qubits <= MAX_QUBITS:
+            raise BadInput(f"the circuit must use 1 to {MAX_QUBITS} qubits, got {n_qubits!r}")
+        self.n, self.steps, self.measured = n_qubits, [], {}  # measured: qubit -> its result id or clbit
+
+    def _wires(self, wires, what: str) -> tuple[int, ...]:
+        if not all(isinstance(w, int) and not isinstance(w, bool) and 0 <= w < self.n for w in wires):
+            raise BadInput(f"{what}: qubits {list(wires)} are not all in 0..{self.n - 1}")
+        if len(set(wires)) != len(wires):
+            raise BadInput(f"{what}: a qubit appears twice in {list(wires)}")
+        late = [w for w in wires if w in self.measured]
+        if late:
+            raise BadInput(f"{what}: acts on qubit {late[0]} after it was measured (mid-circuit "
+                           "measurement is not supported)")
+        return tuple(wires)
+
+    def gate(self, name: str, wires, angles=(), controls=(), what: str = "") -> None:
+        """hqflow gate ``name`` on ``wires``, controlled by ``controls`` when given."""
+        spec = GATES[name]
+        if len(angles) != spec.num_params:
+            raise BadInput(f"{what or name}: takes {spec.num_params} angle(s), got {len(angles)}")
+        m = gate_matrix(name, np.array([angles], dtype=float))
+        self.matrix(m, tuple(controls) + tuple(wires), len(controls), what or name)
+
+    def matrix(self, m: np.ndarray, wires, n_controls: int = 0, what: str = "gate") -> None:
+        wires = self._wires(tuple(wires), what)
+        if n_controls:  # |1..1><1..1| (x) U + the rest identity
+            d, u = 2 ** len(wires), m.reshape(m.shape[-2:])
+            m = np.eye(d, dtype=complex)
+            m[d - u.shape[0]:, d - u.shape[0]:] = u
+        self.steps.append((m.reshape((1,) + m.shape[-2:]), wires))
+
+    def measure(self, qubit: int, slot, what: str = "measure") -> None:
+        self._wires((qubit,), what)
+        self.measured[qubit] = slot
+
+    def probabilities(self) -> np.ndarray:
+        state = initial_state(1, self.n)
+        for m, wires in self.steps:
+            state = apply_matrix(state, m, wires)
+        return probabilities(state)[0]
 
 
-def _sample_bits(probs: np.ndarray, n: int, shots: int, rng: np.random.Generator) -> np.ndarray:
-    """``[shots, n]`` measured bits, column ``w`` for wire ``w``."""
+def _sample(prog: Program, target: str, shots: int, rng: np.random.Generator) -> np.ndarray:
+    """``[shots, n]`` measured bits, column ``w`` for wire ``w``; zeros on a syntax checker (``*sc``)."""
+    if target.endswith("sc"):
+        return np.zeros((shots, prog.n), dtype=int)
+    probs = prog.probabilities()
     idx = rng.choice(len(probs), size=shots, p=probs / probs.sum())
-    return (idx[:, None] >> (n - 1 - np.arange(n))[None, :]) & 1
+    return (idx[:, None] >> (prog.n - 1 - np.arange(prog.n))[None, :]) & 1
 
 
-# --- IonQ -------------------------------------------------------------------------------
+# --- IonQ ----------------------------------------------------------------------------------
 
-_IONQ_FIXED = {"h": "h", "x": "x", "y": "y", "z": "z", "s": "s", "si": "sdg", "t": "t", "ti": "tdg",
-               "v": "sx", "vi": "sxdg", "swap": "swap"}
+_IONQ_FIXED = {"x": "x", "not": "x", "cnot": "x", "y": "y", "z": "z", "h": "h", "s": "s", "si": "sdg",
+               "t": "t", "ti": "tdg", "v": "sx", "vi": "sxdg", "swap": "swap"}
 _IONQ_ROT = {"rx": "rx", "ry": "ry", "rz": "rz", "xx": "rxx", "yy": "ryy", "zz": "rzz"}
-_CONTROLLED = {("x", 1): "cx", ("y", 1): "cy", ("z", 1): "cz", ("rx", 1): "crx", ("ry", 1): "cry",
-               ("rz", 1): "crz", ("swap", 1): "cswap", ("x", 2): "ccx", ("cnot", 0): "cx"}
+
+
+def _pauliexp(g: dict, n_targets: int, what: str) -> np.ndarray:
+    """exp(-i t sum_k c_k P_k); a term's last letter acts on the first target (Qiskit's labels)."""
+    try:
+        terms, coeffs, t = g["terms"], [float(c) for c in g["coefficients"]], float(g["time"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadInput(f"{what}: pauliexp needs terms, coefficients and time ({exc})") from None
+    if len(terms) != len(coeffs) or any(len(p) != n_targets or set(p) - set("IXYZ") for p in terms):
+        raise BadInput(f"{what}: pauliexp terms {terms} do not match {n_targets} targets and the coefficients")
+    h = 0
+    for label, c in zip(terms, coeffs):
+        term = np.ones((1, 1), dtype=complex)
+        for ch in reversed(label):
+            term = np.kron(term, PAULIS[ch])
+        h = h + c * term
+    vals, vecs = np.linalg.eigh(h)
+    return (vecs * np.exp(-1j * t * vals)) @ vecs.conj().T
+
+
+def parse_ionq(data: bytes) -> Program:
+    try:
+        doc = json.loads(data)
+        n, gates = doc["qubits"], doc["circuit"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BadInput(f"not an ionq.circuit.v1 document: {type(exc).__name__}: {exc}") from None
+    if doc.get("gateset", "qis") != "qis":
+        raise BadInput(f"gateset {doc.get('gateset')!r} is not supported here; use 'qis'")
+    prog = Program(n)
+    for k, g in enumerate(gates):
+        if not isinstance(g, dict):
+            raise BadInput(f"gate {k}: not a JSON object: {g!r}")
+        name = g.get("gate")
+        what = f"gate {k} ({name})"
+        targets = g.get("targets", [g["target"]] if "target" in g else [])
+        controls = g.get("controls", [g["control"]] if "control" in g else [])
+        if name == "pauliexp":
+            prog.matrix(_pauliexp(g, len(targets), what), list(controls) + list(targets), len(controls), what)
+        elif name in _IONQ_ROT:
+            if "rotation" not in g:
+                raise BadInput(f"{what}: needs a 'rotation'")
+            base = _IONQ_ROT[name]
+            per = [targets] if GATES[base].num_wires == 2 else [[t] for t in targets]
+            for ts in per:
+                prog.gate(base, ts, [float(g["rotation"])], controls, what)
+        elif name in _IONQ_FIXED:
+            if "rotation" in g:
+                raise BadInput(f"{what}: {name!r} takes no rotation (a phase gate is 'rz')")
+            base = _IONQ_FIXED[name]
+            per = [targets] if base == "swap" else [[t] for t in targets]
+            for ts in per:
+                prog.gate(base, ts, (), controls, what)
+        else:
+            raise BadInput(f"{what}: {name!r} is not a gate of IonQ's qis gateset")
+    return prog
 
 
 def run_ionq(data: bytes, target: str, shots: int, rng: np.random.Generator) -> dict:
-    try:
-        doc = json.loads(data)
-        n, gates = int(doc["qubits"]), doc["circuit"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise BadInput(f"not an ionq.circuit.v1 document: {exc}") from None
-    if doc.get("gateset", "qis") != "qis":
-        raise BadInput(f"gateset {doc.get('gateset')!r} is not supported here; use 'qis'")
-    ops = []
-    for k, g in enumerate(gates):
-        name = g.get("gate")
-        targets = g.get("targets", [g["target"]] if "target" in g else [])
-        controls = g.get("controls", [g["control"]] if "control" in g else [])
-        base = _IONQ_FIXED.get(name) or _IONQ_ROT.get(name) or ("x" if name == "cnot" else None)
-        if base is None:
-            raise BadInput(f"gate {k}: {name!r} is not an IonQ qis gate")
-        angles = (Angle.const(float(g["rotation"])),) if name in _IONQ_ROT else ()
-        if controls:
-            key = ("swap" if base == "swap" else name if name in _IONQ_ROT else base, len(controls))
-            if key not in _CONTROLLED:
-                raise BadInput(f"gate {k}: {name!r} with {len(controls)} controls is not supported")
-            ops.append(Op(_CONTROLLED[key], tuple(controls) + tuple(targets), angles))
-        else:
-            ops.append(Op(base if name not in _IONQ_ROT else _IONQ_ROT[name], tuple(targets), angles))
-    probs = _probs(n, ops)
-    weights = 1 << (n - 1 - np.arange(n))  # our index -> bits; IonQ's integer has qubit i at bit i
-    ionq_index = [int(sum(((i & int(weights[w])) > 0) << w for w in range(n))) for i in range(len(probs))]
+    prog = parse_ionq(data)
+    probs, n = prog.probabilities(), prog.n
     if target.startswith("ionq.simulator"):
-        hist = {str(ionq_index[i]): float(p) for i, p in enumerate(probs) if p > 1e-12}
+        index = np.flatnonzero(probs > 1e-12)
+        values = probs[index] / probs[index].sum()
     else:
         drawn = rng.multinomial(shots, probs / probs.sum())
-        hist = {str(ionq_index[i]): c / shots for i, c in enumerate(drawn) if c}
-    return {"histogram": hist}
+        index = np.flatnonzero(drawn)
+        values = drawn[index] / shots
+    # our index has wire 0 as the most significant bit; IonQ's integer has qubit i at bit i
+    bits = (index[:, None] >> (n - 1 - np.arange(n))[None, :]) & 1
+    keys = bits @ (1 << np.arange(n))
+    return {"histogram": {str(int(k)): float(v) for k, v in zip(keys, values)}}
 
 
-# --- OpenQASM 2 ---------------------------------------------------------------------------
+# --- OpenQASM 2 ----------------------------------------------------------------------------
 
-def run_qasm(data: bytes, target: str, shots: int, rng: np.random.Generator) -> dict:
+def parse_qasm(data: bytes):
+    """``(program, circuit)``: the Qiskit circuit keeps the classical registers."""
     from qiskit import qasm2
-
-    from hqflow.ir.qiskit_io import from_qiskit
+    from qiskit.quantum_info import Operator
 
     try:
         qc = qasm2.loads(data.decode(), custom_instructions=qasm2.LEGACY_CUSTOM_INSTRUCTIONS)
     except Exception as exc:
-        raise BadInput(f"not OpenQASM 2: {str(exc).splitlines()[0]}") from None
-    measures = [(qc.find_bit(i.qubits[0]).index, i.clbits[0]) for i in qc.data if i.operation.name == "measure"]
-    body = qc.remove_final_measurements(inplace=False)
-    try:
-        t = from_qiskit(body)
-    except Exception as exc:
-        raise BadInput(f"cannot run this circuit: {str(exc).splitlines()[0]}") from None
-    n = qc.num_qubits
-    if target.endswith("sc"):  # a syntax checker: all zeros
-        bits = np.zeros((shots, n), dtype=int)
-    else:
-        bits = _sample_bits(_probs(t.n_qubits, list(t.ops)), t.n_qubits, shots, rng)
+        raise BadInput(f"not OpenQASM 2: {str(exc).strip().splitlines()[0]}") from None
+    prog = Program(qc.num_qubits)
+    for k, inst in enumerate(qc.data):
+        op, what = inst.operation, f"instruction {k} ({inst.operation.name})"
+        qubits = [qc.find_bit(q).index for q in inst.qubits]
+        if op.name == "barrier":
+            continue
+        if op.name == "measure":
+            prog.measure(qubits[0], qc.find_bit(inst.clbits[0]).index, what)
+        elif op.name == "reset" and not any(qubits[0] in w for _, w in prog.steps):
+            continue  # a reset of a fresh qubit does nothing
+        elif getattr(op, "condition", None) is not None or inst.clbits or op.name == "reset":
+            raise BadInput(f"{what}: classical control and mid-circuit resets are not supported")
+        elif op.name in GATES and GATES[op.name].num_params == len(op.params):
+            prog.gate(op.name, qubits, [float(p) for p in op.params], what=what)
+        else:  # any other gate by its matrix; Qiskit's first qubit is the least significant
+            try:
+                m = Operator(op).data
+            except Exception as exc:
+                raise BadInput(f"{what}: cannot run it ({exc})") from None
+            prog.matrix(m, qubits[::-1], what=what)
+    return prog, qc
+
+
+def run_qasm(data: bytes, target: str, shots: int, rng: np.random.Generator) -> dict:
+    prog, qc = parse_qasm(data)
+    bits = _sample(prog, target, shots, rng)
+    clbits = np.zeros((shots, qc.num_clbits), dtype=int)
+    for qubit, clbit in prog.measured.items():
+        clbits[:, clbit] = bits[:, qubit]
     out = {}
     for creg in qc.cregs:
-        cols = [[0] * shots for _ in range(creg.size)]
-        for q, clbit in measures:
-            reg_bit = qc.find_bit(clbit)
-            for reg, j in reg_bit.registers:
-                if reg == creg:
-                    cols[j] = bits[:, q].tolist()
-        out[creg.name] = ["".join(str(cols[j][s]) for j in reversed(range(creg.size))) for s in range(shots)]
+        cols = [qc.find_bit(b).index for b in creg][::-1]  # bit 0 rightmost
+        out[creg.name] = ["".join(map(str, row)) for row in clbits[:, cols].tolist()]
     return out
 
 
-# --- QIR --------------------------------------------------------------------------------
+# --- QIR -----------------------------------------------------------------------------------
 
-_QIR_GATES = {"h": "h", "x": "x", "y": "y", "z": "z", "s": "s", "t": "t", "rx": "rx", "ry": "ry", "rz": "rz",
-              "cnot": "cx", "cx": "cx", "cy": "cy", "cz": "cz", "swap": "swap", "rxx": "rxx", "ryy": "ryy",
-              "rzz": "rzz", "ccx": "ccx", "sx": "sx"}
-_ADJ = {"s": "sdg", "t": "tdg", "sx": "sxdg"}
+_QIR_GATES = {"h": "h", "x": "x", "y": "y", "z": "z", "s": "s", "t": "t", "sx": "sx", "rx": "rx", "ry": "ry",
+              "rz": "rz", "cx": "cx", "cnot": "cx", "cy": "cy", "cz": "cz", "swap": "swap", "ccx": "ccx",
+              "rxx": "rxx", "ryy": "ryy", "rzz": "rzz"}
+_QIR_ADJ = {"s": "sdg", "t": "tdg", "sx": "sxdg"}
+_CALL = re.compile(r"call \w+ @__quantum__(qis|rt)__(\w+)\((.*)\)")
 
 
-def _ids(args: str, kind: str) -> list[int]:
-    found = []
-    for m in re.finditer(rf"%{kind}\* (null|inttoptr \(i64 (\d+) to %{kind}\*\))", args):
-        found.append(0 if m.group(1) == "null" else int(m.group(2)))
-    return found
+def _args(text: str) -> list:
+    """A call's arguments: floats (doubles), ints (pointers as ids, i64), None (labels, other)."""
+    out, depth, cur = [], 0, ""
+    for ch in text + ",":
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+            continue
+        depth += (ch == "(") - (ch == ")")
+        cur += ch
+    values = []
+    for a in out:
+        if a.startswith("double "):
+            v = a.split()[1]
+            values.append(struct.unpack(">d", bytes.fromhex(v[2:].rjust(16, "0")))[0] if v.lower().startswith("0x")
+                          else float(v))
+        elif (m := re.search(r"inttoptr \(i64 (\d+) to", a)) or (m := re.fullmatch(r"i64 (-?\d+)", a)):
+            values.append(int(m.group(1)))
+        elif re.fullmatch(r"(%Qubit\*|%Result\*|ptr) null", a):
+            values.append(0)
+        else:
+            values.append(None)
+    return values
+
+
+def _qir_text(data: bytes) -> str:
+    if data[:4] in (b"BC\xc0\xde", b"\xde\xc0\x17\x0b"):
+        try:
+            import pyqir
+
+            return str(pyqir.Module.from_bitcode(pyqir.Context(), data))
+        except Exception as exc:
+            raise BadInput(f"cannot read the QIR bitcode: {exc}") from None
+    text = data.decode(errors="replace")
+    if "__quantum__" not in text:
+        raise BadInput("not QIR: no __quantum__ calls")
+    return text
+
+
+def parse_qir(data: bytes) -> tuple[Program, list]:
+    """``(program, records)``: records are ``("tuple"|"array", n)`` and ``("result", id)`` in order."""
+    text = _qir_text(data)
+    if re.search(r"\bbr i1\b|__quantum__qis__read_result|__quantum__rt__(bool|int|double)_record", text):
+        raise BadInput("adaptive QIR (branches, classical values) is not supported here; use the base profile")
+    ops, records = [], []
+    for k, m in enumerate(_CALL.finditer(text)):
+        space, fn, args = m.group(1), m.group(2), _args(m.group(3))
+        what = f"call {k} (__quantum__{space}__{fn})"
+        if space == "rt":
+            kind = fn.removesuffix("_record_output")
+            if kind in ("tuple", "array", "result"):
+                records.append((kind, args[0]))
+            continue
+        name, _, variant = fn.rpartition("__")
+        ints = [a for a in args if isinstance(a, int)]
+        if name in ("m", "mz", "mresetz"):
+            ops.append(("measure", ints[:1], ints[1:2], what))
+        elif name in ("reset", "barrier"):
+            ops.append((name, ints, [], what))
+        elif variant == "adj" and name in _QIR_ADJ:
+            ops.append((_QIR_ADJ[name], ints, [a for a in args if isinstance(a, float)], what))
+        elif variant == "body" and name in _QIR_GATES:
+            ops.append((_QIR_GATES[name], ints, [a for a in args if isinstance(a, float)], what))
+        else:
+            raise BadInput(f"{what}: not supported here")
+    prog = Program(max([q + 1 for _, qubits, _, _ in ops for q in qubits], default=0))
+    for name, qubits, extra, what in ops:
+        if name == "measure":
+            prog.measure(qubits[0], extra[0], what)
+        elif name == "reset" and any(qubits[0] in w for _, w in prog.steps):
+            raise BadInput(f"{what}: a reset after gates (mid-circuit) is not supported")
+        elif name not in ("reset", "barrier"):
+            prog.gate(name, qubits, extra, what=what)
+    return prog, records
+
+
+def _outcome(records: list, measured: dict):
+    """Each shot's outcome builder: the record tree as ``(json_fn, display_fn)`` of a bit lookup."""
+    results = {r: q for q, r in measured.items()}
+    pos = 0
+
+    def take():
+        nonlocal pos
+        if pos >= len(records):
+            raise BadInput("the output records end inside a tuple or array")
+        kind, arg = records[pos]
+        pos += 1
+        if kind == "result":
+            if arg not in results:
+                raise BadInput(f"result {arg} is recorded but never measured")
+            return ("r", results[arg])
+        return (kind, [take() for _ in range(arg)])
+
+    items = []
+    while pos < len(records):
+        items.append(take())
+    if not items:  # nothing recorded: every measured result, in result order
+        items = [("r", results[r]) for r in sorted(results)]
+    return items[0] if len(items) == 1 else ("array", items)
+
+
+def _shot(tree, bits) -> tuple:
+    """``(json value, display)`` of one shot."""
+    kind, body = tree
+    if kind == "r":
+        b = int(bits[body])
+        return b, str(b)
+    parts = [_shot(t, bits) for t in body]
+    if kind == "array":
+        return [p[0] for p in parts], "[" + ", ".join(p[1] for p in parts) + "]"
+    inner = ", ".join(p[1] for p in parts) + ("," if len(parts) == 1 else "")
+    return {f"Item{i + 1}": p[0] for i, p in enumerate(parts)}, f"({inner})"
 
 
 def run_qir(data: bytes, target: str, shots: int, rng: np.random.Generator) -> dict:
-    text = data.decode(errors="replace")
-    if "__quantum__" not in text:
-        raise BadInput("not QIR text (bitcode is not read here)")
-    ops, measured, recorded, n = [], {}, [], 0
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith(("call", "%")) or "@__quantum__" not in line:
-            continue
-        m = re.search(r"@__quantum__(qis|rt)__(\w+)\((.*)\)", line)
-        if m is None:
-            continue
-        space, fn, args = m.groups()
-        if space == "rt":
-            if fn == "result_record_output":
-                recorded.append(_ids(args, "Result")[0])
-            continue
-        name, _, variant = fn.rpartition("__")
-        qubits = _ids(args, "Qubit")
-        n = max([n, *(q + 1 for q in qubits)])
-        if name in ("m", "mz", "mresetz"):
-            measured[_ids(args, "Result")[0]] = qubits[0]
-            continue
-        if name == "reset":
-            raise BadInput("reset is not supported here")
-        gate = _ADJ.get(name, name) if variant == "adj" else _QIR_GATES.get(name)
-        if gate is None or gate not in _QIR_GATES.values() and gate not in _ADJ.values():
-            raise BadInput(f"QIR gate __quantum__qis__{fn} is not supported here")
-        angles = tuple(Angle.const(float(v)) for v in re.findall(r"double ([-+0-9.eE]+|0x[0-9A-Fa-f]+)", args)
-                       if not v.startswith("0x"))
-        ops.append(Op(gate, tuple(qubits), angles))
-    if not n:
-        raise BadInput("the QIR program uses no qubits")
-    bits = _sample_bits(_probs(n, ops), n, shots, rng)
-    order = recorded or sorted(measured)
-    shots_out = [[int(bits[s, measured[r]]) if r in measured else 0 for r in order] for s in range(shots)]
-    hist: dict = {}
-    for s in shots_out:
-        hist[tuple(s)] = hist.get(tuple(s), 0) + 1
+    prog, records = parse_qir(data)
+    if not prog.measured:
+        raise BadInput("the QIR program measures nothing")
+    tree = _outcome(records, prog.measured)
+    bits = _sample(prog, target, shots, rng)
+    rows, counts = [], {}
+    for row in bits:
+        value, display = _shot(tree, row)
+        rows.append(value)
+        entry = counts.setdefault(display, {"Outcome": value, "Display": display, "Count": 0})
+        entry["Count"] += 1
     return {"DataFormat": "microsoft.quantum-results.v2",
-            "Results": [{"Histogram": [{"Outcome": list(k), "Display": str(list(k)), "Count": c}
-                                       for k, c in hist.items()], "Shots": shots_out}]}
+            "Results": [{"Histogram": list(counts.values()), "Shots": rows}]}
 
 
 RUNNERS = {"ionq.circuit.v1": run_ionq, "honeywell.openqasm.v1": run_qasm, "qir.v1": run_qir}
 
 
-def run(input_format: str, data: bytes, target: str, shots: int, rng: np.random.Generator) -> dict:
+def run(input_format: str, data: bytes, target: str, shots, rng: np.random.Generator) -> dict:
+    """The output document of one job; raises ``BadInput`` with a readable message."""
     if input_format not in RUNNERS:
         raise BadInput(f"input format {input_format!r} is not supported; one of {', '.join(RUNNERS)}")
-    if not isinstance(shots, int) or shots < 1:
-        raise BadInput(f"shots must be a positive integer, got {shots!r}")
-    return RUNNERS[input_format](data, target, shots, rng)
+    if not isinstance(shots, int) or isinstance(shots, bool) or not 1 <= shots <= MAX_SHOTS:
+        raise BadInput(f"shots must be an integer in 1..{MAX_SHOTS}, got {shots!r}")
+    try:
+        return RUNNERS[input_format](data, target, shots, rng)
+    except BadInput:
+        raise
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise BadInput(f"malformed {input_format} input: {type(exc).__name__}: {exc}") from None
