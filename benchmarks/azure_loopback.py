@@ -220,8 +220,14 @@ def part_rl(options, svc, episodes=10, extra=()):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer rows (finishes in under 90 s)")
+    ap.add_argument("--quick", action="store_true", help="fewer RL episodes (finishes in under 90 s)")
+    ap.add_argument("--fault-rows", type=int, default=500, help="rows of the fault part (default 500)")
+    ap.add_argument("--rl-episodes", type=int, default=None, help="episodes of the RL part (default 10; --quick 2)")
     args = ap.parse_args(argv)
+    if args.fault_rows < FAULT_CHUNK or args.fault_rows % FAULT_CHUNK:
+        ap.error(f"--fault-rows must be a positive multiple of {FAULT_CHUNK}")
+    if args.rl_episodes is not None and args.rl_episodes < 1:
+        ap.error("--rl-episodes must be at least 1")
 
     from hqflow.backends.azure.azurite import Azurite, ensure_installed
     from hqflow.backends.azure.loopback import LoopbackService
@@ -238,13 +244,14 @@ def main(argv=None) -> int:
                                                              key="bench-" + os.urandom(8).hex()) as svc:
         options = svc.workspace_options()
         figures.update(part_batch(options, svc))
-        figures.update(part_faults(options, svc, rows=500))
+        figures.update(part_faults(options, svc, rows=args.fault_rows))
         figures.update(part_cost())
         figures.update(part_budget(options, svc))
         # Every environment step is one job per parameter-shift row: 1 + 2 x (inputs + weights)
         # rows, 25 with one layer (121 with the default five), so the RL part runs one layer.
-        rl = ["--set", "n_layers=1"] + (["--set", "batch_episodes=2"] if args.quick else [])
-        figures.update(part_rl(options, svc, episodes=2 if args.quick else 10, extra=rl))
+        episodes = args.rl_episodes or (2 if args.quick else 10)
+        rl = ["--set", "n_layers=1", "--set", f"batch_episodes={min(episodes, 10)}"]
+        figures.update(part_rl(options, svc, episodes=episodes, extra=rl))
         figures["rl_args"] = " ".join(rl)
     figures["seconds"] = round(time.perf_counter() - t0, 1)
     print(f"{'figure':<24} {'value':>12}  target")

@@ -103,8 +103,10 @@ class AzureBackend:
         self._session_id: str | None = None
         self._typical: float | None = None  # seconds from creation to a finished job, lately
         self._lock = threading.Lock()
+        self._session_lock = threading.Lock()  # held while the session is opened
         self.max_concurrency = int(max_concurrency)
         self._pool: cf.ThreadPoolExecutor | None = None  # started at the first submit, stopped by close()
+        self._closing = threading.Event()  # set by close() for the threads still running
         self._prepared: dict[str, _Prepared] = {}
 
     # -- the protocol --------------------------------------------------------------------
@@ -123,12 +125,13 @@ class AzureBackend:
         job = AzureJob(self, batch, prep, shots)
         with self._lock:
             if self._pool is None:
+                self._closing = threading.Event()
                 self._pool = cf.ThreadPoolExecutor(self.max_concurrency, thread_name_prefix=f"hqflow-{self.name}")
-            pool = self._pool
+            pool, closing = self._pool, self._closing
         for r, row in enumerate(bodies):
             for g, body in enumerate(row):
                 ids = [str(uuid.uuid5(_NAMESPACE, f"{key}|{digest}|{r}|{g}|{a}")) for a in range(batch.attempt + 1)]
-                job.add(pool.submit(self._run_one, job, ids, body, r, g))
+                job.add(pool.submit(self._run_one, job, ids, body, r, g, closing))
         return job
 
     def estimate_cost(self, batch: CircuitBatch) -> Cost:
@@ -157,6 +160,7 @@ class AzureBackend:
         with self._lock:
             sid, self._session_id = self._session_id, None
             pool, self._pool = self._pool, None
+            self._closing.set()
         if sid is not None:
             try:
                 from azure.quantum import Session
@@ -207,22 +211,22 @@ class AzureBackend:
             return self._workspace
 
     def _session(self) -> str | None:
+        """The run's session on this target, opened by the first job that needs it (one at a time)."""
         if not self.session:
             return None
-        with self._lock:
-            if self._session_id is not None:
-                return self._session_id
-        from azure.quantum import Session
+        with self._session_lock:
+            if self._session_id is None:
+                from azure.quantum import Session
 
-        ws = self.workspace()
-        s = Session(ws, id=str(uuid.uuid4()), name=f"hqflow {self.target}", target=self.target,
-                    job_failure_policy=self.job_failure_policy)
-        self._retry(lambda: ws.open_session(s), "open a session")
-        with self._lock:
-            self._session_id = self._session_id or s.id
+                ws = self.workspace()
+                s = Session(ws, id=str(uuid.uuid4()), name=f"hqflow {self.target}", target=self.target,
+                            job_failure_policy=self.job_failure_policy)
+                self._retry(lambda: ws.open_session(s), "open a session")
+                self._session_id = s.id
             return self._session_id
 
-    def _run_one(self, job: AzureJob, ids: list[str], body: bytes, row: int, group: int) -> tuple:
+    def _run_one(self, job: AzureJob, ids: list[str], body: bytes, row: int, group: int,
+                 closing: threading.Event) -> tuple:
         """One row's job for one group: reuse an earlier attempt that ran, else create it; poll; download."""
         from azure.core.exceptions import ResourceNotFoundError
 
@@ -237,9 +241,14 @@ class AzureBackend:
                 except ResourceNotFoundError:
                     continue
             else:
+                if closing.is_set():
+                    raise _Cancelled()  # the run ended: create nothing more
                 sj = self._retry(lambda: self._create(ws, jid, body, job), "submit a job")
                 created = sj.details.status not in _TERMINAL
             job.track(sj, created, group)
+            if job.cancelled:  # cancelled while this job was being created: cancel it too
+                job.cancel_service_job(sj)
+                raise _Cancelled()
             self._wait(sj, job)
             if sj.details.status in ("Succeeded", "Completed"):
                 raw = self._retry(lambda: sj.download_data(sj.details.output_data_uri), "download a result")
@@ -405,13 +414,10 @@ class AzureJob(FutureJob):
         self.cancelled = True
         for f in self._parts:
             f.cancel()
-        ws = self.backend_obj.workspace()
-        for sj in list(self._service_jobs):
-            if sj.details.status not in _TERMINAL:
-                try:
-                    ws.cancel_job(sj)
-                except Exception:
-                    pass  # best effort: it may have finished meanwhile
+        with self._lock:
+            created = list(self._service_jobs)
+        for sj in created:
+            self.cancel_service_job(sj)
         try:
             self._future.cancel()
         except cf.InvalidStateError:
@@ -421,6 +427,13 @@ class AzureJob(FutureJob):
 
             self._fail(JobCancelled(f"job on {self.backend} was cancelled"))
         return True
+
+    def cancel_service_job(self, sj) -> None:
+        if sj.details.status not in _TERMINAL:
+            try:
+                self.backend_obj.workspace().cancel_job(sj)
+            except Exception:
+                pass  # best effort: it may have finished meanwhile
 
     def status(self) -> str:
         return "cancelled" if self.cancelled else super().status()

@@ -251,15 +251,19 @@ def test_a_raising_callback_does_not_break_the_job(make):
     assert job.result(5) is not None
 
 
-def test_close_cancels_unfinished_jobs_and_refuses_more():
-    qpu = EmulatedQPU(per_job=5.0, hang_jobs=(1,))
+def test_close_cancels_unfinished_jobs_and_a_later_submit_starts_afresh():
+    qpu = EmulatedQPU(per_job=0.5, hang_jobs=(1,), name="reopened-qpu")
     running, hung = qpu.submit(rz_batch()), qpu.submit(rz_batch())
     qpu.close()
     for job in (running, hung):
         with pytest.raises(JobCancelled):
             job.result(1)
-    with pytest.raises(BackendError, match="closed"):
-        qpu.submit(rz_batch())
+    # a shared instance (one a registered factory hands to several runs) outlives each run's close()
+    again = qpu.submit(rz_batch(3))
+    assert again.result(5).values.shape == (3, 1)
+    qpu.close()
+    time.sleep(0.3)  # every generation's threads have stopped
+    assert not [t for t in threading.enumerate() if t.name.startswith(f"hqflow-{qpu.name}-")]
 
 
 # --- arguments, capabilities, registry -----------------------------------------------
