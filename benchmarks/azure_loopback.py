@@ -4,8 +4,10 @@ The real azure-quantum SDK talks to a loopback Azure Quantum job service
 (``hqflow.backends.azure.loopback``, its own process, running circuits on the
 reference simulator) and to Azurite for blob storage. Nothing is patched.
 
-1. ``batch_seconds_64``: one 64-row batch on ``azure:ionq.simulator`` (64 service jobs),
-   the service adding 200 ms to every job. The sequential bound (64 x 0.2 s) is beside it.
+1. ``batch_seconds_64``: a 64-row batch on ``azure:ionq.simulator`` (64 service jobs), the
+   service adding 200 ms to every job: the median of 3 after a first, cold one
+   (``batch_seconds_64_cold``: threads and HTTP connections start). The sequential bound
+   (64 x 0.2 s) is beside it.
 2. ``lost``, ``duplicated_jobs``: 500 rows through the scheduler with 20% of jobs failing
    and 5% of HTTP calls answered 503: rows without a result, and service jobs run twice
    for the same row and attempt (the service counts runs per job id).
@@ -47,7 +49,9 @@ def _template(n_qubits=3, n_ops=14, seed=0):
     return random_template(np.random.default_rng(seed), n_qubits, n_ops=n_ops)
 
 
-def part_batch(options, svc, rows=64, latency=0.2):
+def part_batch(options, svc, rows=64, latency=0.2, repeats=3):
+    """A cold 64-row batch (the backend's threads and HTTP connections start), then the median of
+    ``repeats`` more: ``batch_seconds_64`` is the steady state, the target's subject."""
     from hqflow.backends import CircuitBatch, get_backend
     from hqflow.ir import Circuit
 
@@ -57,16 +61,17 @@ def part_batch(options, svc, rows=64, latency=0.2):
     t = c.build(observables=["Z0", "Z1 Z0"])
     backend = get_backend("azure:ionq.simulator", **options, shots=200)
     rng = np.random.default_rng(1)
-    warm = CircuitBatch.make(t, rng.uniform(-1, 1, (2, 2)), [0.1, 0.2], seed=0)
-    backend.submit(warm).result(timeout=60)  # the workspace, the translation, connections
+    backend.submit(CircuitBatch.make(t, rng.uniform(-1, 1, (2, 2)), [0.1, 0.2], seed=0)).result(timeout=60)
     svc.configure(reset=True, latency=latency)
-    batch = CircuitBatch.make(t, rng.uniform(-1, 1, (rows, 2)), [0.3, -0.4], seed=1)
-    t0 = time.perf_counter()
-    backend.submit(batch).result(timeout=120)
-    seconds = time.perf_counter() - t0
+    times = []
+    for k in range(repeats + 1):
+        batch = CircuitBatch.make(t, rng.uniform(-1, 1, (rows, 2)), [0.3, -0.4], seed=1 + k)
+        t0 = time.perf_counter()
+        backend.submit(batch).result(timeout=120)
+        times.append(time.perf_counter() - t0)
     backend.close()
-    return {"batch_seconds_64": round(seconds, 3), "sequential_bound_s": round(rows * latency, 3),
-            "service_jobs_64": svc.stats()["jobs"]}
+    return {"batch_seconds_64": round(float(np.median(times[1:])), 3), "batch_seconds_64_cold": round(times[0], 3),
+            "sequential_bound_s": round(rows * latency, 3), "service_jobs_64": svc.stats()["jobs"] // (repeats + 1)}
 
 
 FAULT_CHUNK = 50
