@@ -34,6 +34,7 @@ from hqflow.ir.graph import Fragment
 from .dispatch import Member, Pool
 from .fragments import call_fragment
 from .jobs import JobClient, JobService
+from .ledger import Ledger, RemoteLedger
 
 BackendSpec = "Backend | str | tuple[str, Mapping[str, Any]]"
 
@@ -104,6 +105,10 @@ class SyncExecutor:
         self.handles.append(handle)
         return handle
 
+    def ledger(self, budget: float | None) -> Ledger:
+        """The run's spend and budget: in this process, where every job is submitted."""
+        return Ledger(budget)
+
     def close(self) -> None:
         for handle in self.handles:
             handle.close()
@@ -151,7 +156,7 @@ def _remote_client(spec: dict, t0: float, record) -> JobClient:
             _REMOTE_POOLS[key] = Pool(name, [Member(h, lane, devices, capacity) for h, lane, devices, capacity in members])
         pools[name] = _REMOTE_POOLS[key]
     service = JobService(pools, max_retries=spec["max_retries"], job_timeout=spec["job_timeout"], t0=t0, record=record,
-                         run_id=spec["run"])
+                         run_id=spec["run"], ledger=spec["ledger"])
     return JobClient(service, spec["names"], spec["parent"])
 
 
@@ -179,10 +184,19 @@ class _BackendActor:
         self.backend = get_backend(name, **options)
 
     def describe(self):
-        return self.backend.name, self.backend.capabilities, getattr(self.backend, "max_in_flight", None)
+        return (self.backend.name, self.backend.capabilities, getattr(self.backend, "max_in_flight", None),
+                hasattr(self.backend, "estimate_cost"))
+
+    def estimate_cost(self, batch):
+        return self.backend.estimate_cost(batch)
 
     def run(self, batch):
         return self.backend.submit(batch).result()
+
+    def close(self) -> None:
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()  # the run's session, the backend's threads
 
 
 class _RayHandle:
@@ -196,9 +210,20 @@ class _RayHandle:
             )
         name, options = _spec(spec)
         slots = int(options.get("max_in_flight", default_in_flight))
-        self.actor = actor_cls.options(max_concurrency=max(slots, 1)).remote(name, options)
-        self.name, self.capabilities, own = ray.get(self.actor.describe.remote())
+        # slots for the jobs, and two more so that pricing and closing never wait behind them
+        self.actor = actor_cls.options(max_concurrency=max(slots, 1) + 2).remote(name, options)
+        self.name, self.capabilities, own, priced = ray.get(self.actor.describe.remote())
         self.max_in_flight = own or default_in_flight
+        self._priced = priced
+
+    @property
+    def estimate_cost(self):
+        """The backend's ``estimate_cost``, where it prices jobs (the job service asks with getattr)."""
+        if not self._priced:
+            raise AttributeError(f"backend {self.name!r} does not price its jobs")
+        import ray
+
+        return lambda batch: ray.get(self.actor.estimate_cost.remote(batch))
 
     def submit(self, batch) -> FutureJob:
         return FutureJob(self.actor.run.remote(batch).future(), self.name)
@@ -237,6 +262,7 @@ class RayExecutor:
                                     for i in range(count)]
         ray.get([a.ready.remote() for pool in self._idle.values() for a in pool])  # started before the run's clock
         self._backends: list[_RayHandle] = []
+        self._ledgers: list[RemoteLedger] = []
         self._lock = threading.Lock()
 
     def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None) -> cf.Future:
@@ -257,18 +283,30 @@ class RayExecutor:
         pools = {name: [(m.handle, m.lane, m.devices, m.capacity) for m in service.pools[name].members]
                  for name in client.names}
         return {"run": service.run_id, "names": client.names, "parent": client.parent, "pools": pools,
-                "max_retries": service.max_retries, "job_timeout": service.job_timeout}
+                "max_retries": service.max_retries, "job_timeout": service.job_timeout, "ledger": service.ledger}
 
     def backend(self, spec: Any, default_in_flight: int) -> _RayHandle:
         handle = _RayHandle(self._actor, spec, default_in_flight)
         self._backends.append(handle)
         return handle
 
+    def ledger(self, budget: float | None) -> RemoteLedger:
+        """The run's spend and budget in an actor: the workers' job services charge it too."""
+        ledger = RemoteLedger.start(budget)
+        self._ledgers.append(ledger)
+        return ledger
+
     def close(self) -> None:
-        """Release this run's backend actors; worker actors and Ray stay up for the next run."""
+        """Release this run's backend and ledger actors; worker actors and Ray stay up for the next run."""
         for handle in self._backends:
+            try:
+                self._ray.get(handle.actor.close.remote(), timeout=10)  # closes an Azure session
+            except Exception:
+                pass  # best effort: the actor may be gone already
             self._ray.kill(handle.actor)
-        self._backends = []
+        for ledger in self._ledgers:
+            ledger.stop()
+        self._backends, self._ledgers = [], []
 
 
 def make_executor(name: str, cpu_workers: int = 1, gpu_workers: int = 1, ray_num_cpus: int | None = None):

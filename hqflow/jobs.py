@@ -41,15 +41,12 @@ from typing import Any
 from hqflow.backends import BackendError, BatchResult, Capabilities, CircuitBatch, FutureJob, JobFailed
 
 from .dispatch import Pool
+from .ledger import BudgetExceeded, Ledger
 from .trace import Span
 
 
 class RetriesExhausted(JobFailed):
     """A job failed on every attempt the run allows (``max_retries + 1``)."""
-
-
-class BudgetExceeded(BackendError):
-    """A job would have taken the run's spend past its budget; it was not submitted."""
 
 
 @dataclass(frozen=True)
@@ -93,14 +90,12 @@ class JobService:
     """Runs circuit jobs over named pools; see the module docstring."""
 
     def __init__(self, pools: dict[str, Pool], *, max_retries: int = 3, job_timeout: float | None = None,
-                 t0: float | None = None, record=None, run_id: str | None = None, budget: float | None = None):
+                 t0: float | None = None, record=None, run_id: str | None = None, budget: float | None = None,
+                 ledger=None):
         self.pools, self.max_retries, self.job_timeout = pools, max_retries, job_timeout
         self.t0 = time.perf_counter() if t0 is None else t0
         self.run_id = run_id or uuid.uuid4().hex
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0):
-            raise ValueError(f"budget must be a number >= 0 or None, got {budget!r}")
-        self.budget = budget
-        self.spend, self.currency = 0.0, None
+        self.ledger = ledger if ledger is not None else Ledger(budget)  # the run's, shared with its Ray workers
         self.record = record if record is not None else (lambda span: None)
         self.stats = {"jobs": 0, "retries": 0, "failed_jobs": 0, "timeouts": 0, "max_job_queue": 0}
         self._lock = threading.RLock()
@@ -181,7 +176,10 @@ class JobService:
                     heapq.heappush(self._deadlines, (att.deadline, token))
                     self._start_watchdog()
                     self._wake.notify()
-            _on_done(job, lambda _job, token=token: self._done(token))
+            if getattr(self.ledger, "blocking", False):  # Ray: never block Ray's callback thread
+                _on_done(job, lambda _job, token=token: _deferred().submit(self._done, token))
+            else:
+                _on_done(job, lambda _job, token=token: self._done(token))
 
     def _charge(self, att: _Attempt, handle, part: CircuitBatch) -> None:
         """Count the attempt's estimated cost as spend, or refuse it past the budget."""
@@ -191,20 +189,22 @@ class JobService:
         try:
             cost = estimate(part)
         except BackendError as exc:
-            if self.budget is not None:  # an unpriced job cannot be held to a budget
+            if self.ledger.budget is not None:  # an unpriced job cannot be held to a budget
                 raise BudgetExceeded(f"cannot hold a job to the budget: {exc}") from None
             return
-        with self._lock:
-            if self.currency is None:
-                self.currency = cost.currency
-            elif cost.currency != self.currency:
-                raise BudgetExceeded(f"jobs priced in {cost.currency} and {self.currency} cannot share one budget")
-            if self.budget is not None and self.spend + cost.amount > self.budget + 1e-9:
-                raise BudgetExceeded(
-                    f"budget reached: spent {self.spend:.4f} {self.currency} of {self.budget:.4f}; the next job on "
-                    f"{handle.name} would cost {cost.amount:.4f} ({cost.jobs} jobs x {cost.shots} shots)")
-            self.spend += cost.amount
-            att.estimate = cost.amount
+        what = f"on {handle.name} ({cost.jobs} jobs x {cost.shots} shots)"
+        refusal = self.ledger.charge(cost.amount, cost.currency, what)
+        if refusal:
+            raise BudgetExceeded(refusal)
+        att.estimate = cost.amount
+
+    @property
+    def spend(self) -> float:
+        return self.ledger.figures()["spend"]
+
+    def figures(self) -> dict:
+        """The run's spend, currency, budget and refused jobs (from its ledger)."""
+        return self.ledger.figures()
 
     def _refuse(self, token: int, exc: BudgetExceeded) -> None:
         with self._lock:
@@ -213,7 +213,6 @@ class JobService:
                 return
             req = att.request
             req.pool.release(att.member, att.slot)
-            self.stats["refused_jobs"] = self.stats.get("refused_jobs", 0) + 1
         if not req.future.done():
             req.future.set_exception(exc)
         self._pump()
@@ -228,16 +227,15 @@ class JobService:
         except Exception as exc:
             self._failed(token, f"error: {exc}")
             return
+        actual = result.metadata.get("cost")
+        if att.estimate is not None and isinstance(actual, (int, float)) and actual == actual:
+            self.ledger.adjust(float(actual) - att.estimate)  # the job's own figure replaces the estimate
+            att.estimate = float(actual)
         finish = None
         with self._lock:
             if self._live.pop(token, None) is None:
                 return
             req = att.request
-            if att.estimate is not None:  # the job's own figure replaces the estimate
-                actual = result.metadata.get("cost")
-                if isinstance(actual, (int, float)) and actual == actual:
-                    self.spend += float(actual) - att.estimate
-                    att.estimate = float(actual)
             self._span(att, "ok")
             req.pool.finish(att.member, att.slot, True, req.parts[att.part].size)
             req.results[att.part] = result
@@ -318,6 +316,23 @@ class JobService:
         for req in [a.request for a in live] + [r for r, _ in waiting]:
             if not req.future.done():
                 req.future.set_exception(BackendError("the run ended before this job finished"))
+
+
+_DEFERRED: list[cf.ThreadPoolExecutor] = []
+
+
+def _deferred() -> cf.ThreadPoolExecutor:
+    """One thread per process for job completions whose handling makes blocking Ray calls
+    (pricing the next job, charging the run's ledger): a Ray future's callback runs on the
+    thread that delivers Ray's replies, and a ``ray.get`` there would wait on itself."""
+    if not _DEFERRED:
+        with _DEFERRED_LOCK:
+            if not _DEFERRED:
+                _DEFERRED.append(cf.ThreadPoolExecutor(1, thread_name_prefix="hqflow-job-done"))
+    return _DEFERRED[0]
+
+
+_DEFERRED_LOCK = threading.Lock()
 
 
 def _on_done(job, callback) -> None:

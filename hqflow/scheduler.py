@@ -192,8 +192,7 @@ class Scheduler:
             e = self.graph.edges[i]
             state[f"{e.src[0]}.{e.src[1]}"] = versions[max(versions)]
         stats = dict(self.stats, steps=next_step, **{k: v for k, v in self.service.stats.items() if k != "jobs"},
-                     quantum_jobs=self.service.stats["jobs"], spend=self.service.spend,
-                     currency=self.service.currency, budget=self.service.budget,
+                     quantum_jobs=self.service.stats["jobs"], **self.service.figures(),
                      pools={name: pool.health() for name, pool in self.pools.items()})
         spans = sorted(self.spans, key=lambda s: (s.start, s.row))
         whole = steps == list(range(next_step))
@@ -213,7 +212,7 @@ class Scheduler:
         self.spans: list[Span] = []
         self.service = JobService(self.pools, max_retries=self.config.max_retries, job_timeout=self.config.job_timeout,
                                   t0=self.t0, record=self.spans.append, run_id=self.config.run_id,
-                                  budget=self.config.budget)
+                                  ledger=self.executor.ledger(self.config.budget))
         self.stats = {"max_admitted": 0, "executor": self.config.executor, "completed_steps": 0}
         self.versions: dict[int, dict[int, Any]] = {}  # loop edge index -> version -> value
         overrides, used = dict(initial_state or {}), set()

@@ -302,7 +302,8 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
     def spent() -> tuple[float, str | None]:
         """The run's spend on priced jobs, with the updates before a resume, and its currency."""
         service = getattr(sched, "service", None)
-        return done["spend"] + (service.spend if service else 0.0), service.currency if service else None
+        figures = service.figures() if service else {"spend": 0.0, "currency": None}
+        return done["spend"] + figures["spend"], figures["currency"]
 
     def checkpoint() -> None:
         if run_dir is not None:

@@ -253,3 +253,20 @@ def test_train_on_azure_shows_its_jobs_in_the_trace_and_keeps_the_key_out(azure_
     key = azure_workspace["key"]
     assert all(key.encode() not in p.read_bytes() for p in run.rglob("*") if p.is_file())
     assert key not in proc.stdout + proc.stderr + trace.stdout + trace.stderr
+
+
+@pytest.mark.ray
+def test_one_budget_for_the_whole_run_under_ray(azure_workspace, azure_service):
+    """Jobs submitted inside Ray workers charge the run's one ledger: spend and refusals add up."""
+    import hqflow as hq
+
+    per_batch = get_backend("azure:quantinuum.sim.h2-1e").estimate_cost(
+        CircuitBatch.make(_coin_template(), ROWS[:6], [0.3], shots=200)).amount
+    with pytest.raises(hq.RunFailed, match="budget reached") as err:
+        hq.run(_graph(200), [{"step": i} for i in range(4)],
+               backends={"qpu": [("azure:quantinuum.sim.h2-1e", azure_workspace)]}, executor="ray",
+               ray_num_cpus=2, window=1, budget=2.5 * per_batch)
+    partial = err.value.result
+    assert partial.extra["spend"] == pytest.approx(2 * per_batch) and partial.extra["refused_jobs"] == 1
+    assert len(partial.outputs) == 2 and azure_service.stats()["jobs"] == 2 * 6 * 3
+    assert partial.extra["currency"] == "EHQC"
