@@ -270,3 +270,17 @@ def test_one_budget_for_the_whole_run_under_ray(azure_workspace, azure_service):
     assert partial.extra["spend"] == pytest.approx(2 * per_batch) and partial.extra["refused_jobs"] == 1
     assert len(partial.outputs) == 2 and azure_service.stats()["jobs"] == 2 * 6 * 3
     assert partial.extra["currency"] == "EHQC"
+
+
+@pytest.mark.azure
+def test_a_live_workspace_when_one_is_configured():
+    """Runs only against a real workspace: HQFLOW_AZURE_LIVE=1 and the SDK's environment variables."""
+    if os.environ.get("HQFLOW_AZURE_LIVE") != "1" or not os.environ.get("AZURE_QUANTUM_WORKSPACE_NAME"):
+        pytest.skip("needs a live Azure Quantum workspace: set HQFLOW_AZURE_LIVE=1 and AZURE_QUANTUM_SUBSCRIPTION_ID, "
+                    "AZURE_QUANTUM_WORKSPACE_RG, AZURE_QUANTUM_WORKSPACE_NAME, AZURE_QUANTUM_WORKSPACE_LOCATION")
+    t = _coin_template()
+    backend = get_backend("azure:ionq.simulator", shots=1000)
+    assert ("ionq", "ionq.simulator") in {(p, n) for p, n, _ in backend.targets()}
+    res = backend.submit(CircuitBatch.make(t, ROWS[:2], [0.3], seed=0)).result(timeout=1800)
+    backend.close()
+    assert np.all(np.abs(res.values - _exact(t, ROWS[:2], [0.3])) <= 5 * res.stderr + 1e-9)

@@ -159,3 +159,27 @@ def test_estimate_cost_counts_every_row_and_group_without_a_workspace():
         per_row += max(2000 * (0.0002205 * n1 + 0.00098 * n2), 97.5)
     assert math.isclose(cost.amount, 5 * per_row)
     assert "key" not in repr(b) and b.capabilities.max_qubits == 25 and not b.capabilities.exact
+
+
+def test_other_shapes_of_output_that_services_return():
+    rng = np.random.default_rng(0)
+    ionq, qir = T.FORMATS["ionq"], T.FORMATS["qir"]
+    # a histogram of counts rather than probabilities
+    assert counts_of(ionq, {"histogram": {"1": 30, "2": 70}}, 2, 100, rng, True) == {"10": 30, "01": 70}
+    # QIR v2 without per-shot results: the histogram's counts (qiskit's order: bit n-1 first)
+    v2 = {"DataFormat": "microsoft.quantum-results.v2", "Results": [{"Histogram": [
+        {"Outcome": [0, 1], "Display": "[0, 1]", "Count": 3}, {"Outcome": [1, 1], "Display": "[1, 1]", "Count": 1}]}]}
+    assert counts_of(qir, v2, 2, 4, rng, False) == {"10": 3, "11": 1}
+    # the older v1 histogram of probabilities, sampled into the shots
+    v1 = {"Histogram": ["[0, 1]", 0.5, "[1, 0]", 0.5]}
+    got = counts_of(qir, v1, 2, 1000, rng, True)
+    assert set(got) == {"10", "01"} and sum(got.values()) == 1000 and min(got.values()) > 400
+    # shots with a lost qubit are dropped, as the SDK drops them
+    lossy = {"Results": [{"Shots": [[0, 1], [2, 1], "[1, -]", [1, 1]]}]}
+    assert counts_of(qir, lossy, 2, 4, rng, False) == {"10": 1, "11": 1}
+    with pytest.raises(OutputError, match="every qubit present"):
+        counts_of(qir, {"Results": [{"Shots": [[2, 1]]}]}, 2, 1, rng, False)
+    with pytest.raises(OutputError, match="expected 2 bits"):
+        counts_of(qir, {"Results": [{"Shots": [[0, 1, 1]]}]}, 2, 1, rng, False)
+    with pytest.raises(OutputError, match="negative"):
+        counts_of(ionq, {"histogram": {"0": -0.5, "1": 1.5}}, 1, 10, rng, False)
