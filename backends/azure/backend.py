@@ -251,7 +251,8 @@ class AzureBackend:
                 raise _Cancelled()
             self._wait(sj, job)
             if sj.details.status in ("Succeeded", "Completed"):
-                raw = self._retry(lambda: sj.download_data(sj.details.output_data_uri), "download a result")
+                uri = sj.details.output_data_uri or _output_blob(sj.details.container_uri)
+                raw = self._retry(lambda: sj.download_data(uri), "download a result")
                 seed = job.batch.seed
                 rng = np.random.default_rng([seed, row, group] if seed is not None else uuid.UUID(jid).int % 2**63)
                 sample = "simulator" in self.target or ".sim." in self.target
@@ -437,6 +438,14 @@ class AzureJob(FutureJob):
 
     def status(self) -> str:
         return "cancelled" if self.cancelled else super().status()
+
+
+def _output_blob(container_uri: str | None) -> str:
+    """Where the service puts a job's output when it does not say: ``rawOutputData`` in the job's container."""
+    if not container_uri:
+        raise JobFailed("the service reported a finished job with neither an output URI nor a container")
+    base, _, sas = container_uri.partition("?")
+    return f"{base.rstrip('/')}/rawOutputData" + (f"?{sas}" if sas else "")
 
 
 def _digest(batch: CircuitBatch, shots: int) -> str:

@@ -183,3 +183,10 @@ def test_other_shapes_of_output_that_services_return():
         counts_of(qir, {"Results": [{"Shots": [[0, 1, 1]]}]}, 2, 1, rng, False)
     with pytest.raises(OutputError, match="negative"):
         counts_of(ionq, {"histogram": {"0": -0.5, "1": 1.5}}, 1, 10, rng, False)
+
+
+def test_the_output_blob_of_a_job_whose_service_names_none():
+    from hqflow.backends.azure.backend import _output_blob
+
+    assert _output_blob("https://acct/blob/job-1?sv=1&sig=x") == "https://acct/blob/job-1/rawOutputData?sv=1&sig=x"
+    assert _output_blob("http://127.0.0.1:1/acct/job-2/") == "http://127.0.0.1:1/acct/job-2/rawOutputData"
