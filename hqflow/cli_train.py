@@ -99,6 +99,17 @@ class _CostReport:
                   f"{spend * self.updates:.4f} (--budget caps a run)", file=sys.stderr)
 
 
+def _caused_by(exc: BaseException, kind: type) -> bool:
+    """Whether ``kind`` is in ``exc``'s chain of causes (a fragment's error wraps its job's)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, kind):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def cmd_train(args) -> int:
     from hqflow.backends import BackendError, get_backend
     from hqflow.distribution import get_distribution
@@ -166,7 +177,7 @@ def cmd_train(args) -> int:
                                checkpoint_every=args.checkpoint_every, progress=_CostReport(bar, mod, cfg),
                                backends=None if pool is None else {cfg.backend: pool}, **scheduler)
         except RunFailed as exc:
-            what = "raise --budget" if isinstance(exc.__cause__, BudgetExceeded) else "fix the backend"
+            what = "raise --budget" if _caused_by(exc, BudgetExceeded) else "fix the backend"
             raise RunStopped(f"training stopped: {exc} (the last completed update is checkpointed: "
                              f"{what}, then hqflow train --resume {run_dir})") from None
     returns = out["returns"]

@@ -325,7 +325,9 @@ class Scheduler:
         exc = fut.exception()
         if exc is not None:
             self.spans.append(Span(f.name, f.kind, resource, step, start - self.t0, end - self.t0, f"error: {exc}", version, lane))
-            raise exc if isinstance(exc, FragmentError) else FragmentError(f"fragment {f.name!r} step {step}: {exc}") from exc
+            if isinstance(exc, FragmentError):
+                raise exc  # its cause stays the fragment's own exception ("raise exc from exc" would loop)
+            raise FragmentError(f"fragment {f.name!r} step {step}: {exc}") from exc
         self.spans.append(Span(f.name, f.kind, resource, step, start - self.t0, end - self.t0, "ok", version, lane))
         out, remote_spans = fut.result()
         shift = start - self.t0  # spans of jobs submitted in another process: times from the call's start

@@ -284,3 +284,24 @@ def test_a_live_workspace_when_one_is_configured():
     res = backend.submit(CircuitBatch.make(t, ROWS[:2], [0.3], seed=0)).result(timeout=1800)
     backend.close()
     assert np.all(np.abs(res.values - _exact(t, ROWS[:2], [0.3])) <= 5 * res.stderr + 1e-9)
+
+
+def test_a_train_run_stopped_by_its_budget_resumes_with_a_larger_one(azure_workspace, azure_service, tmp_path):
+    run = tmp_path / "run"
+    args = ["--set", "n_layers=1", "--set", "batch_episodes=1", "--checkpoint-every", "1"]
+    first = _cli("train", "cartpole", "--backend", "azure:quantinuum.sim.h2-1e", "--episodes", "2", "--run-dir",
+                 str(run), "--budget", "1500", *args, *_opts(azure_workspace, "--backend-opt"), env=_env(azure_workspace))
+    assert first.returncode == 1, first.stderr[-2000:]
+    message = first.stderr.strip().splitlines()[-1]
+    assert "budget reached" in message and "raise --budget" in message and f"--resume {run}" in message
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) < 2 and all(r["spend"] <= 1500 and r["currency"] == "EHQC" for r in rows)
+    config = (run / "config.json").read_text()
+    assert azure_workspace["key"] not in config and azure_workspace["endpoint"] in config
+    second = _cli("train", "--resume", str(run), "--budget", "1000000", "--json", env=_env(azure_workspace))
+    assert second.returncode == 0, second.stderr[-2000:]
+    figures = json.loads(second.stdout.strip().splitlines()[-1])
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and figures["episodes"] == 2 and figures["currency"] == "EHQC"
+    assert rows[-1]["spend"] == pytest.approx(figures["spend"], rel=1e-6) and figures["spend"] > 1500
+    assert azure_service.stats()["duplicated"] == 0
