@@ -47,3 +47,9 @@ def _write(code: str) -> Path:
     path = Path(tempfile.mkdtemp()) / "readme_example.py"
     path.write_text(code)
     return path
+
+
+def test_readme_torch_layer_snippet_trains_a_classifier():
+    block = [b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "QuantumLayer" in b][0]
+    namespace = runpy.run_path(str(_write(block)), run_name="readme_torch")
+    assert namespace["accuracy"] >= 0.9

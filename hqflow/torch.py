@@ -1,0 +1,170 @@
+"""A circuit as a ``torch.nn.Module``, on any backend.
+
+    from hqflow.torch import QuantumLayer
+
+    layer = QuantumLayer(template, backend="compiled")     # or "aer", "pennylane:default.qubit", ...
+    model = torch.nn.Sequential(torch.nn.Linear(2, template.n_inputs), layer, torch.nn.Linear(n_obs, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)     # the circuit's weights are in there
+
+``layer(x)`` takes inputs ``[B, n_inputs]`` (or one row ``[n_inputs]``) and returns the
+observables' values ``[B, n_obs]`` (or ``[n_obs]``), differentiable with respect to both
+the inputs and the circuit's weights (``layer.weights``, an ``nn.Parameter``):
+
+* on a backend with a torch program (``gradient="autograd"``, such as ``compiled``), the
+  program runs in the autograd graph, and ``torch.compile`` sees through it;
+* on any other backend, the forward pass is one job and the backward pass is one
+  batched parameter-shift job (``hqflow.gradients.param_shift``) for every row, with
+  respect to what needs a gradient; ``torch.compile`` runs it with a graph break.
+
+``backend`` is a registry name, a backend object, ``(name, options)``, or the name of a
+pool of the running fragment's job client (``job_backends``): inside a pipeline the
+layer's jobs then go through the scheduler (pools, retries, budget, spans).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from hqflow.backends import CircuitBatch, get_backend
+from hqflow.ir import CircuitTemplate
+
+from .gradients import param_shift
+from .jobs import current_client
+
+
+class QuantumLayer(nn.Module):
+    """``template``'s observables as a differentiable function of its inputs and weights."""
+
+    def __init__(self, template: CircuitTemplate, backend="compiled", *, weights=None, seed: int | None = None,
+                 shots: int | None = None, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        if not isinstance(template, CircuitTemplate):
+            raise TypeError(f"template must be a CircuitTemplate (hqflow.ir.Circuit(...).build(), from_qiskit, "
+                            f"from_pennylane), got {type(template).__name__}")
+        if not template.observables:
+            raise ValueError(f"circuit {template.name!r} has no observables: build it with observables=[...]")
+        if shots is not None and (isinstance(shots, bool) or not isinstance(shots, int) or shots < 1):
+            raise ValueError(f"shots must be a positive integer or None, got {shots!r}")
+        if dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+        self.template, self.backend, self.shots, self.seed = template, backend, shots, seed
+        if weights is None:
+            gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
+            weights = torch.rand(template.n_weights, generator=gen, dtype=dtype) * (2 * math.pi)
+        weights = torch.as_tensor(weights, dtype=dtype).detach().clone()
+        if weights.shape != (template.n_weights,):
+            raise ValueError(f"weights must have shape [{template.n_weights}], got {list(weights.shape)}")
+        self.weights = nn.Parameter(weights)
+        self._backend = None if isinstance(backend, str) else _resolve(backend)
+        self._programs: dict = {}
+        self._jobs = 0  # jobs submitted: each shot job gets its own seed from (seed, count)
+
+    def _next_seed(self) -> int | None:
+        if self.seed is None:
+            return None
+        self._jobs += 1
+        return int(np.random.SeedSequence([int(self.seed), self._jobs]).generate_state(1)[0])
+
+    def extra_repr(self) -> str:
+        name = self.backend if isinstance(self.backend, str) else getattr(self._backend, "name", self.backend)
+        return (f"{self.template.name!r}, qubits={self.template.n_qubits}, inputs={self.template.n_inputs}, "
+                f"weights={self.template.n_weights}, observables={len(self.template.observables)}, "
+                f"backend={name!r}" + (f", shots={self.shots}" if self.shots else ""))
+
+    def job_backend(self):
+        """Where this layer's jobs go now: the running fragment's pool of that name, else the backend."""
+        client = current_client()
+        if isinstance(self.backend, str) and client is not None and self.backend in client.names:
+            return client.backend(self.backend)
+        if self._backend is None:
+            self._backend = _resolve(self.backend)
+        return self._backend
+
+    def forward(self, x: torch.Tensor | None = None) -> torch.Tensor:
+        n = self.template.n_inputs
+        if x is None:
+            if n:
+                raise ValueError(f"circuit {self.template.name!r} takes {n} inputs; call the layer with x [B, {n}]")
+            x = torch.zeros(1, 0, dtype=self.weights.dtype)
+        x = torch.as_tensor(x)
+        single = x.ndim == 1
+        if single:
+            x = x[None]
+        if x.ndim != 2 or x.shape[1] != n:
+            raise ValueError(f"inputs must have shape [B, {n}] (or [{n}]) for circuit {self.template.name!r}, "
+                             f"got {list(x.shape)}")
+        x = x.to(self.weights.dtype)
+        backend = self.job_backend()
+        program = self._program(backend)
+        if program is not None:
+            out = program(x, self.weights).to(self.weights.dtype)
+        else:
+            out = _ShiftRule.apply(x, self.weights, self)
+        return out[0] if single else out
+
+    def _program(self, backend):
+        """The backend's differentiable torch program (exact values only), or None."""
+        if self.shots is not None or backend.capabilities.gradient != "autograd" or not hasattr(backend, "program"):
+            return None
+        key = (id(backend), self.weights.dtype)
+        if key not in self._programs:
+            complex_dtype = torch.complex128 if self.weights.dtype == torch.float64 else torch.complex64
+            self._programs[key] = backend.program(self.template, dtype=complex_dtype)
+        return self._programs[key]
+
+
+def _resolve(backend):
+    if hasattr(backend, "submit"):
+        return backend
+    if isinstance(backend, tuple) and len(backend) == 2:
+        return get_backend(backend[0], **dict(backend[1]))
+    if isinstance(backend, str):
+        return get_backend(backend)
+    raise TypeError(f"backend must be a name, a backend object or (name, options), got {type(backend).__name__}")
+
+
+@torch.compiler.disable  # a job runs outside the graph: torch.compile breaks the graph here
+def _values_job(layer: QuantumLayer, x: torch.Tensor, w: torch.Tensor):
+    xs, ws = x.detach().cpu().double().numpy(), w.detach().cpu().double().numpy()
+    res = layer.job_backend().submit(
+        CircuitBatch.make(layer.template, xs, ws, shots=layer.shots, seed=layer._next_seed())).result()
+    return torch.as_tensor(np.asarray(res.values), dtype=x.dtype, device=x.device)
+
+
+@torch.compiler.disable
+def _gradient_job(layer: QuantumLayer, x: torch.Tensor, w: torch.Tensor, grad: torch.Tensor, need_x: bool,
+                  need_w: bool):
+    """One batched parameter-shift job; the vector-jacobian products for what needs them."""
+    xs, ws = x.detach().cpu().double().numpy(), w.detach().cpu().double().numpy()
+    wrt = "both" if need_x and need_w else "inputs" if need_x else "weights"
+    batch, post = param_shift(layer.template, xs, ws, wrt=wrt, shots=layer.shots, seed=layer._next_seed())
+    g = post(layer.job_backend().submit(batch).result())
+    grad64 = grad.detach().cpu().double()
+    gx = gw = None
+    if need_x:
+        gx = torch.einsum("bo,boi->bi", grad64, torch.as_tensor(g.input_jacobian)).to(x.dtype).to(grad.device)
+    if need_w:
+        gw = torch.einsum("bo,bow->w", grad64, torch.as_tensor(g.jacobian)).to(w.dtype).to(grad.device)
+    return gx, gw
+
+
+class _ShiftRule(torch.autograd.Function):
+    """Forward: one job. Backward: one batched parameter-shift job for what needs a gradient."""
+
+    @staticmethod
+    def forward(ctx, x, w, layer):
+        ctx.layer = layer
+        ctx.save_for_backward(x, w)
+        return _values_job(layer, x, w)
+
+    @staticmethod
+    def backward(ctx, grad):
+        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        if not (need_x or need_w):
+            return None, None, None
+        x, w = ctx.saved_tensors
+        gx, gw = _gradient_job(ctx.layer, x, w, grad, need_x, need_w)
+        return gx, gw, None
