@@ -72,6 +72,9 @@ def _split(ref: str) -> tuple[str | None, str]:
     return (None if frag in ("input", "output") else frag), port
 
 
+_NO_INIT = object()  # loop() without init: the value comes from initial_state
+
+
 class Pipeline:
     """A mutable graph builder; ``build()`` returns the frozen, validated ``Graph``."""
 
@@ -102,16 +105,19 @@ class Pipeline:
         self._edges.append(Edge(_split(src), _split(dst)))
         return self
 
-    def loop(self, src: str, dst: str | Iterable[str], init: Any = None, max_staleness: int = 0) -> Pipeline:
+    def loop(self, src: str, dst: str | Iterable[str], init: Any = _NO_INIT, max_staleness: int = 0) -> Pipeline:
         """Loop-carried edge(s): step ``t``'s ``src`` feeds step ``t + 1``'s ``dst`` (one or several).
 
         ``init`` (JSON data, or an array) is the value before the first step;
-        numeric lists reach array ports as numpy arrays. ``max_staleness`` is how
-        many versions behind a consumer may run (0: strictly synchronous).
+        numeric lists reach array ports as numpy arrays; ``init=None`` starts the
+        loop empty (the first step gets None); without ``init``, ``hq.run``'s
+        ``initial_state`` must give it. ``max_staleness`` is how many versions
+        behind a consumer may run (0: strictly synchronous).
         """
-        value = None if init is None else json_constant(init, f"init of loop {src}")
+        empty = init is None
+        value = None if init is None or init is _NO_INIT else json_constant(init, f"init of loop {src}")
         for d in [dst] if isinstance(dst, str) else dst:
-            self._edges.append(Edge(_split(src), _split(d), True, max_staleness, value))
+            self._edges.append(Edge(_split(src), _split(d), True, max_staleness, value, empty))
         return self
 
     # -- fragments --------------------------------------------------------------

@@ -66,7 +66,7 @@ class ReferenceExecutor:
             key = f"{e.src[0]}.{e.src[1]}"
             value = overrides[key] if key in overrides else e.init
             used.add(key)
-            if value is None:
+            if value is None and not (e.start_empty and key not in overrides):
                 raise GraphError(f"loop-carried edge {e} has no initial value; give init= or initial_state={{{key!r}: ...}}")
             state[i] = as_port_value(value, self.graph.fragment(e.dst[0]).port(e.dst[1], output=False).type)
         unknown = sorted(set(overrides) - used)

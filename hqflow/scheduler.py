@@ -222,7 +222,7 @@ class Scheduler:
             key = f"{e.src[0]}.{e.src[1]}"
             value = overrides.get(key, e.init)
             used.add(key)
-            if value is None:
+            if value is None and not (e.start_empty and key not in overrides):
                 raise GraphError(f"loop-carried edge {e} has no initial value; give init= or initial_state={{{key!r}: ...}}")
             port = self.graph.fragment(e.dst[0]).port(e.dst[1], output=False)
             self.versions[i] = {0: as_port_value(value, port.type)}

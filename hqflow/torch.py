@@ -19,10 +19,16 @@ the inputs and the circuit's weights (``layer.weights``, an ``nn.Parameter``):
 ``backend`` is a registry name, a backend object, ``(name, options)``, or the name of a
 pool of the running fragment's job client (``job_backends``): inside a pipeline the
 layer's jobs then go through the scheduler (pools, retries, budget, spans).
+
+``TorchLearner`` lets a ``learn`` fragment own a torch model and its optimizer: they stay
+alive between steps in the learner's process, and the loop edge carries a snapshot of
+both (``state()``) as plain data, so checkpoints, ``initial_state`` and resumes are exact.
 """
 from __future__ import annotations
 
+import copy
 import math
+import uuid
 
 import numpy as np
 import torch
@@ -168,3 +174,55 @@ class _ShiftRule(torch.autograd.Function):
         x, w = ctx.saved_tensors
         gx, gw = _gradient_job(ctx.layer, x, w, grad, need_x, need_w)
         return gx, gw, None
+
+
+class TorchLearner:
+    """A model and its optimizer for a ``learn`` fragment, carried on a loop edge as plain state.
+
+        learner = TorchLearner(build)          # build() -> (model, optimizer); module level
+
+        def learn(batch, state):               # pipe.loop("learn.state", "learn.state", init=None)
+            model, opt = learner.attach(state) # fresh from build() when state is None
+            ...                                # train: opt.zero_grad(), loss.backward(), opt.step()
+            return {"state": learner.state()}
+
+    ``attach`` reuses the live objects when ``state`` is the snapshot this process made
+    last, and otherwise loads it (a resume, another process, an older version).
+    """
+
+    def __init__(self, build):
+        if not callable(build):
+            raise TypeError("TorchLearner(build): build must be a function returning (model, optimizer)")
+        self.build = build
+        self._live = None
+        self._last: str | None = None  # the id of the snapshot this process made last
+
+    def attach(self, state: dict | None):
+        """The live ``(model, optimizer)``, set to ``state`` (None: as ``build()`` makes them)."""
+        if state is None:
+            self._live, self._last = self._built(), None
+        elif self._live is None or state.get("id") != self._last:
+            if not isinstance(state, dict) or not {"model", "optimizer", "id"} <= set(state):
+                raise ValueError("TorchLearner.attach: state must be a snapshot from TorchLearner.state() or None")
+            model, opt = self._live or self._built()
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(copy.deepcopy(state["optimizer"]))
+            self._live, self._last = (model, opt), state["id"]
+        return self._live
+
+    def state(self) -> dict:
+        """A snapshot of the model and the optimizer (copies: later steps do not change it)."""
+        if self._live is None:
+            raise RuntimeError("TorchLearner.state() before attach()")
+        model, opt = self._live
+        self._last = uuid.uuid4().hex
+        return {"model": {k: v.detach().clone() for k, v in model.state_dict().items()},
+                "optimizer": copy.deepcopy(opt.state_dict()), "id": self._last}
+
+    def _built(self):
+        built = self.build()
+        if not (isinstance(built, tuple) and len(built) == 2 and isinstance(built[0], nn.Module)
+                and isinstance(built[1], torch.optim.Optimizer)):
+            raise TypeError("TorchLearner: build() must return (model, optimizer): an nn.Module and a torch.optim "
+                            "optimizer over its parameters")
+        return built

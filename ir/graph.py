@@ -111,6 +111,7 @@ class Edge:
     loop: bool = False
     max_staleness: int = 0
     init: Any = None
+    start_empty: bool = False  # a loop edge whose first value is None on purpose (init=None given)
 
     def __str__(self) -> str:
         s = f"{self.src[0]}.{self.src[1]}" if self.src[0] else f"input.{self.src[1]}"

@@ -62,7 +62,8 @@ def graph_to_json(graph: Graph, indent: int | None = 2) -> str:
             for f in graph.fragments
         ],
         "edges": [
-            {"src": end(e.src), "dst": end(e.dst), "loop": e.loop, "max_staleness": e.max_staleness, "init": e.init}
+            {"src": end(e.src), "dst": end(e.dst), "loop": e.loop, "max_staleness": e.max_staleness, "init": e.init,
+             **({"start_empty": True} if e.start_empty else {})}
             for e in graph.edges
         ],
     }
@@ -169,6 +170,7 @@ def graph_from_json(text: str) -> Graph:
                 _get(e, "loop", where, bool, False),
                 _get(e, "max_staleness", where, int, 0),
                 _get(e, "init", where, object, None),
+                _get(e, "start_empty", where, bool, False),
             )
         )
     return Graph(

@@ -157,3 +157,90 @@ def test_inside_a_pipeline_its_jobs_go_to_the_fragments_pool():
     exact = get_backend("reference").run_checked(
         CircuitBatch.make(_template(), np.full((2, 2), 0.1), LAYER.weights.detach().numpy())).values.sum()
     assert result.column("loss")[1] == pytest.approx(exact, abs=1e-9)
+
+
+def _build_learner():
+    torch.manual_seed(7)
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), QuantumLayer(_template(), "compiled", seed=1),
+                                torch.nn.Linear(3, 1))
+    return model, torch.optim.Adam(model.parameters(), lr=0.05)
+
+
+LEARNER = None
+
+
+def learn_step(step, state):
+    """A learn fragment that owns a torch model and its optimizer through a TorchLearner."""
+    from hqflow.torch import TorchLearner
+
+    global LEARNER
+    if LEARNER is None:
+        LEARNER = TorchLearner(_build_learner)
+    model, opt = LEARNER.attach(state)
+    x = torch.randn(16, 2, generator=torch.Generator().manual_seed(0))  # one fixed batch
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), torch.sin(x[:, :1]))
+    loss.backward()
+    opt.step()
+    return {"state": LEARNER.state(), "loss": loss.item()}
+
+
+def _learn_graph():
+    import hqflow as hq
+
+    pipe = hq.Pipeline("torch-learner")
+    pipe.input("step", "scalar")
+    pipe.preprocess(learn_step, outputs={"state": "any", "loss": "scalar"}, inputs={"state": "any"}, name="learn")
+    pipe.loop("learn.state", "learn.state", init=None)  # the first step builds the model
+    pipe.output("learn.loss")
+    return pipe.build()
+
+
+@pytest.mark.parametrize("executor", ["sync", "local"])
+def test_a_learn_fragment_owns_a_torch_model_and_resumes_exactly(executor):
+    import hqflow as hq
+
+    global LEARNER
+    graph = _learn_graph()
+    LEARNER = None
+    whole = hq.run(graph, [{"step": i} for i in range(6)], executor=executor)
+    LEARNER = None
+    first = hq.run(graph, [{"step": i} for i in range(3)], executor=executor)
+    LEARNER = None  # a new process: the state comes from the checkpoint alone
+    rest = hq.run(graph, [{"step": i} for i in range(3, 6)], executor=executor, initial_state=first.state)
+    a, b = whole.state["learn.state"], rest.state["learn.state"]
+    assert set(a["model"]) == set(b["model"]) and all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    assert whole.column("loss")[3:] == rest.column("loss")
+    assert whole.column("loss")[-1] < whole.column("loss")[0]
+    assert a["optimizer"]["state"][0]["step"] == 6  # Adam's state came along
+
+
+def test_torch_learner_errors_are_clear():
+    from hqflow.torch import TorchLearner
+
+    with pytest.raises(TypeError, match="build"):
+        TorchLearner(None)
+    with pytest.raises(TypeError, match=r"\(model, optimizer\)"):
+        TorchLearner(lambda: torch.nn.Linear(1, 1)).attach(None)
+    learner = TorchLearner(_build_learner)
+    with pytest.raises(ValueError, match="snapshot"):
+        learner.attach({"weights": [1.0]})
+    with pytest.raises(RuntimeError, match="before attach"):
+        TorchLearner(_build_learner).state()
+
+
+def test_a_loop_that_starts_empty_survives_serialization():
+    import hqflow as hq
+    from hqflow.ir import Graph
+    from hqflow.ir.graph import GraphError
+
+    graph = Graph.from_json(_learn_graph().to_json())
+    loops = [e for e in graph.edges if e.loop]
+    assert len(loops) == 1 and loops[0].start_empty and loops[0].init is None
+    pipe = hq.Pipeline("no-init")
+    pipe.input("step", "scalar")
+    pipe.preprocess(learn_step, outputs={"state": "any", "loss": "scalar"}, inputs={"state": "any"}, name="learn")
+    pipe.loop("learn.state", "learn.state")  # no init: initial_state must give it
+    pipe.output("learn.loss")
+    with pytest.raises(GraphError, match="no initial value"):
+        hq.run(pipe.build(), [{"step": 0}], executor="sync")
