@@ -73,7 +73,8 @@ def _parser() -> argparse.ArgumentParser:
                                     "directory: config.json, metrics.jsonl, checkpoint.pt, learning_curve.png, "
                                     "spans.json and trace.json. Defaults: REINFORCE with the softmax-PQC policy "
                                     "(Jerbi et al. 2021) on the compiled simulator.")
-    tr.add_argument("env", metavar="ENV", nargs="?", help="cartpole, acrobot or frozenlake (not with --resume)")
+    tr.add_argument("env", metavar="ENV", nargs="?", help="cartpole, acrobot, frozenlake, or any gymnasium id (CartPole-v1, MountainCar-v0, "
+                    "MODULE:ID for your own) (not with --resume)")
     tr.add_argument("--algo", default=None, help="reinforce (default), dqn or ppo")
     tr.add_argument("--policy", help="softmax-pqc (reinforce, ppo) or qvalue-pqc (dqn); default: the algorithm's")
     tr.add_argument("--backend", help="backend of the policy circuit (default: compiled)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 
 from .cli import UsageError
 from .fragments import RunFailed
@@ -134,7 +135,10 @@ def cmd_train(args) -> int:
         distribution, pool = None, None
     else:
         if not args.env:
-            raise UsageError("give an environment (cartpole, acrobot, frozenlake) or --resume RUN_DIR")
+            raise UsageError("give an environment (cartpole, acrobot, frozenlake, a gymnasium id such as CartPole-v1, "
+                             "or MODULE:ID) or --resume RUN_DIR")
+        if ":" in args.env and os.getcwd() not in [os.path.abspath(p or os.curdir) for p in sys.path]:
+            sys.path.insert(0, os.getcwd())  # MODULE:ID from the current directory, as python -m would find it
         algo = args.algo or "reinforce"
         try:
             mod = runner.algorithm(algo)

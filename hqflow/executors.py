@@ -244,8 +244,9 @@ class RayExecutor:
     def __init__(self, num_cpus: int | None = None, cpu_workers: int = 1, gpu_workers: int = 1):
         import ray
 
-        if not ray.is_initialized():
-            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        if not ray.is_initialized():  # workers import what this process can (a user's env module, say)
+            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                     runtime_env={"env_vars": {"PYTHONPATH": _import_path()}})
         self._ray = ray
         self._actor = ray.remote(num_cpus=0)(_BackendActor)
         cluster = ray.cluster_resources()
@@ -307,6 +308,16 @@ class RayExecutor:
         for ledger in self._ledgers:
             ledger.stop()
         self._backends, self._ledgers = [], []
+
+
+def _import_path() -> str:
+    """This process's ``sys.path`` as a PYTHONPATH for Ray's workers (the current directory made absolute)."""
+    import os
+    import sys
+
+    paths = [os.path.abspath(p or os.curdir) for p in sys.path]
+    extra = os.environ.get("PYTHONPATH", "")
+    return os.pathsep.join(dict.fromkeys([p for p in paths if os.path.isdir(p)] + ([extra] if extra else [])))
 
 
 def make_executor(name: str, cpu_workers: int = 1, gpu_workers: int = 1, ray_num_cpus: int | None = None):

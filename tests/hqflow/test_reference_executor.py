@@ -86,7 +86,7 @@ def _tiny_template(shots=None):
 def counter_graph(init=0):
     pipe = hq.Pipeline("counter")
     pipe.preprocess(count, outputs="n")
-    pipe.loop("count.n", "count.n", init=init)
+    pipe.loop("count.n", "count.n", **({} if init == "missing" else {"init": init}))
     pipe.output("count.n")
     return pipe.build()
 
@@ -196,11 +196,24 @@ def test_unknown_initial_state_name():
         hq.run_reference(counter_graph(), 1, initial_state={"nope.n": 1, "count.m": 2, "count.n": 0})
 
 
+def count_from_empty(n):
+    return 1 if n is None else n + 1
+
+
 def test_missing_init():
-    g = counter_graph(init=None)
+    g = counter_graph(init="missing")
     with pytest.raises(GraphError, match=r"loop-carried edge count.n ~> count.n .* has no initial value; give init= or initial_state=\{'count.n': \.\.\.\}"):
         hq.run_reference(g, 1)
     assert hq.run_reference(g, 2, initial_state={"count.n": 0}).column("n") == [1, 2]
+
+
+def test_init_none_starts_the_loop_empty():
+    pipe = hq.Pipeline("from-empty")
+    pipe.preprocess(count_from_empty, outputs="n")
+    pipe.loop("count_from_empty.n", "count_from_empty.n", init=None)
+    pipe.output("count_from_empty.n")
+    g = pipe.build()
+    assert hq.run_reference(g, 3).column("n") == [1, 2, 3] == hq.run(g, 3, executor="local").column("n")
 
 
 def test_list_init_reaches_array_port_as_array():

@@ -16,9 +16,23 @@ Encodings (``EnvSpec.encode``; the policy then multiplies each feature by its tr
 * ``frozenlake`` (FrozenLake-v1, 4x4, ``is_slippery=False``): the state index 0..15 in
   binary on 4 qubits (Skolik et al. 2022), most significant bit on qubit 0; bit b becomes
   the feature π·b, so with λ = 1 the encoding RX flips the qubit exactly where b = 1.
+
+Any other registered gymnasium id works too (``CartPole-v1``, ``MountainCar-v0``, ...), and
+so does a user's own: ``"mypkg.envs:MyEnv-v0"`` imports ``mypkg.envs`` (which registers
+it) first, in every process that makes the env, as ``gymnasium.make`` does. The encoding
+follows the observation space (one feature per qubit):
+
+* ``Box`` of shape ``[n]``: each finite coordinate scaled from its bounds onto [-1, 1];
+  an unbounded one squashed by ``2/π · arctan``;
+* ``Discrete(n)``: the index in binary, ``ceil(log2 n)`` qubits, bit b -> π·b (as FrozenLake).
+
+Actions must be ``Discrete``; anything else is a ``ValueError`` naming the space.
 """
 from __future__ import annotations
 
+import functools
+import importlib
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -67,6 +81,10 @@ class EnvSpec:
     def make(self) -> gym.Env:
         return gym.make(self.gym_id, **dict(self.kwargs))
 
+    def max_episode_steps(self) -> int | None:
+        """The registered time limit (None: none)."""
+        return gym.spec(self.gym_id.rpartition(":")[2]).max_episode_steps
+
 
 SPECS: dict[str, EnvSpec] = {
     "cartpole": EnvSpec("cartpole", "CartPole-v1", (), 4, 4, 2, 500.0, _cartpole),
@@ -78,10 +96,88 @@ SPECS: dict[str, EnvSpec] = {
 
 
 def get_spec(name: str) -> EnvSpec:
-    """The ``EnvSpec`` registered as ``name`` (``ValueError`` naming the known ones)."""
-    if name not in SPECS:
-        raise ValueError(f"unknown environment {name!r}; known: {', '.join(sorted(SPECS))}")
-    return SPECS[name]
+    """The ``EnvSpec`` of a short name (cartpole, acrobot, frozenlake) or of any registered
+    gymnasium id, ``"module:Id"`` for one that ``module`` registers (``ValueError`` otherwise)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"an environment is a short name or a gymnasium id, got {name!r}")
+    if name in SPECS:
+        return SPECS[name]
+    return _from_gym(name)
+
+
+@dataclass(frozen=True)
+class BoxEncoder:
+    """A ``Box`` observation onto [-1, 1] per coordinate: by its bounds, or ``2/π·arctan`` if unbounded."""
+
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+
+    def __call__(self, obs) -> np.ndarray:
+        x = np.asarray(obs, dtype=np.float64).reshape(-1, len(self.low))
+        low, high = np.array(self.low), np.array(self.high)
+        finite = np.isfinite(low) & np.isfinite(high) & (high > low)
+        out = np.arctan(x) * (2 / np.pi)
+        out[:, finite] = 2 * (x[:, finite] - low[finite]) / (high[finite] - low[finite]) - 1
+        return out
+
+
+@dataclass(frozen=True)
+class BinaryEncoder:
+    """A ``Discrete(n)`` observation as its index in binary, most significant bit first, bit b -> π·b."""
+
+    n: int
+    start: int = 0
+
+    @property
+    def bits(self) -> int:
+        return max(1, math.ceil(math.log2(self.n)))
+
+    def __call__(self, obs) -> np.ndarray:
+        index = np.asarray(obs, dtype=np.int64).reshape(-1) - self.start
+        return np.pi * ((index[:, None] >> np.arange(self.bits - 1, -1, -1)) & 1)
+
+
+@functools.lru_cache(maxsize=64)
+def _from_gym(name: str) -> EnvSpec:
+    module, _, env_id = name.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ValueError(f"environment {name!r}: cannot import {module!r} ({exc})") from None
+    try:
+        gym_spec = gym.spec(env_id)
+    except gym.error.Error as exc:
+        known = ", ".join(sorted(SPECS))
+        hint = f" ({exc})" if "version" in str(exc).lower() else ""  # gymnasium names the current version
+        raise ValueError(f"unknown environment {name!r}: not a short name ({known}) nor a registered gymnasium id"
+                         f"{hint}; for your own, give MODULE:ID, MODULE registering ID") from None
+    try:
+        env = gym.make(name)
+    except Exception as exc:  # a missing extra (box2d, mujoco, ...) or the env's own failure
+        raise ValueError(f"environment {name!r} cannot be made: {type(exc).__name__}: {exc}") from None
+    try:
+        obs_space, act_space = env.observation_space, env.action_space
+    finally:
+        env.close()
+    encode, n_features = _encoder(name, obs_space)
+    if not isinstance(act_space, gym.spaces.Discrete) or int(act_space.start) != 0:
+        raise ValueError(f"environment {name!r} has action space {act_space}; the quantum policies take "
+                         "Discrete(n) actions (from 0)")
+    solved = gym_spec.reward_threshold if gym_spec.reward_threshold is not None else math.inf
+    return EnvSpec(name, name, (), n_features, n_features, int(act_space.n), float(solved), encode)
+
+
+def _encoder(name: str, space) -> tuple[Callable, int]:
+    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1 and space.shape[0] >= 1:
+        low = tuple(float(v) for v in np.broadcast_to(space.low, space.shape))
+        high = tuple(float(v) for v in np.broadcast_to(space.high, space.shape))
+        return BoxEncoder(low, high), space.shape[0]
+    if isinstance(space, gym.spaces.Discrete) and space.n >= 2:
+        enc = BinaryEncoder(int(space.n), int(space.start))
+        return enc, enc.bits
+    raise ValueError(f"environment {name!r} has observation space {space}; supported: Box of shape [n], "
+                     "Discrete(n)")
 
 
 def make_env(name: str, seed: int | None = None) -> gym.Env:

@@ -45,7 +45,6 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
-import gymnasium as gym
 import numpy as np
 import torch
 from hqflow.workloads.rl.envs import SyncEnvs, get_spec
@@ -364,7 +363,7 @@ def init_extra(cfg: Config, policy) -> dict:
 
 def time_limit(cfg: Config) -> int:
     """The env's episode time limit (gymnasium's ``max_episode_steps``: 500 for CartPole and Acrobot)."""
-    return gym.spec(get_spec(cfg.env).gym_id).max_episode_steps
+    return get_spec(cfg.env).max_episode_steps()
 
 
 def episodes_per_update(cfg: Config) -> int:
