@@ -68,6 +68,15 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("run", metavar="RUN", help="a run directory holding spans.json, or a spans JSON file")
     t.add_argument("--out", metavar="DIR", help="write trace.json and gantt.png here (default: the run directory)")
 
+    ev = sub.add_parser("eval", help="run greedy episodes of a trained policy",
+                        description="Load a run directory's policy at its last checkpoint and run greedy "
+                                    "evaluation episodes; print the mean and standard deviation of the return.")
+    ev.add_argument("run", metavar="RUN_DIR", help="a directory written by hqflow train")
+    ev.add_argument("--episodes", type=_positive, default=10, help="evaluation episodes (default 10)")
+    ev.add_argument("--seed", type=_natural, default=10_000, help="seed of the first episode (default 10000)")
+    ev.add_argument("--backend", help="run the policy circuit here instead of the run's backend, e.g. compiled")
+    ev.add_argument("--json", action="store_true", help="print the figures as one JSON line")
+
     tr = sub.add_parser("train", help="train a variational quantum policy with RL",
                         description="Train a variational quantum policy on a gymnasium environment and write a run "
                                     "directory: config.json, metrics.jsonl, checkpoint.pt, learning_curve.png, "
@@ -322,10 +331,10 @@ def cmd_trace(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
-        from .cli_train import cmd_train
+        from .cli_train import cmd_eval, cmd_train
 
         commands = {"backends": cmd_backends, "inspect": cmd_inspect, "run": cmd_run, "trace": cmd_trace,
-                    "train": cmd_train}
+                    "train": cmd_train, "eval": cmd_eval}
         return commands[args.command](args)
     except UsageError as exc:
         print(f"hqflow: error: {exc}", file=sys.stderr)

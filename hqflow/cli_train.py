@@ -199,3 +199,22 @@ def cmd_train(args) -> int:
         for k, v in figures.items():
             print(f"{k:<22} {v:.6g}" if isinstance(v, float) else f"{k:<22} {v}")
     return 0
+
+
+def cmd_eval(args) -> int:
+    """``hqflow eval RUN_DIR``: greedy episodes of a trained policy."""
+    from hqflow.backends import BackendError
+    from hqflow.workloads.rl.trained import evaluate
+
+    if not os.path.isdir(args.run):
+        raise UsageError(f"{args.run}: no such run directory")
+    try:
+        figures = evaluate(args.run, episodes=args.episodes, seed=args.seed, backend=args.backend)
+    except (ValueError, BackendError) as exc:
+        raise UsageError(str(exc).splitlines()[0]) from None
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        print(f"{figures['env']}: mean return {figures['mean_return']:.2f} ± {figures['std_return']:.2f} over "
+              f"{figures['episodes']} greedy episodes (seeds {args.seed}..{args.seed + args.episodes - 1})")
+    return 0

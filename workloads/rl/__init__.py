@@ -4,6 +4,8 @@
 * ``envs``: ``EnvSpec``, ``get_spec``, ``make_env``, ``SyncEnvs`` (CartPole, Acrobot, FrozenLake);
 * ``reinforce``, ``dqn``, ``ppo``: one algorithm per file, each with a ``Config``, ``train(cfg)``
   and the two fragment functions ``act`` (the actor) and ``learn`` (the learner);
+* ``trained``: ``load_policy(run_dir)`` (a ready ``nn.Module``) and ``evaluate(run_dir)``
+  (greedy episodes), also as ``hqflow.workloads.rl.load_policy`` / ``.evaluate``;
 * ``runner``: runs an algorithm as a dataflow graph under a distribution policy
   (``hqflow.distribution``: sync, pipelined, ray-actors), with a run directory, checkpoints
   and resume; ``hqflow train`` calls it.
@@ -11,3 +13,11 @@
 Submodules are imported on use (``from hqflow.workloads.rl import reinforce``), so importing
 this package does not import gymnasium.
 """
+
+
+def __getattr__(name: str):
+    if name in ("load_policy", "evaluate"):
+        import importlib
+
+        return getattr(importlib.import_module("hqflow.workloads.rl.trained"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

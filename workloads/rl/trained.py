@@ -1,0 +1,76 @@
+"""Use a trained policy: load it from its run directory, and run greedy evaluation episodes.
+
+    from hqflow.workloads.rl import load_policy, evaluate
+
+    policy = load_policy("runs/reinforce-cartpole-seed0")   # an nn.Module, parameters of the last checkpoint
+    probs = policy(features)                                 # features: policy.env_spec.encode(observations)
+    figures = evaluate("runs/reinforce-cartpole-seed0", episodes=20, seed=100)
+    # {"episodes": 20, "mean_return": ..., "std_return": ..., "returns": [...]}
+
+Greedy: the action with the largest output (probability, Q-value or log-probability).
+``hqflow eval RUN_DIR`` prints the same.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from hqflow.workloads.rl.envs import get_spec
+
+
+def load_policy(run_dir, backend: str | None = None) -> nn.Module:
+    """The policy of a run directory at its last checkpoint, in eval mode (``backend``: run its
+    circuit elsewhere than the run did, e.g. ``"compiled"`` for a run trained on a QPU).
+    ``policy.env_spec`` encodes observations; ``policy.config`` is the run's algorithm config."""
+    from hqflow.workloads.rl.runner import _load, algorithm, load_run
+
+    meta, ckpt = load_run(run_dir)
+    if ckpt is None:
+        raise ValueError(f"{run_dir} has no checkpoint.pt: train longer, or with --checkpoint-every 1")
+    mod = algorithm(meta["algo"])
+    cfg = mod.Config(**meta["config"])
+    if backend is not None:
+        cfg = dataclasses.replace(cfg, backend=backend)
+    policy = mod.make_policy(cfg)
+    _load(policy, ckpt["state"]["learn.params"])
+    policy.eval()
+    policy.env_spec, policy.config = get_spec(cfg.env), cfg
+    return policy
+
+
+def greedy(policy: nn.Module, features) -> np.ndarray:
+    """The action with the largest policy output, per row of ``features`` ``[B, n_features]``."""
+    with torch.no_grad():
+        out = policy(torch.as_tensor(np.asarray(features), dtype=torch.float32))
+    if isinstance(out, tuple):  # an actor-critic: (log-probabilities, values)
+        out = out[0]
+    return out.argmax(dim=-1).cpu().numpy()
+
+
+def evaluate(run_dir, episodes: int = 10, seed: int = 10_000, backend: str | None = None,
+             max_steps: int | None = None) -> dict:
+    """Greedy episodes of the run's policy, environment seeds ``seed``, ``seed + 1``, ...: returns and their
+    mean and standard deviation."""
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise ValueError(f"episodes must be a positive integer, got {episodes!r}")
+    policy = load_policy(run_dir, backend)
+    spec = policy.env_spec
+    env = spec.make()
+    returns = []
+    try:
+        for k in range(episodes):
+            obs, _ = env.reset(seed=int(seed) + k)
+            total, steps, done = 0.0, 0, False
+            while not done and (max_steps is None or steps < max_steps):
+                action = int(greedy(policy, spec.encode(obs))[0])
+                obs, reward, terminated, truncated, _ = env.step(action)
+                total, steps, done = total + float(reward), steps + 1, terminated or truncated
+            returns.append(total)
+    finally:
+        env.close()
+    return {"run_dir": str(Path(run_dir)), "env": spec.name, "episodes": episodes, "seed": int(seed),
+            "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)), "returns": returns}
