@@ -103,6 +103,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="any field of the algorithm's Config, e.g. --set n_layers=3 (repeatable)")
     tr.add_argument("--run-dir", metavar="DIR", help="where to write the run (default: runs/ALGO-ENV-seedN)")
     tr.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    tr.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
+                    help="write TensorBoard event files to RUN_DIR/tensorboard (default: on; "
+                         "tensorboard --logdir RUN_DIR to view)")
     tr.add_argument("--checkpoint-every", type=_positive, default=5, help="updates between checkpoints (default 5)")
     tr.add_argument("--budget", type=_amount, metavar="AMOUNT",
                     help="the most the run may spend on priced quantum jobs (Azure Quantum), in the target's "

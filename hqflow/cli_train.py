@@ -94,10 +94,8 @@ class _CostReport:
         spend = (metrics or {}).get("spend")
         if spend is not None and not self.said:
             self.said = True
-            import sys
-
-            print(f"\nhqflow: the first update cost {spend:.4f}; {self.updates} updates at that rate: about "
-                  f"{spend * self.updates:.4f} (--budget caps a run)", file=sys.stderr)
+            self.bar.write(f"hqflow: the first update cost {spend:.4f}; {self.updates} updates at that rate: about "
+                           f"{spend * self.updates:.4f} (--budget caps a run)")
 
 
 def _caused_by(exc: BaseException, kind: type) -> bool:
@@ -179,6 +177,7 @@ def cmd_train(args) -> int:
         try:
             out = runner.train(algo, cfg, distribution, run_dir=run_dir, resume=bool(args.resume),
                                checkpoint_every=args.checkpoint_every, progress=_CostReport(bar, mod, cfg),
+                               tensorboard=args.tensorboard,
                                backends=None if pool is None else {cfg.backend: pool}, **scheduler)
         except RunFailed as exc:
             what = "raise --budget" if _caused_by(exc, BudgetExceeded) else "fix the backend"

@@ -1,31 +1,39 @@
-"""A small progress bar on stderr (no dependency): ``with Progress(total, "vqe") as p: p.update(i, loss=...)``.
+"""Progress bars through tqdm: ``with Progress(total, "vqe") as p: p.update(i, loss=...)``.
 
-It redraws in place on a terminal and prints nothing but the final line
-elsewhere (CI logs stay short).
+On a terminal, and in a Jupyter notebook (``tqdm.auto`` picks its widget), the bar
+redraws in place. Anywhere else (CI logs, a file) it prints nothing while running and
+one final line at the end, so logs stay short.
 """
 from __future__ import annotations
 
 import sys
 import time
 
+from tqdm.auto import tqdm
+
+
+def _interactive(stream) -> bool:
+    return (hasattr(stream, "isatty") and stream.isatty()) or "ipykernel" in sys.modules
+
 
 class Progress:
-    def __init__(self, total: int, label: str = "", stream=None, width: int = 24):
-        self.total, self.label, self.width = max(int(total), 1), label, width
+    def __init__(self, total: int, label: str = "", stream=None):
+        self.total, self.label = max(int(total), 1), label
         self.stream = stream or sys.stderr
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.live = _interactive(self.stream)
         self.t0 = time.perf_counter()
         self.line = ""
+        self.bar = tqdm(total=self.total, desc=label, file=self.stream, disable=not self.live, dynamic_ncols=True,
+                        leave=True) if self.live else None
 
     def update(self, done: int, **metrics) -> None:
-        frac = min(done / self.total, 1.0)
-        bar = "#" * int(frac * self.width) + "-" * (self.width - int(frac * self.width))
         shown = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
         elapsed = time.perf_counter() - self.t0
-        self.line = f"{self.label} [{bar}] {done}/{self.total} {elapsed:.1f}s  {shown}".rstrip()
-        if self.tty:
-            self.stream.write("\r\033[K" + self.line)
-            self.stream.flush()
+        self.line = f"{self.label} {done}/{self.total} {elapsed:.1f}s  {shown}".rstrip()
+        if self.bar is not None:
+            self.bar.n = done
+            self.bar.set_postfix_str(shown, refresh=False)
+            self.bar.refresh()
 
     def __call__(self, done: int, metrics: dict | None = None) -> None:
         """The executors' callback: ``progress(steps_done, outputs_of_the_last_step)``.
@@ -35,10 +43,19 @@ class Progress:
         shown = {k: v for k, v in (metrics or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         self.update(done, **shown)
 
+    def write(self, message: str) -> None:
+        """A line of text above the bar (the bar is redrawn below it)."""
+        if self.bar is not None:
+            self.bar.write(message, file=self.stream)
+        else:
+            print(message, file=self.stream, flush=True)
+
     def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.line:
-            self.stream.write(("\r\033[K" if self.tty else "") + self.line + "\n")
+        if self.bar is not None:
+            self.bar.close()
+        elif self.line:
+            self.stream.write(self.line + "\n")
             self.stream.flush()

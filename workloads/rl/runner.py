@@ -238,13 +238,17 @@ def load_run(run_dir) -> tuple[dict, dict | None]:
 
 
 def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, resume: bool = False,
-          checkpoint_every: int = 5, progress=None, backends: Mapping | None = None, **scheduler) -> dict:
+          checkpoint_every: int = 5, progress=None, backends: Mapping | None = None, tensorboard: bool = True,
+          **scheduler) -> dict:
     """Train, writing the run directory; ``resume`` continues ``run_dir`` from its checkpoint.
 
     ``distribution``: a policy or its name; ``"auto"`` (``default_distribution``): ``sync`` on an
     in-process backend, ``pipelined`` (staleness 1) on a job backend.
     ``backends`` maps a backend name (``cfg.backend``) to a pool, as ``hq.run`` takes it;
     ``scheduler`` are ``SchedulerConfig`` fields (``max_retries``, ``job_timeout``, ...).
+    ``tensorboard``: also write TensorBoard event files to ``run_dir/tensorboard`` (CleanRL's tags:
+    ``charts/episodic_return`` per episode, ``charts/mean_return_10``, ``losses/loss``, ``charts/spend``,
+    against environment steps).
     Returns ``returns`` (every episode's return), ``episodes_to_solve``, ``seconds``,
     ``env_steps`` (steps of the episodes the learner got), ``env_steps_per_s``, ``env_steps_taken``
     (steps the actors ran, with episodes still running at the end: with autoreset they exceed
@@ -338,6 +342,8 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
         spend, currency = spent()
         if currency is not None:  # priced jobs: the run's spend so far
             row["spend"], row["currency"] = round(spend, 6), currency
+        if board is not None:
+            _board_row(board, row, out["returns"], done["env_steps"], window_n)
         if run_dir is not None:
             with open(run_dir / "metrics.jsonl", "a") as fh:
                 fh.write(json.dumps(row) + "\n")
@@ -361,6 +367,11 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
             write_chrome_trace(str(run_dir / "trace.json"), spans)
             plot_learning_curve(done["returns"], run_dir / "learning_curve.png", f"{algo} on {cfg.env}")
 
+    board = None
+    if run_dir is not None and tensorboard:  # a resume drops the events past its checkpoint, as metrics.jsonl does
+        from torch.utils.tensorboard import SummaryWriter
+
+        board = SummaryWriter(str(run_dir / "tensorboard"), purge_step=done["env_steps"] + 1 if ckpt else None)
     try:
         sched = Scheduler(graph, backends, config)
         result = sched.run(stream(), initial_state=state, progress=on_update)
@@ -369,6 +380,8 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
         raise
     finally:
         torch.set_num_threads(threads)
+        if board is not None:
+            board.close()
     seconds = done["seconds"] + time.perf_counter() - t0
     save(result.spans)
     return {"algo": algo, "config": dataclasses.asdict(cfg), "distribution": policy_.name,
@@ -378,6 +391,19 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
             "circuit_evals": done["circuit_evals"], "circuit_evals_per_s": done["circuit_evals"] / seconds,
             "params": last["state"]["learn.params"], "spans": result.spans, "stats": result.extra,
             "spend": spent()[0], "currency": spent()[1]}
+
+
+def _board_row(board, row: dict, returns: list, env_steps: int, window_n: int) -> None:
+    """One update's figures as TensorBoard scalars, against environment steps."""
+    for r in returns:
+        board.add_scalar("charts/episodic_return", r, env_steps)
+    board.add_scalar("charts/episodes", row["episodes"], env_steps)
+    if row.get(f"mean_return_{window_n}") is not None:
+        board.add_scalar(f"charts/mean_return_{window_n}", row[f"mean_return_{window_n}"], env_steps)
+    if row.get("loss") is not None:
+        board.add_scalar("losses/loss", row["loss"], env_steps)
+    if "spend" in row:
+        board.add_scalar("charts/spend", row["spend"], env_steps)
 
 
 def plot_learning_curve(returns, path, title: str, window: int = 10) -> None:

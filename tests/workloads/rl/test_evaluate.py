@@ -69,3 +69,25 @@ def test_hqflow_eval(trained, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"algo": "reinforce", "config": {}}))
     empty = subprocess.run([sys.executable, "-m", "hqflow.cli", "eval", str(tmp_path)], capture_output=True, text=True)
     assert empty.returncode == 2 and "no checkpoint" in empty.stderr and len(empty.stderr.splitlines()) == 1
+
+
+def test_tensorboard_event_files_are_readable_by_tensorboard(trained):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run, out = trained
+    board = EventAccumulator(str(run / "tensorboard"))
+    board.Reload()
+    tags = set(board.Tags()["scalars"])
+    assert {"charts/episodic_return", "charts/mean_return_10", "losses/loss"} <= tags
+    returns = [e.value for e in board.Scalars("charts/episodic_return")]
+    assert returns == pytest.approx(out["returns"])  # every episode, in order
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [e.step for e in board.Scalars("charts/mean_return_10")] == [r["env_steps"] for r in rows]
+
+
+def test_no_tensorboard_writes_none(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "hqflow.cli", "train", "cartpole", "--episodes", "10",
+                           "--run-dir", str(tmp_path / "run"), "--no-tensorboard"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "run" / "tensorboard").exists() and (tmp_path / "run" / "metrics.jsonl").exists()
