@@ -78,8 +78,21 @@ def get_backend(name: str, /, **options) -> Backend:
     return factory(*args, **options)
 
 
+def _lookup(name: str):
+    """For ``Graph.validate()``: the backend, or None for a name that is not registered (a pool name,
+    which ``hq.run(..., backends={name: [...]})`` binds when the graph runs)."""
+    if isinstance(name, str) and name and not is_registered(name):
+        return None
+    return get_backend(name)
+
+
 # Let Graph.validate() check backend names and widths against this registry (the IR itself knows no backend).
-set_backend_lookup(lambda name: get_backend(name))
+set_backend_lookup(_lookup)
+
+
+def is_registered(name: str) -> bool:
+    """Whether ``name`` (``"prefix:suffix"`` by its prefix) names a registered backend."""
+    return isinstance(name, str) and bool(name) and name.partition(":")[0] in _REGISTRY
 
 
 def backend_names() -> list[str]:
@@ -89,6 +102,7 @@ def backend_names() -> list[str]:
 
 __all__ = [
     "DEFAULT_BACKEND",
+    "is_registered",
     "Backend",
     "BackendError",
     "BatchResult",

@@ -160,13 +160,23 @@ def _remote_client(spec: dict, t0: float, record) -> JobClient:
     return JobClient(service, spec["names"], spec["parent"])
 
 
+def _by_value(fragment: Fragment):
+    """The function of a fragment defined in the driver's ``__main__`` (a script), which no worker
+    can import: Ray sends it by value (cloudpickle pickles ``__main__`` functions whole). None otherwise."""
+    if isinstance(fragment.fn, str) and fragment.fn.startswith("__main__:"):
+        from hqflow.ir.graph import resolve_fn
+
+        return resolve_fn(fragment.fn)
+    return None
+
+
 class _Worker:
     """A classical worker slot inside a Ray actor: calls fragments by reference."""
 
-    def call(self, fragment: Fragment, args: dict, client_spec: dict | None = None):
+    def call(self, fragment: Fragment, args: dict, client_spec: dict | None = None, fn=None):
         t0, spans = time.perf_counter(), []
         client = None if client_spec is None else _remote_client(client_spec, t0, spans.append)
-        return call_fragment(fragment, args, client), spans  # span times: seconds from this call's start
+        return call_fragment(fragment, args, client, fn), spans  # span times: seconds from this call's start
 
     def ready(self) -> bool:
         return True
@@ -270,7 +280,7 @@ class RayExecutor:
         with self._lock:  # the scheduler never asks for more than the slots it has
             actor = self._idle[resource].pop()
         spec = None if client is None else self._client_spec(client)
-        fut = actor.call.remote(fragment, args, spec).future()
+        fut = actor.call.remote(fragment, args, spec, _by_value(fragment)).future()
 
         def release(_):
             with self._lock:

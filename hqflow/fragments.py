@@ -78,10 +78,11 @@ def as_port_value(value: Any, port_type: str) -> Any:
     return value
 
 
-def call_fragment(f: Fragment, args: Mapping[str, Any], client: JobClient | None = None) -> dict[str, Any]:
+def call_fragment(f: Fragment, args: Mapping[str, Any], client: JobClient | None = None, fn=None) -> dict[str, Any]:
     """Call a classical fragment's function (with ``client`` as its ``get_client()``) and check
-    its outputs against its ports."""
-    fn = resolve_fn(f.fn)
+    its outputs against its ports. ``fn``: the function itself, where it came by value (a
+    ``__main__`` function in a Ray worker); otherwise it is resolved from ``f.fn``."""
+    fn = fn if fn is not None else resolve_fn(f.fn)
     token = bind_client(client)
     try:
         result = fn(**args, **f.kwargs)

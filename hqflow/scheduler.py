@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hqflow.backends import BackendError
+from hqflow.backends import BackendError, backend_names, is_registered
 from hqflow.ir.graph import Fragment, Graph, GraphError
 
 from .dispatch import Member, Pool
@@ -141,6 +141,9 @@ class Scheduler:
             specs = specs if isinstance(specs, list) else [specs]
             if not specs:
                 raise GraphError(f"backend pool {name!r} is empty")
+            if name not in backends and not is_registered(name):
+                raise GraphError(f"backend {name!r} is neither a registered backend ({', '.join(backend_names())}) nor "
+                                 f"a pool given to the run: hq.run(..., backends={{{name!r}: [backend, ...]}})")
             handles = [self.executor.backend(s, self.config.max_in_flight) for s in specs]
             many = len(handles) > 1
             members = [Member(h, f"qpu:{h.name}#{j}" if many else f"qpu:{h.name}", h.max_in_flight,

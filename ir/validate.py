@@ -107,7 +107,8 @@ _LOOKUP: Callable[[str], Any] | None = None
 
 def set_backend_lookup(lookup: Callable[[str], Any] | None) -> None:
     """How ``validate()`` without ``backends`` finds a backend by name (``lookup(name)`` returns a
-    backend or its ``Capabilities``, or raises with a readable message); None: skip those checks."""
+    backend or its ``Capabilities``; None for a name it does not know, which may be a pool name
+    bound when the graph runs; or raises with a readable message); None: skip those checks."""
     global _LOOKUP
     _LOOKUP = lookup
 
@@ -124,8 +125,10 @@ def _capabilities(name, backends, out, where):
     else:
         try:
             b = _LOOKUP(name)
-        except Exception as exc:  # unknown name, missing plugin, device error
+        except Exception as exc:  # bad options, missing plugin, device error
             out.append(f"{where}: {exc}")
+            return None
+        if b is None:  # not a registered backend: a pool name, checked when the graph runs
             return None
     return getattr(b, "capabilities", b)
 
