@@ -75,6 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--episodes", type=_positive, default=10, help="evaluation episodes (default 10)")
     ev.add_argument("--seed", type=_natural, default=10_000, help="seed of the first episode (default 10000)")
     ev.add_argument("--backend", help="run the policy circuit here instead of the run's backend, e.g. compiled")
+    ev.add_argument("--record", metavar="DIR", help="save a video of every episode in DIR (gymnasium's RecordVideo; "
+                                                    "needs pip install \"gymnasium[other]\")")
     ev.add_argument("--json", action="store_true", help="print the figures as one JSON line")
 
     tr = sub.add_parser("train", help="train a variational quantum policy with RL",

@@ -208,7 +208,7 @@ def cmd_eval(args) -> int:
     if not os.path.isdir(args.run):
         raise UsageError(f"{args.run}: no such run directory")
     try:
-        figures = evaluate(args.run, episodes=args.episodes, seed=args.seed, backend=args.backend)
+        figures = evaluate(args.run, episodes=args.episodes, seed=args.seed, backend=args.backend, record=args.record)
     except (ValueError, BackendError) as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
     if args.json:
@@ -216,4 +216,6 @@ def cmd_eval(args) -> int:
     else:
         print(f"{figures['env']}: mean return {figures['mean_return']:.2f} ± {figures['std_return']:.2f} over "
               f"{figures['episodes']} greedy episodes (seeds {args.seed}..{args.seed + args.episodes - 1})")
+        if figures.get("videos"):
+            print(f"wrote {len(figures['videos'])} videos to {args.record}")
     return 0

@@ -52,14 +52,15 @@ def greedy(policy: nn.Module, features) -> np.ndarray:
 
 
 def evaluate(run_dir, episodes: int = 10, seed: int = 10_000, backend: str | None = None,
-             max_steps: int | None = None) -> dict:
+             max_steps: int | None = None, record: str | None = None) -> dict:
     """Greedy episodes of the run's policy, environment seeds ``seed``, ``seed + 1``, ...: returns and their
-    mean and standard deviation."""
+    mean and standard deviation. ``record``: a folder for one video per episode (gymnasium's
+    ``RecordVideo``, which needs its ``other`` extra: ``pip install "gymnasium[other]"``)."""
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes must be a positive integer, got {episodes!r}")
     policy = load_policy(run_dir, backend)
     spec = policy.env_spec
-    env = spec.make()
+    env = _recording(spec, record) if record else spec.make()
     returns = []
     try:
         for k in range(episodes):
@@ -72,5 +73,25 @@ def evaluate(run_dir, episodes: int = 10, seed: int = 10_000, backend: str | Non
             returns.append(total)
     finally:
         env.close()
-    return {"run_dir": str(Path(run_dir)), "env": spec.name, "episodes": episodes, "seed": int(seed),
-            "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)), "returns": returns}
+    out = {"run_dir": str(Path(run_dir)), "env": spec.name, "episodes": episodes, "seed": int(seed),
+           "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)), "returns": returns}
+    if record:
+        out["videos"] = sorted(str(p) for p in Path(record).glob("*.mp4"))
+    return out
+
+
+def _recording(spec, folder: str):
+    """The environment wrapped in gymnasium's ``RecordVideo`` (every episode), or a ValueError saying what is missing."""
+    try:
+        import moviepy  # noqa: F401  (RecordVideo writes through it)
+    except ImportError:
+        raise ValueError('--record needs gymnasium\'s video extra: pip install "gymnasium[other]"') from None
+    import gymnasium as gym
+
+    try:
+        env = gym.make(spec.gym_id, render_mode="rgb_array", **dict(spec.kwargs))
+        env.reset(seed=0)
+        env.render()  # a renderer's own extra (pygame for classic control) fails here, not mid-episode
+    except Exception as exc:
+        raise ValueError(f"{spec.name} cannot render frames for a video: {str(exc).splitlines()[0]}") from None
+    return gym.wrappers.RecordVideo(env, str(folder), episode_trigger=lambda _: True, disable_logger=True)

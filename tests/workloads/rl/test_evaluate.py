@@ -91,3 +91,16 @@ def test_no_tensorboard_writes_none(tmp_path):
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / "run" / "tensorboard").exists() and (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_record_saves_videos_or_says_what_is_missing(trained, tmp_path):
+    run, _ = trained
+    try:
+        import moviepy  # noqa: F401
+    except ImportError:
+        proc = subprocess.run([sys.executable, "-m", "hqflow.cli", "eval", str(run), "--episodes", "1", "--record",
+                               str(tmp_path / "videos")], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and "gymnasium[other]" in proc.stderr and len(proc.stderr.splitlines()) == 1
+        pytest.skip("videos need gymnasium's other extra (moviepy); the error without it is checked")
+    figures = evaluate(run, episodes=2, record=str(tmp_path / "videos"))
+    assert len(figures["videos"]) == 2
