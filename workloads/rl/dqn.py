@@ -132,6 +132,8 @@ class Config:
 
     def __post_init__(self):
         spec = get_spec(self.env)  # ValueError naming the known environments
+        if spec.continuous:
+            raise ValueError(f"{self.env} has continuous actions (a Box of {spec.n_actions}); train it with --algo ppo")
         if self.encoding is not None and self.encoding not in ENCODINGS:
             raise ValueError(f"unknown encoding {self.encoding!r}; known: {', '.join(ENCODINGS)}")
         if self.loss not in LOSSES:

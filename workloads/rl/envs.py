@@ -26,7 +26,8 @@ follows the observation space (one feature per qubit):
   an unbounded one squashed by ``2/π · arctan``;
 * ``Discrete(n)``: the index in binary, ``ceil(log2 n)`` qubits, bit b -> π·b (as FrozenLake).
 
-Actions must be ``Discrete``; anything else is a ``ValueError`` naming the space.
+Actions are ``Discrete``, or a bounded ``Box`` of shape ``[d]`` (continuous: PPO's Gaussian
+head, actions in [-1, 1]^d scaled onto the bounds); anything else is a ``ValueError``.
 """
 from __future__ import annotations
 
@@ -73,6 +74,22 @@ class EnvSpec:
     solved: float
     """an agent is solved when the mean return of its last 10 episodes reaches this"""
     _encode: Callable[[np.ndarray], np.ndarray]
+    action_low: tuple[float, ...] | None = None
+    """continuous actions (a Box): their lower bounds, one per dimension (``n_actions`` of them); None: discrete"""
+    action_high: tuple[float, ...] | None = None
+
+    @property
+    def continuous(self) -> bool:
+        return self.action_low is not None
+
+    def env_action(self, a):
+        """The env's action for a policy action: an index (discrete), or a point of [-1, 1]^d scaled
+        onto the Box's bounds and clipped to them (continuous)."""
+        if not self.continuous:
+            return int(a)
+        low, high = np.array(self.action_low), np.array(self.action_high)
+        x = np.clip(np.asarray(a, dtype=np.float64).reshape(len(low)), -1.0, 1.0)
+        return (low + (x + 1.0) / 2.0 * (high - low)).astype(np.float32)
 
     def encode(self, obs) -> np.ndarray:
         """Raw observations (one or a stack of them) -> features ``[n, n_features]`` float32."""
@@ -161,11 +178,15 @@ def _from_gym(name: str) -> EnvSpec:
     finally:
         env.close()
     encode, n_features = _encoder(name, obs_space)
+    solved = float(gym_spec.reward_threshold if gym_spec.reward_threshold is not None else math.inf)
+    if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1 and act_space.shape[0] >= 1 \
+            and np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high)):
+        low, high = (tuple(float(v) for v in b) for b in (act_space.low, act_space.high))
+        return EnvSpec(name, name, (), n_features, max(n_features, len(low)), len(low), solved, encode, low, high)
     if not isinstance(act_space, gym.spaces.Discrete) or int(act_space.start) != 0:
-        raise ValueError(f"environment {name!r} has action space {act_space}; the quantum policies take "
-                         "Discrete(n) actions (from 0)")
-    solved = gym_spec.reward_threshold if gym_spec.reward_threshold is not None else math.inf
-    return EnvSpec(name, name, (), n_features, n_features, int(act_space.n), float(solved), encode)
+        raise ValueError(f"environment {name!r} has action space {act_space}; supported: Discrete(n) (from 0), "
+                         "and a bounded Box of shape [d] (with --algo ppo)")
+    return EnvSpec(name, name, (), n_features, n_features, int(act_space.n), solved, encode)
 
 
 def _encoder(name: str, space) -> tuple[Callable, int]:
@@ -214,7 +235,7 @@ class SyncEnvs:
         """Step env ``index[k]`` with ``actions[k]``: (observations, rewards, done), one row per k."""
         obs, rew, done = [], np.empty(len(index)), np.empty(len(index), dtype=bool)
         for k, (i, a) in enumerate(zip(index, actions)):
-            o, r, terminated, truncated, _ = self.envs[i].step(int(a))
+            o, r, terminated, truncated, _ = self.envs[i].step(self.spec.env_action(a))
             obs.append(o)
             rew[k], done[k] = r, terminated or truncated
         return np.stack([np.asarray(o) for o in obs]), rew, done

@@ -221,4 +221,34 @@ class QValuePQC(_PQC):
         return self.output[None] * (1.0 + self.expectations(states)) / 2.0
 
 
-__all__ = ["ENCODINGS", "QValuePQC", "SoftmaxPQC", "pqc_template"]
+class GaussianPQC(_PQC):
+    """A Gaussian policy for continuous actions in [-1, 1]^d: mean_i = w_i · <Z_i> over a
+    re-uploading circuit, and a state-independent log standard deviation per dimension
+    (CleanRL's continuous PPO head), starting at 0 (std 1)."""
+
+    def __init__(self, n_qubits: int = 3, n_layers: int = 5, n_actions: int = 1, encoding: str = "plain",
+                 backend="compiled", seed: int | None = None, dtype: torch.dtype = torch.float32):
+        if n_actions > n_qubits:
+            raise ValueError(f"GaussianPQC reads one qubit per action dimension: {n_actions} > {n_qubits} qubits")
+        super().__init__(n_qubits, n_layers, [f"Z{i}" for i in range(n_actions)], encoding, backend, seed, dtype)
+        self.n_actions = n_actions
+        self.output = nn.Parameter(torch.ones(n_actions, dtype=dtype))
+        self.log_std = nn.Parameter(torch.zeros(n_actions, dtype=dtype))
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
+        """The mean action [B, n_actions] (what a greedy policy takes)."""
+        return self.output[None] * self.expectations(states)
+
+    def dist(self, states: torch.Tensor) -> torch.distributions.Distribution:
+        """π(·|s): independent normals, [B] batch of d-dimensional actions."""
+        mean = self.forward(states)
+        return torch.distributions.Independent(torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean)), 1)
+
+    def param_groups(self, lr_in: float = 0.1, lr_var: float = 0.01, lr_out: float = 0.1) -> list[dict]:
+        """λ, θ, then w and the log standard deviation together (``lr_out``)."""
+        groups = super().param_groups(lr_in, lr_var, lr_out)
+        groups[-1]["params"] = [self.output, self.log_std]
+        return groups
+
+
+__all__ = ["ENCODINGS", "GaussianPQC", "QValuePQC", "SoftmaxPQC", "pqc_template"]

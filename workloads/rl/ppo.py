@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 from hqflow.workloads.rl.envs import SyncEnvs, get_spec
-from hqflow.workloads.rl.policies import ENCODINGS, SoftmaxPQC
+from hqflow.workloads.rl.policies import ENCODINGS, GaussianPQC, SoftmaxPQC
 from torch import nn
 
 
@@ -142,9 +142,10 @@ class ActorCritic(nn.Module):
     and ``critic.*``.
     """
 
-    def __init__(self, actor: SoftmaxPQC, n_features: int, hidden: int = 64, seed: int | None = None):
+    def __init__(self, actor: SoftmaxPQC | GaussianPQC, n_features: int, hidden: int = 64, seed: int | None = None):
         super().__init__()
         self.actor = actor
+        self.continuous = isinstance(actor, GaussianPQC)  # a Gaussian head: actions in [-1, 1]^d
         self.critic = nn.Sequential(nn.Linear(n_features, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
                                     nn.Linear(hidden, 1))
         gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
@@ -157,7 +158,9 @@ class ActorCritic(nn.Module):
         return self.critic(torch.as_tensor(states, dtype=self.critic[0].weight.dtype))[:, 0]
 
     def forward(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(log π(a|s) for every action [B, n_actions], V(s) [B])."""
+        """(log π(a|s) for every action [B, n_actions] (continuous: the mean action), V(s) [B])."""
+        if self.continuous:
+            return self.actor(states), self.value(states)
         return self.actor.log_probs(states), self.value(states)
 
     def param_groups(self, lr_in: float, lr_var: float, lr_out: float, lr_critic: float) -> list[dict]:
@@ -176,7 +179,7 @@ class Batch:
     """What the actor hands the learner: ``num_steps`` steps of ``num_envs`` envs, time-major."""
 
     states: np.ndarray  # [T, N, F] float32, encoded: the state each action was taken in
-    actions: np.ndarray  # [T, N] int64
+    actions: np.ndarray  # [T, N] int64 (continuous: [T, N, d] float32 in the policy's [-1, 1]^d, unclipped)
     log_probs: np.ndarray  # [T, N] float32: log π_old(a|s) of the parameters that acted
     rewards: np.ndarray  # [T, N] float64
     dones: np.ndarray  # [T, N] bool: the episode ended with this step (terminated or hit its time limit)
@@ -206,17 +209,27 @@ def rollout(policy: ActorCritic, envs: SyncEnvs, num_steps: int, seed, learner_r
     everyone = np.arange(n)
     obs = encode(envs.reset(rng.integers(0, 2**31 - 1, n)))
     states = np.empty((num_steps, *obs.shape), np.float32)
-    actions = np.empty((num_steps, n), np.int64)
+    continuous = getattr(policy, "continuous", False)
+    actions = (np.empty((num_steps, n, policy.actor.n_actions), np.float32) if continuous
+               else np.empty((num_steps, n), np.int64))
     log_probs = np.empty((num_steps, n), np.float32)
     values = np.empty((num_steps, n), np.float32)
     rewards = np.empty((num_steps, n))
     dones = np.empty((num_steps, n), bool)
     running, finished = np.zeros(n), []  # running return of each env's episode; completed returns
     for t in range(num_steps):
-        logp, v = policy(torch.from_numpy(obs))
-        logp = logp.double().numpy()
-        a = sample(logp, rng.random(n))
-        states[t], actions[t], log_probs[t], values[t] = obs, a, logp[everyone, a], v.numpy()
+        if continuous:  # a ~ N(mean, std), drawn from the rollout's generator
+            x = torch.from_numpy(obs)
+            d, v = policy.actor.dist(x), policy.value(x)
+            mean, std = d.base_dist.loc.double().numpy(), d.base_dist.scale.double().numpy()
+            a = (mean + std * rng.standard_normal(mean.shape)).astype(np.float32)
+            states[t], actions[t], values[t] = obs, a, v.numpy()
+            log_probs[t] = d.log_prob(torch.from_numpy(a).to(d.base_dist.loc.dtype)).numpy()
+        else:
+            logp, v = policy(torch.from_numpy(obs))
+            logp = logp.double().numpy()
+            a = sample(logp, rng.random(n))
+            states[t], actions[t], log_probs[t], values[t] = obs, a, logp[everyone, a], v.numpy()
         raw, rewards[t], dones[t] = envs.step(everyone, a)
         running += rewards[t]
         for i in np.flatnonzero(dones[t]):  # auto-reset: a new seeded episode in env i
@@ -261,7 +274,9 @@ def update(policy: ActorCritic, optimizer: torch.optim.Optimizer, batch: Batch, 
     advantages, returns = gae(batch.rewards, batch.values, batch.dones, batch.last_values, cfg.gamma, cfg.gae_lambda)
     dtype = policy.actor.output.dtype
     states = torch.from_numpy(batch.states.reshape(-1, batch.states.shape[-1]))
-    actions = torch.from_numpy(batch.actions.reshape(-1))
+    continuous = getattr(policy, "continuous", False)
+    actions = torch.from_numpy(batch.actions.reshape(-1, batch.actions.shape[-1]) if continuous
+                               else batch.actions.reshape(-1))
     old_log_probs = torch.from_numpy(batch.log_probs.reshape(-1)).to(dtype)
     advantages = torch.as_tensor(advantages.reshape(-1), dtype=dtype)
     returns = torch.as_tensor(returns.reshape(-1), dtype=dtype)
@@ -270,14 +285,18 @@ def update(policy: ActorCritic, optimizer: torch.optim.Optimizer, batch: Batch, 
     for _ in range(cfg.update_epochs):
         for mb in np.array_split(rng.permutation(len(actions)), cfg.num_minibatches):
             mb = torch.from_numpy(mb)
-            log_probs, values = policy(states[mb])
-            new_log_probs = log_probs.gather(1, actions[mb, None])[:, 0]
+            if continuous:
+                d, values = policy.actor.dist(states[mb]), policy.value(states[mb])
+                new_log_probs, entropy = d.log_prob(actions[mb].to(dtype)), d.entropy().mean()
+            else:
+                log_probs, values = policy(states[mb])
+                new_log_probs = log_probs.gather(1, actions[mb, None])[:, 0]
+                entropy = -(log_probs.exp() * log_probs).sum(dim=1).mean()
             adv = advantages[mb]
             if cfg.norm_adv and len(mb) > 1:
                 adv = (adv - adv.mean()) / (adv.std() + 1e-8)
             pg_loss = clipped_objective(new_log_probs, old_log_probs[mb], adv, cfg.clip_coef)
             v_loss = 0.5 * ((values - returns[mb]) ** 2).mean()
-            entropy = -(log_probs.exp() * log_probs).sum(dim=1).mean()
             loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
             optimizer.zero_grad()
             loss.backward()
@@ -343,6 +362,10 @@ def train(cfg: Config = Config(), progress=None) -> dict:
 
 def make_policy(cfg: Config) -> ActorCritic:
     spec = get_spec(cfg.env)
+    if spec.continuous:  # a Gaussian head over [-1, 1]^d (the env scales it onto its bounds)
+        actor = GaussianPQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
+                            encoding=cfg.encoding, backend=cfg.backend, seed=cfg.seed)
+        return ActorCritic(actor, spec.n_features, cfg.critic_hidden, seed=cfg.seed)
     actor = SoftmaxPQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
                        encoding=cfg.encoding, beta=cfg.beta, backend=cfg.backend, seed=cfg.seed)
     return ActorCritic(actor, spec.n_features, cfg.critic_hidden, seed=cfg.seed)

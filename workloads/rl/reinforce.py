@@ -88,7 +88,9 @@ class Config:
     """stop training at the first update after which the agent counts as solved"""
 
     def __post_init__(self):
-        get_spec(self.env)  # ValueError naming the known environments
+        spec = get_spec(self.env)  # ValueError naming the known environments
+        if spec.continuous:
+            raise ValueError(f"{self.env} has continuous actions (a Box of {spec.n_actions}); train it with --algo ppo")
         if self.encoding not in ENCODINGS:
             raise ValueError(f"unknown encoding {self.encoding!r}; known: {', '.join(ENCODINGS)}")
         if self.normalize not in NORMALIZE:

@@ -7,7 +7,8 @@
     figures = evaluate("runs/reinforce-cartpole-seed0", episodes=20, seed=100)
     # {"episodes": 20, "mean_return": ..., "std_return": ..., "returns": [...]}
 
-Greedy: the action with the largest output (probability, Q-value or log-probability).
+Greedy: the action with the largest output (probability, Q-value or log-probability), or
+the mean action of a Gaussian (continuous) policy.
 ``hqflow eval RUN_DIR`` prints the same.
 """
 from __future__ import annotations
@@ -46,8 +47,10 @@ def greedy(policy: nn.Module, features) -> np.ndarray:
     """The action with the largest policy output, per row of ``features`` ``[B, n_features]``."""
     with torch.no_grad():
         out = policy(torch.as_tensor(np.asarray(features), dtype=torch.float32))
-    if isinstance(out, tuple):  # an actor-critic: (log-probabilities, values)
+    if isinstance(out, tuple):  # an actor-critic: (log-probabilities, values), or (mean action, values)
         out = out[0]
+    if getattr(policy, "continuous", False):
+        return out.cpu().numpy()  # the mean action, in [-1, 1]^d before the env's scaling
     return out.argmax(dim=-1).cpu().numpy()
 
 
@@ -67,7 +70,7 @@ def evaluate(run_dir, episodes: int = 10, seed: int = 10_000, backend: str | Non
             obs, _ = env.reset(seed=int(seed) + k)
             total, steps, done = 0.0, 0, False
             while not done and (max_steps is None or steps < max_steps):
-                action = int(greedy(policy, spec.encode(obs))[0])
+                action = spec.env_action(greedy(policy, spec.encode(obs))[0])
                 obs, reward, terminated, truncated, _ = env.step(action)
                 total, steps, done = total + float(reward), steps + 1, terminated or truncated
             returns.append(total)

@@ -1,5 +1,6 @@
 """Any gymnasium environment: encodings from the observation space, a user's own environment
 by MODULE:ID, and one-line errors for what the policies cannot take."""
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +29,6 @@ def test_box_and_discrete_observations_become_angles():
 
 
 @pytest.mark.parametrize("name, message", [
-    ("Pendulum-v1", "action space Box"),
     ("Blackjack-v1", "observation space Tuple"),
     ("Taxi-v3", "Taxi-v4"),
     ("NoSuchEnv-v0", "not a short name"),
@@ -71,3 +71,40 @@ def test_a_users_own_environment_under_ray_actors(tmp_path):
                           capture_output=True, text=True, timeout=300, cwd=HERE)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert '"episodes": 4' in proc.stdout and '"distribution": "ray-actors"' in proc.stdout
+
+
+def test_continuous_actions_get_a_gaussian_head_in_ppo(tmp_path):
+    import torch
+
+    from hqflow.workloads.rl import ppo
+
+    spec = get_spec("Pendulum-v1")
+    assert spec.continuous and spec.n_actions == 1 and spec.action_low == (-2.0,) and spec.action_high == (2.0,)
+    assert spec.env_action([0.0])[0] == 0.0 and spec.env_action([5.0])[0] == 2.0 and spec.env_action([-0.5])[0] == -1.0
+    cfg = ppo.Config(env="Pendulum-v1", n_layers=1, num_envs=2, num_steps=200, max_episodes=4, seed=0)
+    policy = ppo.make_policy(cfg)
+    assert policy.continuous
+    batch = ppo.act(policy, ppo.make_envs(cfg), cfg, 0)
+    assert batch.actions.shape == (200, 2, 1) and batch.actions.dtype == np.float32 and len(batch.episode_returns) == 2
+    with torch.no_grad():  # the rollout's log-probabilities are the policy's own
+        d = policy.actor.dist(torch.from_numpy(batch.states[:5, 0]))
+        np.testing.assert_allclose(d.log_prob(torch.from_numpy(batch.actions[:5, 0])).numpy(),
+                                   batch.log_probs[:5, 0], rtol=1e-5, atol=1e-5)
+    before = policy.actor.log_std.detach().clone()
+    ppo.update(policy, ppo.make_optimizer(policy, cfg), batch, cfg, seed=[0, 0, 1])
+    assert not torch.equal(before, policy.actor.log_std.detach())  # the standard deviation is learned
+    with pytest.raises(ValueError, match="--algo ppo"):
+        reinforce.Config(env="Pendulum-v1")
+
+
+def test_hqflow_train_pendulum_with_ppo_and_evaluate_it(tmp_path):
+    run = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "hqflow.cli", "train", "Pendulum-v1", "--algo", "ppo", "--episodes", "8",
+                           "--set", "num_steps=200", "--set", "n_layers=1", "--run-dir", str(run), "--json",
+                           "--checkpoint-every", "1"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert '"episodes": 8' in proc.stdout
+    ev = subprocess.run([sys.executable, "-m", "hqflow.cli", "eval", str(run), "--episodes", "2", "--json"],
+                        capture_output=True, text=True, timeout=120)
+    assert ev.returncode == 0, ev.stderr
+    assert all(-2000 < r < 0 for r in json.loads(ev.stdout)["returns"])
