@@ -11,7 +11,8 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 SMOKE = {"backends.py": ["--batch", "20"], "overlap.py": ["--steps", "8", "--no-ray"],
          "simulators.py": ["--batch", "50", "--no-peers"],
          "rl_cartpole.py": ["--seeds", "1", "--episodes", "20", "--overlap-episodes", "10"],
-         "rl_dqn.py": ["--budget", "20"], "azure_loopback.py": ["--fault-rows", "100", "--rl-episodes", "1"]}
+         "rl_dqn.py": ["--budget", "20"], "azure_loopback.py": ["--fault-rows", "100", "--rl-episodes", "1"],
+         "rl_envs.py": ["--seeds", "1", "--envs", "cartpole,frozenlake", "--episodes", "10"]}
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in BENCH.glob("*.py") if not p.name.startswith("_")))
