@@ -196,18 +196,19 @@ def _learn_graph():
     return pipe.build()
 
 
-@pytest.mark.parametrize("executor", ["sync", "local"])
+@pytest.mark.parametrize("executor", ["sync", "local", pytest.param("ray", marks=pytest.mark.ray)])
 def test_a_learn_fragment_owns_a_torch_model_and_resumes_exactly(executor):
     import hqflow as hq
 
     global LEARNER
     graph = _learn_graph()
     LEARNER = None
-    whole = hq.run(graph, [{"step": i} for i in range(6)], executor=executor)
+    kw = {"ray_num_cpus": 2} if executor == "ray" else {}
+    whole = hq.run(graph, [{"step": i} for i in range(6)], executor=executor, **kw)
     LEARNER = None
-    first = hq.run(graph, [{"step": i} for i in range(3)], executor=executor)
+    first = hq.run(graph, [{"step": i} for i in range(3)], executor=executor, **kw)
     LEARNER = None  # a new process: the state comes from the checkpoint alone
-    rest = hq.run(graph, [{"step": i} for i in range(3, 6)], executor=executor, initial_state=first.state)
+    rest = hq.run(graph, [{"step": i} for i in range(3, 6)], executor=executor, initial_state=first.state, **kw)
     a, b = whole.state["learn.state"], rest.state["learn.state"]
     assert set(a["model"]) == set(b["model"]) and all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
     assert whole.column("loss")[3:] == rest.column("loss")
