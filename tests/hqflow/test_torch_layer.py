@@ -89,6 +89,7 @@ def test_one_row_no_inputs_and_shots():
     t = _template()
     layer = QuantumLayer(t, "compiled", seed=0)
     assert layer(torch.zeros(2)).shape == (3,) and layer(torch.zeros(5, 2)).shape == (5, 3)
+    assert QuantumLayer(t, "reference")(torch.zeros(0, 2)).shape == (0, 3)  # an empty batch submits nothing
     c = Circuit(1, name="fixed")
     c.ry(c.weights("w", 1)[0], 0)
     plain = QuantumLayer(c.build(observables=["Z0"]), "reference", weights=[0.3])
