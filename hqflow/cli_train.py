@@ -98,6 +98,12 @@ class _CostReport:
                            f"{spend * self.updates:.4f} (--budget caps a run)")
 
 
+def _importable_cwd() -> None:
+    """Let MODULE:ID environments come from the current directory, as ``python -m`` would find them."""
+    if os.getcwd() not in [os.path.abspath(p or os.curdir) for p in sys.path]:
+        sys.path.insert(0, os.getcwd())
+
+
 def _caused_by(exc: BaseException, kind: type) -> bool:
     """Whether ``kind`` is in ``exc``'s chain of causes (a fragment's error wraps its job's)."""
     seen = set()
@@ -135,8 +141,8 @@ def cmd_train(args) -> int:
         if not args.env:
             raise UsageError("give an environment (cartpole, acrobot, frozenlake, a gymnasium id such as CartPole-v1, "
                              "or MODULE:ID) or --resume RUN_DIR")
-        if ":" in args.env and os.getcwd() not in [os.path.abspath(p or os.curdir) for p in sys.path]:
-            sys.path.insert(0, os.getcwd())  # MODULE:ID from the current directory, as python -m would find it
+        if ":" in args.env:
+            _importable_cwd()
         algo = args.algo or "reinforce"
         try:
             mod = runner.algorithm(algo)
@@ -207,6 +213,7 @@ def cmd_eval(args) -> int:
 
     if not os.path.isdir(args.run):
         raise UsageError(f"{args.run}: no such run directory")
+    _importable_cwd()  # a MODULE:ID environment from the current directory
     try:
         figures = evaluate(args.run, episodes=args.episodes, seed=args.seed, backend=args.backend, record=args.record)
     except (ValueError, BackendError) as exc:
