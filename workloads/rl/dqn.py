@@ -73,6 +73,9 @@ ENV_DEFAULTS = {
 class Config:
     env: str = "cartpole"
     """environment short name (``hqflow.workloads.rl.envs.SPECS``)"""
+    obs_encoding: str = "auto"
+    """how observations become circuit features: "auto" (the short name's own, else by the space), "box",
+    "binary" or "onehot" (``hqflow.workloads.rl.envs.get_spec``)"""
     n_qubits: int | None = None
     """circuit width; None takes the environment's (4 for CartPole and FrozenLake)"""
     n_layers: int = 5
@@ -131,7 +134,7 @@ class Config:
     """stop training at the first update after which the agent counts as solved"""
 
     def __post_init__(self):
-        spec = get_spec(self.env)  # ValueError naming the known environments
+        spec = get_spec(self.env, self.obs_encoding)  # ValueError naming the known environments
         if spec.continuous:
             raise ValueError(f"{self.env} has continuous actions (a Box of {spec.n_actions}); train it with --algo ppo")
         if self.encoding is not None and self.encoding not in ENCODINGS:
@@ -168,7 +171,7 @@ def observables(cfg: Config) -> tuple[str, ...]:
     """The observable of each action: ``cfg.observables`` or Z-products over equal groups of qubits."""
     if cfg.observables is not None:
         return tuple(cfg.observables)
-    spec = get_spec(cfg.env)
+    spec = get_spec(cfg.env, cfg.obs_encoding)
     n_qubits, n_actions = cfg.n_qubits or spec.n_qubits, spec.n_actions
     size = n_qubits // n_actions
     if size < 1:
@@ -246,7 +249,7 @@ def act(policy, envs: SyncEnvs, cfg: Config, step: int) -> Batch:
 
 def init_extra(cfg: Config, policy) -> dict:
     """The learner's own state: an empty replay memory, the target network (= the policy) and counters."""
-    n = get_spec(cfg.env).n_features
+    n = get_spec(cfg.env, cfg.obs_encoding).n_features
     return {"states": np.zeros((cfg.memory, n), np.float32), "actions": np.zeros(cfg.memory, np.int64),
             "rewards": np.zeros(cfg.memory, np.float32), "next_states": np.zeros((cfg.memory, n), np.float32),
             "terminated": np.zeros(cfg.memory, bool), "size": 0, "pos": 0,
@@ -298,7 +301,7 @@ def learn(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg: Config, e
 # --- the loop --------------------------------------------------------------------------------
 
 def make_policy(cfg: Config) -> QValuePQC:
-    spec = get_spec(cfg.env)
+    spec = get_spec(cfg.env, cfg.obs_encoding)
     return QValuePQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
                      encoding=setting(cfg, "encoding"), observables=observables(cfg), backend=cfg.backend,
                      seed=cfg.seed)
@@ -309,7 +312,7 @@ def make_optimizer(policy, cfg: Config) -> torch.optim.Optimizer:
 
 
 def make_envs(cfg: Config) -> SyncEnvs:
-    return SyncEnvs(get_spec(cfg.env), cfg.episodes_per_update)
+    return SyncEnvs(get_spec(cfg.env, cfg.obs_encoding), cfg.episodes_per_update)
 
 
 def episodes_per_update(cfg: Config) -> int:
@@ -318,7 +321,7 @@ def episodes_per_update(cfg: Config) -> int:
 
 def solved_threshold(cfg: Config) -> float:
     """The mean return over the last ``solve_window(cfg)`` episodes that counts as solved."""
-    return get_spec(cfg.env).solved
+    return get_spec(cfg.env, cfg.obs_encoding).solved
 
 
 def solve_window(cfg: Config) -> int:

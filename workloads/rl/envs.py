@@ -31,6 +31,7 @@ head, actions in [-1, 1]^d scaled onto the bounds); anything else is a ``ValueEr
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import math
@@ -112,14 +113,27 @@ SPECS: dict[str, EnvSpec] = {
 }
 
 
-def get_spec(name: str) -> EnvSpec:
+OBS_ENCODINGS = ("auto", "box", "binary", "onehot")
+
+
+def get_spec(name: str, encoding: str = "auto") -> EnvSpec:
     """The ``EnvSpec`` of a short name (cartpole, acrobot, frozenlake) or of any registered
-    gymnasium id, ``"module:Id"`` for one that ``module`` registers (``ValueError`` otherwise)."""
+    gymnasium id, ``"module:Id"`` for one that ``module`` registers (``ValueError`` otherwise).
+
+    ``encoding`` overrides how observations become features: ``"auto"`` (a short name's own
+    encoding, else by the space), ``"box"`` (a Box scaled from its bounds), ``"binary"`` or
+    ``"onehot"`` (a Discrete index: ⌈log₂ n⌉ bits, or n of them, each bit b -> π·b)."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"an environment is a short name or a gymnasium id, got {name!r}")
-    if name in SPECS:
+    if encoding not in OBS_ENCODINGS:
+        raise ValueError(f"unknown observation encoding {encoding!r}; known: {', '.join(OBS_ENCODINGS)}")
+    if encoding == "auto" and name in SPECS:
         return SPECS[name]
-    return _from_gym(name)
+    if name in SPECS:  # a short name with another encoding: its environment, encoded by the space
+        base = SPECS[name]
+        spec = _from_gym(base.gym_id, encoding, base.kwargs)
+        return dataclasses.replace(spec, name=name, solved=base.solved)
+    return _from_gym(name, encoding)
 
 
 @dataclass(frozen=True)
@@ -154,8 +168,20 @@ class BinaryEncoder:
         return np.pi * ((index[:, None] >> np.arange(self.bits - 1, -1, -1)) & 1)
 
 
+@dataclass(frozen=True)
+class OneHotEncoder:
+    """A ``Discrete(n)`` observation as n features, π at its index and 0 elsewhere."""
+
+    n: int
+    start: int = 0
+
+    def __call__(self, obs) -> np.ndarray:
+        index = np.asarray(obs, dtype=np.int64).reshape(-1) - self.start
+        return np.pi * (index[:, None] == np.arange(self.n))
+
+
 @functools.lru_cache(maxsize=64)
-def _from_gym(name: str) -> EnvSpec:
+def _from_gym(name: str, encoding: str = "auto", kwargs: tuple = ()) -> EnvSpec:
     module, _, env_id = name.rpartition(":")
     if module:
         try:
@@ -170,34 +196,51 @@ def _from_gym(name: str) -> EnvSpec:
         raise ValueError(f"unknown environment {name!r}: not a short name ({known}) nor a registered gymnasium id"
                          f"{hint}; for your own, give MODULE:ID, MODULE registering ID") from None
     try:
-        env = gym.make(name)
+        env = gym.make(name, **dict(kwargs))
     except Exception as exc:  # a missing extra (box2d, mujoco, ...) or the env's own failure
         raise ValueError(f"environment {name!r} cannot be made: {type(exc).__name__}: {exc}") from None
     try:
         obs_space, act_space = env.observation_space, env.action_space
     finally:
         env.close()
-    encode, n_features = _encoder(name, obs_space)
+    encode, n_features = _encoder(name, obs_space, encoding)
     solved = float(gym_spec.reward_threshold if gym_spec.reward_threshold is not None else math.inf)
     if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1 and act_space.shape[0] >= 1 \
             and np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high)):
         low, high = (tuple(float(v) for v in b) for b in (act_space.low, act_space.high))
-        return EnvSpec(name, name, (), n_features, max(n_features, len(low)), len(low), solved, encode, low, high)
+        return EnvSpec(name, name, kwargs, n_features, max(n_features, len(low)), len(low), solved, encode, low, high)
     if not isinstance(act_space, gym.spaces.Discrete) or int(act_space.start) != 0:
-        raise ValueError(f"environment {name!r} has action space {act_space}; supported: Discrete(n) (from 0), "
+        raise ValueError(f"environment {name!r} has action space {_describe(act_space)}; supported: Discrete(n) (from 0), "
                          "and a bounded Box of shape [d] (with --algo ppo)")
-    return EnvSpec(name, name, (), n_features, n_features, int(act_space.n), solved, encode)
+    return EnvSpec(name, name, kwargs, n_features, n_features, int(act_space.n), solved, encode)
 
 
-def _encoder(name: str, space) -> tuple[Callable, int]:
+def _describe(space) -> str:
+    """A space in one short line (numpy's repr of wide bounds spans several)."""
+    if isinstance(space, gym.spaces.Box):
+        return f"Box(shape={tuple(space.shape)}, dtype={space.dtype})"
+    if isinstance(space, gym.spaces.Discrete):
+        return f"Discrete({space.n})" if int(space.start) == 0 else f"Discrete({space.n}, start={space.start})"
+    return " ".join(str(space).split())[:120]
+
+
+def _encoder(name: str, space, encoding: str = "auto") -> tuple[Callable, int]:
     if isinstance(space, gym.spaces.Box) and len(space.shape) == 1 and space.shape[0] >= 1:
+        if encoding not in ("auto", "box"):
+            raise ValueError(f"environment {name!r} has observation space {_describe(space)}: encoding {encoding!r} is for "
+                             "Discrete observations; use box or auto")
         low = tuple(float(v) for v in np.broadcast_to(space.low, space.shape))
         high = tuple(float(v) for v in np.broadcast_to(space.high, space.shape))
         return BoxEncoder(low, high), space.shape[0]
     if isinstance(space, gym.spaces.Discrete) and space.n >= 2:
+        if encoding == "box":
+            raise ValueError(f"environment {name!r} has observation space {_describe(space)}: encoding 'box' is for Box "
+                             "observations; use binary, onehot or auto")
+        if encoding == "onehot":
+            return OneHotEncoder(int(space.n), int(space.start)), int(space.n)
         enc = BinaryEncoder(int(space.n), int(space.start))
         return enc, enc.bits
-    raise ValueError(f"environment {name!r} has observation space {space}; supported: Box of shape [n], "
+    raise ValueError(f"environment {name!r} has observation space {_describe(space)}; supported: Box of shape [n], "
                      "Discrete(n)")
 
 

@@ -56,6 +56,9 @@ from torch import nn
 class Config:
     env: str = "cartpole"
     """environment short name (``hqflow.workloads.rl.envs.SPECS``)"""
+    obs_encoding: str = "auto"
+    """how observations become circuit features: "auto" (the short name's own, else by the space), "box",
+    "binary" or "onehot" (``hqflow.workloads.rl.envs.get_spec``)"""
     n_qubits: int | None = None
     """circuit width of the actor; None takes the environment's (4 for CartPole, 6 for Acrobot)"""
     n_layers: int = 5
@@ -115,7 +118,7 @@ class Config:
     """stop training at the first update after which the agent counts as solved"""
 
     def __post_init__(self):
-        get_spec(self.env)  # ValueError naming the known environments
+        get_spec(self.env, self.obs_encoding)  # ValueError naming the known environments
         if self.encoding not in ENCODINGS:
             raise ValueError(f"unknown encoding {self.encoding!r}; known: {', '.join(ENCODINGS)}")
         for name in ("num_envs", "num_steps", "max_episodes", "update_epochs", "num_minibatches", "critic_hidden",
@@ -329,7 +332,7 @@ def train(cfg: Config = Config(), progress=None) -> dict:
     threads = torch.get_num_threads()
     torch.set_num_threads(cfg.threads)
     try:
-        spec = get_spec(cfg.env)
+        spec = get_spec(cfg.env, cfg.obs_encoding)
         policy = make_policy(cfg)
         optimizer = make_optimizer(policy, cfg)
         envs = make_envs(cfg)
@@ -361,7 +364,7 @@ def train(cfg: Config = Config(), progress=None) -> dict:
 # --- the fragment protocol of hqflow.workloads.rl.runner (the same loop as a dataflow graph) ---
 
 def make_policy(cfg: Config) -> ActorCritic:
-    spec = get_spec(cfg.env)
+    spec = get_spec(cfg.env, cfg.obs_encoding)
     if spec.continuous:  # a Gaussian head over [-1, 1]^d (the env scales it onto its bounds)
         actor = GaussianPQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
                             encoding=cfg.encoding, backend=cfg.backend, seed=cfg.seed)
@@ -377,7 +380,7 @@ def make_optimizer(policy: ActorCritic, cfg: Config) -> torch.optim.Optimizer:
 
 
 def make_envs(cfg: Config) -> SyncEnvs:
-    return SyncEnvs(get_spec(cfg.env), cfg.num_envs)
+    return SyncEnvs(get_spec(cfg.env, cfg.obs_encoding), cfg.num_envs)
 
 
 def init_extra(cfg: Config, policy) -> dict:
@@ -386,7 +389,7 @@ def init_extra(cfg: Config, policy) -> dict:
 
 def time_limit(cfg: Config) -> int:
     """The env's episode time limit (gymnasium's ``max_episode_steps``: 500 for CartPole and Acrobot)."""
-    return get_spec(cfg.env).max_episode_steps()
+    return get_spec(cfg.env, cfg.obs_encoding).max_episode_steps()
 
 
 def episodes_per_update(cfg: Config) -> int:
@@ -400,7 +403,7 @@ def max_updates(cfg: Config) -> int:
 
 
 def solved_threshold(cfg: Config) -> float:
-    return get_spec(cfg.env).solved
+    return get_spec(cfg.env, cfg.obs_encoding).solved
 
 
 def act(policy: ActorCritic, envs: SyncEnvs, cfg: Config, step: int) -> Batch:

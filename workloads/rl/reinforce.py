@@ -41,6 +41,9 @@ NORMALIZE = ("batch", "episode", "none")
 class Config:
     env: str = "cartpole"
     """environment short name (``hqflow.workloads.rl.envs.SPECS``)"""
+    obs_encoding: str = "auto"
+    """how observations become circuit features: "auto" (the short name's own, else by the space), "box",
+    "binary" or "onehot" (``hqflow.workloads.rl.envs.get_spec``)"""
     n_qubits: int | None = None
     """circuit width; None takes the environment's (4 for CartPole)"""
     n_layers: int = 5
@@ -88,7 +91,7 @@ class Config:
     """stop training at the first update after which the agent counts as solved"""
 
     def __post_init__(self):
-        spec = get_spec(self.env)  # ValueError naming the known environments
+        spec = get_spec(self.env, self.obs_encoding)  # ValueError naming the known environments
         if spec.continuous:
             raise ValueError(f"{self.env} has continuous actions (a Box of {spec.n_actions}); train it with --algo ppo")
         if self.encoding not in ENCODINGS:
@@ -212,7 +215,7 @@ def update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg: Config) 
 # --- the loop --------------------------------------------------------------------------------
 
 def make_policy(cfg: Config) -> SoftmaxPQC:
-    spec = get_spec(cfg.env)
+    spec = get_spec(cfg.env, cfg.obs_encoding)
     return SoftmaxPQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
                       encoding=cfg.encoding, beta=cfg.beta, backend=cfg.backend, seed=cfg.seed)
 
@@ -229,7 +232,7 @@ def train(cfg: Config = Config(), progress=None) -> dict:
     threads = torch.get_num_threads()
     torch.set_num_threads(cfg.threads)
     try:
-        spec = get_spec(cfg.env)
+        spec = get_spec(cfg.env, cfg.obs_encoding)
         policy = make_policy(cfg)
         optimizer = torch.optim.Adam(policy.param_groups(cfg.lr_in, cfg.lr_var, cfg.lr_out))
         backend = policy.job_backend()
@@ -279,7 +282,7 @@ def make_envs(cfg: Config) -> list[SyncEnvs]:
     """Each group's scratch environments for fresh episodes (none with autoreset: they live in the carry)."""
     if cfg.autoreset:
         return []
-    return [SyncEnvs(get_spec(cfg.env), n) for n in actor.split(cfg.num_envs or cfg.batch_episodes, cfg.groups or 1)]
+    return [SyncEnvs(get_spec(cfg.env, cfg.obs_encoding), n) for n in actor.split(cfg.num_envs or cfg.batch_episodes, cfg.groups or 1)]
 
 
 def init_carry(cfg: Config) -> list | None:
@@ -297,7 +300,7 @@ def episodes_per_update(cfg: Config) -> int:
 
 
 def solved_threshold(cfg: Config) -> float:
-    return get_spec(cfg.env).solved
+    return get_spec(cfg.env, cfg.obs_encoding).solved
 
 
 @torch.no_grad()
@@ -311,7 +314,7 @@ def act(policy, envs: list[SyncEnvs], cfg: Config, step: int, carry=None) -> tup
     groups, choose = cfg.groups or 1, sampler(policy)
     if cfg.autoreset:
         sizes = actor.split(cfg.num_envs or cfg.batch_episodes, groups)
-        episodes, carry, rows = actor.continuous_episodes(choose, get_spec(cfg.env), sizes, n,
+        episodes, carry, rows = actor.continuous_episodes(choose, get_spec(cfg.env, cfg.obs_encoding), sizes, n,
                                                           [[cfg.seed, 7919, g] for g in range(groups)], carry)
         return as_batch(episodes, rows), carry
     quotas = actor.split(n, groups)

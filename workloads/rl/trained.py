@@ -39,7 +39,7 @@ def load_policy(run_dir, backend: str | None = None) -> nn.Module:
     policy = mod.make_policy(cfg)
     _load(policy, ckpt["state"]["learn.params"])
     policy.eval()
-    policy.env_spec, policy.config = get_spec(cfg.env), cfg
+    policy.env_spec, policy.config = get_spec(cfg.env, getattr(cfg, "obs_encoding", "auto")), cfg
     return policy
 
 

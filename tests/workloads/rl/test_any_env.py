@@ -108,3 +108,19 @@ def test_hqflow_train_pendulum_with_ppo_and_evaluate_it(tmp_path):
                         capture_output=True, text=True, timeout=120)
     assert ev.returncode == 0, ev.stderr
     assert all(-2000 < r < 0 for r in json.loads(ev.stdout)["returns"])
+
+
+def test_the_encoding_can_be_overridden():
+    lake = get_spec("frozenlake", "onehot")
+    assert lake.n_features == 16 and lake.solved == 1.0 and dict(lake.kwargs)["is_slippery"] is False
+    assert np.flatnonzero(lake.encode([5])[0]).tolist() == [5]
+    box = get_spec("cartpole", "box")  # the space's bounds instead of the tutorial's divisors
+    assert box.n_features == 4 and box.encode([[4.8, 0.0, 0.0, 0.0]])[0, 0] == pytest.approx(1.0)
+    for name, encoding in [("cartpole", "binary"), ("Taxi-v4", "box")]:
+        with pytest.raises(ValueError) as err:
+            get_spec(name, encoding)
+        assert "\n" not in str(err.value) and encoding in str(err.value)
+    with pytest.raises(ValueError, match="unknown observation encoding"):
+        reinforce.Config(obs_encoding="gray")
+    cfg = reinforce.Config(env="frozenlake", obs_encoding="onehot", n_layers=1, batch_episodes=2, max_episodes=2)
+    assert len(runner.train("reinforce", cfg, "sync")["returns"]) == 2
