@@ -198,10 +198,6 @@ class JobService:
             raise BudgetExceeded(refusal)
         att.estimate = cost.amount
 
-    @property
-    def spend(self) -> float:
-        return self.ledger.figures()["spend"]
-
     def figures(self) -> dict:
         """The run's spend, currency, budget and refused jobs (from its ledger)."""
         return self.ledger.figures()
@@ -437,6 +433,15 @@ def get_client() -> JobClient:
 def current_client() -> JobClient | None:
     """The running fragment's client, or ``None`` outside a fragment (or one that declared no backends)."""
     return _CLIENT.get()
+
+
+def pool_backend(name):
+    """The running fragment's pool ``name`` as a backend (``JobClient.backend``), or None when
+    ``name`` is not a string naming one of its pools (or no fragment is running)."""
+    client = _CLIENT.get()
+    if isinstance(name, str) and client is not None and name in client.names:
+        return client.backend(name)
+    return None
 
 
 def bind_client(client: JobClient | None):

@@ -23,8 +23,7 @@ class Progress:
         self.live = _interactive(self.stream)
         self.t0 = time.perf_counter()
         self.line = ""
-        self.bar = tqdm(total=self.total, desc=label, file=self.stream, disable=not self.live, dynamic_ncols=True,
-                        leave=True) if self.live else None
+        self.bar = tqdm(total=self.total, desc=label, file=self.stream, dynamic_ncols=True) if self.live else None
 
     def update(self, done: int, **metrics) -> None:
         shown = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())

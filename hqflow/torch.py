@@ -38,7 +38,7 @@ from hqflow.backends import CircuitBatch, get_backend
 from hqflow.ir import CircuitTemplate
 
 from .gradients import param_shift
-from .jobs import current_client
+from .jobs import pool_backend
 
 
 class QuantumLayer(nn.Module):
@@ -82,9 +82,9 @@ class QuantumLayer(nn.Module):
 
     def job_backend(self):
         """Where this layer's jobs go now: the running fragment's pool of that name, else the backend."""
-        client = current_client()
-        if isinstance(self.backend, str) and client is not None and self.backend in client.names:
-            return client.backend(self.backend)
+        pool = pool_backend(self.backend)
+        if pool is not None:
+            return pool
         if self._backend is None:
             self._backend = _resolve(self.backend)
         return self._backend
@@ -116,13 +116,18 @@ class QuantumLayer(nn.Module):
 
     def _program(self, backend):
         """The backend's differentiable torch program (exact values only), or None."""
-        if self.shots is not None or backend.capabilities.gradient != "autograd" or not hasattr(backend, "program"):
+        if self.shots is not None or not differentiates(backend):
             return None
         key = (id(backend), self.weights.dtype)
         if key not in self._programs:
             complex_dtype = torch.complex128 if self.weights.dtype == torch.float64 else torch.complex64
             self._programs[key] = backend.program(self.template, dtype=complex_dtype)
         return self._programs[key]
+
+
+def differentiates(backend) -> bool:
+    """Whether ``backend`` gives an in-process torch program that autograd differentiates."""
+    return backend.capabilities.gradient == "autograd" and hasattr(backend, "program")
 
 
 def _resolve(backend):

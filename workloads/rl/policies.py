@@ -41,7 +41,8 @@ from hqflow.ir import Circuit, CircuitTemplate
 from torch import nn
 
 from hqflow.gradients import param_shift
-from hqflow.jobs import current_client
+from hqflow.jobs import current_client, pool_backend
+from hqflow.torch import differentiates
 
 ENCODINGS = ("plain", "tanh", "atan")
 
@@ -75,11 +76,6 @@ def pqc_template(n_qubits: int = 4, n_layers: int = 5, observables=None) -> Circ
 def _run(backend, batch):
     """One job's result (blocking)."""
     return backend.submit(batch).result()
-
-
-def differentiates(backend) -> bool:
-    """Whether ``backend`` gives an in-process torch program that autograd differentiates."""
-    return backend.capabilities.gradient == "autograd" and hasattr(backend, "program")
 
 
 class _ParamShift(torch.autograd.Function):
@@ -138,9 +134,9 @@ class _PQC(nn.Module):
     def job_backend(self):
         """The backend this policy's jobs go to now: the running fragment's pool named ``backend``
         (through its job client) if there is one, else the backend object or registry backend."""
-        client = current_client()
-        if isinstance(self.backend, str) and client is not None and self.backend in client.names:
-            return client.backend(self.backend)
+        pool = pool_backend(self.backend)
+        if pool is not None:
+            return pool
         if self._own is None:
             self._own = get_backend(self.backend)
         return self._own
