@@ -79,6 +79,11 @@ class CircuitBatch:
     idempotent service job ids from it, so a resubmission finds the job that already ran"""
     attempt: int = 0  # the runtime's retry count for this batch (0: first try)
 
+    def __post_init__(self):
+        if self.template.derived:
+            raise BackendError(f"circuit {self.template.name!r} has derived inputs: build its batch with "
+                               "CircuitBatch.make, which computes them")
+
     @property
     def size(self) -> int:
         return self.inputs.shape[0]
@@ -92,7 +97,11 @@ class CircuitBatch:
         shots: int | None | str = "template",
         seed: int | None = None,
     ) -> CircuitBatch:
-        """Normalize loose arrays into a checked batch (the one place shapes are checked)."""
+        """Normalize loose arrays into a checked batch (the one place shapes are checked).
+
+        ``inputs`` are the template's raw inputs; a template with derived inputs is lowered here
+        (``CircuitTemplate.lowered``), so the batch holds its input columns and backends never
+        see an expression."""
         n_in, n_w = template.n_inputs, template.n_weights
         if weights is None and n_w:
             raise BackendError(f"circuit {template.name!r} needs weights of shape [{n_w}] or [B, {n_w}]")
@@ -126,6 +135,8 @@ class CircuitBatch:
         s = template.shots if shots == "template" else shots
         if s is not None and (not isinstance(s, (int, np.integer)) or s < 1):
             raise BackendError(f"shots must be a positive integer or None, got {s!r}")
+        if template.derived:
+            x, template = _derived_columns(template, x), template.lowered()
         return CircuitBatch(template, x, w, None if s is None else int(s), seed)
 
     def weights_per_row(self) -> np.ndarray:
@@ -160,6 +171,20 @@ class CircuitBatch:
             parts.append(CircuitBatch(self.template, self.inputs[lo : lo + max_rows], w, self.shots, seed,
                                       self.key, self.attempt))
         return parts
+
+
+def _derived_columns(template: CircuitTemplate, x: np.ndarray) -> np.ndarray:
+    """The template's input columns for raw rows ``x``; a derived input that is not a finite
+    number (``log`` of a negative input, say) is an error that names it and the row."""
+    with np.errstate(all="ignore"):
+        cols = template.encode(x, np)
+    bad = ~np.isfinite(cols)
+    if bad.any():
+        row, col = (int(i[0]) for i in np.nonzero(bad))
+        name = template.lowered().input_names[col]
+        raise BackendError(f"circuit {template.name!r}: derived input {name!r} is {cols[row, col]} for row {row} "
+                           f"(inputs {np.array2string(x[row], precision=6, threshold=8)})")
+    return cols
 
 
 def _as_float(a: Any, what: str) -> np.ndarray:

@@ -15,6 +15,8 @@ chain rule sums the occurrences of a symbol with their ``scale_k``. The rows
 share few distinct weight rows (the unshifted one, and one per shifted weight
 occurrence), which a simulator can batch by (``compiled`` does). Shift rules come
 from the gate table (two-term for rotations, four-term for controlled rotations).
+Derived inputs (``CircuitTemplate.derived``) are shifted as input columns, and the
+input jacobian follows the chain rule back to the raw inputs.
 """
 from __future__ import annotations
 
@@ -96,7 +98,8 @@ def param_shift(
     base = CircuitBatch.make(template, inputs, weights, shots=shots, seed=seed)
     if not template.observables:
         raise ValueError(f"circuit {template.name!r} has no observables to differentiate")
-    expanded, occ = _expand(template)
+    lowered = base.template  # derived inputs are columns here; their chain rule comes last
+    expanded, occ = _expand(lowered)
     angles = _occurrence_angles(base, occ)  # [B, n_occ]
     kinds = _WRT[wrt]
     shifts = [(k, s) for k, o in enumerate(occ) if o.kind in kinds for _, shift in o.rule for s in (shift, -shift)]
@@ -105,13 +108,14 @@ def param_shift(
     for r, (k, s) in enumerate(shifts, start=1):
         block[:, r, k] += s
     block = block.reshape(B * R, len(occ))
+    raw = base.inputs[:, : template.n_inputs]  # the columns start with the raw inputs
     is_input = np.array([o.kind == "input" for o in occ], dtype=bool)  # occurrences are in column order per kind
     batch = CircuitBatch(expanded, block[:, is_input], block[:, ~is_input], base.shots, base.seed)
 
     def postprocess(result: BatchResult) -> Gradient:
         vals = result.values.reshape(B, R, -1)  # [B, R, n_obs]
         jac = {"weight": np.zeros((B, vals.shape[2], template.n_weights)),
-               "input": np.zeros((B, vals.shape[2], template.n_inputs))}
+               "input": np.zeros((B, vals.shape[2], lowered.n_inputs))}
         r = 1
         for o in occ:
             if o.kind not in kinds:
@@ -120,6 +124,8 @@ def param_shift(
                 jac[o.kind][:, :, o.index] += o.scale * coeff * (vals[:, r] - vals[:, r + 1])
                 r += 2
         stderr = None if result.stderr is None else result.stderr.reshape(B, R, -1)[:, 0]
+        if "input" in kinds and template.derived:  # d/d inputs = d/d columns . d columns/d inputs
+            jac["input"] = np.einsum("boc,bci->boi", jac["input"], template.encode_jacobian(raw))
         return Gradient(vals[:, 0], jac["weight"] if "weight" in kinds else None, stderr,
                         jac["input"] if "input" in kinds else None)
 

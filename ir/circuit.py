@@ -5,6 +5,13 @@ most one symbol each. Symbols are split into per-sample **inputs** (data
 encodings: one row per sample in a batch) and shared **weights** (trainable).
 Observables are Pauli sums; ``shots=None`` means exact expectation values.
 
+Angles that are other functions of the inputs (``2 (π - x0)(π - x1)`` in a
+``ZZFeatureMap``, ``sin(x)``, an amplitude encoding's ``arctan2``) use **derived
+inputs**: ``derived[k]`` is an ``Expr`` of the inputs, and an angle refers to it as
+input column ``n_inputs + k``. Users always pass the raw inputs ``[B, n_inputs]``;
+``encode`` computes the columns and ``lowered()`` is the plain template over them,
+which is what backends see (``CircuitBatch.make`` lowers once).
+
 Qiskit circuits and PennyLane quantum functions are normalized into this form
 once, at the edge (``hqflow.ir.from_qiskit``, ``hqflow.ir.from_pennylane``).
 Everything is a frozen dataclass of tuples, so a template is hashable and its
@@ -18,6 +25,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from . import expr as ex
+from .expr import Expr
 from .gates import GATES
 
 
@@ -153,6 +162,8 @@ class CircuitTemplate:
     observables: tuple[Observable, ...] = ()
     shots: int | None = None
     name: str = "circuit"
+    derived: tuple[Expr, ...] = ()
+    """classical functions of the inputs, each one more input column (see the module docstring)"""
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     @property
@@ -162,6 +173,58 @@ class CircuitTemplate:
     @property
     def n_weights(self) -> int:
         return len(self.weight_names)
+
+    @property
+    def n_columns(self) -> int:
+        """Input columns the gates read: the inputs, then the derived inputs."""
+        return len(self.input_names) + len(self.derived)
+
+    def derived_names(self) -> tuple[str, ...]:
+        """A name per derived input: its formula, made unique against every other parameter name."""
+        if "derived_names" not in self._memo:
+            taken, names = set(self.input_names) | set(self.weight_names), []
+            for e in self.derived:
+                base = name = e.format(self.input_names)
+                k = 1
+                while name in taken:
+                    k += 1
+                    name = f"{base} #{k}"
+                taken.add(name)
+                names.append(name)
+            self._memo["derived_names"] = tuple(names)
+        return self._memo["derived_names"]
+
+    def lowered(self) -> CircuitTemplate:
+        """The template over its input columns, without derived inputs (itself when it has none)."""
+        if not self.derived:
+            return self
+        if "lowered" not in self._memo:
+            self._memo["lowered"] = _replace(self, input_names=self.input_names + self.derived_names(), derived=())
+        return self._memo["lowered"]
+
+    def encode(self, x, xp=None):
+        """Raw input rows ``[B, n_inputs]`` -> input columns ``[B, n_columns]`` (numpy, or torch with
+        ``xp=torch``; torch keeps the autograd graph)."""
+        if not self.derived:
+            return x
+        if xp is None:
+            import numpy as xp
+        cols = [ex.evaluate(e, x, xp) for e in self.derived]
+        return xp.concatenate([x, xp.stack(cols, 1)], 1)
+
+    def encode_jacobian(self, x):
+        """``d columns / d inputs`` per row: ``[B, n_columns, n_inputs]`` (numpy)."""
+        import numpy as np
+
+        x = np.asarray(x, dtype=float)
+        B, n = x.shape
+        jac = np.zeros((B, self.n_columns, n))
+        jac[:, np.arange(n), np.arange(n)] = 1.0
+        for k, e in enumerate(self.derived):
+            for kind, i in sorted(e.symbols()):
+                d = ex.derivative(e, kind, i)
+                jac[:, n + k, i] = d.value if d.is_const else ex.evaluate(d, x, np)
+        return jac
 
     @property
     def n_observables(self) -> int:
@@ -215,11 +278,28 @@ class CircuitTemplate:
             for a in op.angles:
                 if a.kind == "const":
                     continue
-                names = self.input_names if a.kind == "input" else self.weight_names
-                if a.kind not in used or not 0 <= a.index < len(names):
+                count = self.n_columns if a.kind == "input" else self.n_weights
+                if a.kind not in used or not 0 <= a.index < count:
                     out.append(f"{where}: unbound parameter ({a.kind} #{a.index}) is not declared")
                 else:
                     used[a.kind].add(a.index)
+        n_in = self.n_inputs
+        for k, e in enumerate(self.derived):
+            where = f"circuit {self.name!r}, derived input {k}"
+            if not isinstance(e, Expr):
+                out.append(f"{where}: must be an Expr, got {type(e).__name__}")
+                continue
+            syms = e.symbols()
+            if not syms:
+                out.append(f"{where}: {e} uses no input (a constant belongs in the angle's offset)")
+            for kind, i in sorted(syms):
+                if kind != "input" or not 0 <= i < n_in:
+                    out.append(f"{where}: {e} uses {kind} #{i}; a derived input may use only the "
+                               f"circuit's {n_in} input(s)")
+                else:
+                    used["input"].add(i)
+            if n_in + k not in used["input"]:
+                out.append(f"{where} ({e.format(self.input_names)}) is not used by any gate")
         for kind, names in (("input", self.input_names), ("weight", self.weight_names)):
             extra = [n for i, n in enumerate(names) if i not in used[kind]]
             if extra:
@@ -256,6 +336,7 @@ class CircuitTemplate:
             "weights": list(self.weight_names),
             "observables": [[[t.coeff, [list(p) for p in t.paulis]] for t in o.terms] for o in self.observables],
             "shots": self.shots,
+            **({"derived": [e.to_json() for e in self.derived]} if self.derived else {}),
         }
 
     @staticmethod
@@ -274,6 +355,7 @@ class CircuitTemplate:
             ),
             shots=d.get("shots"),
             name=d.get("name", "circuit"),
+            derived=tuple(Expr.from_json(e) for e in d.get("derived", ())),
         )
 
     def fingerprint(self) -> str:
@@ -286,9 +368,12 @@ class CircuitTemplate:
     def __str__(self) -> str:
         lines = [
             f"CircuitTemplate {self.name!r}: {self.n_qubits} qubits, {len(self.ops)} ops, "
-            f"{self.n_inputs} inputs, {self.n_weights} weights, "
+            f"{self.n_inputs} inputs" + (f" (+{len(self.derived)} derived)" if self.derived else "")
+            + f", {self.n_weights} weights, "
             + (f"{self.shots} shots" if self.shots else "exact")
         ]
+        for k, name in enumerate(self.derived_names()):
+            lines.append(f"  input {self.n_inputs + k} = {name}")
         for j, o in enumerate(self.observables):
             lines.append(f"  <O{j}> = {o}")
         return "\n".join(lines)

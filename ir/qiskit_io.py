@@ -7,8 +7,13 @@
 Qiskit qubit ``i`` becomes hqflow wire ``i``; ops keep their wire roles
 (``cx(control, target)`` is ``Op("cx", (control, target))``). Gates outside
 ``hqflow.ir.gates.GATES`` are decomposed with Qiskit's transpiler, barriers and
-final measurements are dropped and the global phase is ignored. Every angle
-must be affine in at most one parameter (``a * p + b``).
+final measurements are dropped and the global phase is ignored.
+
+An angle affine in one parameter (``a * p + b``) stays a plain angle. Any other
+function of the *inputs* (products such as ``ZZFeatureMap``'s ``2 (π - x0)(π - x1)``,
+sums of several inputs, ``sin``/``cos``/``exp``/powers, ...) becomes a derived
+input (``CircuitTemplate.derived``), computed classically per row. A weight must
+enter its angles affinely and alone: ``θ * x`` or ``sin(θ)`` is an error.
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ import base64
 import io
 from collections.abc import Iterable, Sequence
 
+import numpy as np
 from qiskit import QuantumCircuit, qpy, transpile
 from qiskit.circuit import (
     Barrier,
@@ -33,6 +39,7 @@ from qiskit.circuit.library import get_standard_gate_name_mapping
 from qiskit.circuit.parametertable import ParameterView
 from qiskit.quantum_info import Pauli, SparsePauliOp
 
+from . import expr as ex
 from .circuit import Angle, CircuitError, CircuitTemplate, Observable, Op, PauliTerm
 from .gates import GATES
 
@@ -64,7 +71,8 @@ def from_qiskit(
     symbols = {n: ("input", i) for i, n in enumerate(input_names)}
     symbols.update({n: ("weight", j) for j, n in enumerate(weight_names)})
     unitary = _unitary_part(qc, symbols)
-    ops = tuple(_op(unitary, inst, symbols) for inst in _decomposed(unitary).data)
+    derived: list[ex.Expr] = []
+    ops = tuple(_op(unitary, inst, symbols, derived) for inst in _decomposed(unitary).data)
     return CircuitTemplate(
         qc.num_qubits,
         ops,
@@ -73,20 +81,51 @@ def from_qiskit(
         tuple(_observable(o) for o in _as_list(observables)),
         shots,
         name,
+        tuple(derived),
     ).check()
 
 
 def to_qiskit(template: CircuitTemplate) -> QuantumCircuit:
-    """A ``QuantumCircuit`` whose ``Parameter``s are named after the template's inputs and weights."""
+    """A ``QuantumCircuit`` whose ``Parameter``s are named after the template's inputs and weights.
+
+    Derived inputs become the ``ParameterExpression``s they stand for (``arctan2``, which Qiskit's
+    expressions lack, is a ``CircuitError``: ``to_qiskit(template.lowered())`` has a parameter per
+    column instead)."""
     params = {
         "input": [Parameter(n) for n in template.input_names],
         "weight": [Parameter(n) for n in template.weight_names],
     }
+    params["input"] += [_qiskit_expr(e, params["input"], template) for e in template.derived]
     qc = QuantumCircuit(template.n_qubits, name=template.name)
     for op in template.ops:
         angles = [_qiskit_angle(a, params) for a in op.angles]
         qc.append(_QISKIT_GATES[op.name](*angles), list(op.wires))
     return qc
+
+
+def _qiskit_expr(e: ex.Expr, inputs: list, template: CircuitTemplate):
+    if e.op == "const":
+        return e.value
+    if e.op == "input":
+        return inputs[e.index]
+    args = [_qiskit_expr(a, inputs, template) for a in e.args]
+    if e.op == "add":
+        return sum(args[1:], args[0])
+    if e.op == "mul":
+        out = args[0]
+        for a in args[1:]:
+            out = out * a
+        return out
+    if e.op == "pow":
+        return args[0] ** args[1]
+    if e.op == "sqrt":
+        return args[0] ** 0.5
+    method = {"arcsin": "arcsin", "arccos": "arccos", "arctan": "arctan"}.get(e.op, e.op)
+    if e.op == "arctan2" or not hasattr(args[0], method):
+        raise CircuitError(f"circuit {template.name!r}: {e.op} in derived input {e.format(template.input_names)} "
+                           "has no Qiskit ParameterExpression; use to_qiskit(template.lowered()), which takes "
+                           "the derived inputs as parameters")
+    return getattr(args[0], method)()
 
 
 def parameters_of(qc: QuantumCircuit, template: CircuitTemplate) -> tuple[list[Parameter], list[Parameter]]:
@@ -169,23 +208,93 @@ def _check_parameters(qc: QuantumCircuit, input_names: list[str], weight_names: 
         raise CircuitError(f"circuit {name!r}: extra parameter(s) {extra} listed but not in the circuit")
 
 
-def _affine(value, gate: str, wires: list[int], symbols: dict) -> Angle:
-    """``value`` (number or ``ParameterExpression``) as an ``Angle``, or ``CircuitError``."""
+def _angle(value, gate: str, wires: list[int], symbols: dict, derived: list[ex.Expr]) -> Angle:
+    """``value`` (number or ``ParameterExpression``) as an ``Angle``, or ``CircuitError``.
+
+    A function of the inputs other than ``a * x + b`` is appended to ``derived`` (once per distinct
+    expression) and the angle reads its column."""
     where = f"gate {gate!r} on qubit(s) {wires}"
     if not isinstance(value, ParameterExpression):
         return Angle.const(_real(value, where))
     params = list(value.parameters)
     if not params:
         return Angle.const(_real(value.numeric(), where))
-    if len(params) > 1:
+    if len(params) == 1:
+        (p,) = params
+        scale = value.gradient(p)
+        if not isinstance(scale, ParameterExpression):
+            kind, index = symbols[p.name]
+            return Angle(kind, index, _real(scale, where), _real(value.bind({p: 0}).numeric(), where))
+    e = _expression(value, symbols, where)
+    if e.is_const:  # x - x, say
+        return Angle.const(e.value)
+    kinds = {kind for kind, _ in e.symbols()}
+    if "weight" in kinds:
         names = sorted(p.name for p in params)
-        raise CircuitError(f"{where}: angle {value} depends on {names}; an angle may use one parameter (a*p + b)")
-    (p,) = params
-    scale = value.gradient(p)
-    if isinstance(scale, ParameterExpression):
-        raise CircuitError(f"{where}: angle {value} is not affine in {p.name} (a*{p.name} + b)")
-    kind, index = symbols[p.name]
-    return Angle(kind, index, _real(scale, where), _real(value.bind({p: 0}).numeric(), where))
+        if "input" in kinds:
+            raise CircuitError(
+                f"{where}: angle {value} mixes inputs and weights ({', '.join(names)}); a template angle is a "
+                "function of the inputs or affine in one weight, not both: rotate by the input part and the "
+                "weight part in two gates, or compute the product classically (e.g. in a torch layer) and "
+                "pass it in as an input")
+        raise CircuitError(f"{where}: angle {value} is not affine in weight(s) {', '.join(names)}; a weight must "
+                           "enter as a*w + b (functions of the inputs are fine: they become derived inputs)")
+    if e not in derived:
+        derived.append(e)
+    n_inputs = sum(kind == "input" for kind, _ in symbols.values())
+    return Angle.input(n_inputs + derived.index(e))
+
+
+_SYMPY_FUNCTIONS = {"sin": "sin", "cos": "cos", "tan": "tan", "asin": "arcsin", "acos": "arccos",
+                    "atan": "arctan", "exp": "exp", "log": "log", "Abs": "abs", "sign": "sign", "atan2": "arctan2"}
+
+
+def _expression(value: ParameterExpression, symbols: dict, where: str) -> ex.Expr:
+    """The angle as an ``Expr`` over the template's symbols, checked against Qiskit's own value."""
+    import sympy
+
+    def convert(s) -> ex.Expr:
+        if s.is_Symbol:
+            kind, index = symbols[s.name]
+            return ex.Expr(kind, index=index)
+        if s.is_number:
+            return ex.const(_real(complex(s), where))
+        args = [convert(a) for a in s.args]
+        if s.is_Add:
+            return ex.add(*args)
+        if s.is_Mul:
+            return ex.mul(*args)
+        if s.is_Pow:
+            return ex.power(*args)
+        name = type(s).__name__
+        if name == "conjugate":  # parameters are real
+            return args[0]
+        if name not in _SYMPY_FUNCTIONS:
+            raise CircuitError(f"{where}: angle {value} uses {name}, which hqflow cannot compute; supported: "
+                               "+, *, powers, " + ", ".join(sorted(_SYMPY_FUNCTIONS)))
+        return ex.apply(_SYMPY_FUNCTIONS[name], *args)
+
+    try:
+        e = convert(value.sympify())
+    except (ex.ExprError, TypeError, ValueError, sympy.SympifyError) as exc:
+        if isinstance(exc, CircuitError):
+            raise
+        raise CircuitError(f"{where}: cannot read angle {value}: {exc}") from None
+    # the same value as Qiskit's at a probe point (guards the conversion itself)
+    params = sorted(value.parameters, key=lambda p: p.name)
+    point = {p: 0.3 + 0.17 * k for k, p in enumerate(params)}
+    expected = complex(value.bind(point).numeric()).real
+    n = max((index for kind, index in symbols.values()), default=-1) + 1
+    x, w = np.zeros((1, n)), np.zeros((1, n))
+    for p, v in point.items():
+        kind, index = symbols[p.name]
+        (x if kind == "input" else w)[0, index] = v
+    with np.errstate(all="ignore"):
+        got = float(np.reshape(ex.evaluate(e, x, np, w), -1)[0])
+    if not np.isclose(got, expected, rtol=1e-9, atol=1e-9):
+        raise CircuitError(f"{where}: cannot convert angle {value} (hqflow reads {e}, which gives {got} where "
+                           f"Qiskit gives {expected})")
+    return e
 
 
 def _real(value, where: str) -> float:
@@ -233,7 +342,7 @@ def _unitary_part(qc: QuantumCircuit, symbols: dict) -> QuantumCircuit:
             raise CircuitError(f"circuit {qc.name!r}: non-unitary instruction {op.name!r} is not supported")
         for value in getattr(op, "params", ()):
             if isinstance(value, ParameterExpression):
-                _affine(value, op.name, wires, symbols)
+                _angle(value, op.name, wires, symbols, [])
         out.append(op, wires)
     return out
 
@@ -248,10 +357,10 @@ def _decomposed(qc: QuantumCircuit) -> QuantumCircuit:
         raise CircuitError(f"circuit {qc.name!r}: cannot decompose into hqflow gates: {exc}") from None
 
 
-def _op(qc: QuantumCircuit, inst, symbols: dict) -> Op:
+def _op(qc: QuantumCircuit, inst, symbols: dict, derived: list[ex.Expr]) -> Op:
     wires = [qc.find_bit(q).index for q in inst.qubits]
     name = inst.operation.name
-    angles = tuple(_affine(v, name, wires, symbols) for v in inst.operation.params)
+    angles = tuple(_angle(v, name, wires, symbols, derived) for v in inst.operation.params)
     return Op(name, tuple(wires), angles)
 
 

@@ -8,10 +8,12 @@ whether the graph makes sense is ``Graph.validate()``'s job.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 from .circuit import CircuitError, CircuitTemplate, Observable, PauliTerm
+from .expr import Expr
 from .graph import Edge, Fragment, Graph, GraphError, Port
 
 FORMAT, VERSION = "hqflow.graph", 1
@@ -31,7 +33,9 @@ def _circuit(t: CircuitTemplate) -> dict:
         "weights": list(t.weight_names),
         "observables": [[[term.coeff, " ".join(f"{p}{w}" for w, p in term.paulis)] for term in o.terms] for o in t.observables],
         "shots": t.shots,
-        "qpy": template_to_qpy(t),
+        # the gates over the input columns; the derived inputs travel as expressions beside them
+        "qpy": template_to_qpy(t.lowered()),
+        **({"derived": [e.to_json() for e in t.derived]} if t.derived else {}),
     }
 
 
@@ -107,14 +111,20 @@ def _read_circuit(c: dict, where: str) -> CircuitTemplate:
             Observable(tuple(PauliTerm.parse(text, coeff) for coeff, text in obs))
             for obs in _get(c, "observables", where, list, [])
         )
-        return template_from_qpy(
+        inputs = _read_names(c, "inputs", where)
+        weights = _read_names(c, "weights", where)
+        derived = tuple(Expr.from_json(e) for e in _get(c, "derived", where, list, []))
+        # the QPY names a parameter per input column: the inputs, then the derived inputs' names
+        columns = CircuitTemplate(1, (), inputs, weights, derived=derived).derived_names()
+        lowered = template_from_qpy(
             _get(c, "qpy", where, str),
-            tuple(_get(c, "inputs", where, list, [])),
-            tuple(_get(c, "weights", where, list, [])),
+            inputs + columns,
+            weights,
             observables,
             _get(c, "shots", where, (int, type(None)), None),
             _get(c, "name", where, str, "circuit"),
         )
+        return dataclasses.replace(lowered, input_names=inputs, derived=derived).check()
     except (CircuitError, TypeError, ValueError) as exc:
         if isinstance(exc, GraphError):
             raise

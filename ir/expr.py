@@ -1,0 +1,317 @@
+"""Classical functions of a circuit's inputs: the expressions behind *derived inputs*.
+
+A template angle is affine in one symbol (``a * x + b``). Feature maps such as
+Qiskit's ``ZZFeatureMap`` use angles like ``2 (π - x0)(π - x1)``; the converters
+lower each such angle into a **derived input**: one more input column whose value
+an ``Expr`` computes from the raw inputs, row by row, before a job runs. The
+circuit stays affine in its columns, so batching, compilation and parameter shift
+work unchanged, and gradients with respect to the raw inputs follow the chain rule
+(``derivative``).
+
+An ``Expr`` is plain data: an operation name, its arguments, and for leaves a value
+(``const``) or an index (``input``/``weight``; templates only keep ``input``
+leaves: ``weight`` leaves exist while converters trace, to tell mixed angles apart).
+
+    e = mul(const(2.0), add(const(math.pi), mul(const(-1.0), input(0))), ...)
+    evaluate(e, x, np)            # x [B, n_inputs] -> [B]; torch works too: evaluate(e, t, torch)
+    e.to_json(); Expr.from_json(data)
+    e.format(("x0", "x1"))        # '2*(π - x0)*(π - x1)'
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+# unary functions, by their numpy/torch name (both libraries spell these alike)
+FUNCTIONS = ("sin", "cos", "tan", "arcsin", "arccos", "arctan", "exp", "log", "sqrt", "abs", "sign")
+_SCALAR = {
+    "sin": math.sin, "cos": math.cos, "tan": math.tan, "arcsin": math.asin, "arccos": math.acos,
+    "arctan": math.atan, "exp": math.exp, "log": math.log, "sqrt": math.sqrt, "abs": abs,
+    "sign": lambda v: float((v > 0) - (v < 0)),
+}
+_ARITY = {"add": None, "mul": None, "pow": 2, "arctan2": 2, **{f: 1 for f in FUNCTIONS}}
+MAX_DEPTH, MAX_NODES = 64, 4096  # bounds on expressions read from documents
+
+
+class ExprError(ValueError):
+    """A malformed expression (or one read from a document)."""
+
+
+@dataclass(frozen=True)
+class Expr:
+    """One node: ``op`` is ``const``/``input``/``weight`` (leaves) or a function of ``args``."""
+
+    op: str
+    args: tuple[Expr, ...] = ()
+    value: float = 0.0  # the constant (op == "const")
+    index: int = -1  # the symbol's column (op == "input" or "weight")
+
+    def symbols(self) -> frozenset[tuple[str, int]]:
+        """Every ``(kind, index)`` leaf the expression uses."""
+        if self.op in ("input", "weight"):
+            return frozenset({(self.op, self.index)})
+        out: frozenset = frozenset()
+        for a in self.args:
+            out |= a.symbols()
+        return out
+
+    @property
+    def is_const(self) -> bool:
+        return self.op == "const"
+
+    def format(self, input_names=(), weight_names=()) -> str:
+        """Infix text, naming leaves by ``input_names``/``weight_names`` (``x[i]``/``w[j]`` otherwise)."""
+        return _fmt(self, tuple(input_names), tuple(weight_names), 0)
+
+    def __str__(self) -> str:
+        return self.format()
+
+    def to_json(self) -> Any:
+        """Nested lists: ``["const", v]``, ``["input", i]``, ``[op, arg, ...]``."""
+        if self.op == "const":
+            return ["const", self.value]
+        if self.op in ("input", "weight"):
+            return [self.op, self.index]
+        return [self.op, *(a.to_json() for a in self.args)]
+
+    @staticmethod
+    def from_json(data: Any) -> Expr:
+        """Inverse of ``to_json``; raises ``ExprError`` naming what is wrong (bounded depth and size)."""
+        count = [0]
+
+        def read(d: Any, depth: int) -> Expr:
+            count[0] += 1
+            if depth > MAX_DEPTH or count[0] > MAX_NODES:
+                raise ExprError(f"expression deeper than {MAX_DEPTH} levels or larger than {MAX_NODES} nodes")
+            if not isinstance(d, list) or not d or not isinstance(d[0], str):
+                raise ExprError(f"expression node must be a list [op, ...], got {_short(d)}")
+            op, rest = d[0], d[1:]
+            if op == "const":
+                if len(rest) != 1 or not _is_number(rest[0]) or not math.isfinite(rest[0]):
+                    raise ExprError(f"'const' takes one finite number, got {_short(rest)}")
+                return const(rest[0])
+            if op in ("input", "weight"):
+                if len(rest) != 1 or not isinstance(rest[0], int) or isinstance(rest[0], bool) or rest[0] < 0:
+                    raise ExprError(f"{op!r} takes one non-negative integer index, got {_short(rest)}")
+                return Expr(op, index=rest[0])
+            if op not in _ARITY:
+                raise ExprError(f"unknown expression operation {_short(op)}; known: {', '.join(sorted(_ARITY))}")
+            arity = _ARITY[op]
+            if (arity is not None and len(rest) != arity) or (arity is None and len(rest) < 2):
+                want = f"{arity}" if arity else "at least 2"
+                raise ExprError(f"{op!r} takes {want} argument(s), got {len(rest)}")
+            return apply(op, *(read(a, depth + 1) for a in rest))
+
+        return read(data, 0)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# --- building (constant subtrees fold, so evaluation never meets a function of a constant) ---------
+
+
+def const(v: float) -> Expr:
+    return Expr("const", value=float(v) + 0.0)
+
+
+def input(i: int) -> Expr:  # noqa: A001 - mirrors Angle.input
+    return Expr("input", index=int(i))
+
+
+def weight(j: int) -> Expr:
+    return Expr("weight", index=int(j))
+
+
+def apply(op: str, *args: Expr) -> Expr:
+    """``op`` of ``args``, with constants folded and sums and products flattened."""
+    if op not in _ARITY:
+        raise ExprError(f"unknown expression operation {op!r}")
+    if all(a.is_const for a in args):
+        return const(_scalar(op, [a.value for a in args]))
+    if op in ("add", "mul"):
+        flat: list[Expr] = []
+        for a in args:
+            flat.extend(a.args if a.op == op else (a,))
+        neutral = 0.0 if op == "add" else 1.0
+        c = [a.value for a in flat if a.is_const]
+        rest = [a for a in flat if not a.is_const]
+        folded = _scalar(op, c) if c else neutral
+        if op == "mul" and folded == 0.0:
+            return const(0.0)
+        if folded != neutral:
+            rest.insert(0, const(folded))
+        return rest[0] if len(rest) == 1 else Expr(op, tuple(rest))
+    if op == "pow" and args[1].is_const and args[1].value == 1.0:
+        return args[0]
+    return Expr(op, tuple(args))
+
+
+def add(*a: Expr) -> Expr:
+    return apply("add", *a)
+
+
+def mul(*a: Expr) -> Expr:
+    return apply("mul", *a)
+
+
+def neg(a: Expr) -> Expr:
+    return mul(const(-1.0), a)
+
+
+def power(a: Expr, b: Expr) -> Expr:
+    return apply("pow", a, b)
+
+
+def _scalar(op: str, vals: list[float]) -> float:
+    try:
+        if op == "add":
+            return math.fsum(vals)
+        if op == "mul":
+            return math.prod(vals)
+        if op == "pow":
+            out = vals[0] ** vals[1]
+            if isinstance(out, complex):
+                raise ValueError
+            return out
+        if op == "arctan2":
+            return math.atan2(vals[0], vals[1])
+        return float(_SCALAR[op](vals[0]))
+    except (ValueError, OverflowError, ZeroDivisionError):
+        raise ExprError(f"{op} of the constant(s) {vals} is not a real number") from None
+
+
+# --- evaluating --------------------------------------------------------------------------------
+
+
+def evaluate(e: Expr, x: Any, xp: Any, w: Any = None) -> Any:
+    """The expression per row: ``x`` is ``[B, n_inputs]`` (``w`` ``[n_weights]`` or ``[B, n_weights]``,
+    if it has weight leaves) as numpy arrays (``xp=numpy``) or torch tensors (``xp=torch``); returns ``[B]``."""
+    op = e.op
+    if op == "const":
+        return e.value
+    if op == "input":
+        return x[:, e.index]
+    if op == "weight":
+        return w[..., e.index]
+    vals = [evaluate(a, x, xp, w) for a in e.args]
+    if op == "add":
+        out = vals[0]
+        for v in vals[1:]:
+            out = out + v
+        return out
+    if op == "mul":
+        out = vals[0]
+        for v in vals[1:]:
+            out = out * v
+        return out
+    if op == "pow":
+        return vals[0] ** vals[1]
+    if op == "arctan2":
+        y, xx = vals
+        return xp.arctan2(*_like(xp, y, xx))
+    return getattr(xp, op)(vals[0])
+
+
+def _like(xp: Any, a: Any, b: Any) -> tuple[Any, Any]:
+    """Both arguments as arrays of one kind (a constant next to a column)."""
+    if isinstance(a, float):
+        a = b * 0 + a
+    if isinstance(b, float):
+        b = a * 0 + b
+    return a, b
+
+
+# --- differentiating ---------------------------------------------------------------------------
+
+
+def derivative(e: Expr, kind: str, index: int) -> Expr:
+    """``d e / d symbol`` as an expression (folded: a symbol ``e`` does not use gives ``const(0)``)."""
+    if (kind, index) not in e.symbols():
+        return const(0.0)
+    op, args = e.op, e.args
+    if op in ("input", "weight"):
+        return const(1.0)
+    d = [derivative(a, kind, index) for a in args]
+    if op == "add":
+        return add(*d)
+    if op == "mul":
+        return add(*(mul(*args[:k], dk, *args[k + 1:]) for k, dk in enumerate(d) if dk != const(0.0)))
+    a = args[0]
+    if op == "pow":
+        base, ex = args
+        if ex.is_const:
+            return mul(ex, power(base, const(ex.value - 1.0)), d[0])
+        return mul(e, add(mul(d[1], apply("log", base)), mul(ex, d[0], power(base, const(-1.0)))))
+    if op == "arctan2":
+        y, x = args
+        return mul(add(mul(x, d[0]), neg(mul(y, d[1]))), power(add(power(x, const(2.0)), power(y, const(2.0))),
+                                                                 const(-1.0)))
+    one = const(1.0)
+    inner = {
+        "sin": lambda: apply("cos", a),
+        "cos": lambda: neg(apply("sin", a)),
+        "tan": lambda: add(one, power(apply("tan", a), const(2.0))),
+        "arcsin": lambda: power(add(one, neg(power(a, const(2.0)))), const(-0.5)),
+        "arccos": lambda: neg(power(add(one, neg(power(a, const(2.0)))), const(-0.5))),
+        "arctan": lambda: power(add(one, power(a, const(2.0))), const(-1.0)),
+        "exp": lambda: e,
+        "log": lambda: power(a, const(-1.0)),
+        "sqrt": lambda: mul(const(0.5), power(e, const(-1.0))),
+        "abs": lambda: apply("sign", a),
+        "sign": lambda: const(0.0),
+    }[op]()
+    return mul(inner, d[0])
+
+
+# --- text --------------------------------------------------------------------------------------
+
+_PRECEDENCE = {"add": 1, "mul": 2, "pow": 3}
+
+
+def _num(v: float) -> str:
+    for k, name in ((1.0, "π"), (-1.0, "-π"), (2.0, "2π"), (0.5, "π/2")):
+        if v == k * math.pi:
+            return name
+    return f"{v:.12g}"
+
+
+def _fmt(e: Expr, xs: tuple, ws: tuple, outer: int) -> str:
+    op = e.op
+    if op == "const":
+        text = _num(e.value)
+        return f"({text})" if outer >= 2 and e.value < 0 else text
+    if op in ("input", "weight"):
+        names = xs if op == "input" else ws
+        if e.index < len(names):
+            return names[e.index]
+        return f"{'x' if op == 'input' else 'w'}[{e.index}]"
+    prec = _PRECEDENCE.get(op, 4)
+    if op == "add":
+        args = [a for a in e.args if not a.is_const] + [a for a in e.args if a.is_const]  # x - π, not -π + x
+        text = _fmt(args[0], xs, ws, 1)
+        for a in args[1:]:
+            if a.op == "mul" and a.args[0].is_const and a.args[0].value < 0:
+                rest = mul(const(-a.args[0].value), *a.args[1:])
+                text += " - " + _fmt(rest, xs, ws, 2)
+            elif a.is_const and a.value < 0:
+                text += " - " + _num(-a.value)
+            else:
+                text += " + " + _fmt(a, xs, ws, 1)
+    elif op == "mul":
+        if e.args[0].is_const and e.args[0].value == -1.0:
+            text = "-" + _fmt(mul(*e.args[1:]), xs, ws, 2)
+        else:
+            text = "*".join(_fmt(a, xs, ws, 2) for a in e.args)
+    elif op == "pow":
+        text = f"{_fmt(e.args[0], xs, ws, 4)}**{_fmt(e.args[1], xs, ws, 4)}"
+    else:
+        text = f"{op}({', '.join(_fmt(a, xs, ws, 0) for a in e.args)})"
+    return f"({text})" if prec <= outer and prec < 4 else text
