@@ -1,7 +1,8 @@
 """Reinforcement learning with variational quantum policies.
 
 * ``policies``: ``pqc_template``, ``SoftmaxPQC`` (Jerbi et al. 2021), ``QValuePQC`` (Skolik et al. 2022);
-* ``envs``: ``EnvSpec``, ``get_spec``, ``make_env``, ``SyncEnvs`` (CartPole, Acrobot, FrozenLake);
+* ``envs``: ``EnvSpec``, ``get_spec``, ``make_env``, ``vector_env`` (gymnasium's ``SyncVectorEnv``),
+  ``FreshEnvs`` (CartPole, Acrobot, FrozenLake, any gymnasium id);
 * ``reinforce``, ``dqn``, ``ppo``: one algorithm per file, each with a ``Config``, ``train(cfg)``
   and the two fragment functions ``act`` (the actor) and ``learn`` (the learner);
 * ``trained``: ``load_policy(run_dir)`` (a ready ``nn.Module``) and ``evaluate(run_dir)``

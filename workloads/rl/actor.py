@@ -12,16 +12,18 @@ of its own seeds, so any completion order gives the same batch.
 Whole episodes for the episodic algorithms (REINFORCE) come two ways:
 
 * ``fresh_episodes`` (G = 1 gives the runner's original behaviour): each update a group
-  starts its share of new episodes (in waves of its envs) and runs them to the end; jobs
-  shrink as episodes end.
+  starts its share of new episodes (in waves of its envs, ``envs.FreshEnvs``) and runs them
+  to the end; jobs shrink as episodes end.
 * ``continuous_episodes`` (autoreset): an environment that finishes an episode starts the
-  next at once (gymnasium's autoreset), so every job stays full. The groups step in
-  lockstep rounds, and an update takes the first episodes completed, by (round, group,
-  env), so the groups stop together. Episodes still running, and completed ones past the
-  update's count, carry over in each group's ``Carry`` (environments, partial episodes,
-  generator): a loop-carried value, so checkpoints hold it and a resumed run continues
-  bit for bit. Each update still sees whole episodes; an episode that spans updates was
-  acted by the parameter versions of the updates it ran in.
+  next at once, so every job stays full; each group's environments are one gymnasium
+  ``SyncVectorEnv``, and a finished one restarts with a seed from the group's generator
+  (``envs.reset_finished``). The groups step in lockstep rounds, and an update takes the
+  first episodes completed, by (round, group, env), so the groups stop together. Episodes
+  still running, and completed ones past the update's count, carry over in each group's
+  ``Carry`` (environments, partial episodes, generator): a loop-carried value, so
+  checkpoints hold it and a resumed run continues bit for bit. Each update still sees
+  whole episodes; an episode that spans updates was acted by the parameter versions of
+  the updates it ran in.
 """
 from __future__ import annotations
 
@@ -33,9 +35,10 @@ from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
+import gymnasium as gym
 import numpy as np
 import torch
-from hqflow.workloads.rl.envs import EnvSpec, SyncEnvs
+from hqflow.workloads.rl.envs import EnvSpec, FreshEnvs, reset_finished, vector_env
 
 from hqflow.jobs import current_client
 
@@ -80,7 +83,7 @@ class Episode:
 class Carry:
     """A group's state between updates in continuous mode (a loop-carried value)."""
 
-    envs: SyncEnvs
+    envs: gym.vector.SyncVectorEnv  # autoreset disabled: finished envs are reset with seeds from rng
     rng: np.random.Generator
     obs: np.ndarray  # [n, n_features] encoded current state of every env
     partial: list  # per env: ([states], [actions], [rewards]) of its running episode
@@ -98,7 +101,7 @@ ChooseFn = Callable[[np.ndarray, np.random.Generator], np.ndarray]
 """``choose(states [k, F], rng) -> actions [k]``: the policy's forward pass (one job) and sampling."""
 
 
-def fresh_episodes(choose: ChooseFn, envs: SyncEnvs, n_episodes: int, seed,
+def fresh_episodes(choose: ChooseFn, envs: FreshEnvs, n_episodes: int, seed,
                    label: str = "envs") -> tuple[list[Episode], int]:
     """``n_episodes`` fresh episodes of one group, in waves of its envs, ordered by wave then env:
     ``(episodes, circuit rows)``; generator ``np.random.default_rng(seed)``. Inside a fragment with
@@ -117,7 +120,8 @@ def fresh_episodes(choose: ChooseFn, envs: SyncEnvs, n_episodes: int, seed,
             actions = choose(obs, rng)
             rows += alive.size
             with _work(label):
-                raw, rewards, done = envs.step(alive, actions)
+                raw, rewards, terminated, truncated = envs.step(alive, actions)
+                done = terminated | truncated
                 for k, i in enumerate(alive):
                     trace[i][0].append(obs[k])
                     trace[i][1].append(actions[k])
@@ -148,14 +152,15 @@ def continuous_episodes(choose: ChooseFn, spec: EnvSpec, sizes: list[int], n_epi
     barrier = threading.Barrier(len(carries), action=decide)
 
     def run(g: int) -> int:
-        c, everyone, rows = carries[g], np.arange(len(carries[g].envs)), 0
+        c, rows = carries[g], 0
         try:
             while not stop[0]:
                 actions = choose(c.obs, c.rng)
-                rows += len(everyone)
+                rows += c.envs.num_envs
                 with _work(f"envs{g}"):
-                    raw, rewards, done = c.envs.step(everyone, actions)
-                    for i in everyone:
+                    raw, rewards, terminated, truncated, _ = c.envs.step(spec.env_actions(actions))
+                    done = terminated | truncated
+                    for i in range(c.envs.num_envs):
                         part = c.partial[i]
                         part[0].append(c.obs[i])
                         part[1].append(actions[i])
@@ -163,7 +168,8 @@ def continuous_episodes(choose: ChooseFn, spec: EnvSpec, sizes: list[int], n_epi
                         if done[i]:
                             c.done.append((c.rounds, i, _episode(*part, spec.n_features)))
                             c.partial[i] = ([], [], [])
-                            raw[i] = c.envs.envs[i].reset(seed=int(c.rng.integers(0, 2**31 - 1)))[0]
+                    if done.any():  # the next episodes, seeded from the group's generator
+                        raw = reset_finished(c.envs, done, c.rng)
                     c.obs = spec.encode(raw)
                 c.rounds += 1
                 barrier.wait()
@@ -189,9 +195,9 @@ def _work(label: str):
 
 
 def _new_carry(spec: EnvSpec, n_envs: int, seed) -> Carry:
-    envs = SyncEnvs(spec, n_envs)
+    envs = vector_env(spec, n_envs)
     rng = np.random.default_rng(seed)
-    obs = spec.encode(envs.reset(rng.integers(0, 2**31 - 1, n_envs)))
+    obs = spec.encode(envs.reset(seed=[int(s) for s in rng.integers(0, 2**31 - 1, n_envs)])[0])
     return Carry(envs, rng, obs, [([], [], []) for _ in range(n_envs)])
 
 

@@ -56,7 +56,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from hqflow.workloads.rl.envs import SyncEnvs, get_spec
+from hqflow.workloads.rl.envs import FreshEnvs, get_spec
 from hqflow.workloads.rl.policies import ENCODINGS, QValuePQC
 
 LOSSES = ("huber", "mse")
@@ -208,18 +208,8 @@ def snapshot(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 # --- the actor -------------------------------------------------------------------------------
 
-def _step(envs: SyncEnvs, index, actions):
-    """Step env ``index[k]`` with ``actions[k]``: (observations, rewards, terminated, truncated)."""
-    obs, rew = [], np.empty(len(index))
-    terminated, truncated = np.empty(len(index), dtype=bool), np.empty(len(index), dtype=bool)
-    for k, (i, a) in enumerate(zip(index, actions)):
-        o, rew[k], terminated[k], truncated[k], _ = envs.envs[i].step(int(a))
-        obs.append(np.asarray(o))
-    return np.stack(obs), rew, terminated, truncated
-
-
 @torch.no_grad()
-def act(policy, envs: SyncEnvs, cfg: Config, step: int) -> Batch:
+def act(policy, envs: FreshEnvs, cfg: Config, step: int) -> Batch:
     """Update ``step``'s episodes, ε-greedy with the policy's current parameters."""
     first = step * cfg.episodes_per_update
     n = min(cfg.episodes_per_update, cfg.max_episodes - first)
@@ -235,7 +225,7 @@ def act(policy, envs: SyncEnvs, cfg: Config, step: int) -> Batch:
         if greedy.any():
             actions[greedy] = policy(torch.from_numpy(obs[greedy])).argmax(dim=1).numpy()
             evals += int(greedy.sum())
-        raw, rewards, terminated, truncated = _step(envs, alive, actions)
+        raw, rewards, terminated, truncated = envs.step(alive, actions)
         next_obs = encode(raw)
         rows.append((obs, actions, rewards, next_obs, terminated))
         returns[alive] += rewards
@@ -311,8 +301,8 @@ def make_optimizer(policy, cfg: Config) -> torch.optim.Optimizer:
     return torch.optim.Adam(policy.param_groups(cfg.lr_in, cfg.lr_var, setting(cfg, "lr_out")), amsgrad=cfg.amsgrad)
 
 
-def make_envs(cfg: Config) -> SyncEnvs:
-    return SyncEnvs(get_spec(cfg.env, cfg.obs_encoding), cfg.episodes_per_update)
+def make_envs(cfg: Config) -> FreshEnvs:
+    return FreshEnvs(get_spec(cfg.env, cfg.obs_encoding), cfg.episodes_per_update)
 
 
 def episodes_per_update(cfg: Config) -> int:

@@ -1,10 +1,16 @@
-"""Gymnasium environments for the quantum policies, and a tiny synchronous vector wrapper.
+"""Gymnasium environments for the quantum policies, on gymnasium's vector API.
 
     spec = get_spec("cartpole")                  # EnvSpec: gym id, sizes, encode(), solved threshold
     env = make_env("cartpole", seed=0)           # one gymnasium env, reset with that seed
-    envs = SyncEnvs("cartpole", 10)              # 10 envs stepped in one Python loop
-    obs = envs.reset([1, 2, ..., 10])            # raw observations, one row per env
+    envs = vector_env("cartpole", 10)            # gymnasium.vector.SyncVectorEnv, autoreset disabled
+    obs, _ = envs.reset(seed=[1, 2, ..., 10])    # raw observations, one row per env
     x = spec.encode(obs)                         # [n, n_features] float32 circuit features
+
+Environments that run on (PPO's rollouts, REINFORCE with autoreset) are a ``SyncVectorEnv``
+stepped as a whole; an env whose episode ends is reset with a seed from the actor's own
+generator (``reset_finished``, the vector API's ``reset_mask``), so a run is a function of its
+seed. Fresh episodes (REINFORCE without autoreset, DQN) keep a finished env finished while the
+others run on: ``FreshEnvs``, a thin adapter over a ``SyncVectorEnv``, steps only the running ones.
 
 Encodings (``EnvSpec.encode``; the policy then multiplies each feature by its trainable λ):
 
@@ -91,6 +97,10 @@ class EnvSpec:
         low, high = np.array(self.action_low), np.array(self.action_high)
         x = np.clip(np.asarray(a, dtype=np.float64).reshape(len(low)), -1.0, 1.0)
         return (low + (x + 1.0) / 2.0 * (high - low)).astype(np.float32)
+
+    def env_actions(self, actions) -> list:
+        """The actions of a vector env's ``step`` for one policy action per env (``env_action`` of each)."""
+        return [self.env_action(a) for a in actions]
 
     def encode(self, obs) -> np.ndarray:
         """Raw observations (one or a stack of them) -> features ``[n, n_features]`` float32."""
@@ -252,40 +262,65 @@ def make_env(name: str, seed: int | None = None) -> gym.Env:
     return env
 
 
-class SyncEnvs:
-    """``n`` copies of one environment, stepped in a plain loop (no autoreset, no subprocesses).
+def vector_env(name_or_spec: str | EnvSpec, n: int) -> gym.vector.SyncVectorEnv:
+    """``n`` copies of the environment in gymnasium's ``SyncVectorEnv``, autoreset disabled
+    (``AutoresetMode.DISABLED``): the actors reset an env whose episode ended themselves, with a
+    seed from their own generator (``reset_finished``), so a run is a function of its seed.
+    (gymnasium's ``NEXT_STEP`` and ``SAME_STEP`` modes reset without a seed: the env's own
+    generator then picks the next start.)"""
+    spec = get_spec(name_or_spec) if isinstance(name_or_spec, str) else name_or_spec
+    if n < 1:
+        raise ValueError(f"need at least one env, got {n}")
+    return gym.vector.SyncVectorEnv([spec.make] * n, autoreset_mode=gym.vector.AutoresetMode.DISABLED)
 
-    Each env runs one episode between ``reset`` calls; ``step`` takes the indices of the
-    envs still running, so finished episodes stay finished.
+
+def reset_finished(envs: gym.vector.SyncVectorEnv, done: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Reset the envs where ``done``, each with a seed drawn from ``rng`` (one draw per env, in env
+    order), through the vector API's ``reset_mask``: every env's observation, the others' unchanged."""
+    seeds = [int(rng.integers(0, 2**31 - 1)) if d else None for d in done]
+    return envs.reset(seed=seeds, options={"reset_mask": np.asarray(done, dtype=bool)})[0]
+
+
+class FreshEnvs:
+    """``n`` environments (gymnasium's ``SyncVectorEnv``, ``vector_env``) for fresh episodes: each
+    runs one episode between ``reset`` calls, and an env whose episode ended stays ended while the
+    others run on (the policy's jobs shrink as episodes end).
+
+    The vector API steps every env at once, so this thin adapter steps only the envs named in
+    ``step``; resets go through the vector API (``reset_mask`` for the first ``len(seeds)``).
     """
 
     def __init__(self, name_or_spec: str | EnvSpec, n: int):
         self.spec = get_spec(name_or_spec) if isinstance(name_or_spec, str) else name_or_spec
-        if n < 1:
-            raise ValueError(f"need at least one env, got {n}")
-        self.envs = [self.spec.make() for _ in range(n)]
+        self.vector = vector_env(self.spec, n)
+        self._started = False
 
     def __len__(self) -> int:
-        return len(self.envs)
+        return self.vector.num_envs
 
     def reset(self, seeds: Sequence[int]) -> np.ndarray:
         """Reset the first ``len(seeds)`` envs with those seeds: raw observations ``[len(seeds), ...]``."""
-        if len(seeds) > len(self.envs):
-            raise ValueError(f"{len(seeds)} seeds for {len(self.envs)} envs")
-        return np.stack([np.asarray(self.envs[i].reset(seed=int(s))[0]) for i, s in enumerate(seeds)])
+        n, k = len(self), len(seeds)
+        if k > n:
+            raise ValueError(f"{k} seeds for {n} envs")
+        if k == n or not self._started:  # the first starts every env: the vector batches all their observations
+            self._started = True
+            return self.vector.reset(seed=[int(s) for s in seeds] + [0] * (n - k))[0][:k]
+        mask = np.arange(n) < k
+        return self.vector.reset(seed=[int(s) for s in seeds] + [None] * (n - k), options={"reset_mask": mask})[0][:k]
 
-    def step(self, index: Sequence[int], actions: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Step env ``index[k]`` with ``actions[k]``: (observations, rewards, done), one row per k."""
-        obs, rew, done = [], np.empty(len(index)), np.empty(len(index), dtype=bool)
+    def step(self, index: Sequence[int], actions: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Step env ``index[k]`` with ``actions[k]``: (observations, rewards, terminated, truncated),
+        one row per k."""
+        obs, rew = [], np.empty(len(index))
+        terminated, truncated = np.empty(len(index), dtype=bool), np.empty(len(index), dtype=bool)
         for k, (i, a) in enumerate(zip(index, actions)):
-            o, r, terminated, truncated, _ = self.envs[i].step(self.spec.env_action(a))
-            obs.append(o)
-            rew[k], done[k] = r, terminated or truncated
-        return np.stack([np.asarray(o) for o in obs]), rew, done
+            o, rew[k], terminated[k], truncated[k], _ = self.vector.envs[i].step(self.spec.env_action(a))
+            obs.append(np.asarray(o))
+        return np.stack(obs), rew, terminated, truncated
 
     def close(self) -> None:
-        for env in self.envs:
-            env.close()
+        self.vector.close()
 
 
-__all__ = ["SPECS", "EnvSpec", "SyncEnvs", "get_spec", "make_env"]
+__all__ = ["SPECS", "EnvSpec", "FreshEnvs", "get_spec", "make_env", "reset_finished", "vector_env"]

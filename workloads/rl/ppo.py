@@ -21,7 +21,7 @@ eps 1e-5) but for ``num_steps`` (512, above) and the learning rates: the actor's
 groups are the REINFORCE ones (λ 0.1, θ 0.01, w 0.1), the critic's 3e-3 (``Config``).
 Left out of CleanRL's defaults: learning-rate annealing and the clipped value loss (plain
 0.5 · MSE here). As in CleanRL, an episode that hits its time limit counts as terminated
-(``SyncEnvs`` reports one ``done``), so GAE does not bootstrap past it.
+(``dones`` = terminated or truncated), so GAE does not bootstrap past it.
 
 The loop is two fragments that a dataflow runtime can call on their own (the protocol of
 ``hqflow.workloads.rl.runner``, at the bottom):
@@ -45,9 +45,10 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
+import gymnasium as gym
 import numpy as np
 import torch
-from hqflow.workloads.rl.envs import SyncEnvs, get_spec
+from hqflow.workloads.rl.envs import EnvSpec, get_spec, reset_finished, vector_env
 from hqflow.workloads.rl.policies import ENCODINGS, GaussianPQC, SoftmaxPQC
 from torch import nn
 
@@ -205,12 +206,14 @@ def sample(log_probs: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 
 @torch.no_grad()
-def rollout(policy: ActorCritic, envs: SyncEnvs, num_steps: int, seed, learner_rows: int = 0) -> Batch:
-    """``num_steps`` steps of every env in ``envs`` from fresh, seeded episodes (auto-reset on done)."""
+def rollout(policy: ActorCritic, envs: gym.vector.SyncVectorEnv, spec: EnvSpec, num_steps: int, seed,
+            learner_rows: int = 0) -> Batch:
+    """``num_steps`` steps of every env in ``envs`` (``envs.vector_env``) from fresh, seeded episodes; an env
+    whose episode ends starts the next at once, seeded from the rollout's generator (``envs.reset_finished``)."""
     rng = np.random.default_rng(seed)
-    n, encode = len(envs), envs.spec.encode
+    n, encode = envs.num_envs, spec.encode
     everyone = np.arange(n)
-    obs = encode(envs.reset(rng.integers(0, 2**31 - 1, n)))
+    obs = encode(envs.reset(seed=[int(s) for s in rng.integers(0, 2**31 - 1, n)])[0])
     states = np.empty((num_steps, *obs.shape), np.float32)
     continuous = getattr(policy, "continuous", False)
     actions = (np.empty((num_steps, n, policy.actor.n_actions), np.float32) if continuous
@@ -233,12 +236,14 @@ def rollout(policy: ActorCritic, envs: SyncEnvs, num_steps: int, seed, learner_r
             logp = logp.double().numpy()
             a = sample(logp, rng.random(n))
             states[t], actions[t], log_probs[t], values[t] = obs, a, logp[everyone, a], v.numpy()
-        raw, rewards[t], dones[t] = envs.step(everyone, a)
+        raw, rewards[t], terminated, truncated, _ = envs.step(spec.env_actions(a))
+        dones[t] = terminated | truncated
         running += rewards[t]
-        for i in np.flatnonzero(dones[t]):  # auto-reset: a new seeded episode in env i
+        for i in np.flatnonzero(dones[t]):
             finished.append(running[i])
             running[i] = 0.0
-            raw[i] = envs.envs[i].reset(seed=int(rng.integers(0, 2**31 - 1)))[0]
+        if dones[t].any():  # new seeded episodes in the envs that finished
+            raw = reset_finished(envs, dones[t], rng)
         obs = encode(raw)
     last_values = policy.value(torch.from_numpy(obs)).numpy()
     return Batch(states, actions, log_probs, rewards, dones, values, last_values, np.array(finished),
@@ -379,8 +384,9 @@ def make_optimizer(policy: ActorCritic, cfg: Config) -> torch.optim.Optimizer:
     return torch.optim.Adam(policy.param_groups(cfg.lr_in, cfg.lr_var, cfg.lr_out, cfg.lr_critic), eps=1e-5)
 
 
-def make_envs(cfg: Config) -> SyncEnvs:
-    return SyncEnvs(get_spec(cfg.env, cfg.obs_encoding), cfg.num_envs)
+def make_envs(cfg: Config) -> gym.vector.SyncVectorEnv:
+    """The rollout's ``num_envs`` environments: gymnasium's ``SyncVectorEnv`` (``envs.vector_env``)."""
+    return vector_env(get_spec(cfg.env, cfg.obs_encoding), cfg.num_envs)
 
 
 def init_extra(cfg: Config, policy) -> dict:
@@ -406,9 +412,9 @@ def solved_threshold(cfg: Config) -> float:
     return get_spec(cfg.env, cfg.obs_encoding).solved
 
 
-def act(policy: ActorCritic, envs: SyncEnvs, cfg: Config, step: int) -> Batch:
+def act(policy: ActorCritic, envs: gym.vector.SyncVectorEnv, cfg: Config, step: int) -> Batch:
     """Update ``step``'s rollout: fresh episodes seeded from ``(cfg.seed, step)``."""
-    return rollout(policy, envs, cfg.num_steps, seed=[cfg.seed, step],
+    return rollout(policy, envs, get_spec(cfg.env, cfg.obs_encoding), cfg.num_steps, seed=[cfg.seed, step],
                    learner_rows=cfg.update_epochs * cfg.num_envs * cfg.num_steps)
 
 

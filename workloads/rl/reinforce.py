@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import torch
 from hqflow.workloads.rl import actor
-from hqflow.workloads.rl.envs import SyncEnvs, get_spec
+from hqflow.workloads.rl.envs import FreshEnvs, get_spec
 from hqflow.workloads.rl.policies import ENCODINGS, SoftmaxPQC, differentiates
 
 NORMALIZE = ("batch", "episode", "none")
@@ -156,7 +156,7 @@ def as_batch(episodes: list[actor.Episode], rows: int) -> Batch:
 
 
 @torch.no_grad()
-def collect(policy, params, envs: SyncEnvs, n_episodes: int, seed) -> Batch:
+def collect(policy, params, envs: FreshEnvs, n_episodes: int, seed) -> Batch:
     """Run ``n_episodes`` fresh episodes (in waves of ``len(envs)``) with the policy's current
     parameters, or with ``params`` (a ``snapshot``) when given: one group, no autoreset."""
     if params is not None:
@@ -278,11 +278,12 @@ def resolve(cfg: Config, in_process: bool, devices: int = 1) -> Config:
     return replace(cfg, groups=groups, num_envs=max(num_envs, groups), autoreset=autoreset)
 
 
-def make_envs(cfg: Config) -> list[SyncEnvs]:
+def make_envs(cfg: Config) -> list[FreshEnvs]:
     """Each group's scratch environments for fresh episodes (none with autoreset: they live in the carry)."""
     if cfg.autoreset:
         return []
-    return [SyncEnvs(get_spec(cfg.env, cfg.obs_encoding), n) for n in actor.split(cfg.num_envs or cfg.batch_episodes, cfg.groups or 1)]
+    spec = get_spec(cfg.env, cfg.obs_encoding)
+    return [FreshEnvs(spec, n) for n in actor.split(cfg.num_envs or cfg.batch_episodes, cfg.groups or 1)]
 
 
 def init_carry(cfg: Config) -> list | None:
@@ -304,7 +305,7 @@ def solved_threshold(cfg: Config) -> float:
 
 
 @torch.no_grad()
-def act(policy, envs: list[SyncEnvs], cfg: Config, step: int, carry=None) -> tuple[Batch, list | None]:
+def act(policy, envs: list[FreshEnvs], cfg: Config, step: int, carry=None) -> tuple[Batch, list | None]:
     """Update ``step``'s episodes, the groups side by side: ``(batch, carry)``.
 
     Without autoreset, group g runs its share of fresh episodes with a generator seeded

@@ -1,7 +1,8 @@
-"""Environment specs: encodings, seeding and the synchronous vector wrapper."""
+"""Environment specs: encodings, seeding, and the environments on gymnasium's vector API."""
 import numpy as np
 import pytest
-from hqflow.workloads.rl.envs import SPECS, SyncEnvs, get_spec, make_env
+import gymnasium as gym
+from hqflow.workloads.rl.envs import SPECS, FreshEnvs, get_spec, make_env, reset_finished, vector_env
 
 
 def test_cartpole_encoding():
@@ -43,14 +44,26 @@ def test_unknown_env():
         make_env("pong", 0)
 
 
-def test_sync_envs_are_seeded_and_step_only_the_given_envs():
-    envs = SyncEnvs("cartpole", 3)
+def test_fresh_envs_are_seeded_and_step_only_the_given_envs():
+    envs = FreshEnvs("cartpole", 3)
+    assert isinstance(envs.vector, gym.vector.SyncVectorEnv)
     a = envs.reset([1, 2, 3])
-    assert a.shape == (3, 4) and np.array_equal(a, SyncEnvs("cartpole", 3).reset([1, 2, 3]))
-    obs, rew, done = envs.step(np.array([0, 2]), np.array([1, 0]))
-    assert obs.shape == (2, 4) and rew.tolist() == [1.0, 1.0] and not done.any()
+    assert a.shape == (3, 4) and np.array_equal(a, FreshEnvs("cartpole", 3).reset([1, 2, 3]))
+    obs, rew, terminated, truncated = envs.step(np.array([0, 2]), np.array([1, 0]))
+    assert obs.shape == (2, 4) and rew.tolist() == [1.0, 1.0] and not (terminated | truncated).any()
     single = make_env("cartpole", seed=3)
     single.reset(seed=3)
     assert np.array_equal(single.step(0)[0], obs[1])
+    assert np.array_equal(envs.reset([1, 2]), a[:2])  # the first two only (the vector API's reset_mask)
     with pytest.raises(ValueError):
         envs.reset([1, 2, 3, 4])
+
+
+def test_finished_envs_restart_with_seeds_from_the_generator():
+    envs = vector_env("cartpole", 3)
+    assert envs.autoreset_mode == gym.vector.AutoresetMode.DISABLED
+    first = envs.reset(seed=[1, 2, 3])[0]
+    obs = reset_finished(envs, np.array([False, True, False]), np.random.default_rng(0))
+    seed = int(np.random.default_rng(0).integers(0, 2**31 - 1))
+    assert np.array_equal(obs[[0, 2]], first[[0, 2]])
+    assert np.array_equal(obs[1], make_env("cartpole").reset(seed=seed)[0])

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 from hqflow.workloads.rl import reinforce as R
-from hqflow.workloads.rl.envs import SyncEnvs
+from hqflow.workloads.rl.envs import FreshEnvs
 
 
 def _batch(rewards_per_episode):
@@ -28,7 +28,7 @@ def test_returns_to_go():
 
 def test_collect_is_deterministic_and_episode_major():
     cfg = R.Config(n_layers=2)
-    policy, envs = R.make_policy(cfg), SyncEnvs("cartpole", 4)
+    policy, envs = R.make_policy(cfg), FreshEnvs("cartpole", 4)
     a = R.collect(policy, None, envs, 6, seed=7)  # two waves: 4 + 2 episodes
     b = R.collect(policy, None, envs, 6, seed=7)
     assert len(a.lengths) == 6 and a.lengths.sum() == len(a.actions) == len(a.states) == len(a.rewards)
@@ -44,7 +44,7 @@ def test_collect_is_deterministic_and_episode_major():
 
 def test_collect_with_a_snapshot_leaves_the_policy_alone():
     cfg = R.Config(n_layers=2)
-    policy, envs = R.make_policy(cfg), SyncEnvs("cartpole", 3)
+    policy, envs = R.make_policy(cfg), FreshEnvs("cartpole", 3)
     old = R.snapshot(policy)
     with torch.no_grad():
         policy.weights.add_(0.5)
@@ -58,7 +58,7 @@ def test_collect_with_a_snapshot_leaves_the_policy_alone():
 
 def test_update_steps_every_parameter_group():
     cfg = R.Config(n_layers=2)
-    policy, envs = R.make_policy(cfg), SyncEnvs("cartpole", 3)
+    policy, envs = R.make_policy(cfg), FreshEnvs("cartpole", 3)
     opt = torch.optim.Adam(policy.param_groups(cfg.lr_in, cfg.lr_var, cfg.lr_out))
     before = R.snapshot(policy)
     m = R.update(policy, opt, R.collect(policy, None, envs, 3, seed=0), cfg)
