@@ -78,6 +78,9 @@ class CircuitBatch:
     """the job's identity in its run (run, fragment, step), set by the runtime: a cloud backend derives
     idempotent service job ids from it, so a resubmission finds the job that already ran"""
     attempt: int = 0  # the runtime's retry count for this batch (0: first try)
+    raw_inputs: np.ndarray | None = None
+    """the rows given to ``make`` when its template had derived inputs (``inputs`` are then the lowered
+    template's columns); None otherwise"""
 
     def __post_init__(self):
         if self.template.derived:
@@ -136,7 +139,8 @@ class CircuitBatch:
         if s is not None and (not isinstance(s, (int, np.integer)) or s < 1):
             raise BackendError(f"shots must be a positive integer or None, got {s!r}")
         if template.derived:
-            x, template = _derived_columns(template, x), template.lowered()
+            raw, x, template = x, _derived_columns(template, x), template.lowered()
+            return CircuitBatch(template, x, w, None if s is None else int(s), seed, raw_inputs=raw)
         return CircuitBatch(template, x, w, None if s is None else int(s), seed)
 
     def weights_per_row(self) -> np.ndarray:

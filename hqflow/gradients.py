@@ -108,7 +108,6 @@ def param_shift(
     for r, (k, s) in enumerate(shifts, start=1):
         block[:, r, k] += s
     block = block.reshape(B * R, len(occ))
-    raw = base.inputs[:, : template.n_inputs]  # the columns start with the raw inputs
     is_input = np.array([o.kind == "input" for o in occ], dtype=bool)  # occurrences are in column order per kind
     batch = CircuitBatch(expanded, block[:, is_input], block[:, ~is_input], base.shots, base.seed)
 
@@ -125,7 +124,7 @@ def param_shift(
                 r += 2
         stderr = None if result.stderr is None else result.stderr.reshape(B, R, -1)[:, 0]
         if "input" in kinds and template.derived:  # d/d inputs = d/d columns . d columns/d inputs
-            jac["input"] = np.einsum("boc,bci->boi", jac["input"], template.encode_jacobian(raw))
+            jac["input"] = np.einsum("boc,bci->boi", jac["input"], template.encode_jacobian(base.raw_inputs))
         return Gradient(vals[:, 0], jac["weight"] if "weight" in kinds else None, stderr,
                         jac["input"] if "input" in kinds else None)
 

@@ -2,10 +2,13 @@
 
 * ``CircuitTemplate`` — the canonical circuit (inputs/weights split, observables, shots);
   ``Circuit`` builds one in Python; ``from_qiskit``/``from_pennylane`` normalize others.
+* ``Expr`` — a classical function of a circuit's inputs: a template's derived inputs
+  (feature maps such as ``ZZFeatureMap``, ``IQPEmbedding``, ``AmplitudeEmbedding``).
 * ``Fragment``, ``Edge``, ``Graph`` — the hybrid pipeline as a graph of five fragment kinds.
 """
 from .builder import Circuit, Sym
 from .circuit import Angle, CircuitError, CircuitTemplate, Observable, Op, PauliTerm
+from .expr import Expr, ExprError
 from .gates import GATES, SHIFT_RULES, GateSpec, gate_matrix
 from .graph import (
     KINDS,
@@ -40,6 +43,13 @@ def from_pennylane(*args, **kwargs):
     return f(*args, **kwargs)
 
 
+def to_pennylane(*args, **kwargs):
+    """A PennyLane quantum function for a template (see ``hqflow.ir.pennylane_io.to_pennylane``)."""
+    from .pennylane_io import to_pennylane as f
+
+    return f(*args, **kwargs)
+
+
 __all__ = [
     "GATES",
     "KINDS",
@@ -50,6 +60,8 @@ __all__ = [
     "CircuitError",
     "CircuitTemplate",
     "Edge",
+    "Expr",
+    "ExprError",
     "Fragment",
     "GateSpec",
     "Graph",
@@ -63,5 +75,6 @@ __all__ = [
     "from_pennylane",
     "from_qiskit",
     "gate_matrix",
+    "to_pennylane",
     "to_qiskit",
 ]

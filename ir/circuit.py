@@ -175,8 +175,12 @@ class CircuitTemplate:
         return len(self.weight_names)
 
     @property
+    def n_observables(self) -> int:
+        return len(self.observables)
+
+    @property
     def n_columns(self) -> int:
-        """Input columns the gates read: the inputs, then the derived inputs."""
+        """Input columns the gates may read: the inputs, then the derived inputs."""
         return len(self.input_names) + len(self.derived)
 
     def derived_names(self) -> tuple[str, ...]:
@@ -194,41 +198,55 @@ class CircuitTemplate:
             self._memo["derived_names"] = tuple(names)
         return self._memo["derived_names"]
 
+    def _direct(self) -> tuple[int, ...]:
+        """The inputs that gates read themselves (the others feed derived inputs only)."""
+        if "direct" not in self._memo:
+            n = self.n_inputs
+            self._memo["direct"] = tuple(sorted({a.index for op in self.ops for a in op.angles
+                                                 if a.kind == "input" and a.index < n}))
+        return self._memo["direct"]
+
     def lowered(self) -> CircuitTemplate:
-        """The template over its input columns, without derived inputs (itself when it has none)."""
+        """The plain template over the input columns ``encode`` gives: the inputs that gates read,
+        then the derived inputs (itself when it has none). This is what backends run."""
         if not self.derived:
             return self
         if "lowered" not in self._memo:
-            self._memo["lowered"] = _replace(self, input_names=self.input_names + self.derived_names(), derived=())
+            direct, n = self._direct(), self.n_inputs
+            column = {i: c for c, i in enumerate(direct)}
+            column.update({n + k: len(direct) + k for k in range(len(self.derived))})
+
+            def angle(a: Angle) -> Angle:
+                return Angle("input", column[a.index], a.scale, a.offset) if a.kind == "input" else a
+
+            ops = tuple(Op(op.name, op.wires, tuple(angle(a) for a in op.angles)) for op in self.ops)
+            names = tuple(self.input_names[i] for i in direct) + self.derived_names()
+            self._memo["lowered"] = _replace(self, ops=ops, input_names=names, derived=())
         return self._memo["lowered"]
 
     def encode(self, x, xp=None):
-        """Raw input rows ``[B, n_inputs]`` -> input columns ``[B, n_columns]`` (numpy, or torch with
-        ``xp=torch``; torch keeps the autograd graph)."""
+        """Raw input rows ``[..., n_inputs]`` -> the lowered template's input columns (numpy, or
+        torch with ``xp=torch``: the autograd graph is kept)."""
         if not self.derived:
             return x
         if xp is None:
             import numpy as xp
-        cols = [ex.evaluate(e, x, xp) for e in self.derived]
-        return xp.concatenate([x, xp.stack(cols, 1)], 1)
+        cols = [x[..., i] for i in self._direct()] + [ex.evaluate(e, x, xp) for e in self.derived]
+        return xp.stack(cols, -1)
 
     def encode_jacobian(self, x):
-        """``d columns / d inputs`` per row: ``[B, n_columns, n_inputs]`` (numpy)."""
+        """``d encode(x) / d x`` per row: ``[B, n_lowered_inputs, n_inputs]`` (numpy)."""
         import numpy as np
 
         x = np.asarray(x, dtype=float)
-        B, n = x.shape
-        jac = np.zeros((B, self.n_columns, n))
-        jac[:, np.arange(n), np.arange(n)] = 1.0
+        direct = self._direct()
+        jac = np.zeros((x.shape[0], len(direct) + len(self.derived), x.shape[1]))
+        jac[:, np.arange(len(direct)), list(direct)] = 1.0
         for k, e in enumerate(self.derived):
             for kind, i in sorted(e.symbols()):
                 d = ex.derivative(e, kind, i)
-                jac[:, n + k, i] = d.value if d.is_const else ex.evaluate(d, x, np)
+                jac[:, len(direct) + k, i] = d.value if d.is_const else ex.evaluate(d, x, np)
         return jac
-
-    @property
-    def n_observables(self) -> int:
-        return len(self.observables)
 
     def with_observables(self, observables: Iterable[ObservableLike]) -> CircuitTemplate:
         obs = tuple(Observable.coerce(o) for o in observables)

@@ -31,7 +31,7 @@ _SCALAR = {
     "sign": lambda v: float((v > 0) - (v < 0)),
 }
 _ARITY = {"add": None, "mul": None, "pow": 2, "arctan2": 2, **{f: 1 for f in FUNCTIONS}}
-MAX_DEPTH, MAX_NODES = 64, 4096  # bounds on expressions read from documents
+MAX_DEPTH, MAX_NODES = 64, 100_000  # bounds on expressions read from documents
 
 
 class ExprError(ValueError):
@@ -192,13 +192,13 @@ def _scalar(op: str, vals: list[float]) -> float:
 
 
 def evaluate(e: Expr, x: Any, xp: Any, w: Any = None) -> Any:
-    """The expression per row: ``x`` is ``[B, n_inputs]`` (``w`` ``[n_weights]`` or ``[B, n_weights]``,
+    """The expression per row: ``x`` is ``[B, n_inputs]`` (or ``[n_inputs]``) (``w`` ``[n_weights]`` or ``[B, n_weights]``,
     if it has weight leaves) as numpy arrays (``xp=numpy``) or torch tensors (``xp=torch``); returns ``[B]``."""
     op = e.op
     if op == "const":
         return e.value
     if op == "input":
-        return x[:, e.index]
+        return x[..., e.index]
     if op == "weight":
         return w[..., e.index]
     vals = [evaluate(a, x, xp, w) for a in e.args]
@@ -300,7 +300,7 @@ def _fmt(e: Expr, xs: tuple, ws: tuple, outer: int) -> str:
         for a in args[1:]:
             if a.op == "mul" and a.args[0].is_const and a.args[0].value < 0:
                 rest = mul(const(-a.args[0].value), *a.args[1:])
-                text += " - " + _fmt(rest, xs, ws, 2)
+                text += " - " + _fmt(rest, xs, ws, 2 if rest.op == "add" else 1)
             elif a.is_const and a.value < 0:
                 text += " - " + _num(-a.value)
             else:

@@ -15,14 +15,23 @@ outside hqflow's gate set are decomposed (PennyLane's own decompositions, applie
 recursively) until only gates of ``hqflow.ir.gates.GATES`` remain; ``GlobalPhase``
 is dropped (it changes no expectation value or probability).
 
-Each gate angle must be affine in at most one input or weight. The conversion
-finds out which by probing: it traces once at a base point, once more per symbol
-with only that symbol moved (finite differences of an affine map are exact), and
-once at an unrelated point to confirm that ``scale * symbol + offset`` predicts
-every angle there. Probe points are fixed dyadic numbers, so conversion is
-deterministic and simple expressions (``x``, ``2 * x + 0.5``, ``w / 8``) come out
-exactly. A gate sequence that changes with the values (control flow, values used
-as bits) is rejected.
+Angles affine in one input or weight are found by probing: the conversion traces
+once at a base point, once more per symbol with only that symbol moved (finite
+differences of an affine map are exact), and once at an unrelated point to
+confirm that ``scale * symbol + offset`` predicts every angle there. Probe points
+are fixed dyadic numbers, so conversion is deterministic and simple expressions
+(``x``, ``2 * x + 0.5``, ``w / 8``) come out exactly. A gate sequence that changes
+with the values (control flow, values used as bits) is rejected.
+
+Angles that are other functions of the inputs (``IQPEmbedding``'s products
+``x_i x_j``, ``sin(x)``, sums of several inputs) become derived inputs
+(``CircuitTemplate.derived``): the function is traced once more with symbolic
+inputs and weights, and the formula it records is checked against the probes. An
+angle that mixes inputs and weights (``w * x``), or is not affine in a weight, is
+rejected. ``AmplitudeEmbedding`` (and ``StatePrep`` of inputs) on wires that no
+gate has touched yet is prepared by a real-amplitude ``RY`` tree
+(``hqflow.ir.stateprep``) whose angles are derived inputs; complex amplitudes are
+rejected.
 
 ``to_pennylane`` goes the other way; ``apply_template`` is its core, shared with
 the ``pennylane:<device>`` backend.
@@ -40,8 +49,10 @@ from typing import Any
 import numpy as np
 import pennylane as qml
 
+from . import expr as ex
 from .circuit import Angle, CircuitError, CircuitTemplate, Observable, Op, PauliTerm
 from .gates import GATES
+from .stateprep import amplitude_gates
 
 PENNYLANE_LOCK = threading.RLock()
 
@@ -120,7 +131,7 @@ def from_pennylane(
     input_names = _names(input_names, n_inputs, "x", "input")
     weight_names = _names(weight_names, n_weights, "w", "weight")
     tracer = _Tracer(qfunc, int(n_qubits), int(n_inputs), label)
-    gates, angles, (measured, measured_elsewhere) = _fit_angles(tracer, input_names + weight_names)
+    gates, angles, derived, (measured, measured_elsewhere) = _fit_angles(tracer, input_names + weight_names)
 
     traced_obs, sampled = _read_measurements(measured, tracer)
     if _read_measurements(measured_elsewhere, tracer)[0] != traced_obs:
@@ -137,15 +148,18 @@ def from_pennylane(
     for gate in gates:
         ops.append(Op(gate.name, gate.wires, tuple(next(it) for _ in gate.params)))
     return CircuitTemplate(
-        int(n_qubits), tuple(ops), input_names, weight_names, traced_obs, shots, label
+        int(n_qubits), tuple(ops), input_names, weight_names, traced_obs, shots, label, tuple(derived)
     ).check()
 
 
-def _fit_angles(tracer: _Tracer, symbols: tuple[str, ...]) -> tuple[list[_Gate], list[Angle], tuple[list, list]]:
-    """Trace at probe points and fit every gate angle as ``scale * symbol + offset``.
+def _fit_angles(
+    tracer: _Tracer, symbols: tuple[str, ...]
+) -> tuple[list[_Gate], list[Angle], list[ex.Expr], tuple[list, list]]:
+    """Trace at probe points and fit every gate angle as ``scale * symbol + offset``, or as a
+    derived input (a function of the inputs, traced symbolically).
 
-    Returns the gates, their angles (flattened, in gate order) and the measurements
-    of the base and check traces.
+    Returns the gates, their angles (flattened, in gate order), the derived inputs and the
+    measurements of the base and check traces.
     """
     label, n_inputs = tracer.label, tracer.n_inputs
     rng = np.random.default_rng(7)
@@ -162,37 +176,222 @@ def _fit_angles(tracer: _Tracer, symbols: tuple[str, ...]) -> tuple[list[_Gate],
         moved, _ = tracer.trace(probe, same_as=gates, moved=symbols[k])
         slopes[k] = (_angle_vector(moved) - angles0) / steps[k]
     depends = np.abs(slopes) * steps[:, None] > 1e-10 * (1.0 + np.abs(angles0))
+    moved, moved_measurements = tracer.trace(check, same_as=gates, moved="the inputs and weights")
+    actual = _angle_vector(moved)
 
     flat = [(g, j) for g in gates for j in range(len(g.params))]
-    angles: list[Angle] = []
+    angles: list[Angle | None] = []
     for i, (gate, j) in enumerate(flat):
         uses = np.flatnonzero(depends[:, i])
-        if len(uses) > 1:
-            raise CircuitError(
-                f"circuit {label!r}, {gate.where}: angle {j} depends on {', '.join(symbols[k] for k in uses)}; "
-                "an angle may depend on at most one input or weight"
-            )
         if len(uses) == 0:
             angles.append(Angle.const(angles0[i]))
             continue
         k = int(uses[0])
         scale = slopes[k, i]
         offset = angles0[i] - scale * base[k]
-        angles.append(
-            Angle.input(k, scale, offset) if k < n_inputs else Angle.weight(k - n_inputs, scale, offset)
-        )
+        a = Angle.input(k, scale, offset) if k < n_inputs else Angle.weight(k - n_inputs, scale, offset)
+        fits = len(uses) == 1 and abs(_evaluate(a, check, n_inputs) - actual[i]) <= 1e-8 * (1.0 + abs(actual[i]))
+        angles.append(a if fits else None)  # None: not affine in one symbol; traced symbolically below
 
-    moved, moved_measurements = tracer.trace(check, same_as=gates, moved="the inputs and weights")
-    predicted = np.array([_evaluate(a, check, n_inputs) for a in angles])
-    actual = _angle_vector(moved)
-    bad = np.flatnonzero(np.abs(predicted - actual) > 1e-8 * (1.0 + np.abs(actual)))
-    if bad.size:
-        gate, j = flat[int(bad[0])]
+    derived: list[ex.Expr] = []
+    other = [i for i, a in enumerate(angles) if a is None]
+    if other:
+        formulas = _symbolic_angles(tracer, base, gates, [flat[i] for i in other], symbols)
+        for i, e in zip(other, formulas):
+            gate, j = flat[i]
+            where = f"circuit {label!r}, {gate.where}: angle {j}"
+            _check_formula(e, where, symbols, n_inputs, check, actual[i])
+            if e not in derived:
+                derived.append(e)
+            angles[i] = Angle.input(n_inputs + derived.index(e))
+    return gates, angles, derived, (measurements, moved_measurements)
+
+
+def _symbolic_angles(tracer: _Tracer, base: np.ndarray, gates: list[_Gate], wanted: list[tuple[_Gate, int]],
+                     symbols: tuple[str, ...]) -> list[ex.Expr]:
+    """The formulas of the ``wanted`` angles, from one trace with symbols in place of the numbers."""
+    n = tracer.n_inputs
+    values = np.empty(len(symbols), dtype=object)
+    for k, v in enumerate(base):
+        values[k] = _Traced(ex.input(k) if k < n else ex.weight(k - n), float(v))
+    try:
+        sym_gates, _ = tracer.trace(values, same_as=gates, moved="the symbols")
+    except CircuitError:
+        raise
+    except Exception as exc:  # the user's code, or PennyLane's, could not work on symbols
+        gate, j = wanted[0]
         raise CircuitError(
-            f"circuit {label!r}, {gate.where}: angle {j} is not affine in one input or weight "
-            "(such as sin(x) or x * w); template angles must have the form a * symbol + b"
-        )
-    return gates, angles, (measurements, moved_measurements)
+            f"circuit {tracer.label!r}, {gate.where}: angle {j} is not affine in one input or weight, and "
+            f"tracing its formula failed ({type(exc).__name__}: {_one_line(exc)}); compute that feature "
+            "classically and pass it in as an input") from None
+    where = {id(g): s for g, s in zip(gates, sym_gates)}
+    return [_Traced.lift(where[id(g)].params[j]).expr for g, j in wanted]
+
+
+def _check_formula(e: ex.Expr, where: str, symbols: tuple[str, ...], n_inputs: int, point: np.ndarray,
+                   actual: float) -> None:
+    """A traced formula is a function of the inputs alone, and gives the traced angle at ``point``."""
+    kinds = {kind for kind, _ in e.symbols()}
+    names = ", ".join(symbols[i if kind == "input" else n_inputs + i] for kind, i in sorted(e.symbols()))
+    if "weight" in kinds and "input" in kinds:
+        raise CircuitError(
+            f"{where} mixes inputs and weights ({names}); a template angle is a function of the inputs or affine "
+            "in one weight, not both: rotate by the input part and the weight part in two gates, or compute the "
+            "product classically (e.g. in a torch layer) and pass it in as an input")
+    if "weight" in kinds or not kinds:
+        raise CircuitError(f"{where} is not affine in weight(s) {names}; a weight must enter as a*w + b "
+                           "(functions of the inputs are fine: they become derived inputs)")
+    with np.errstate(all="ignore"):
+        got = float(ex.evaluate(e, point[None, :n_inputs], np)[0])
+    if not abs(got - actual) <= 1e-8 * (1.0 + abs(actual)):
+        raise CircuitError(
+            f"{where} depends on the inputs ({names}) in a way that changes with their values (branches or "
+            f"rounding on values?): the traced formula {e.format(symbols[:n_inputs])} gives {got} where the "
+            f"function gives {actual}; compute that feature classically and pass it in as an input")
+
+
+def _without_common_scale(amps: list[_Traced]) -> list[_Traced]:
+    """The amplitudes without a positive factor they all share (``normalize=True``'s ``1/|x|``): the
+    state's angles are ratios, so the formulas lose nothing and stay small."""
+
+    def factors(e: ex.Expr) -> tuple[ex.Expr, ...]:
+        return e.args if e.op == "mul" else (e,)
+
+    def positive(f: ex.Expr) -> bool:
+        inner = f.args[0] if f.op == "pow" and f.args[1].is_const else f
+        return inner.op in ("sqrt", "exp") or (inner.op == "pow" and inner.args[1].is_const and
+                                               inner.args[1].value % 2 == 0)
+
+    scaled = [a.expr for a in amps if not (a.expr.is_const and a.expr.value == 0.0)]
+    if not scaled:
+        return amps
+    common = [f for f in factors(scaled[0]) if positive(f) and all(f in factors(e) for e in scaled[1:])]
+    if not common:
+        return amps
+    out = []
+    for a in amps:
+        fs = list(factors(a.expr))
+        for f in common:
+            if f in fs:
+                fs.remove(f)
+        out.append(_Traced(ex.mul(*fs) if len(fs) != 1 else fs[0], a.val))  # val: only the sign matters here
+    return out
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+class _Traced:
+    """A symbol while a function is traced: its formula (``Expr``) and its value at the base point.
+
+    Arithmetic and numpy's functions build the formula; comparisons, ``float`` and ``bool``
+    use the value (code that branches on values is caught by ``_check_formula``, which
+    compares the formula with a trace at points on the other side of zero)."""
+
+    __slots__ = ("expr", "val")
+
+    def __init__(self, expr: ex.Expr, val: float):
+        self.expr, self.val = expr, val
+
+    @staticmethod
+    def lift(v: Any) -> _Traced:
+        if isinstance(v, _Traced):
+            return v
+        if isinstance(v, np.ndarray) and v.ndim == 0:
+            return _Traced.lift(v.item())
+        if isinstance(v, (complex, np.complexfloating)):
+            if v.imag:
+                raise TypeError(f"complex value {v}")
+            v = v.real
+        return _Traced(ex.const(float(v)), float(v))
+
+    def _op(self, name: str, *others: Any, fn: Callable[..., float]) -> _Traced:
+        args = [self] + [_Traced.lift(o) for o in others]
+        return _Traced(ex.apply(name, *(a.expr for a in args)), fn(*(a.val for a in args)))
+
+    def __add__(self, o):
+        return self._op("add", o, fn=lambda a, b: a + b)
+
+    def __radd__(self, o):
+        return _Traced.lift(o) + self
+
+    def __sub__(self, o):
+        return self + (-_Traced.lift(o))
+
+    def __rsub__(self, o):
+        return _Traced.lift(o) + (-self)
+
+    def __mul__(self, o):
+        return self._op("mul", o, fn=lambda a, b: a * b)
+
+    def __rmul__(self, o):
+        return _Traced.lift(o) * self
+
+    def __truediv__(self, o):
+        return self * _Traced.lift(o) ** -1.0
+
+    def __rtruediv__(self, o):
+        return _Traced.lift(o) * self ** -1.0
+
+    def __pow__(self, o):
+        return self._op("pow", o, fn=lambda a, b: a ** b)
+
+    def __rpow__(self, o):
+        return _Traced.lift(o) ** self
+
+    def __neg__(self):
+        return self * -1.0
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self._op("abs", fn=abs)
+
+    def __float__(self):
+        return float(self.val)
+
+    def __bool__(self):
+        return bool(self.val)
+
+    def __lt__(self, o):
+        return self.val < float(o)
+
+    def __le__(self, o):
+        return self.val <= float(o)
+
+    def __gt__(self, o):
+        return self.val > float(o)
+
+    def __ge__(self, o):
+        return self.val >= float(o)
+
+    def conjugate(self):  # the symbols are real
+        return self
+
+    def arctan2(self, o):
+        return self._op("arctan2", o, fn=np.arctan2)
+
+
+def _traced_function(name: str) -> Callable[[_Traced], _Traced]:
+    scalar = getattr(np, name)
+    return lambda self: self._op(name, fn=lambda v: float(scalar(v)))
+
+
+for _name in ("sin", "cos", "tan", "arcsin", "arccos", "arctan", "exp", "log", "sqrt"):
+    setattr(_Traced, _name, _traced_function(_name))
+
+
+def _register_traced() -> None:
+    """PennyLane dispatches on a value's type (autoray): symbols are handled as numpy scalars."""
+    import autoray
+
+    autoray.register_backend(_Traced, "numpy")
+
+
+_register_traced()
 
 
 class _Gate:
@@ -206,7 +405,10 @@ class _Gate:
 
 
 class _Tracer:
-    """Runs the user's function on given symbol values and lowers it to hqflow gates."""
+    """Runs the user's function on given symbol values and lowers it to hqflow gates.
+
+    Values are numbers, or ``_Traced`` symbols (an object array): then the gates' angles are
+    ``_Traced`` too, carrying their formulas."""
 
     def __init__(self, qfunc: Callable, n_qubits: int, n_inputs: int, label: str):
         self.qfunc, self.n_qubits, self.n_inputs, self.label = qfunc, n_qubits, n_inputs, label
@@ -215,17 +417,26 @@ class _Tracer:
         self, values: np.ndarray, first: bool = False, same_as: list[_Gate] | None = None, moved: str = ""
     ) -> tuple[list[_Gate], list]:
         x, w = values[: self.n_inputs].copy(), values[self.n_inputs :].copy()
+        symbolic = values.dtype == object
         with PENNYLANE_LOCK:
-            tape = qml.tape.make_qscript(self.qfunc)(x, w)
+            try:
+                tape = qml.tape.make_qscript(self.qfunc)(x, w)
+            except CircuitError:
+                raise
+            except Exception as exc:
+                if symbolic:
+                    raise
+                hint = ("; hqflow traces the function at sample inputs that are not normalized: use "
+                        "AmplitudeEmbedding(..., normalize=True)" if "norm" in str(exc) else "")
+                raise CircuitError(f"circuit {self.label!r}: calling it with sample inputs and weights failed: "
+                                   f"{type(exc).__name__}: {_one_line(exc)}{hint}") from None
             if first:
                 for item in list(tape.operations) + list(tape.measurements):
                     self.check_wires(item.wires, getattr(item, "name", type(item).__name__))
             with qml.QueuingManager.stop_recording():
-                gates = [
-                    g
-                    for k, op in enumerate(tape.operations)
-                    for g in self._lower(op, f"operation {k} ({op.name})", top=True)
-                ]
+                gates: list[_Gate] = []
+                for k, op in enumerate(tape.operations):
+                    self._lower(op, f"operation {k} ({op.name})", gates, symbolic, top=True)
         if same_as is not None and [g.key() for g in gates] != [g.key() for g in same_as]:
             raise CircuitError(
                 f"circuit {self.label!r}: the gate sequence changes with the values of {moved} "
@@ -242,28 +453,67 @@ class _Tracer:
                     f"0..{self.n_qubits - 1}"
                 )
 
-    def _lower(self, op: qml.operation.Operator, where: str, top: bool = False, depth: int = 0) -> list[_Gate]:
+    def _lower(self, op: qml.operation.Operator, where: str, out: list[_Gate], symbolic: bool, top: bool = False,
+               depth: int = 0) -> None:
+        """Append ``op``'s hqflow gates to ``out``."""
         if isinstance(op, qml.ops.MidMeasure) or isinstance(op, qml.ops.Conditional):
             raise CircuitError(f"circuit {self.label!r}: {where}: mid-circuit measurements are not supported")
         if op.name in _DROPPED:
-            return []
+            return
         hq = _FROM_PENNYLANE.get(op.name)
         if hq is not None:
             here = where if top else f"gate {op.name} on wires {list(op.wires)} (from {where})"
             if hq == "id":
-                return [_Gate("id", (int(w),), [], here) for w in op.wires]
-            params = []
-            for p in op.parameters:
-                if np.ndim(p) != 0 or np.iscomplexobj(p):
-                    raise CircuitError(f"{here}: angles must be real scalars, got {p!r}")
-                params.append(float(p))
-            return [_Gate(hq, tuple(int(w) for w in op.wires), params, here)]
+                out.extend(_Gate("id", (int(w),), [], here) for w in op.wires)
+                return
+            params = [self._angle(p, here, symbolic) for p in op.parameters]
+            out.append(_Gate(hq, tuple(int(w) for w in op.wires), params, here))
+            return
+        if isinstance(op, qml.StatePrep) and not getattr(op, "is_sparse", False):
+            self._state_prep(op, where, out, symbolic)
+            return
         if not op.has_decomposition or depth >= _MAX_DEPTH:
             raise CircuitError(
                 f"circuit {self.label!r}: {where}: {op.name} is not supported and has no decomposition into "
                 f"hqflow gates ({', '.join(sorted(GATES))})"
             )
-        return [g for sub in op.decomposition() for g in self._lower(sub, where, depth=depth + 1)]
+        for sub in op.decomposition():
+            self._lower(sub, where, out, symbolic, depth=depth + 1)
+
+    def _angle(self, p: Any, here: str, symbolic: bool) -> Any:
+        if symbolic and (isinstance(p, _Traced) or (isinstance(p, np.ndarray) and p.dtype == object)):
+            if np.ndim(p) != 0:
+                raise CircuitError(f"{here}: angles must be real scalars, got an array of shape {np.shape(p)}")
+            return _Traced.lift(p)
+        if np.ndim(p) != 0 or np.iscomplexobj(p):
+            raise CircuitError(f"{here}: angles must be real scalars, got {p!r}")
+        return _Traced.lift(float(p)) if symbolic else float(p)
+
+    def _state_prep(self, op: qml.operation.Operator, where: str, out: list[_Gate], symbolic: bool) -> None:
+        """``StatePrep``/``AmplitudeEmbedding`` of real amplitudes on untouched wires: an ``RY`` tree."""
+        wires = [int(w) for w in op.wires]
+        touched = sorted({w for g in out for w in g.wires}.intersection(wires))
+        if touched:
+            raise CircuitError(f"circuit {self.label!r}: {where}: {op.name} must come before any gate on its wires "
+                               f"(wire(s) {touched} already have gates); it prepares a state from |0...0>")
+        state = op.parameters[0]
+        if np.ndim(state) != 1:
+            raise CircuitError(f"circuit {self.label!r}: {where}: {op.name} takes one amplitude vector, got an "
+                               f"array of shape {np.shape(state)} (batches are rows of the inputs instead)")
+        try:
+            amps = [_Traced.lift(a) if symbolic else float(np.real_if_close(a, tol=1e6)) for a in state]
+        except (TypeError, ValueError):
+            amps = None
+        if amps is None or (not symbolic and np.iscomplexobj(np.real_if_close(np.asarray(state), tol=1e6))):
+            raise CircuitError(f"circuit {self.label!r}: {where}: {op.name} with complex amplitudes is not "
+                               "supported; hqflow prepares real amplitude vectors")
+        if symbolic:
+            amps = _without_common_scale(amps)
+            gates = amplitude_gates(amps, wires, lambda a: a.sqrt(), lambda y, x: y.arctan2(x))
+        else:
+            gates = amplitude_gates(amps, wires, np.sqrt, np.arctan2)
+        here = f"{where}: amplitude encoding"
+        out.extend(_Gate(name, ws, [a if symbolic else float(a) for a in angles], here) for name, ws, angles in gates)
 
 
 def _names(names: Sequence[str] | None, n: int, prefix: str, what: str) -> tuple[str, ...]:
@@ -370,9 +620,13 @@ def to_pennylane(template: CircuitTemplate) -> Callable[..., Any]:
     are several), or ``qml.probs`` over all wires when there are none.
     """
 
+    raw, template = template, template.lowered()
+
     def qfunc(inputs: Any = (), weights: Any = ()) -> Any:
         inputs, weights = _tensor(inputs), _tensor(weights)
         like = qml.math.get_interface(inputs, weights)
+        if raw.derived:  # the derived inputs, in the inputs' own interface (gradients flow through)
+            inputs = raw.encode(inputs, qml.math)
 
         def value(a: Angle) -> Any:
             if a.kind == "const":
@@ -386,7 +640,7 @@ def to_pennylane(template: CircuitTemplate) -> Callable[..., Any]:
         measured = [qml.expval(observable_to_pennylane(o)) for o in template.observables]
         return measured[0] if len(measured) == 1 else measured
 
-    qfunc.__name__ = template.name
+    qfunc.__name__ = raw.name
     return qfunc
 
 

@@ -177,21 +177,31 @@ def test_apply_template_queues_one_op_per_gate():
 # ----------------------------------------------------------------------- errors
 
 
-def test_non_affine_angles_are_rejected():
+def test_non_affine_angles_of_weights_and_mixed_angles_are_rejected():
     def sine(inputs, weights):
-        qml.RX(np.sin(inputs[0]), wires=0)
+        qml.RX(np.sin(weights[0]), wires=0)
         return qml.expval(qml.Z(0))
 
-    with pytest.raises(CircuitError, match=r"operation 0 \(RX\): angle 0 is not affine"):
-        from_pennylane(sine, 1, n_inputs=1)
+    with pytest.raises(CircuitError, match=r"operation 0 \(RX\): angle 0 is not affine in weight\(s\) w\[0\]"):
+        from_pennylane(sine, 1, n_weights=1)
 
     def product(inputs, weights):
         qml.Hadamard(0)
         qml.Rot(0.1, inputs[0] * weights[0], 0.2, wires=0)
         return qml.expval(qml.Z(0))
 
-    with pytest.raises(CircuitError, match=r"gate RY .*from operation 1 \(Rot\).*depends on x\[0\], w\[0\]"):
+    with pytest.raises(CircuitError, match=r"gate RY .*from operation 1 \(Rot\).*mixes inputs and weights "
+                                           r"\(x\[0\], w\[0\]\).*two gates"):
         from_pennylane(product, 1, n_inputs=1, n_weights=1)
+
+
+def test_a_formula_that_branches_on_values_is_rejected():
+    def folded(inputs, weights):
+        qml.RX(inputs[0] * inputs[1] if inputs[0] > 0 else -inputs[0] * inputs[1], wires=0)
+        return qml.expval(qml.Z(0))
+
+    with pytest.raises(CircuitError, match=r"changes with their values"):
+        from_pennylane(folded, 1, n_inputs=2)
 
 
 def test_value_dependent_gate_sequence_is_rejected():
