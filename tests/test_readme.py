@@ -53,3 +53,21 @@ def test_readme_torch_layer_snippet_trains_a_classifier():
     block = [b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "QuantumLayer" in b][0]
     namespace = runpy.run_path(str(_write(block)), run_name="readme_torch")
     assert namespace["accuracy"] >= 0.9
+
+
+def test_readme_feature_map_snippet_matches_statevector_and_default_qubit():
+    import numpy as np
+    import pennylane as qml
+    from qiskit.quantum_info import SparsePauliOp, Statevector
+
+    block = [b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "zz_feature_map" in b][0]
+    ns = runpy.run_path(str(_write(block)), run_name="readme_feature_maps")
+    circuit, x = ns["fmap"].compose(ns["ansatz"]), ns["x"]
+    params = list(ns["fmap"].parameters) + list(ns["ansatz"].parameters)
+    zz = SparsePauliOp.from_sparse_list([("ZZ", [0, 1], 1.0)], 2)
+    expected = [Statevector(circuit.assign_parameters(dict(zip(params, list(row[:2]) + [0.1] * 4))))
+                .expectation_value(zz).real for row in x]
+    np.testing.assert_allclose(ns["zz_values"][:, 0], expected, atol=1e-5)
+    dev = qml.device("default.qubit")
+    expected = [float(qml.QNode(ns["embed"], dev)(row, [0.3])) for row in x]
+    np.testing.assert_allclose(ns["amplitude_values"][:, 0], expected, atol=1e-5)
