@@ -85,7 +85,11 @@ def _parser() -> argparse.ArgumentParser:
                                     "spans.json and trace.json. Defaults: REINFORCE with the softmax-PQC policy "
                                     "(Jerbi et al. 2021) on the compiled simulator.")
     tr.add_argument("env", metavar="ENV", nargs="?", help="cartpole, acrobot, frozenlake, or any gymnasium id (CartPole-v1, MountainCar-v0, "
-                    "MODULE:ID for your own) (not with --resume)")
+                    "MODULE:ID for your own, or an id a package registers through a gymnasium.envs entry point) "
+                    "(not with --resume)")
+    tr.add_argument("--env-module", metavar="MODULE",
+                    help="import MODULE (it registers ENV) in every process that makes the environment; the same as "
+                         "ENV given as MODULE:ENV")
     tr.add_argument("--algo", default=None, help="reinforce (default), dqn or ppo")
     tr.add_argument("--policy", help="softmax-pqc (reinforce, ppo) or qvalue-pqc (dqn); default: the algorithm's")
     tr.add_argument("--backend", help="backend of the policy circuit (default: compiled)")

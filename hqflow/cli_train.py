@@ -3,6 +3,7 @@
     hqflow train cartpole                          # REINFORCE, softmax-PQC, compiled simulator
     hqflow train acrobot --algo ppo --seed 3
     hqflow train frozenlake --algo dqn --episodes 500
+    hqflow train MyEnv-v0 --env-module mypkg.envs  # your own (or mypkg.envs:MyEnv-v0, or an entry point)
     hqflow train cartpole --distribution pipelined --staleness 1 --backend emulated-qpu
     hqflow train cartpole --backend emulated-qpu --backend-opt per_job=0.05 --pool 2 \
         --backend-opt 1:failure_rate=0.2          # two emulated QPUs, the second flaky
@@ -104,6 +105,19 @@ def _importable_cwd() -> None:
         sys.path.insert(0, os.getcwd())
 
 
+def _with_module(env: str, module: str) -> str:
+    """``ENV`` with ``--env-module MODULE``: ``MODULE:ENV``, the form every process imports MODULE from."""
+    from hqflow.workloads.rl.envs import SPECS
+
+    if not all(part.isidentifier() for part in module.split(".")):
+        raise UsageError(f"--env-module {module!r}: expected a module name such as mypkg.envs")
+    if ":" in env:
+        raise UsageError(f"--env-module {module!r} with {env!r}: give the module once, as MODULE:ID or --env-module")
+    if env in SPECS:
+        raise UsageError(f"--env-module is for an id that MODULE registers, not the short name {env!r}")
+    return f"{module}:{env}"
+
+
 def _caused_by(exc: BaseException, kind: type) -> bool:
     """Whether ``kind`` is in ``exc``'s chain of causes (a fragment's error wraps its job's)."""
     seen = set()
@@ -123,8 +137,8 @@ def cmd_train(args) -> int:
     from .progress import Progress
 
     if args.resume:
-        if args.env or args.algo or args.policy or args.backend or args.seed is not None or args.set \
-                or args.episodes or args.staleness is not None or args.distribution != "auto" \
+        if args.env or args.env_module or args.algo or args.policy or args.backend or args.seed is not None \
+                or args.set or args.episodes or args.staleness is not None or args.distribution != "auto" \
                 or args.backend_opt or args.pool:  # --budget may change
             raise UsageError("--resume takes the run's own settings; give only --resume RUN_DIR (and --json)")
         try:
@@ -141,6 +155,8 @@ def cmd_train(args) -> int:
         if not args.env:
             raise UsageError("give an environment (cartpole, acrobot, frozenlake, a gymnasium id such as CartPole-v1, "
                              "or MODULE:ID) or --resume RUN_DIR")
+        if args.env_module:
+            args.env = _with_module(args.env, args.env_module)
         if ":" in args.env:
             _importable_cwd()
         algo = args.algo or "reinforce"
@@ -166,7 +182,7 @@ def cmd_train(args) -> int:
             raise UsageError(str(exc)) from None
         run_dir = args.run_dir
         if run_dir is None:  # runs/ALGO-ENV-seedN, then -2, -3, ... : never over an earlier run
-            base = os.path.join("runs", f"{algo}-{cfg.env}-seed{cfg.seed}")
+            base = os.path.join("runs", f"{algo}-{cfg.env.replace('/', '-')}-seed{cfg.seed}")  # a namespace/ID too
             run_dir, k = base, 1
             while os.path.exists(run_dir):
                 k += 1

@@ -24,9 +24,15 @@ Encodings (``EnvSpec.encode``; the policy then multiplies each feature by its tr
   the feature π·b, so with λ = 1 the encoding RX flips the qubit exactly where b = 1.
 
 Any other registered gymnasium id works too (``CartPole-v1``, ``MountainCar-v0``, ...), and
-so does a user's own: ``"mypkg.envs:MyEnv-v0"`` imports ``mypkg.envs`` (which registers
-it) first, in every process that makes the env, as ``gymnasium.make`` does. The encoding
-follows the observation space (one feature per qubit):
+so does a user's own, in every process that makes the env (Ray's workers too):
+
+* ``"mypkg.envs:MyEnv-v0"`` imports ``mypkg.envs`` (which registers it) first, as
+  ``gymnasium.make`` does (``hqflow train MyEnv-v0 --env-module mypkg.envs`` says the same);
+* an id that nothing registered yet is looked for in the installed packages' ``gymnasium.envs``
+  entry points (``load_plugin_envs``; gymnasium 1.x no longer loads them itself): an entry point
+  ``mypkg = mypkg.envs:register_envs`` registers ``mypkg/MyEnv-v0`` (``__root__ = ...``: ``MyEnv-v0``).
+
+The encoding follows the observation space (one feature per qubit):
 
 * ``Box`` of shape ``[n]``: each finite coordinate scaled from its bounds onto [-1, 1];
   an unbounded one squashed by ``2/π · arctan``;
@@ -37,10 +43,12 @@ head, actions in [-1, 1]^d scaled onto the bounds); anything else is a ``ValueEr
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib
 import math
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -190,21 +198,60 @@ class OneHotEncoder:
         return np.pi * (index[:, None] == np.arange(self.n))
 
 
+PLUGIN_GROUP = "gymnasium.envs"
+"""The entry-point group of packages that register gymnasium environments (gymnasium 0.26-0.29 loaded it
+on import; gymnasium 1.x no longer does, so ``get_spec`` loads it for an id nobody registered yet)."""
+_PLUGINS_LOADED: set[tuple[str, str]] = set()
+_PLUGINS_LOCK = threading.Lock()
+
+
+def load_plugin_envs() -> list[str]:
+    """Register the environments of every installed package's ``gymnasium.envs`` entry point not loaded
+    yet in this process, as gymnasium 0.29's ``load_plugin_envs`` did: the entry point's name is the
+    namespace of the ids it registers (``__root__``: none, ``mypkg``: ``mypkg/Env-v0``) and its value a
+    function that registers them (``mypkg.envs:register_envs``), or a module that does on import.
+    Returns what failed, one short line each (the others still load)."""
+    from importlib.metadata import entry_points
+
+    failed = []
+    with _PLUGINS_LOCK:
+        for ep in entry_points(group=PLUGIN_GROUP):
+            if (ep.name, ep.value) in _PLUGINS_LOADED:
+                continue
+            _PLUGINS_LOADED.add((ep.name, ep.value))
+            root = ep.name in ("__root__", "__internal__")
+            try:
+                with contextlib.nullcontext() if root else gym.envs.registration.namespace(ep.name):
+                    target = ep.load()
+                    if callable(target):
+                        target()
+            except Exception as exc:  # a broken plugin must not hide the others
+                line = (str(exc).splitlines() or [""])[0][:200]
+                failed.append(f"{ep.name} = {ep.value} failed: {type(exc).__name__}: {line}")
+    return failed
+
+
 @functools.lru_cache(maxsize=64)
 def _from_gym(name: str, encoding: str = "auto", kwargs: tuple = ()) -> EnvSpec:
     module, _, env_id = name.rpartition(":")
+    failed: list[str] = []
     if module:
         try:
             importlib.import_module(module)
         except ImportError as exc:
             raise ValueError(f"environment {name!r}: cannot import {module!r} ({exc})") from None
+    if env_id not in gym.registry:
+        failed = load_plugin_envs()  # an id a package registers through its entry point
     try:
         gym_spec = gym.spec(env_id)
     except gym.error.Error as exc:
         known = ", ".join(sorted(SPECS))
         hint = f" ({exc})" if "version" in str(exc).lower() else ""  # gymnasium names the current version
+        if failed:
+            hint += f" (the {PLUGIN_GROUP} entry point{'s' if len(failed) > 1 else ''} {'; '.join(failed)})"
         raise ValueError(f"unknown environment {name!r}: not a short name ({known}) nor a registered gymnasium id"
-                         f"{hint}; for your own, give MODULE:ID, MODULE registering ID") from None
+                         f"{hint}; for your own, give MODULE:ID or --env-module MODULE (MODULE registering ID), "
+                         f"or install a package registering it through a {PLUGIN_GROUP!r} entry point") from None
     try:
         env = gym.make(name, **dict(kwargs))
     except Exception as exc:  # a missing extra (box2d, mujoco, ...) or the env's own failure
@@ -323,4 +370,5 @@ class FreshEnvs:
         self.vector.close()
 
 
-__all__ = ["SPECS", "EnvSpec", "FreshEnvs", "get_spec", "make_env", "reset_finished", "vector_env"]
+__all__ = ["PLUGIN_GROUP", "SPECS", "EnvSpec", "FreshEnvs", "get_spec", "load_plugin_envs", "make_env", "reset_finished",
+           "vector_env"]
