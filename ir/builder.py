@@ -10,8 +10,11 @@ Angles may be numbers or affine expressions ``a * symbol + b`` of one symbol.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+import numpy as np
 
 from .circuit import Angle, CircuitError, CircuitTemplate, Observable, Op
 from .gates import GATES
@@ -80,8 +83,24 @@ class Circuit:
     def gate(self, name: str, wires: Iterable[int], *angles: float | Sym) -> Circuit:
         if name not in GATES:
             raise CircuitError(f"unknown gate {name!r}; known gates: {', '.join(sorted(GATES))}")
-        coerced = tuple(a.angle() if isinstance(a, Sym) else Angle.const(a) for a in angles)
-        self._ops.append(Op(name, tuple(int(w) for w in wires), coerced))
+        spec = GATES[name]
+        wires = tuple(wires)
+        for w in wires:
+            if isinstance(w, bool) or not isinstance(w, (int, np.integer)):
+                order = f"{name}({', '.join(['angle'] * spec.num_params + ['wire'] * spec.num_wires)})"
+                raise CircuitError(f"gate {name!r}: wire {w!r} is not an integer (the arguments are {order})")
+        coerced = []
+        for a in angles:
+            if isinstance(a, Sym):
+                coerced.append(a.angle())
+                continue
+            if isinstance(a, bool) or not isinstance(a, (int, float, np.integer, np.floating)):
+                raise CircuitError(f"gate {name!r}: angle {a!r} is not a number or a symbol expression")
+            coerced.append(Angle.const(a))
+        for a in coerced:
+            if not (math.isfinite(a.scale) and math.isfinite(a.offset)):
+                raise CircuitError(f"gate {name!r} on wire(s) {list(wires)}: angle {_angle_text(a)} is not finite")
+        self._ops.append(Op(name, tuple(int(w) for w in wires), tuple(coerced)))
         return self
 
     def __getattr__(self, name: str):
@@ -106,3 +125,7 @@ class Circuit:
             shots,
             self.name,
         ).check()
+
+
+def _angle_text(a: Angle) -> str:
+    return f"{a.offset}" if a.kind == "const" else f"{a.scale} * {a.kind}[{a.index}] + {a.offset}"

@@ -19,8 +19,10 @@ Everything is a frozen dataclass of tuples, so a template is hashable and its
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -88,16 +90,21 @@ class PauliTerm:
         found = _TERM.findall(compact)
         if "".join(p + w for p, w in found) != compact:
             raise CircuitError(
-                f"cannot parse Pauli term {text!r}: use letters I/X/Y/Z each followed by a wire, e.g. 'Z0 Z1'"
+                f"cannot parse Pauli term {_clip(text)}: use letters I/X/Y/Z each followed by a wire, e.g. 'Z0 Z1'"
             )
+        if any(len(w) > 9 for _, w in found):
+            raise CircuitError(f"Pauli term {_clip(text)}: a wire number has more than 9 digits")
         wires = [int(w) for _, w in found]
-        repeated = sorted({w for w in wires if wires.count(w) > 1})
+        counts = collections.Counter(wires)
+        repeated = sorted(w for w, k in counts.items() if k > 1)
         if repeated:
             raise CircuitError(f"Pauli term {text!r} names wire {repeated[0]} twice")
         try:
             c = float(coeff)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise CircuitError(f"Pauli term {text!r}: coefficient {coeff!r} is not a real number") from None
+        if not math.isfinite(c):
+            raise CircuitError(f"Pauli term {text!r}: coefficient {coeff!r} is not finite")
         return PauliTerm(c, tuple(sorted((int(w), p) for p, w in found if p != "I")))
 
     @property
@@ -129,7 +136,7 @@ class Observable:
         except (TypeError, ValueError) as exc:
             why = f"{exc}; " if isinstance(exc, CircuitError) else ""
             raise CircuitError(
-                f"cannot read observable {obs!r}: {why}give 'Z0 Z1' or a list of (coeff, 'Z0 Z1') pairs"
+                f"cannot read observable {_clip(obs)}: {why}give 'Z0 Z1' or a list of (coeff, 'Z0 Z1') pairs"
             ) from None
         if not terms:
             raise CircuitError("an observable needs at least one term")
@@ -267,16 +274,16 @@ class CircuitTemplate:
     def _find_problems(self) -> list[str]:
         out: list[str] = []
         if not isinstance(self.n_qubits, int) or self.n_qubits < 1:
-            return [f"circuit {self.name!r}: n_qubits must be a positive integer, got {self.n_qubits!r}"]
+            return [f"circuit {_clip(self.name)}: n_qubits must be a positive integer, got {self.n_qubits!r}"]
         for names, what in ((self.input_names, "input"), (self.weight_names, "weight")):
             if len(set(names)) != len(names):
-                out.append(f"circuit {self.name!r}: duplicate {what} names in {list(names)}")
+                out.append(f"circuit {_clip(self.name)}: duplicate {what} names in {list(names)}")
         clash = set(self.input_names) & set(self.weight_names)
         if clash:
-            out.append(f"circuit {self.name!r}: parameters {sorted(clash)} are both inputs and weights")
+            out.append(f"circuit {_clip(self.name)}: parameters {sorted(clash)} are both inputs and weights")
         used = {"input": set(), "weight": set()}
         for k, op in enumerate(self.ops):
-            where = f"circuit {self.name!r}, op {k} ({op.name})"
+            where = f"circuit {_clip(self.name)}, op {k} ({op.name})"
             spec = GATES.get(op.name)
             if spec is None:
                 out.append(f"{where}: unknown gate {op.name!r}; known gates: {', '.join(sorted(GATES))}")
@@ -294,6 +301,9 @@ class CircuitTemplate:
             if len(op.angles) != spec.num_params:
                 out.append(f"{where}: takes {spec.num_params} angle(s), got {len(op.angles)}")
             for a in op.angles:
+                if not (isinstance(a, Angle) and _finite(a.scale) and _finite(a.offset)):
+                    out.append(f"{where}: angle {a!r} is not a finite number or affine symbol")
+                    continue
                 if a.kind == "const":
                     continue
                 count = self.n_columns if a.kind == "input" else self.n_weights
@@ -303,7 +313,7 @@ class CircuitTemplate:
                     used[a.kind].add(a.index)
         n_in = self.n_inputs
         for k, e in enumerate(self.derived):
-            where = f"circuit {self.name!r}, derived input {k}"
+            where = f"circuit {_clip(self.name)}, derived input {k}"
             if not isinstance(e, Expr):
                 out.append(f"{where}: must be an Expr, got {type(e).__name__}")
                 continue
@@ -321,16 +331,19 @@ class CircuitTemplate:
         for kind, names in (("input", self.input_names), ("weight", self.weight_names)):
             extra = [n for i, n in enumerate(names) if i not in used[kind]]
             if extra:
-                out.append(f"circuit {self.name!r}: extra {kind} parameter(s) {extra} not used by any gate")
+                out.append(f"circuit {_clip(self.name)}: extra {kind} parameter(s) {extra} not used by any gate")
         for j, obs in enumerate(self.observables):
+            text = _clip(str(obs))[1:-1]
+            if not all(_finite(t.coeff) for t in obs.terms):
+                out.append(f"circuit {_clip(self.name)}: observable {j} ({text}) has a coefficient that is not finite")
             bad = [w for w in obs.wires if not 0 <= w < self.n_qubits]
             if bad:
                 out.append(
-                    f"circuit {self.name!r}: observable {j} ({obs}) acts on qubit(s) {bad} "
+                    f"circuit {_clip(self.name)}: observable {j} ({text}) acts on qubit(s) {_few(bad)} "
                     f"but the circuit has only {self.n_qubits} qubits"
                 )
         if self.shots is not None and (not isinstance(self.shots, int) or self.shots < 1):
-            out.append(f"circuit {self.name!r}: shots must be a positive integer or None, got {self.shots!r}")
+            out.append(f"circuit {_clip(self.name)}: shots must be a positive integer or None, got {self.shots!r}")
         return out
 
     def check(self) -> CircuitTemplate:
@@ -385,7 +398,7 @@ class CircuitTemplate:
 
     def __str__(self) -> str:
         lines = [
-            f"CircuitTemplate {self.name!r}: {self.n_qubits} qubits, {len(self.ops)} ops, "
+            f"CircuitTemplate {_clip(self.name)}: {self.n_qubits} qubits, {len(self.ops)} ops, "
             f"{self.n_inputs} inputs" + (f" (+{len(self.derived)} derived)" if self.derived else "")
             + f", {self.n_weights} weights, "
             + (f"{self.shots} shots" if self.shots else "exact")
@@ -395,6 +408,22 @@ class CircuitTemplate:
         for j, o in enumerate(self.observables):
             lines.append(f"  <O{j}> = {o}")
         return "\n".join(lines)
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    """``repr`` of user text for a message: escaped (no control characters reach the terminal) and short."""
+    r = repr(text)
+    return r if len(r) <= limit else r[: limit - 4] + "...'"
+
+
+def _few(items: list, k: int = 5) -> str:
+    """A list for a message: its first ``k`` items, and how many more."""
+    head = ", ".join(str(i) for i in items[:k])
+    return f"[{head}]" if len(items) <= k else f"[{head}, ... {len(items) - k} more]"
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _replace(t: CircuitTemplate, **changes) -> CircuitTemplate:

@@ -42,6 +42,7 @@ holds ``PENNYLANE_LOCK``.
 """
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -55,6 +56,7 @@ from .gates import GATES
 from .stateprep import amplitude_gates
 
 PENNYLANE_LOCK = threading.RLock()
+_LIBRARIES = ("numpy", "pennylane", "autoray", "scipy", "hqflow.ir")
 
 
 def _adjoint(cls: type) -> Callable[..., qml.operation.Operator]:
@@ -193,10 +195,11 @@ def _fit_angles(
         fits = len(uses) == 1 and abs(_evaluate(a, check, n_inputs) - actual[i]) <= 1e-8 * (1.0 + abs(actual[i]))
         angles.append(a if fits else None)  # None: not affine in one symbol; traced symbolically below
 
+    traced = _symbolic_trace(tracer, base, gates, symbols)
     derived: list[ex.Expr] = []
     other = [i for i, a in enumerate(angles) if a is None]
     if other:
-        formulas = _symbolic_angles(tracer, base, gates, [flat[i] for i in other], symbols)
+        formulas = _symbolic_angles(tracer, gates, traced, [flat[i] for i in other])
         for i, e in zip(other, formulas):
             gate, j = flat[i]
             where = f"circuit {label!r}, {gate.where}: angle {j}"
@@ -207,23 +210,43 @@ def _fit_angles(
     return gates, angles, derived, (measurements, moved_measurements)
 
 
-def _symbolic_angles(tracer: _Tracer, base: np.ndarray, gates: list[_Gate], wanted: list[tuple[_Gate, int]],
-                     symbols: tuple[str, ...]) -> list[ex.Expr]:
-    """The formulas of the ``wanted`` angles, from one trace with symbols in place of the numbers."""
+def _symbolic_trace(tracer: _Tracer, base: np.ndarray, gates: list[_Gate],
+                    symbols: tuple[str, ...]) -> tuple[list[_Gate] | None, Exception | None]:
+    """One trace with symbols in place of the numbers: its gates (angles carry formulas), or the
+    error that stopped it. A comparison of a symbol in the user's code (a branch on a value) is a
+    ``CircuitError``: the probes cannot see a branch whose threshold lies beyond them."""
     n = tracer.n_inputs
     values = np.empty(len(symbols), dtype=object)
     for k, v in enumerate(base):
         values[k] = _Traced(ex.input(k) if k < n else ex.weight(k - n), float(v))
+    _Traced.compared = []
     try:
         sym_gates, _ = tracer.trace(values, same_as=gates, moved="the symbols")
     except CircuitError:
         raise
     except Exception as exc:  # the user's code, or PennyLane's, could not work on symbols
+        return None, exc
+    finally:
+        compared, _Traced.compared = _Traced.compared, None
+    if compared:
+        e, op, other = compared[0]
+        raise CircuitError(
+            f"circuit {tracer.label!r}: the function compares {e.format(symbols[:n], symbols[n:])} {op} {other} "
+            "(control flow on the values of inputs or weights); a template needs a gate sequence that does not "
+            "depend on the values: compute such choices classically, outside the circuit")
+    return sym_gates, None
+
+
+def _symbolic_angles(tracer: _Tracer, gates: list[_Gate], traced: tuple[list[_Gate] | None, Exception | None],
+                     wanted: list[tuple[_Gate, int]]) -> list[ex.Expr]:
+    """The formulas of the ``wanted`` angles, from the symbolic trace."""
+    sym_gates, exc = traced
+    if sym_gates is None:
         gate, j = wanted[0]
         raise CircuitError(
             f"circuit {tracer.label!r}, {gate.where}: angle {j} is not affine in one input or weight, and "
             f"tracing its formula failed ({type(exc).__name__}: {_one_line(exc)}); compute that feature "
-            "classically and pass it in as an input") from None
+            "classically and pass it in as an input")
     where = {id(g): s for g, s in zip(gates, sym_gates)}
     return [_Traced.lift(where[id(g)].params[j]).expr for g, j in wanted]
 
@@ -291,6 +314,7 @@ class _Traced:
     compares the formula with a trace at points on the other side of zero)."""
 
     __slots__ = ("expr", "val")
+    compared: list | None = None  # while tracing: the comparisons of symbols made outside the libraries
 
     def __init__(self, expr: ex.Expr, val: float):
         self.expr, self.val = expr, val
@@ -354,19 +378,32 @@ class _Traced:
         return float(self.val)
 
     def __bool__(self):
+        self._note("!=", 0)
         return bool(self.val)
 
     def __lt__(self, o):
+        self._note("<", o)
         return self.val < float(o)
 
     def __le__(self, o):
+        self._note("<=", o)
         return self.val <= float(o)
 
     def __gt__(self, o):
+        self._note(">", o)
         return self.val > float(o)
 
     def __ge__(self, o):
+        self._note(">=", o)
         return self.val >= float(o)
+
+    def _note(self, op: str, other: Any) -> None:
+        """Record a comparison made by the user's code (numpy's and PennyLane's own checks, such as a
+        norm's ``allclose``, validate values and do not choose gates)."""
+        caller = sys._getframe(2).f_globals.get("__name__", "")
+        if _Traced.compared is not None and not caller.startswith(_LIBRARIES):
+            shown = other.expr.format() if isinstance(other, _Traced) else repr(other)
+            _Traced.compared.append((self.expr, op, shown))
 
     def conjugate(self):  # the symbols are real
         return self

@@ -200,8 +200,19 @@ def test_a_formula_that_branches_on_values_is_rejected():
         qml.RX(inputs[0] * inputs[1] if inputs[0] > 0 else -inputs[0] * inputs[1], wires=0)
         return qml.expval(qml.Z(0))
 
-    with pytest.raises(CircuitError, match=r"changes with their values"):
+    with pytest.raises(CircuitError, match=r"compares x\[0\] > 0 \(control flow on the values"):
         from_pennylane(folded, 1, n_inputs=2)
+
+
+def test_a_branch_on_an_input_beyond_the_probe_points_is_rejected():
+    def f(inputs, weights):  # the probes lie in [-1.25, 2.25]: their gate sequences all agree
+        qml.RY(inputs[0], 1)
+        if inputs[0] > 2.5:
+            qml.X(0)
+        return qml.expval(qml.Z(0))
+
+    with pytest.raises(CircuitError, match=r"compares x\[0\] > 2.5"):
+        from_pennylane(f, 2, n_inputs=1)
 
 
 def test_value_dependent_gate_sequence_is_rejected():
