@@ -576,3 +576,39 @@ def test_four_term_rule_on_half_and_unit_frequencies():
         two = sum(c * (f(t0 + s) - f(t0 - s)) for c, s in SHIFT_RULES["two-term"])
         if abs(a) > 0.1:
             assert two != pytest.approx(exact, abs=1e-6)
+
+
+# ----------------------------------------------------------------------- hardening (issue 14)
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: Circuit(2).rx(0.3, 1.5), r"wire 1.5 is not an integer \(the arguments are rx\(angle, wire\)\)"),
+        (lambda: Circuit(2).rx(0, 0.7), r"wire 0.7 is not an integer"),
+        (lambda: Circuit(2).rx(float("nan"), 0), r"angle nan is not finite"),
+        (lambda: (lambda c: c.rx(float("inf") * c.inputs("x", 1)[0], 0))(Circuit(1)), r"is not finite"),
+        (lambda: Circuit(1).rx("a", 0), r"angle 'a' is not a number"),
+        (lambda: Circuit(1).rx(0.1, 0).build([[(float("nan"), "Z0")]]), r"coefficient nan is not finite"),
+        (lambda: Circuit(1).rx(0.1, 0).build(["Z" + "1" * 5000]), r"more than 9 digits"),
+    ],
+)
+def test_bad_builder_arguments_are_one_line_errors(build, message):
+    with pytest.raises(CircuitError, match=message) as info:
+        build()
+    assert "\n" not in str(info.value) and len(str(info.value)) < 400
+
+
+def test_a_pauli_term_on_many_wires_is_checked_quickly_and_reported_briefly():
+    import time
+
+    start = time.perf_counter()
+    with pytest.raises(CircuitError, match=r"acts on qubit\(s\) \[1, 2, 3, 4, 5, \.\.\. 59994 more\]") as info:
+        Circuit(1).rx(0.1, 0).build([" ".join(f"Z{i}" for i in range(60000))])
+    assert time.perf_counter() - start < 5 and len(str(info.value)) < 400
+
+
+def test_template_problems_escape_control_characters_in_names():
+    t = CircuitTemplate(0, (), name="evil\n\x1b[2K\u202e")
+    (problem,) = t.problems()
+    assert "\n" not in problem and "\x1b" not in problem and "\u202e" not in problem
