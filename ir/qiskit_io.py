@@ -7,7 +7,15 @@
 Qiskit qubit ``i`` becomes hqflow wire ``i``; ops keep their wire roles
 (``cx(control, target)`` is ``Op("cx", (control, target))``). Gates outside
 ``hqflow.ir.gates.GATES`` are decomposed with Qiskit's transpiler, barriers and
-final measurements are dropped and the global phase is ignored.
+final measurements (``measure_all()`` included) are dropped: a template's
+observables say what is measured, and a template without observables is sampled
+on every wire. The global phase is ignored, and a parameter that appears only in
+it is left out of the template (with a warning when it was listed).
+``PauliEvolutionGate`` is decomposed by Qiskit's transpiler: terms that do not
+commute become one first-order Trotter step, as the transpiler's default
+synthesis makes them, which differs from the exact exponential ``Statevector``
+uses; synthesize the evolution yourself (``LieTrotter(reps=...)``, ``SuzukiTrotter``)
+for a finer one.
 
 An angle affine in one parameter (``a * p + b``) stays a plain angle. Any other
 function of the *inputs* (products such as ``ZZFeatureMap``'s ``2 (π - x0)(π - x1)``,
@@ -19,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import io
+import warnings
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -67,7 +76,15 @@ def from_qiskit(
         raise CircuitError(f"from_qiskit expects a qiskit QuantumCircuit, got {type(qc).__name__}")
     name = qc.name if name is None else name
     input_names, weight_names = _names(inputs, "inputs"), _names(weights, "weights")
-    _check_parameters(qc, input_names, weight_names, name)
+    phase_only = _phase_only(qc)
+    if phase_only:
+        listed = [n for n in input_names + weight_names if n in phase_only]
+        if listed:
+            warnings.warn(f"circuit {name!r}: parameter(s) {listed} appear only in the global phase, on which no "
+                          "expectation value or probability depends; the template leaves them out", stacklevel=2)
+        input_names = [n for n in input_names if n not in phase_only]
+        weight_names = [n for n in weight_names if n not in phase_only]
+    _check_parameters(qc, input_names, weight_names, name, phase_only)
     symbols = {n: ("input", i) for i, n in enumerate(input_names)}
     symbols.update({n: ("weight", j) for j, n in enumerate(weight_names)})
     unitary = _unitary_part(qc, symbols)
@@ -189,7 +206,18 @@ def _names(items: Iterable, what: str) -> list[str]:
     return names
 
 
-def _check_parameters(qc: QuantumCircuit, input_names: list[str], weight_names: list[str], name: str) -> None:
+def _phase_only(qc: QuantumCircuit) -> set[str]:
+    """Names of the parameters that appear in the global phase and in no gate."""
+    phase = qc.global_phase
+    if not isinstance(phase, ParameterExpression):
+        return set()
+    in_gates = {p.name for inst in qc.data for v in getattr(inst.operation, "params", ())
+                if isinstance(v, ParameterExpression) for p in v.parameters}
+    return {p.name for p in phase.parameters} - in_gates
+
+
+def _check_parameters(qc: QuantumCircuit, input_names: list[str], weight_names: list[str], name: str,
+                      phase_only: set[str] = frozenset()) -> None:
     both = sorted(set(input_names) & set(weight_names))
     if both:
         raise CircuitError(f"circuit {name!r}: parameter(s) {both} listed as both inputs and weights")
@@ -197,7 +225,7 @@ def _check_parameters(qc: QuantumCircuit, input_names: list[str], weight_names: 
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise CircuitError(f"circuit {name!r}: parameter(s) {twice} listed twice in {what}")
-    in_circuit = [p.name for p in qc.parameters]
+    in_circuit = [p.name for p in qc.parameters if p.name not in phase_only]
     unbound = [n for n in in_circuit if n not in input_names and n not in weight_names]
     if unbound:
         raise CircuitError(

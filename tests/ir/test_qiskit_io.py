@@ -297,3 +297,16 @@ def test_qpy_round_trip_keeps_special_angles():
 def test_qpy_bad_data():
     with pytest.raises(CircuitError, match=r"cannot decode QPY data for circuit 'circuit'"):
         template_from_qpy("not base64 at all!", (), ())
+
+
+def test_a_parameter_only_in_the_global_phase_is_accepted_listed_or_not():
+    a, t = Parameter("a"), Parameter("t")
+    qc = QuantumCircuit(1)
+    qc.rx(a, 0)
+    qc.global_phase = t + a
+    assert from_qiskit(qc, weights=[a], observables=["Z0"]).weight_names == ("a",)
+    with pytest.warns(UserWarning, match=r"\['t'\] appear only in the global phase"):
+        template = from_qiskit(qc, weights=[a, t], observables=["Z0"])
+    assert template.weight_names == ("a",)
+    value = ReferenceBackend().submit(CircuitBatch.make(template, None, [0.4])).result().values[0, 0]
+    assert value == pytest.approx(np.cos(0.4))
