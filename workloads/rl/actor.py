@@ -102,15 +102,17 @@ ChooseFn = Callable[[np.ndarray, np.random.Generator], np.ndarray]
 
 
 def fresh_episodes(choose: ChooseFn, envs: FreshEnvs, n_episodes: int, seed,
-                   label: str = "envs") -> tuple[list[Episode], int]:
+                   label: str = "envs", encode: Callable | None = None) -> tuple[list[Episode], int]:
     """``n_episodes`` fresh episodes of one group, in waves of its envs, ordered by wave then env:
     ``(episodes, circuit rows)``; generator ``np.random.default_rng(seed)``. Inside a fragment with
-    a job client, each time step's environment work is a span in lane ``LANE/label``."""
+    a job client, each time step's environment work is a span in lane ``LANE/label``. ``encode``:
+    raw observations -> features (``envs.ObsEncoder``, which may keep running statistics; None:
+    ``envs.spec.encode``)."""
     if n_episodes == 0:
         return [], 0
     rng = np.random.default_rng(seed)
     reset_seeds = rng.integers(0, 2**31 - 1, n_episodes)
-    encode, episodes, rows = envs.spec.encode, [], 0
+    encode, episodes, rows = encode or envs.spec.encode, [], 0
     for start in range(0, n_episodes, len(envs)):
         n = min(len(envs), n_episodes - start)
         obs = encode(envs.reset(reset_seeds[start: start + n]))
@@ -132,7 +134,8 @@ def fresh_episodes(choose: ChooseFn, envs: FreshEnvs, n_episodes: int, seed,
 
 
 def continuous_episodes(choose: ChooseFn, spec: EnvSpec, sizes: list[int], n_episodes: int, seeds: list,
-                        carries: list | None) -> tuple[list[Episode], list[Carry], int]:
+                        carries: list | None, encoders: Sequence[Callable] | None = None
+                        ) -> tuple[list[Episode], list[Carry], int]:
     """The next ``n_episodes`` whole episodes of all groups, with autoreset: ``(episodes, carries, rows)``.
 
     The groups run side by side in lockstep time steps (rounds): after each round, once
@@ -140,9 +143,11 @@ def continuous_episodes(choose: ChooseFn, spec: EnvSpec, sizes: list[int], n_epi
     ``n_episodes``; so no group runs ahead of the stop, and the groups finish together.
     It takes the first ``n_episodes`` in (round, group, env) order; the rest carry over.
     ``carries`` (one per group, None: new from ``seeds``) are copied, never changed.
+    ``encoders``: each group's raw observations -> features (None: ``spec.encode``).
     """
-    carries = [_new_carry(spec, n, seed) if c is None else c.copy()  # the loop edge's value stays as it was
-               for n, seed, c in zip(sizes, seeds, carries or [None] * len(sizes))]
+    encoders = list(encoders or [spec.encode] * len(sizes))
+    carries = [_new_carry(spec, n, seed, enc) if c is None else c.copy()  # the loop edge's value stays as it was
+               for n, seed, c, enc in zip(sizes, seeds, carries or [None] * len(sizes), encoders)]
     total = lambda: sum(len(c.done) for c in carries)  # noqa: E731
     stop = [total() >= n_episodes]
 
@@ -170,7 +175,7 @@ def continuous_episodes(choose: ChooseFn, spec: EnvSpec, sizes: list[int], n_epi
                             c.partial[i] = ([], [], [])
                     if done.any():  # the next episodes, seeded from the group's generator
                         raw = reset_finished(c.envs, done, c.rng)
-                    c.obs = spec.encode(raw)
+                    c.obs = encoders[g](raw)
                 c.rounds += 1
                 barrier.wait()
         except threading.BrokenBarrierError:
@@ -194,10 +199,10 @@ def _work(label: str):
     return nullcontext() if client is None else client.work(label)
 
 
-def _new_carry(spec: EnvSpec, n_envs: int, seed) -> Carry:
+def _new_carry(spec: EnvSpec, n_envs: int, seed, encode: Callable) -> Carry:
     envs = vector_env(spec, n_envs)
     rng = np.random.default_rng(seed)
-    obs = spec.encode(envs.reset(seed=[int(s) for s in rng.integers(0, 2**31 - 1, n_envs)])[0])
+    obs = encode(envs.reset(seed=[int(s) for s in rng.integers(0, 2**31 - 1, n_envs)])[0])
     return Carry(envs, rng, obs, [([], [], []) for _ in range(n_envs)])
 
 

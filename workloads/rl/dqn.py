@@ -28,7 +28,7 @@ mean return is 1). Returns are those of the ε-greedy training episodes.
 
 The loop is two fragments (the protocol of ``hqflow.workloads.rl.runner``):
 
-* ``act(policy, envs, cfg, step) -> Batch`` (the actor): ``episodes_per_update`` episodes
+* ``act(policy, envs, cfg, step, carry) -> (Batch, carry)`` (the actor): ``episodes_per_update`` episodes
   side by side, ε-greedy with the policy's parameters, ε from the episode index, the env
   resets and coins from a numpy ``Generator`` seeded with ``(seed, step)``: deterministic.
   A batch-1 forward per step, and only for the envs that act greedily.
@@ -56,7 +56,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from hqflow.workloads.rl.envs import FreshEnvs, get_spec
+from hqflow.workloads.rl.envs import FreshEnvs, ObsEncoder, get_spec
 from hqflow.workloads.rl.policies import ENCODINGS, QValuePQC
 
 LOSSES = ("huber", "mse")
@@ -75,7 +75,8 @@ class Config:
     """environment short name (``hqflow.workloads.rl.envs.SPECS``)"""
     obs_encoding: str = "auto"
     """how observations become circuit features: "auto" (the short name's own, else by the space), "box",
-    "binary" or "onehot" (``hqflow.workloads.rl.envs.get_spec``)"""
+    "running" (running statistics where a Box is unbounded: actor state, carried and checkpointed), "binary"
+    or "onehot" (``hqflow.workloads.rl.envs.get_spec``)"""
     n_qubits: int | None = None
     """circuit width; None takes the environment's (4 for CartPole and FrozenLake)"""
     n_layers: int = 5
@@ -209,14 +210,16 @@ def snapshot(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
 # --- the actor -------------------------------------------------------------------------------
 
 @torch.no_grad()
-def act(policy, envs: FreshEnvs, cfg: Config, step: int) -> Batch:
-    """Update ``step``'s episodes, ε-greedy with the policy's current parameters."""
+def act(policy, envs: FreshEnvs, cfg: Config, step: int,
+        carry: dict | None = None) -> tuple[Batch, dict | None]:
+    """Update ``step``'s episodes, ε-greedy with the policy's current parameters: ``(batch, carry)``; the
+    carry holds the running statistics of a ``running`` observation encoding (``init_carry``)."""
     first = step * cfg.episodes_per_update
     n = min(cfg.episodes_per_update, cfg.max_episodes - first)
     rng = np.random.default_rng([cfg.seed, step])
     reset_seeds = rng.integers(0, 2**31 - 1, n)
     eps = epsilon(cfg, first + np.arange(n))
-    n_actions, encode = envs.spec.n_actions, envs.spec.encode
+    n_actions, encode = envs.spec.n_actions, ObsEncoder(envs.spec, (carry or {}).get("obs_stats"))
     obs = encode(envs.reset(reset_seeds))
     alive, returns, rows, evals = np.arange(n), np.zeros(n), [], 0
     while alive.size:
@@ -232,7 +235,16 @@ def act(policy, envs: FreshEnvs, cfg: Config, step: int) -> Batch:
         done = terminated | truncated
         alive, obs = alive[~done], next_obs[~done]
     s, a, r, s2, term = (np.concatenate(parts) for parts in zip(*rows))
-    return Batch(s, a.astype(np.int64), r.astype(np.float32), s2, term, returns, evals)
+    stats = ObsEncoder.merge(encode.start, [encode])
+    return Batch(s, a.astype(np.int64), r.astype(np.float32), s2, term, returns, evals), \
+        None if stats is None else {"obs_stats": stats}
+
+
+def init_carry(cfg: Config) -> dict | None:
+    """What the actor carries from one update to the next: ``obs_stats``, the running statistics of a
+    ``running`` observation encoding (``envs.ObsStats``); None without one (rollouts are independent)."""
+    stats = get_spec(cfg.env, cfg.obs_encoding).new_stats()
+    return None if stats is None else {"obs_stats": stats}
 
 
 # --- the learner -----------------------------------------------------------------------------
@@ -333,11 +345,12 @@ def train(cfg: Config = Config(), progress=None) -> dict:
     try:
         policy = make_policy(cfg)
         optimizer, envs, extra = make_optimizer(policy, cfg), make_envs(cfg), init_extra(cfg, policy)
+        carry = init_carry(cfg)
         window, threshold = solve_window(cfg), solved_threshold(cfg)
         returns, solved_at, env_steps, evals = [], None, 0, 0
         t0 = time.perf_counter()
         for k in range(math.ceil(cfg.max_episodes / cfg.episodes_per_update)):
-            batch = act(policy, envs, cfg, k)
+            batch, carry = act(policy, envs, cfg, k, carry)
             before = extra["updates"]
             metrics, extra = learn(policy, optimizer, batch, cfg, extra, k)
             returns += batch.episode_returns.tolist()
@@ -360,5 +373,5 @@ def train(cfg: Config = Config(), progress=None) -> dict:
             "circuit_evals_per_s": evals / seconds, "gradient_steps": extra["updates"], "params": snapshot(policy)}
 
 
-__all__ = ["Batch", "Config", "act", "epsilon", "init_extra", "learn", "make_envs", "make_optimizer", "make_policy",
-           "observables", "setting", "snapshot", "solve_window", "solved_threshold", "td_update", "train"]
+__all__ = ["Batch", "Config", "act", "epsilon", "init_carry", "init_extra", "learn", "make_envs", "make_optimizer",
+           "make_policy", "observables", "setting", "snapshot", "solve_window", "solved_threshold", "td_update", "train"]

@@ -34,9 +34,18 @@ so does a user's own, in every process that makes the env (Ray's workers too):
 
 The encoding follows the observation space (one feature per qubit):
 
-* ``Box`` of shape ``[n]``: each finite coordinate scaled from its bounds onto [-1, 1];
-  an unbounded one squashed by ``2/π · arctan``;
-* ``Discrete(n)``: the index in binary, ``ceil(log2 n)`` qubits, bit b -> π·b (as FrozenLake).
+* ``Box`` of shape ``[n]``: each coordinate with bounds scaled from them onto [-1, 1]; an
+  unbounded one (infinite, or float32's largest value) squashed by ``2/π · arctan`` (``box``),
+  or with ``running`` normalized by running statistics, as gymnasium's ``NormalizeObservation``
+  does (z = (x - mean) / sqrt(var + 1e-8), then clip(z, -3, 3) / 3). The statistics
+  (``ObsStats``) are actor state: every observation the actor encodes updates them
+  (``ObsEncoder``), the actor's carry takes them from one update to the next, so checkpoints
+  hold them and a resumed run goes on bit for bit, and a trained policy encodes with them
+  frozen (``EnvSpec.with_stats``; ``load_policy``). ``auto`` gives ``box``: on CartPole-v1 (the
+  one classic-control id with unbounded coordinates) it solved sooner than ``running`` with
+  REINFORCE (median 230 against 305 episodes over 10 seeds) and PPO (419 against 487, 5 seeds);
+* ``Discrete(n)``: the index in binary, ``ceil(log2 n)`` qubits, bit b -> π·b (as FrozenLake),
+  or one-hot (``onehot``, n qubits).
 
 Actions are ``Discrete``, or a bounded ``Box`` of shape ``[d]`` (continuous: PPO's Gaussian
 head, actions in [-1, 1]^d scaled onto the bounds); anything else is a ``ValueError``.
@@ -54,6 +63,7 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.wrappers.utils import update_mean_var_count_from_moments
 
 
 def _cartpole(obs: np.ndarray) -> np.ndarray:
@@ -92,6 +102,8 @@ class EnvSpec:
     action_low: tuple[float, ...] | None = None
     """continuous actions (a Box): their lower bounds, one per dimension (``n_actions`` of them); None: discrete"""
     action_high: tuple[float, ...] | None = None
+    obs_encoding: str = "auto"
+    """the encoding's name as ``get_spec`` takes it ("auto" only for a short name's own)"""
 
     @property
     def continuous(self) -> bool:
@@ -110,9 +122,25 @@ class EnvSpec:
         """The actions of a vector env's ``step`` for one policy action per env (``env_action`` of each)."""
         return [self.env_action(a) for a in actions]
 
-    def encode(self, obs) -> np.ndarray:
-        """Raw observations (one or a stack of them) -> features ``[n, n_features]`` float32."""
-        return self._encode(obs).astype(np.float32)
+    def encode(self, obs, stats: ObsStats | None = None) -> np.ndarray:
+        """Raw observations (one or a stack of them) -> features ``[n, n_features]`` float32; ``stats``:
+        the running statistics of a ``running`` encoding (None: the ones it holds, else none seen yet)."""
+        return (self._encode(obs) if stats is None else self._encode(obs, stats)).astype(np.float32)
+
+    @property
+    def running(self) -> bool:
+        """Whether the encoding keeps running statistics (some coordinates of a Box are unbounded)."""
+        return isinstance(self._encode, RunningBoxEncoder) and self._encode.n_running > 0
+
+    def new_stats(self) -> ObsStats | None:
+        """The running statistics before any observation (None: the encoding keeps none)."""
+        return ObsStats.start(self._encode.n_running) if self.running else None
+
+    def with_stats(self, stats: ObsStats | None) -> EnvSpec:
+        """This spec with its running statistics frozen at ``stats`` (what a trained policy is evaluated with)."""
+        if not self.running or stats is None:
+            return self
+        return dataclasses.replace(self, _encode=dataclasses.replace(self._encode, stats=stats))
 
     def make(self) -> gym.Env:
         return gym.make(self.gym_id, **dict(self.kwargs))
@@ -131,7 +159,10 @@ SPECS: dict[str, EnvSpec] = {
 }
 
 
-OBS_ENCODINGS = ("auto", "box", "binary", "onehot")
+OBS_ENCODINGS = ("auto", "box", "running", "binary", "onehot")
+AUTO_BOX = "box"
+"""What ``auto`` gives a Box that is not a short name's: ``box`` (unbounded coordinates by ``2/π·arctan``),
+not ``running`` (by running statistics), measured on CartPole-v1 (module docstring)."""
 
 
 def get_spec(name: str, encoding: str = "auto") -> EnvSpec:
@@ -139,8 +170,10 @@ def get_spec(name: str, encoding: str = "auto") -> EnvSpec:
     gymnasium id, ``"module:Id"`` for one that ``module`` registers (``ValueError`` otherwise).
 
     ``encoding`` overrides how observations become features: ``"auto"`` (a short name's own
-    encoding, else by the space), ``"box"`` (a Box scaled from its bounds), ``"binary"`` or
-    ``"onehot"`` (a Discrete index: ⌈log₂ n⌉ bits, or n of them, each bit b -> π·b)."""
+    encoding, else by the space: ``AUTO_BOX`` for a Box, binary for a Discrete), ``"box"`` (a Box
+    scaled from its bounds, ``2/π·arctan`` where unbounded), ``"running"`` (the same, but running
+    statistics where unbounded), ``"binary"`` or ``"onehot"`` (a Discrete index: ⌈log₂ n⌉ bits, or n
+    of them, each bit b -> π·b)."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"an environment is a short name or a gymnasium id, got {name!r}")
     if encoding not in OBS_ENCODINGS:
@@ -154,6 +187,22 @@ def get_spec(name: str, encoding: str = "auto") -> EnvSpec:
     return _from_gym(name, encoding)
 
 
+def _bounded(low, high) -> np.ndarray:
+    """Which coordinates of a Box have bounds to scale from: finite, below float32's largest value (which
+    many environments write for "unbounded"), and high > low."""
+    low, high = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
+    huge = float(np.finfo(np.float32).max)
+    return np.isfinite(low) & np.isfinite(high) & (np.abs(low) < huge) & (np.abs(high) < huge) & (high > low)
+
+
+def legacy_encoding(name: str, encoding: str) -> str:
+    """The encoding a run recorded as ``encoding`` was trained with: "auto" from before runs recorded the
+    encoding it stood for meant "box" for a Box that is not a short name's, whatever "auto" means now."""
+    if encoding != "auto" or name in SPECS:
+        return encoding
+    return "box" if get_spec(name).obs_encoding in ("box", "running") else encoding
+
+
 @dataclass(frozen=True)
 class BoxEncoder:
     """A ``Box`` observation onto [-1, 1] per coordinate: by its bounds, or ``2/π·arctan`` if unbounded."""
@@ -164,10 +213,116 @@ class BoxEncoder:
     def __call__(self, obs) -> np.ndarray:
         x = np.asarray(obs, dtype=np.float64).reshape(-1, len(self.low))
         low, high = np.array(self.low), np.array(self.high)
-        finite = np.isfinite(low) & np.isfinite(high) & (high > low)
+        finite = _bounded(low, high)
         out = np.arctan(x) * (2 / np.pi)
         out[:, finite] = 2 * (x[:, finite] - low[finite]) / (high[finite] - low[finite]) - 1
         return out
+
+
+@dataclass(frozen=True, eq=False)
+class ObsStats:
+    """Running mean and variance of some observation coordinates, as gymnasium's ``RunningMeanStd``
+    keeps them (float64; ``merged`` is its update, Chan et al.'s parallel algorithm). Never changed
+    in place: ``merged`` returns a new one."""
+
+    mean: np.ndarray
+    var: np.ndarray
+    count: float
+
+    @classmethod
+    def start(cls, n: int) -> ObsStats:
+        """Before any observation: mean 0, variance 1, count 1e-4 (gymnasium's)."""
+        return cls(np.zeros(n), np.ones(n), 1e-4)
+
+    @classmethod
+    def nothing(cls, n: int) -> ObsStats:
+        """No observations (count 0): merging it changes nothing."""
+        return cls(np.zeros(n), np.zeros(n), 0.0)
+
+    @classmethod
+    def of(cls, x) -> ObsStats:
+        """The mean and (population) variance of the rows of ``x`` ``[k, n]``."""
+        x = np.asarray(x, dtype=np.float64)
+        return cls(x.mean(axis=0), x.var(axis=0), float(len(x))) if len(x) else cls.nothing(x.shape[1])
+
+    def merged(self, other: ObsStats) -> ObsStats:
+        """These statistics updated with ``other``'s observations."""
+        if other.count == 0:
+            return self
+        if self.count == 0:
+            return other
+        return ObsStats(*update_mean_var_count_from_moments(self.mean, self.var, self.count, other.mean, other.var,
+                                                            other.count))
+
+    def state(self) -> dict:
+        """As plain values (``count``, ``mean``, ``var`` lists), e.g. for JSON."""
+        return {"count": float(self.count), "mean": self.mean.tolist(), "var": self.var.tolist()}
+
+
+RUNNING_CLIP = 3.0
+"""A normalized coordinate z = (x - mean) / sqrt(var + 1e-8) becomes the feature clip(z, -3, 3) / 3."""
+
+
+@dataclass(frozen=True)
+class RunningBoxEncoder:
+    """A ``Box`` observation onto [-1, 1] per coordinate: by its bounds where it has them, else by
+    running statistics: z = (x - mean) / sqrt(var + 1e-8) (gymnasium's ``NormalizeObservation``),
+    clipped to ±``RUNNING_CLIP`` and divided by it. ``stats`` (``ObsStats`` of the unbounded
+    coordinates): frozen ones a trained policy is evaluated with; None, and none given: none seen yet."""
+
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+    stats: ObsStats | None = None
+
+    @property
+    def unbounded(self) -> np.ndarray:
+        """The indices of the coordinates kept by running statistics."""
+        return np.flatnonzero(~_bounded(self.low, self.high))
+
+    @property
+    def n_running(self) -> int:
+        return len(self.unbounded)
+
+    def observed(self, obs) -> np.ndarray:
+        """The coordinates of raw observations that the statistics keep: ``[k, n_running]`` float64."""
+        return np.asarray(obs, dtype=np.float64).reshape(-1, len(self.low))[:, self.unbounded]
+
+    def __call__(self, obs, stats: ObsStats | None = None) -> np.ndarray:
+        stats = stats or self.stats or ObsStats.start(self.n_running)
+        x = np.asarray(obs, dtype=np.float64).reshape(-1, len(self.low))
+        out = BoxEncoder(self.low, self.high)(x)
+        z = (x[:, self.unbounded] - stats.mean) / np.sqrt(stats.var + 1e-8)
+        out[:, self.unbounded] = np.clip(z, -RUNNING_CLIP, RUNNING_CLIP) / RUNNING_CLIP
+        return out
+
+
+class ObsEncoder:
+    """An actor's encoding of observations (``encode(raw) -> features``). With running statistics
+    (``spec.running``) it works as gymnasium's ``NormalizeObservation``: every batch of observations
+    first updates the statistics, then is normalized by them. The statistics are ``start`` (the
+    update's, from the actor's carry; None: ``spec.new_stats()``) merged with what this encoder has taken
+    in (``seen``), so
+    that groups running side by side each see their own, and ``merge`` adds them up in a fixed order."""
+
+    def __init__(self, spec: EnvSpec, start: ObsStats | None = None):
+        self.spec = spec
+        self.start = (spec.new_stats() if start is None else start) if spec.running else None
+        self.seen = None if self.start is None else ObsStats.nothing(spec._encode.n_running)
+
+    def __call__(self, raw) -> np.ndarray:
+        if self.start is None:
+            return self.spec.encode(raw)
+        self.seen = self.seen.merged(ObsStats.of(self.spec._encode.observed(raw)))
+        return self.spec.encode(raw, self.start.merged(self.seen))
+
+    @staticmethod
+    def merge(start: ObsStats | None, encoders: Sequence[ObsEncoder]) -> ObsStats | None:
+        """``start`` updated with what each encoder took in, in their order (None: no statistics kept)."""
+        if start is None:
+            return None
+        for enc in encoders:
+            start = start.merged(enc.seen)
+        return start
 
 
 @dataclass(frozen=True)
@@ -261,15 +416,18 @@ def _from_gym(name: str, encoding: str = "auto", kwargs: tuple = ()) -> EnvSpec:
     finally:
         env.close()
     encode, n_features = _encoder(name, obs_space, encoding)
+    kinds = {BoxEncoder: "box", RunningBoxEncoder: "running", BinaryEncoder: "binary", OneHotEncoder: "onehot"}
+    kind = kinds[type(encode)]
     solved = float(gym_spec.reward_threshold if gym_spec.reward_threshold is not None else math.inf)
     if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1 and act_space.shape[0] >= 1 \
             and np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high)):
         low, high = (tuple(float(v) for v in b) for b in (act_space.low, act_space.high))
-        return EnvSpec(name, name, kwargs, n_features, max(n_features, len(low)), len(low), solved, encode, low, high)
+        return EnvSpec(name, name, kwargs, n_features, max(n_features, len(low)), len(low), solved, encode, low, high,
+                       kind)
     if not isinstance(act_space, gym.spaces.Discrete) or int(act_space.start) != 0:
         raise ValueError(f"environment {name!r} has action space {_describe(act_space)}; supported: Discrete(n) (from 0), "
                          "and a bounded Box of shape [d] (with --algo ppo)")
-    return EnvSpec(name, name, kwargs, n_features, n_features, int(act_space.n), solved, encode)
+    return EnvSpec(name, name, kwargs, n_features, n_features, int(act_space.n), solved, encode, obs_encoding=kind)
 
 
 def _describe(space) -> str:
@@ -283,16 +441,18 @@ def _describe(space) -> str:
 
 def _encoder(name: str, space, encoding: str = "auto") -> tuple[Callable, int]:
     if isinstance(space, gym.spaces.Box) and len(space.shape) == 1 and space.shape[0] >= 1:
-        if encoding not in ("auto", "box"):
+        if encoding not in ("auto", "box", "running"):
             raise ValueError(f"environment {name!r} has observation space {_describe(space)}: encoding {encoding!r} is for "
-                             "Discrete observations; use box or auto")
+                             "Discrete observations; use box, running or auto")
         low = tuple(float(v) for v in np.broadcast_to(space.low, space.shape))
         high = tuple(float(v) for v in np.broadcast_to(space.high, space.shape))
+        if (AUTO_BOX if encoding == "auto" else encoding) == "running":
+            return RunningBoxEncoder(low, high), space.shape[0]
         return BoxEncoder(low, high), space.shape[0]
     if isinstance(space, gym.spaces.Discrete) and space.n >= 2:
-        if encoding == "box":
-            raise ValueError(f"environment {name!r} has observation space {_describe(space)}: encoding 'box' is for Box "
-                             "observations; use binary, onehot or auto")
+        if encoding in ("box", "running"):
+            raise ValueError(f"environment {name!r} has observation space {_describe(space)}: encoding {encoding!r} is for "
+                             "Box observations; use binary, onehot or auto")
         if encoding == "onehot":
             return OneHotEncoder(int(space.n), int(space.start)), int(space.n)
         enc = BinaryEncoder(int(space.n), int(space.start))
@@ -370,5 +530,5 @@ class FreshEnvs:
         self.vector.close()
 
 
-__all__ = ["PLUGIN_GROUP", "SPECS", "EnvSpec", "FreshEnvs", "get_spec", "load_plugin_envs", "make_env", "reset_finished",
-           "vector_env"]
+__all__ = ["AUTO_BOX", "OBS_ENCODINGS", "PLUGIN_GROUP", "SPECS", "EnvSpec", "FreshEnvs", "ObsEncoder", "ObsStats",
+           "get_spec", "load_plugin_envs", "make_env", "reset_finished", "vector_env"]

@@ -26,8 +26,8 @@ Left out of CleanRL's defaults: learning-rate annealing and the clipped value lo
 The loop is two fragments that a dataflow runtime can call on their own (the protocol of
 ``hqflow.workloads.rl.runner``, at the bottom):
 
-* ``act(policy, envs, cfg, step) -> Batch`` (the actor): one no-grad forward of actor and
-  critic per time step for all envs, actions sampled with a numpy ``Generator`` seeded from
+* ``act(policy, envs, cfg, step, carry) -> (Batch, carry)`` (the actor): one no-grad forward of
+  actor and critic per time step for all envs, actions sampled with a numpy ``Generator`` seeded from
   ``(cfg.seed, step)``; it records states, actions, log π_old(a|s), rewards, dones, V_old(s)
   and V_old of the last states. Values are computed here, by the parameters that acted.
 * ``learn(policy, optimizer, batch, cfg, extra, step)`` (the learner): GAE, then
@@ -43,12 +43,13 @@ The loop is two fragments that a dataflow runtime can call on their own (the pro
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import gymnasium as gym
 import numpy as np
 import torch
-from hqflow.workloads.rl.envs import EnvSpec, get_spec, reset_finished, vector_env
+from hqflow.workloads.rl.envs import EnvSpec, ObsEncoder, get_spec, reset_finished, vector_env
 from hqflow.workloads.rl.policies import ENCODINGS, GaussianPQC, SoftmaxPQC
 from torch import nn
 
@@ -59,7 +60,8 @@ class Config:
     """environment short name (``hqflow.workloads.rl.envs.SPECS``)"""
     obs_encoding: str = "auto"
     """how observations become circuit features: "auto" (the short name's own, else by the space), "box",
-    "binary" or "onehot" (``hqflow.workloads.rl.envs.get_spec``)"""
+    "running" (running statistics where a Box is unbounded: actor state, carried and checkpointed), "binary"
+    or "onehot" (``hqflow.workloads.rl.envs.get_spec``)"""
     n_qubits: int | None = None
     """circuit width of the actor; None takes the environment's (4 for CartPole, 6 for Acrobot)"""
     n_layers: int = 5
@@ -207,11 +209,12 @@ def sample(log_probs: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 @torch.no_grad()
 def rollout(policy: ActorCritic, envs: gym.vector.SyncVectorEnv, spec: EnvSpec, num_steps: int, seed,
-            learner_rows: int = 0) -> Batch:
+            learner_rows: int = 0, encode: Callable | None = None) -> Batch:
     """``num_steps`` steps of every env in ``envs`` (``envs.vector_env``) from fresh, seeded episodes; an env
-    whose episode ends starts the next at once, seeded from the rollout's generator (``envs.reset_finished``)."""
+    whose episode ends starts the next at once, seeded from the rollout's generator (``envs.reset_finished``).
+    ``encode``: raw observations -> features (``envs.ObsEncoder``; None: ``spec.encode``)."""
     rng = np.random.default_rng(seed)
-    n, encode = envs.num_envs, spec.encode
+    n, encode = envs.num_envs, encode or spec.encode
     everyone = np.arange(n)
     obs = encode(envs.reset(seed=[int(s) for s in rng.integers(0, 2**31 - 1, n)])[0])
     states = np.empty((num_steps, *obs.shape), np.float32)
@@ -340,11 +343,11 @@ def train(cfg: Config = Config(), progress=None) -> dict:
         spec = get_spec(cfg.env, cfg.obs_encoding)
         policy = make_policy(cfg)
         optimizer = make_optimizer(policy, cfg)
-        envs = make_envs(cfg)
+        envs, carry = make_envs(cfg), init_carry(cfg)
         returns, solved_at, env_steps, evals, updates = [], None, 0, 0, 0
         t0 = time.perf_counter()
         for k in range(max_updates(cfg)):
-            batch = act(policy, envs, cfg, k)
+            batch, carry = act(policy, envs, cfg, k, carry)
             metrics = update(policy, optimizer, batch, cfg, seed=[cfg.seed, k, 1])
             returns += batch.episode_returns.tolist()
             env_steps += batch.n_steps
@@ -412,10 +415,23 @@ def solved_threshold(cfg: Config) -> float:
     return get_spec(cfg.env, cfg.obs_encoding).solved
 
 
-def act(policy: ActorCritic, envs: gym.vector.SyncVectorEnv, cfg: Config, step: int) -> Batch:
-    """Update ``step``'s rollout: fresh episodes seeded from ``(cfg.seed, step)``."""
-    return rollout(policy, envs, get_spec(cfg.env, cfg.obs_encoding), cfg.num_steps, seed=[cfg.seed, step],
-                   learner_rows=cfg.update_epochs * cfg.num_envs * cfg.num_steps)
+def init_carry(cfg: Config) -> dict | None:
+    """What the actor carries from one rollout to the next: ``obs_stats``, the running statistics of a
+    ``running`` observation encoding (``envs.ObsStats``); None without one (rollouts are independent)."""
+    stats = get_spec(cfg.env, cfg.obs_encoding).new_stats()
+    return None if stats is None else {"obs_stats": stats}
+
+
+def act(policy: ActorCritic, envs: gym.vector.SyncVectorEnv, cfg: Config, step: int,
+        carry: dict | None = None) -> tuple[Batch, dict | None]:
+    """Update ``step``'s rollout: fresh episodes seeded from ``(cfg.seed, step)``: ``(batch, carry)``; running
+    observation statistics go on from the carry's (``init_carry``)."""
+    spec = get_spec(cfg.env, cfg.obs_encoding)
+    encode = ObsEncoder(spec, (carry or {}).get("obs_stats"))
+    batch = rollout(policy, envs, spec, cfg.num_steps, seed=[cfg.seed, step],
+                    learner_rows=cfg.update_epochs * cfg.num_envs * cfg.num_steps, encode=encode)
+    stats = ObsEncoder.merge(encode.start, [encode])
+    return batch, None if stats is None else {"obs_stats": stats}
 
 
 def learn(policy: ActorCritic, optimizer, batch: Batch, cfg: Config, extra, step: int) -> tuple[dict, dict]:
@@ -424,6 +440,6 @@ def learn(policy: ActorCritic, optimizer, batch: Batch, cfg: Config, extra, step
     return {"loss": metrics["loss"]}, extra
 
 
-__all__ = ["ActorCritic", "Batch", "Config", "act", "clipped_objective", "episodes_per_update", "gae", "learn",
-           "make_envs", "make_optimizer", "make_policy", "max_updates", "rollout", "sample", "snapshot",
+__all__ = ["ActorCritic", "Batch", "Config", "act", "clipped_objective", "episodes_per_update", "gae", "init_carry",
+           "learn", "make_envs", "make_optimizer", "make_policy", "max_updates", "rollout", "sample", "snapshot",
            "solved_threshold", "train", "update"]

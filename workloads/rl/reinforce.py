@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import torch
 from hqflow.workloads.rl import actor
-from hqflow.workloads.rl.envs import FreshEnvs, get_spec
+from hqflow.workloads.rl.envs import FreshEnvs, ObsEncoder, get_spec
 from hqflow.workloads.rl.policies import ENCODINGS, SoftmaxPQC, differentiates
 
 NORMALIZE = ("batch", "episode", "none")
@@ -43,7 +43,8 @@ class Config:
     """environment short name (``hqflow.workloads.rl.envs.SPECS``)"""
     obs_encoding: str = "auto"
     """how observations become circuit features: "auto" (the short name's own, else by the space), "box",
-    "binary" or "onehot" (``hqflow.workloads.rl.envs.get_spec``)"""
+    "running" (running statistics where a Box is unbounded: actor state, carried and checkpointed), "binary"
+    or "onehot" (``hqflow.workloads.rl.envs.get_spec``)"""
     n_qubits: int | None = None
     """circuit width; None takes the environment's (4 for CartPole)"""
     n_layers: int = 5
@@ -286,10 +287,14 @@ def make_envs(cfg: Config) -> list[FreshEnvs]:
     return [FreshEnvs(spec, n) for n in actor.split(cfg.num_envs or cfg.batch_episodes, cfg.groups or 1)]
 
 
-def init_carry(cfg: Config) -> list | None:
-    """What the actor carries from one update to the next: one ``actor.Carry`` per group (None:
-    made at the first update), or None without autoreset."""
-    return [None] * (cfg.groups or 1) if cfg.autoreset else None
+def init_carry(cfg: Config) -> dict | None:
+    """What the actor carries from one update to the next (None: nothing, so rollouts are independent):
+    ``groups``, one ``actor.Carry`` per group with autoreset (None: made at the first update), and
+    ``obs_stats``, the running statistics of a ``running`` observation encoding (``envs.ObsStats``)."""
+    stats = get_spec(cfg.env, cfg.obs_encoding).new_stats()
+    if not cfg.autoreset and stats is None:
+        return None
+    return {"groups": [None] * (cfg.groups or 1) if cfg.autoreset else None, "obs_stats": stats}
 
 
 def init_extra(cfg: Config, policy) -> None:
@@ -305,24 +310,33 @@ def solved_threshold(cfg: Config) -> float:
 
 
 @torch.no_grad()
-def act(policy, envs: list[FreshEnvs], cfg: Config, step: int, carry=None) -> tuple[Batch, list | None]:
+def act(policy, envs: list[FreshEnvs], cfg: Config, step: int,
+        carry: dict | None = None) -> tuple[Batch, dict | None]:
     """Update ``step``'s episodes, the groups side by side: ``(batch, carry)``.
 
     Without autoreset, group g runs its share of fresh episodes with a generator seeded
     from ``(seed, step, g)`` (``(seed, step)`` with one group). With autoreset the groups
-    run on from ``carry`` (first started from ``(seed, 7919, g)``)."""
+    run on from ``carry`` (first started from ``(seed, 7919, g)``). Running observation
+    statistics start from the carry's, each group takes in its own observations, and they
+    are added up in group order (``envs.ObsEncoder``)."""
     n = min(cfg.batch_episodes, cfg.max_episodes - step * cfg.batch_episodes)
-    groups, choose = cfg.groups or 1, sampler(policy)
+    groups, choose, spec = cfg.groups or 1, sampler(policy), get_spec(cfg.env, cfg.obs_encoding)
+    carry = carry or {"groups": None, "obs_stats": None}
+    encoders = [ObsEncoder(spec, carry["obs_stats"]) for _ in range(groups)]
     if cfg.autoreset:
         sizes = actor.split(cfg.num_envs or cfg.batch_episodes, groups)
-        episodes, carry, rows = actor.continuous_episodes(choose, get_spec(cfg.env, cfg.obs_encoding), sizes, n,
-                                                          [[cfg.seed, 7919, g] for g in range(groups)], carry)
-        return as_batch(episodes, rows), carry
-    quotas = actor.split(n, groups)
-    results = actor.run_groups(lambda g: actor.fresh_episodes(
-        choose, envs[g], quotas[g], [cfg.seed, step] if groups == 1 else [cfg.seed, step, g], f"envs{g}"),
-        list(range(groups)))
-    return as_batch([e for episodes, _ in results for e in episodes], sum(rows for _, rows in results)), None
+        episodes, carries, rows = actor.continuous_episodes(choose, spec, sizes, n,
+                                                            [[cfg.seed, 7919, g] for g in range(groups)],
+                                                            carry["groups"], encoders)
+    else:
+        quotas = actor.split(n, groups)
+        results = actor.run_groups(lambda g: actor.fresh_episodes(
+            choose, envs[g], quotas[g], [cfg.seed, step] if groups == 1 else [cfg.seed, step, g], f"envs{g}",
+            encoders[g]), list(range(groups)))
+        episodes, carries, rows = [e for eps, _ in results for e in eps], None, sum(r for _, r in results)
+    stats = ObsEncoder.merge(encoders[0].start, encoders)  # every group started from the same statistics
+    return as_batch(episodes, rows), (None if carries is None and stats is None else
+                                      {"groups": carries, "obs_stats": stats})
 
 
 def learn(policy, optimizer, batch: Batch, cfg: Config, extra, step: int) -> tuple[dict, None]:

@@ -7,8 +7,8 @@ The algorithm is written once (``reinforce``, ``dqn``, ``ppo``), as a module wit
 * ``act(policy, envs, cfg, step) -> batch`` (the actor: ``batch.episode_returns``,
   ``batch.n_steps`` and ``batch.circuit_evals``); deterministic for ``(cfg.seed, step)``;
   an actor that may keep state between updates (environments that run on, with
-  ``autoreset``) also has ``init_carry(cfg)`` (None when this config keeps none) and
-  ``act(..., carry) -> (batch, carry)``;
+  ``autoreset``; running statistics of the observations) also has ``init_carry(cfg)``
+  (None when this config keeps none) and ``act(..., carry) -> (batch, carry)``;
 * optionally ``resolve(cfg, in_process, devices) -> cfg``: settings that depend on the
   backend (``groups``, ``num_envs``, ``autoreset``), fixed once before the run so the
   run directory records them;
@@ -173,6 +173,18 @@ def initial_state(algo: str, cfg) -> dict:
     return state
 
 
+def _pinned_encoding(cfg, fresh: bool):
+    """``cfg`` with an ``obs_encoding`` of "auto" made the one it stands for now (box, running, binary,
+    onehot; a short name's own stays "auto"), so the run directory records it. A run from before
+    running statistics recorded "auto" where a Box then meant "box" (``load_policy`` reads it so too)."""
+    from hqflow.workloads.rl.envs import get_spec, legacy_encoding
+
+    if getattr(cfg, "obs_encoding", None) != "auto":
+        return cfg
+    name = get_spec(cfg.env).obs_encoding if fresh else legacy_encoding(cfg.env, "auto")
+    return cfg if name == "auto" else dataclasses.replace(cfg, obs_encoding=name)
+
+
 def default_distribution(in_process: bool):
     """``sync`` on a backend that runs in process (nothing to hide: threads would cost more than they
     overlap); on a job backend ``pipelined`` with staleness 1 and one actor, so the learner's work and
@@ -271,7 +283,7 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
         scheduler.setdefault("run_id", meta.get("run_id"))
         mod = algorithm(algo)
         cfg = mod.Config(**meta["config"])
-    cfg = cfg or mod.Config()
+    cfg = _pinned_encoding(cfg or mod.Config(), fresh=ckpt is None)
     in_process, devices = backend_facts(cfg.backend, backends)
     if policy_ is None:
         policy_ = default_distribution(in_process) if distribution in (None, "auto") else get_distribution(distribution)

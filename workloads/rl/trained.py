@@ -20,13 +20,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from hqflow.workloads.rl.envs import get_spec
+from hqflow.workloads.rl.envs import get_spec, legacy_encoding
 
 
 def load_policy(run_dir, backend: str | None = None) -> nn.Module:
     """The policy of a run directory at its last checkpoint, in eval mode (``backend``: run its
     circuit elsewhere than the run did, e.g. ``"compiled"`` for a run trained on a QPU).
-    ``policy.env_spec`` encodes observations; ``policy.config`` is the run's algorithm config."""
+    ``policy.env_spec`` encodes observations (with a ``running`` encoding, by the running statistics of the
+    checkpoint, frozen: ``policy.obs_stats``); ``policy.config`` is the run's algorithm config."""
     from hqflow.workloads.rl.runner import _load, algorithm, load_run
 
     meta, ckpt = load_run(run_dir)
@@ -34,12 +35,18 @@ def load_policy(run_dir, backend: str | None = None) -> nn.Module:
         raise ValueError(f"{run_dir} has no checkpoint.pt: train longer, or with --checkpoint-every 1")
     mod = algorithm(meta["algo"])
     cfg = mod.Config(**meta["config"])
+    cfg = dataclasses.replace(cfg, obs_encoding=legacy_encoding(cfg.env, cfg.obs_encoding))
     if backend is not None:
         cfg = dataclasses.replace(cfg, backend=backend)
     policy = mod.make_policy(cfg)
     _load(policy, ckpt["state"]["learn.params"])
     policy.eval()
-    policy.env_spec, policy.config = get_spec(cfg.env, getattr(cfg, "obs_encoding", "auto")), cfg
+    carry = ckpt["state"].get("rollout.carry", {}).get("value")
+    policy.obs_stats = carry.get("obs_stats") if isinstance(carry, dict) else None
+    spec = get_spec(cfg.env, cfg.obs_encoding)
+    if spec.running and policy.obs_stats is None:
+        raise ValueError(f"{run_dir}: its {spec.name} encoding keeps running statistics, but the checkpoint has none")
+    policy.env_spec, policy.config = spec.with_stats(policy.obs_stats), cfg
     return policy
 
 

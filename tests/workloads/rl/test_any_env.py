@@ -84,7 +84,7 @@ def test_continuous_actions_get_a_gaussian_head_in_ppo(tmp_path):
     cfg = ppo.Config(env="Pendulum-v1", n_layers=1, num_envs=2, num_steps=200, max_episodes=4, seed=0)
     policy = ppo.make_policy(cfg)
     assert policy.continuous
-    batch = ppo.act(policy, ppo.make_envs(cfg), cfg, 0)
+    batch = ppo.act(policy, ppo.make_envs(cfg), cfg, 0)[0]
     assert batch.actions.shape == (200, 2, 1) and batch.actions.dtype == np.float32 and len(batch.episode_returns) == 2
     with torch.no_grad():  # the rollout's log-probabilities are the policy's own
         d = policy.actor.dist(torch.from_numpy(batch.states[:5, 0]))

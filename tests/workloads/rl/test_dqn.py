@@ -44,17 +44,17 @@ def test_act_is_deterministic_and_epsilon_greedy():
     cfg = _small(episodes_per_update=3)
     policy, envs = D.make_policy(cfg), D.make_envs(cfg)
     before = D.snapshot(policy)
-    a, b = D.act(policy, envs, cfg, 4), D.act(policy, envs, cfg, 4)
+    a, b = D.act(policy, envs, cfg, 4)[0], D.act(policy, envs, cfg, 4)[0]
     for f in ("states", "actions", "rewards", "next_states", "terminated", "episode_returns"):
         assert np.array_equal(getattr(a, f), getattr(b, f))
     assert _equal_params(before, D.snapshot(policy))
     assert len(a.episode_returns) == 3 and a.n_steps == a.episode_returns.sum()  # CartPole pays 1 per step
     assert a.terminated.sum() == 3  # every episode ended by falling (none lasted 500 steps)
     assert 0 < a.circuit_evals < a.n_steps  # ε = 0.99^12..14: mostly random, a few greedy steps
-    assert not np.array_equal(D.act(policy, envs, cfg, 5).actions, a.actions)
+    assert not np.array_equal(D.act(policy, envs, cfg, 5)[0].actions, a.actions)
     # ε = 1: never evaluates the circuit; ε = 0: every step is greedy
-    assert D.act(policy, envs, _small(eps_min=1.0), 0).circuit_evals == 0
-    greedy = D.act(policy, envs, _small(eps_start=0.0, eps_min=0.0), 0)
+    assert D.act(policy, envs, _small(eps_min=1.0), 0)[0].circuit_evals == 0
+    greedy, _ = D.act(policy, envs, _small(eps_start=0.0, eps_min=0.0), 0)
     assert greedy.circuit_evals == greedy.n_steps
     # the next state of a transition is the state of the next one, within an episode
     np.testing.assert_array_equal(greedy.next_states[:-1], greedy.states[1:])
@@ -63,7 +63,7 @@ def test_act_is_deterministic_and_epsilon_greedy():
 def test_act_frozenlake_and_the_last_partial_update():
     cfg = _small(env="frozenlake", episodes_per_update=4, max_episodes=10)
     policy, envs = D.make_policy(cfg), D.make_envs(cfg)
-    batch = D.act(policy, envs, cfg, 2)  # episodes 8 and 9 only
+    batch, _ = D.act(policy, envs, cfg, 2)  # episodes 8 and 9 only
     assert len(batch.episode_returns) == 2 and set(batch.episode_returns) <= {0.0, 1.0}
     assert batch.states.shape[1] == 4 and set(np.unique(batch.states)) <= {0.0, np.float32(np.pi)}
     assert D.episodes_per_update(cfg) == 4 and len(envs) == 4

@@ -60,7 +60,7 @@ def test_policy_holds_actor_and_critic():
 def test_act_is_deterministic_and_consistent():
     cfg = P.Config(**SMALL)
     policy, envs = P.make_policy(cfg), P.make_envs(cfg)
-    a, b = P.act(policy, envs, cfg, 3), P.act(policy, envs, cfg, 3)
+    a, b = P.act(policy, envs, cfg, 3)[0], P.act(policy, envs, cfg, 3)[0]
     for f in ("states", "actions", "log_probs", "rewards", "dones", "values", "last_values", "episode_returns"):
         assert np.array_equal(getattr(a, f), getattr(b, f)), f
     T, N = cfg.num_steps, cfg.num_envs
@@ -76,7 +76,7 @@ def test_act_is_deterministic_and_consistent():
     np.testing.assert_allclose(a.log_probs[5], log_probs.gather(1, torch.from_numpy(a.actions[5])[:, None])[:, 0]
                                .detach().numpy(), rtol=1e-5)
     np.testing.assert_allclose(a.values[5], values.detach().numpy(), rtol=1e-5)
-    assert not np.array_equal(P.act(policy, envs, cfg, 4).actions, a.actions)
+    assert not np.array_equal(P.act(policy, envs, cfg, 4)[0].actions, a.actions)
 
 
 def test_learn_steps_every_parameter():
@@ -84,7 +84,7 @@ def test_learn_steps_every_parameter():
     policy, envs = P.make_policy(cfg), P.make_envs(cfg)
     opt = P.make_optimizer(policy, cfg)
     before = P.snapshot(policy)
-    metrics, extra = P.learn(policy, opt, P.act(policy, envs, cfg, 0), cfg, {}, 0)
+    metrics, extra = P.learn(policy, opt, P.act(policy, envs, cfg, 0)[0], cfg, {}, 0)
     assert set(metrics) == {"loss"} and isinstance(metrics["loss"], float) and extra == {}
     assert all(not torch.equal(p, before[k]) for k, p in policy.named_parameters())
 
