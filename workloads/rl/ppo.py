@@ -7,7 +7,9 @@ PPO"), with two changes:
   the critic is a small classical MLP on the same encoded state (``ActorCritic``);
 * every rollout starts fresh episodes. CleanRL carries its envs from one rollout to the
   next; here a rollout is a pure function of ``(parameters, cfg.seed, update index)``, so
-  that a dataflow runtime can run rollouts anywhere, concurrently, and replay them. Each
+  that a dataflow runtime can run rollouts anywhere, concurrently, and replay them (with
+  ``obs_encoding="running"`` the observation statistics also go from one rollout to the
+  next, on the actor's carry, which orders the rollouts). Each
   env runs ``num_steps`` steps, resetting itself when an episode ends (seeds drawn from the
   rollout's generator); the episode still running at the end is cut there, and GAE
   bootstraps it with the critic's value of the state it reached. Its return is not
