@@ -227,9 +227,7 @@ def cmd_inspect(args) -> int:
         graph = Graph.from_json(text)
         graph.validate(resolve=not args.no_resolve)
     except GraphError as exc:
-        n = len(exc.problems)
-        detail = exc.problems[0] if n == 1 else f"{n} problems: " + "; ".join(exc.problems)
-        raise UsageError(f"{args.graph}: {detail}") from None
+        raise UsageError(f"{args.graph}: {exc}") from None
     print(graph)
     if args.png:
         print(f"drew {graph.draw(args.png)}")

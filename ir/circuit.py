@@ -30,10 +30,14 @@ from dataclasses import dataclass, field
 from . import expr as ex
 from .expr import Expr
 from .gates import GATES
+from .text import one_line
 
 
 class CircuitError(ValueError):
-    """A circuit template (or its conversion) is malformed."""
+    """A circuit template (or its conversion) is malformed. The message is one line (``one_line``)."""
+
+    def __init__(self, message: object = ""):
+        super().__init__(one_line(str(message)))
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .text import one_line
+
 # unary functions, by their numpy/torch name (both libraries spell these alike)
 FUNCTIONS = ("sin", "cos", "tan", "arcsin", "arccos", "arctan", "exp", "log", "sqrt", "abs", "sign")
 _SCALAR = {
@@ -35,7 +37,10 @@ MAX_DEPTH, MAX_NODES = 64, 100_000  # bounds on expressions read from documents
 
 
 class ExprError(ValueError):
-    """A malformed expression (or one read from a document)."""
+    """A malformed expression (or one read from a document). The message is one line."""
+
+    def __init__(self, message: object = ""):
+        super().__init__(one_line(str(message)))
 
 
 @dataclass(frozen=True)

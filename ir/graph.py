@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .circuit import CircuitTemplate
+from .text import one_line
 
 KINDS = ("preprocess", "prepare", "execute", "postprocess", "learn")
 RESOURCES = ("cpu", "gpu", "qpu")
@@ -31,11 +32,13 @@ GRADIENTS = (None, "param-shift")
 
 
 class GraphError(ValueError):
-    """A graph is malformed; the message lists every problem found, one per line."""
+    """A graph is malformed: ``problems`` lists every problem found; the message is one line
+    (the first problem, or their count and all of them joined by "; ")."""
 
     def __init__(self, problems: Iterable[str] | str):
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
-        super().__init__("\n".join(self.problems))
+        self.problems = [one_line(str(p)) for p in ([problems] if isinstance(problems, str) else problems)]
+        n = len(self.problems)
+        super().__init__(self.problems[0] if n == 1 else f"{n} problems: " + "; ".join(self.problems))
 
 
 @dataclass(frozen=True)

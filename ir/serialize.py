@@ -17,6 +17,7 @@ from .expr import Expr
 from .graph import Edge, Fragment, Graph, GraphError, Port
 
 FORMAT, VERSION = "hqflow.graph", 1
+MAX_CHARS = 64 * 2**20  # a graph document's size limit
 
 
 def _ports(ports) -> list[dict]:
@@ -139,10 +140,18 @@ def _read_end(e: dict, key: str, where: str) -> tuple[str | None, str]:
 
 
 def graph_from_json(text: str) -> Graph:
+    if not isinstance(text, str):
+        raise GraphError(f"a graph document is text (str), got {type(text).__name__}")
+    if len(text) > MAX_CHARS:
+        raise GraphError(f"graph document of {len(text):,} characters is larger than the {MAX_CHARS:,} allowed")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise GraphError(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise GraphError("graph JSON is nested too deeply") from None
+    except ValueError as exc:  # an integer literal past Python's digit limit, say
+        raise GraphError(f"not valid JSON: {' '.join(str(exc).split())[:120]}") from None
     fmt = _get(doc, "format", "document", str, FORMAT)
     if fmt != FORMAT:
         raise GraphError(f"graph JSON: format is {fmt!r}, expected {FORMAT!r}")

@@ -86,7 +86,9 @@ def replace_fragment(g: Graph, frag_name: str, **changes) -> Graph:
 def errors(g: Graph, **kw) -> list[str]:
     with pytest.raises(GraphError) as info:
         g.validate(**kw)
-    assert str(info.value) == "\n".join(info.value.problems)
+    problems = info.value.problems
+    assert str(info.value) == (problems[0] if len(problems) == 1 else f"{len(problems)} problems: " + "; ".join(problems))
+    assert "\n" not in str(info.value)
     return info.value.problems
 
 

@@ -1,0 +1,266 @@
+"""Fuzzing: every input is accepted or rejected with hqflow's own error and a one-line message.
+
+Families (``--family``, all by default):
+
+* ``graph``: graph JSON documents, valid and mutated (deleted keys, wrong types,
+  NaN/Infinity, huge numbers, unicode and control characters, deep nesting,
+  truncation, random bytes), read by ``Graph.from_json`` and validated;
+* ``circuit``: circuits built with ``hqflow.ir.Circuit`` from random gate sequences with
+  bad arguments (wrong arity, non-integer or out-of-range wires, NaN angles, odd types),
+  and random observables.
+
+A case is *accepted* (no error), *rejected* (``GraphError``/``CircuitError``/``ExprError``
+with a one-line message free of control characters) or a *crash* (anything else, or a
+message that breaks those rules). Crashes are printed with their input.
+
+    python benchmarks/fuzz.py [--quick] [--cases N] [--family graph,circuit] [--seed S]
+
+The last line printed is one JSON object: ``cases``, ``accepted``, ``rejected``, ``crashes``
+(totals) and the same per family.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import random
+import sys
+import time
+import unicodedata
+
+from hqflow.ir import GATES, Circuit, CircuitError, ExprError, GraphError
+
+OWN_ERRORS = (GraphError, CircuitError, ExprError)
+ODD_VALUES = [None, True, False, 0, -1, 1.5, 2**70, float("nan"), float("inf"), -float("inf"), "", "x",
+              "\x1b[2K\u202eevil\n", "\ud800", "Z0 Z1", [], {}, [1, 2], {"a": 1}, "a" * 5000]
+
+
+def _one_line(message: str) -> bool:
+    return "\n" not in message and not any(unicodedata.category(ch) in ("Cc", "Cf", "Cs") for ch in message)
+
+
+def _judge(run, case) -> tuple[str, str]:
+    try:
+        run(case)
+    except OWN_ERRORS as exc:
+        text = str(exc)
+        return ("rejected", "") if _one_line(text) else ("crash", f"message not one clean line: {text[:200]!r}")
+    except RecursionError:
+        return "crash", "RecursionError"
+    except Exception as exc:  # noqa: BLE001 - anything else is what we look for
+        return "crash", f"{type(exc).__name__}: {str(exc)[:200]}"
+    return "accepted", ""
+
+
+# --- graph documents ------------------------------------------------------------------------------
+
+
+def step(values, jacobian, weights, lr):  # the learn fragment of the seed graph (never run)
+    return weights, 0.0
+
+
+def _seed_documents() -> list[str]:
+    import hqflow as hq
+    from hqflow.ir import Circuit as C
+
+    c = C(2, name="fit")
+    x, w = c.inputs("x", 2), c.weights("w", 2)
+    c.ry(x[0], 0).ry(x[1], 1).cz(0, 1).ry(w[0], 0).ry(w[1], 1)
+    pipe = hq.Pipeline("fuzz")
+    pipe.input("x", "array")
+    pipe.execute("circuit", c.build(observables=["Z0 Z1", [(0.5, "X0"), (-1.0, "Y1")]]), backend="reference",
+                 gradient="param-shift")
+    pipe.connect("input.x", "circuit.inputs")
+
+    pipe.learn(outputs=("weights", "loss"), params={"lr": 0.5})(step)
+    pipe.loop("step.weights", ["circuit.weights", "step.weights"], init=[0.1, 0.2])
+    pipe.output("step.loss")
+    docs = [pipe.build().to_json()]
+    from qiskit.circuit.library import real_amplitudes, zz_feature_map
+
+    from hqflow.ir import from_qiskit
+
+    fmap, ansatz = zz_feature_map(2), real_amplitudes(2, reps=1)
+    t = from_qiskit(fmap.compose(ansatz), inputs=fmap.parameters, weights=ansatz.parameters, observables=["Z0"])
+    pipe = hq.Pipeline("fmap")
+    pipe.input("x", "array")
+    pipe.input("w", "array")
+    pipe.execute("circuit", t, backend="qpu")
+    pipe.connect("input.x", "circuit.inputs")
+    pipe.connect("input.w", "circuit.weights")
+    pipe.output("circuit.values")
+    docs.append(pipe.build().to_json())  # "qpu": a pool name, bound when the graph runs
+    return docs
+
+
+def _paths(doc, prefix=()):
+    yield prefix
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _paths(v, prefix + (i,))
+
+
+def _set(doc, path, value, delete=False):
+    if not path:
+        return value
+    node = doc
+    for p in path[:-1]:
+        node = node[p]
+    if delete and isinstance(node, dict):
+        del node[path[-1]]
+    elif delete and isinstance(node, list):
+        node.pop(path[-1])
+    else:
+        node[path[-1]] = value
+    return doc
+
+
+def _mutate_graph(rng: random.Random, seeds: list[str]) -> str | bytes:
+    text = rng.choice(seeds)
+    kind = rng.random()
+    if kind < 0.1:
+        return text  # a valid document
+    if kind < 0.2:  # text-level damage
+        how = rng.choice(["truncate", "bytes", "insert", "digits", "nest"])
+        if how == "truncate":
+            return text[: rng.randrange(len(text))]
+        if how == "bytes":
+            data = bytearray(text.encode())
+            for _ in range(rng.randint(1, 8)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+            return bytes(data)
+        if how == "insert":
+            i = rng.randrange(len(text))
+            return text[:i] + rng.choice(["\x00", "\u202e", "\ud800", "Infinity", "NaN", "-", "[", "}"]) + text[i:]
+        if how == "digits":
+            return text.replace('"version": 1', '"version": 1' + "0" * rng.choice([10, 5000]), 1)
+        return text.replace('"edges": [', '"edges": [' + "[" * 2000 + "]" * 2000 + ",", 1)
+    doc = json.loads(text)
+    for _ in range(rng.randint(1, 3)):
+        paths = list(_paths(doc))[1:]
+        if not paths:
+            break
+        path = rng.choice(paths)
+        r = rng.random()
+        if r < 0.3:
+            doc = _set(doc, path, None, delete=True)
+        elif r < 0.5 and path[-1] == "qpy" and isinstance(_get(doc, path), str):
+            data = bytearray(base64.b64decode(_get(doc, path)))
+            data[rng.randrange(len(data))] = rng.randrange(256)
+            doc = _set(doc, path, base64.b64encode(bytes(data)).decode())
+        elif r < 0.6:
+            doc = _set(doc, path, f"__DEEP{rng.choice([50, 1200])}__")
+        else:
+            doc = _set(doc, path, rng.choice(ODD_VALUES))
+    text = json.dumps(doc, allow_nan=True)
+    for depth in (50, 1200):  # nesting too deep for json.dumps to write, put in as text
+        text = text.replace(f'"__DEEP{depth}__"', "[" * depth + "1" + "]" * depth)
+    return text
+
+
+def _get(doc, path):
+    for p in path:
+        doc = doc[p]
+    return doc
+
+
+def _load_graph(case) -> None:
+    from hqflow.ir import Graph
+
+    if isinstance(case, bytes):
+        try:
+            case = case.decode("utf-8")
+        except UnicodeDecodeError:
+            return  # the CLI family covers files that are not text
+    graph = Graph.from_json(case)
+    graph.validate(resolve=False)
+    str(graph)
+
+
+# --- circuits -------------------------------------------------------------------------------------
+
+GATES_TO_TRY = ["rx", "ry", "rz", "cx", "cz", "u", "crx", "rzz", "ccx", "h", "nope", "swap", "p"]
+
+
+def _random_circuit(rng: random.Random):
+    n = rng.choice([1, 2, 3, 0, -1, 2.5, "2"])
+    calls = []
+    for _ in range(rng.randint(1, 6)):
+        gate = rng.choice(GATES_TO_TRY)
+        args = [rng.choice([0, 1, 2, 0.5, 3, -1, True, "a", None, float("nan"), 1e308, "x0", "w0"])
+                for _ in range(rng.randint(0, 4))]
+        calls.append((gate, args))
+    obs = rng.choice(["Z0", "Z0 Z1", "Q0", "Z9", [(1.0, "X0")], [(float("nan"), "Z0")], [("a", "Z0")], 5, "Z0 Z0",
+                      "Z" + "9" * 20])
+    return n, calls, obs
+
+
+def _build_circuit(case) -> None:
+    n, calls, obs = case
+    try:
+        c = Circuit(n)
+    except TypeError:
+        raise CircuitError("bad n")  # the builder's own check is exercised by build()
+    x, w = c.inputs("x", 2), c.weights("w", 2)
+    names = {"x0": x[0], "w0": 2 * w[0] + 1}
+    for gate, args in calls:
+        args = [names.get(a, a) if isinstance(a, str) else a for a in args]
+        if gate in GATES:
+            getattr(c, gate)(*args)
+        else:
+            c.gate(gate, args)
+    c.build(observables=[obs])
+
+
+FAMILIES = {
+    "graph": (_mutate_graph, _load_graph),
+    "circuit": (lambda rng, seeds: _random_circuit(rng), _build_circuit),
+}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="1,000 cases per family (default 10,000)")
+    ap.add_argument("--cases", type=int, default=None, help="cases per family")
+    ap.add_argument("--family", default=",".join(FAMILIES), help="comma-separated: " + ",".join(FAMILIES))
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    families = [f for f in args.family.split(",") if f]
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown:
+        ap.error(f"unknown family {unknown[0]!r}; known: {', '.join(FAMILIES)}")
+    cases = args.cases or (1000 if args.quick else 10000)
+    seeds = _seed_documents()
+    figures: dict = {"cases": 0, "accepted": 0, "rejected": 0, "crashes": 0}
+    print(f"{'family':<10} {'cases':>7} {'accepted':>9} {'rejected':>9} {'crashes':>8} {'seconds':>8}")
+    for fam in families:
+        make, run = FAMILIES[fam]
+        rng = random.Random(args.seed)
+        counts = {"accepted": 0, "rejected": 0, "crash": 0}
+        seen: set[str] = set()
+        start = time.perf_counter()
+        for _ in range(cases):
+            case = make(rng, seeds)
+            outcome, why = _judge(run, case)
+            counts[outcome] += 1
+            if outcome == "crash" and why.split(":")[0] not in seen:
+                seen.add(why.split(":")[0])
+                print(f"  crash ({fam}): {why}\n    input: {repr(case)[:300]}", file=sys.stderr)
+        seconds = time.perf_counter() - start
+        print(f"{fam:<10} {cases:>7} {counts['accepted']:>9} {counts['rejected']:>9} {counts['crash']:>8} "
+              f"{seconds:>8.1f}")
+        figures.update({f"{fam}_cases": cases, f"{fam}_accepted": counts["accepted"],
+                        f"{fam}_rejected": counts["rejected"], f"{fam}_crashes": counts["crash"]})
+        figures["cases"] += cases
+        figures["accepted"] += counts["accepted"]
+        figures["rejected"] += counts["rejected"]
+        figures["crashes"] += counts["crash"]
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
