@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import io
+import struct
 import warnings
 from collections.abc import Iterable, Sequence
 
@@ -176,13 +177,58 @@ def template_from_qpy(
     name: str = "circuit",
 ) -> CircuitTemplate:
     """Inverse of ``template_to_qpy`` (observables and shots travel outside the QPY)."""
+    if len(data) > _MAX_QPY_CHARS:
+        raise CircuitError(f"QPY data for circuit {name!r} is {len(data):,} characters, over {_MAX_QPY_CHARS:,}")
     try:
-        circuits = qpy.load(io.BytesIO(base64.b64decode(data.encode("ascii"), validate=True)))
+        raw = base64.b64decode(data.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError):
+        raise CircuitError(f"QPY data for circuit {name!r} is not base64") from None
+    _check_qpy_header(raw, name)
+    try:
+        circuits = qpy.load(io.BytesIO(raw))
     except Exception as exc:  # qpy raises many kinds of errors on bad bytes
         raise CircuitError(f"cannot decode QPY data for circuit {name!r}: {exc}") from None
     if len(circuits) != 1:
         raise CircuitError(f"QPY data for circuit {name!r} holds {len(circuits)} circuits, expected 1")
     return from_qiskit(circuits[0], input_names, weight_names, observables, shots, name)
+
+
+_MAX_QPY_CHARS = 8 * 2**20
+_QPY_FILE_HEADER = struct.Struct("!6sBBBBQc")  # preface, qpy version, qiskit version, programs, encoding
+_QPY_CIRCUIT_HEADER = struct.Struct("!HcHIIQIQI")  # name, phase type and size, qubits, clbits, metadata,
+#                                                    registers, instructions, vars (QPY >= 12)
+
+
+def _check_qpy_header(raw: bytes, name: str) -> None:
+    """Refuse QPY whose header declares more than its bytes can hold, before Qiskit allocates for it
+    (one changed byte in a size field made ``qpy.load`` take 20 s and 4 GB)."""
+    def bad(why: str) -> CircuitError:
+        return CircuitError(f"QPY data for circuit {name!r} is damaged or unsupported: {why}")
+
+    if len(raw) < _QPY_FILE_HEADER.size + 1 + _QPY_CIRCUIT_HEADER.size:
+        raise bad("too short")
+    preface, version, *_, programs, _encoding = _QPY_FILE_HEADER.unpack_from(raw)
+    if preface != b"QISKIT":
+        raise bad("not QPY")
+    if version < 12:
+        raise bad(f"QPY version {version} (hqflow reads version 12 and later)")
+    if programs != 1:
+        raise bad(f"it declares {programs} circuits, expected 1")
+    offset = _QPY_FILE_HEADER.size + 1  # the program's type key
+    if version >= 16:  # a table of the circuits' offsets comes first
+        (start,) = struct.unpack_from("!Q", raw, offset)
+        if start != offset + 8:
+            raise bad("its circuit table points outside the circuit")
+        offset = start
+    if len(raw) < offset + _QPY_CIRCUIT_HEADER.size:
+        raise bad("too short")
+    (name_size, _, phase_size, qubits, clbits, metadata, registers, instructions,
+     variables) = _QPY_CIRCUIT_HEADER.unpack_from(raw, offset)
+    left = len(raw) - offset - _QPY_CIRCUIT_HEADER.size
+    if name_size + phase_size + metadata > left or max(registers, instructions, variables) > left:
+        raise bad("its header declares more data than it holds")
+    if qubits > 64 or clbits > 64:
+        raise bad(f"{qubits} qubits and {clbits} clbits declared")
 
 
 # --- parameters -------------------------------------------------------------

@@ -1,22 +1,27 @@
 """Graphs to and from JSON.
 
-Functions are written as ``"module:qualname"``, circuits as QPY (Qiskit's
-standard binary format, base64 encoded) together with the input/weight split,
-the observables (as ``[coeff, "Z0 Z1"]`` terms) and the shots. ``from_json``
-checks the structure and gives one clear ``GraphError`` for malformed input;
-whether the graph makes sense is ``Graph.validate()``'s job.
+Functions are written as ``"module:qualname"``. A circuit is written as its
+gates in plain data (``ops``: ``[gate, [wires], [[kind, index, scale, offset], ...]]``),
+the input/weight split, derived inputs (``Expr`` JSON), the observables (as
+``[coeff, "Z0 Z1"]`` terms) and the shots, and also as QPY (Qiskit's standard
+binary format, base64) for other tools. hqflow reads ``ops``; documents of version
+1 had only the QPY, which is read after its header has been checked against its
+size. ``from_json`` bounds its input (size, nesting, number lengths), checks every
+field's type before using it and gives one clear one-line ``GraphError`` for
+malformed input; whether the graph makes sense is ``Graph.validate()``'s job.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any
 
-from .circuit import CircuitError, CircuitTemplate, Observable, PauliTerm
+from .circuit import Angle, CircuitError, CircuitTemplate, Observable, Op, PauliTerm
 from .expr import Expr
 from .graph import Edge, Fragment, Graph, GraphError, Port
 
-FORMAT, VERSION = "hqflow.graph", 1
+FORMAT, VERSION = "hqflow.graph", 2  # 2: circuits carry their gates as plain data ("ops")
 MAX_CHARS = 64 * 2**20  # a graph document's size limit
 
 
@@ -35,6 +40,9 @@ def _circuit(t: CircuitTemplate) -> dict:
         "observables": [[[term.coeff, " ".join(f"{p}{w}" for w, p in term.paulis)] for term in o.terms] for o in t.observables],
         "shots": t.shots,
         # the gates over the input columns; the derived inputs travel as expressions beside them
+        "ops": [[op.name, list(op.wires), [[a.kind, a.index, a.scale + 0.0, a.offset + 0.0] for a in op.angles]]
+                for op in t.ops],
+        # the same gates over the input columns in QPY, for other tools (hqflow reads "ops")
         "qpy": template_to_qpy(t.lowered()),
         **({"derived": [e.to_json() for e in t.derived]} if t.derived else {}),
     }
@@ -115,21 +123,38 @@ def _read_circuit(c: dict, where: str) -> CircuitTemplate:
         inputs = _read_names(c, "inputs", where)
         weights = _read_names(c, "weights", where)
         derived = tuple(Expr.from_json(e) for e in _get(c, "derived", where, list, []))
-        # the QPY names a parameter per input column: the inputs, then the derived inputs' names
+        shots = _get(c, "shots", where, (int, type(None)), None)
+        name = _get(c, "name", where, str, "circuit")
+        if "ops" in c:
+            n_qubits = _get(c, "n_qubits", where, int)
+            ops = tuple(_read_op(op, f"{where}: op {k}") for k, op in enumerate(_get(c, "ops", where, list)))
+            return CircuitTemplate(n_qubits, ops, inputs, weights, observables, shots, name, derived).check()
+        # version 1: the gates only in QPY, which names a parameter per input column (inputs, then derived)
         columns = CircuitTemplate(1, (), inputs, weights, derived=derived).derived_names()
-        lowered = template_from_qpy(
-            _get(c, "qpy", where, str),
-            inputs + columns,
-            weights,
-            observables,
-            _get(c, "shots", where, (int, type(None)), None),
-            _get(c, "name", where, str, "circuit"),
-        )
+        lowered = template_from_qpy(_get(c, "qpy", where, str), inputs + columns, weights, observables, shots, name)
         return dataclasses.replace(lowered, input_names=inputs, derived=derived).check()
     except (CircuitError, TypeError, ValueError) as exc:
         if isinstance(exc, GraphError):
             raise
         raise GraphError(f"graph JSON: {where}: cannot read circuit: {exc}") from None
+
+
+def _read_op(op: Any, where: str) -> Op:
+    """``[name, [wires], [[kind, index, scale, offset], ...]]``, every field's type checked."""
+    if not (isinstance(op, list) and len(op) == 3 and isinstance(op[0], str) and isinstance(op[1], list)
+            and isinstance(op[2], list)):
+        raise GraphError(f"graph JSON: {where} must be [gate, [wires], [angles]]")
+    if not all(isinstance(w, int) and not isinstance(w, bool) for w in op[1]):
+        raise GraphError(f"graph JSON: {where}: wires must be integers")
+    angles = []
+    for a in op[2]:
+        if not (isinstance(a, list) and len(a) == 4 and a[0] in ("const", "input", "weight")
+                and isinstance(a[1], int) and not isinstance(a[1], bool)
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in a[2:])):
+            raise GraphError(f"graph JSON: {where}: an angle must be [const|input|weight, index, scale, offset] "
+                             "with finite numbers")
+        angles.append(Angle(a[0], a[1], float(a[2]), float(a[3])))
+    return Op(op[0], tuple(op[1]), tuple(angles))
 
 
 def _read_end(e: dict, key: str, where: str) -> tuple[str | None, str]:

@@ -295,8 +295,26 @@ def test_qpy_round_trip_keeps_special_angles():
 
 
 def test_qpy_bad_data():
-    with pytest.raises(CircuitError, match=r"cannot decode QPY data for circuit 'circuit'"):
+    with pytest.raises(CircuitError, match=r"QPY data for circuit 'circuit' is not base64"):
         template_from_qpy("not base64 at all!", (), ())
+
+
+def test_qpy_whose_header_declares_more_than_it_holds_is_refused_before_loading():
+    import base64
+    import time
+
+    t = Circuit(1).rx(0.3, 0).build(observables=["Z0"])
+    raw = bytearray(base64.b64decode(template_to_qpy(t)))
+    refused = 0
+    start = time.perf_counter()
+    for pos in range(19, 80):  # the header's size fields: one changed byte made qpy.load take 20 s and 4 GB
+        bad = bytearray(raw)
+        bad[pos] = 0xFF
+        try:
+            template_from_qpy(base64.b64encode(bytes(bad)).decode(), (), (), ["Z0"])
+        except CircuitError:
+            refused += 1
+    assert refused > 20 and time.perf_counter() - start < 20
 
 
 def test_a_parameter_only_in_the_global_phase_is_accepted_listed_or_not():

@@ -128,8 +128,8 @@ def test_wrong_format():
 
 
 def test_newer_version():
-    with pytest.raises(GraphError, match=r"graph JSON: version 2 is newer than this hqflow reads \(1\)"):
-        _load(_doc(version=2))
+    with pytest.raises(GraphError, match=r"graph JSON: version 3 is newer than this hqflow reads \(2\)"):
+        _load(_doc(version=3))
 
 
 def test_format_and_version_default_when_absent():
@@ -207,12 +207,26 @@ def test_bad_circuit_block():
         _load(doc)
     doc = json.loads(training_graph().to_json())
     circ = next(f for f in doc["fragments"] if f["name"] == "circuit")
-    del circ["circuit"]["qpy"]
+    del circ["circuit"]["ops"], circ["circuit"]["qpy"]  # a version-1 document without its QPY
     with pytest.raises(GraphError, match="graph JSON: fragment 'circuit' lacks 'qpy'"):
         _load(doc)
     circ["circuit"]["qpy"] = "not base64 at all!"
     with pytest.raises(GraphError, match="graph JSON: fragment 'circuit': cannot read circuit"):
         _load(doc)
+    doc = json.loads(training_graph().to_json())
+    circ = next(f for f in doc["fragments"] if f["name"] == "circuit")
+    circ["circuit"]["ops"][0][2] = [["input", 0, "2", 0.0]]
+    with pytest.raises(GraphError, match=r"op 0: an angle must be \[const\|input\|weight, index, scale, offset\]"):
+        _load(doc)
+
+
+def test_version_1_documents_are_read_from_their_qpy():
+    doc = json.loads(training_graph().to_json())
+    doc["version"] = 1
+    for f in doc["fragments"]:
+        if f.get("circuit"):
+            del f["circuit"]["ops"]
+    same_graph(_load(doc), training_graph())
 
 
 def test_edge_to_missing_fragment_loads_but_does_not_validate():
@@ -237,7 +251,7 @@ def test_unknown_kind_loads_but_does_not_validate():
 
 def test_json_document_shape():
     doc = json.loads(classical_graph().to_json())
-    assert doc["format"] == "hqflow.graph" and doc["version"] == 1
+    assert doc["format"] == "hqflow.graph" and doc["version"] == 2
     frag = doc["fragments"][0]
     assert frag["fn"] == f"{__name__}:accumulate"
     assert frag["params"] == {"decay": 0.5}
