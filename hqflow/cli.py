@@ -218,20 +218,39 @@ def _azure_targets(options: dict, as_json: bool) -> None:
 def cmd_inspect(args) -> int:
     from hqflow.ir.graph import Graph, GraphError
 
+    from .trace import read_text
+
+    if args.png:
+        _check_output(args.png, (".png", ".svg", ".pdf"), "--png")
     try:
-        with open(args.graph, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise UsageError(f"cannot read {args.graph}: {exc.strerror}") from None
+        text = read_text(args.graph, "a graph document (JSON)")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     try:
         graph = Graph.from_json(text)
         graph.validate(resolve=not args.no_resolve)
     except GraphError as exc:
-        raise UsageError(f"{args.graph}: {exc}") from None
+        hint = ("; --no-resolve checks the graph without importing its functions"
+                if not args.no_resolve and "cannot import function" in str(exc) else "")
+        raise UsageError(f"{args.graph}: {exc}{hint}") from None
     print(graph)
     if args.png:
         print(f"drew {graph.draw(args.png)}")
     return 0
+
+
+def _check_output(path: str, extensions: tuple[str, ...], flag: str) -> None:
+    """Refuse, before any work, an output path that cannot be written: a folder, a missing or
+    unwritable parent, or an extension other than ``extensions``."""
+    if not path.lower().endswith(extensions):
+        raise UsageError(f"{flag} {path}: the file name must end in {', '.join(extensions)}")
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {path}: is a directory; give a file name")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"{flag} {path}: no such folder {folder}")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise UsageError(f"{flag} {path}: not writable")
 
 
 def _write_atomic(path: str, text: str) -> None:
@@ -344,7 +363,9 @@ def main(argv: list[str] | None = None) -> int:
                     "train": cmd_train, "eval": cmd_eval}
         return commands[args.command](args)
     except UsageError as exc:
-        print(f"hqflow: error: {exc}", file=sys.stderr)
+        from hqflow.ir.text import one_line
+
+        print(f"hqflow: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except RuntimeError as exc:
         from .cli_train import RunStopped

@@ -23,6 +23,7 @@ Chrome-trace export and the Gantt chart live in :mod:`hqflow.trace_export`.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tempfile
@@ -355,22 +356,41 @@ def _span_from_dict(d, index: int) -> Span:
     for key, value in d.items():
         if not isinstance(value, _FIELD_TYPES[key]) or isinstance(value, bool):
             raise TraceError(f"{where}: field {key!r} has the wrong type ({type(value).__name__})")
+    if not (math.isfinite(d["start"]) and math.isfinite(d["end"])):
+        raise TraceError(f"{where}: start and end must be finite numbers, got {d['start']} and {d['end']}")
     if d["end"] < d["start"]:
         raise TraceError(f"{where}: ends ({d['end']}) before it starts ({d['start']})")
     return Span.from_dict(d)
 
 
+def read_text(path: str, what: str, limit: int = 256 * 2**20) -> str:
+    """A UTF-8 text file's contents, or ``ValueError`` with one line that names the file: missing,
+    unreadable, a directory, larger than ``limit`` bytes, or not text (a checkpoint, a PNG...)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    if len(data) > limit:
+        raise ValueError(f"{path}: larger than {limit // 2**20} MiB; is it {what}?")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not {what} (binary, not UTF-8 text)") from None
+
+
 def load_spans(path: str) -> tuple[list[Span], dict]:
     """Read a file written by :func:`save_spans`; returns ``(spans, meta)``. Raises :class:`TraceError`."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise TraceError(f"cannot read {path}: {exc.strerror}") from None
+        text = read_text(path, "a spans file")
+    except ValueError as exc:
+        raise TraceError(str(exc)) from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TraceError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except (RecursionError, ValueError):
+        raise TraceError(f"{path}: not a spans file (JSON nested too deeply or numbers too long)") from None
     if not isinstance(doc, dict) or doc.get("format") != SPANS_FORMAT:
         raise TraceError(f"{path}: not an {SPANS_FORMAT} file (no \"format\": \"{SPANS_FORMAT}\")")
     if doc.get("version") not in (1, 2, SPANS_VERSION) or isinstance(doc.get("version"), bool):

@@ -209,3 +209,50 @@ def test_run_dir_saves_spans_the_workload_reports(tmp_path, capsys, monkeypatch)
     assert load_spans(str(folder / "spans.json")) == (spans, {"workload": "qaoa", "config": json.loads(
         (folder / "config.json").read_text())})
     assert main(["trace", str(folder)]) == 0
+
+
+# ----------------------------------------------------------------------- hardening (issue 14)
+
+
+@pytest.mark.parametrize("command", ["inspect", "trace"])
+@pytest.mark.parametrize("name, data", [("checkpoint.pt", b"\x80\x02}q\x00(X\x05\x00"),
+                                        ("learning_curve.png", b"\x89PNG\r\n\x1a\n\xff\xfe")])
+def test_binary_files_are_named_one_line_errors(command, name, data, tmp_path, capsys):
+    path = tmp_path / name
+    path.write_bytes(data)
+    assert main([command, str(path)]) == 2
+    assert f"{name}: not a" in _err(capsys)
+
+
+def test_inspect_of_a_main_module_graph_says_that_no_resolve_exists(tmp_path, capsys):
+    doc = json.loads(_graph().build().to_json())
+    doc["fragments"][0]["fn"] = "__main__:step"
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(doc))
+    assert main(["inspect", str(path)]) == 2
+    assert "cannot import function '__main__:step'" in (err := _err(capsys)) and "--no-resolve" in err
+    assert main(["inspect", str(path), "--no-resolve"]) == 0
+
+
+@pytest.mark.parametrize("png, message", [("g.txt", "must end in .png"), ("missing/g.png", "no such folder"),
+                                          ("d.png", "is a directory")])
+def test_inspect_png_paths_are_checked_before_the_work(png, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d.png").mkdir()
+    (tmp_path / "g.json").write_text(_graph().build().to_json())
+    assert main(["inspect", "g.json", "--png", png]) == 2
+    assert message in _err(capsys)
+
+
+def test_trace_with_an_infinite_start_is_a_one_line_error(tmp_path, capsys):
+    span = {"fragment": "a", "kind": "learn", "step": 0, "resource": "cpu", "lane": "cpu", "start": float("inf"),
+            "end": 1.0}
+    (tmp_path / "spans.json").write_text(json.dumps({"format": "hqflow.spans", "version": 2, "spans": [span]}))
+    assert main(["trace", str(tmp_path)]) == 2
+    assert "start and end must be finite numbers" in _err(capsys)
+
+
+def test_control_characters_in_usage_errors_are_escaped(tmp_path, capsys):
+    assert main(["inspect", str(tmp_path / "evil\x1b[2K\u202e.json")]) == 2
+    err = _err(capsys)
+    assert "\x1b" not in err and "\u202e" not in err and "\\x1b" in err
