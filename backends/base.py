@@ -56,7 +56,7 @@ class Capabilities:
         per_job = self.max_circuits_per_job or "unlimited"
         return (
             f"{self.max_qubits} qubits, {per_job} circuits/job, {modes}, "
-            f"gradient={self.gradient or 'param-shift'}, device={self.device}"
+            f"gradient={self.gradient or 'none (parameter shift)'}, device={self.device}"
         )
 
 

@@ -56,6 +56,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+from hqflow.config import check_fields
+from hqflow.workloads.rl.bounds import BOUNDS
 from hqflow.workloads.rl.envs import FreshEnvs, ObsEncoder, get_spec
 from hqflow.workloads.rl.policies import ENCODINGS, QValuePQC
 
@@ -135,6 +137,7 @@ class Config:
     """stop training at the first update after which the agent counts as solved"""
 
     def __post_init__(self):
+        check_fields(self, BOUNDS)  # types and ranges, the field named in the error
         spec = get_spec(self.env, self.obs_encoding)  # ValueError naming the known environments
         if spec.continuous:
             raise ValueError(f"{self.env} has continuous actions (a Box of {spec.n_actions}); train it with --algo ppo")

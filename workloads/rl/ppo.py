@@ -51,6 +51,8 @@ from dataclasses import asdict, dataclass
 import gymnasium as gym
 import numpy as np
 import torch
+from hqflow.config import check_fields
+from hqflow.workloads.rl.bounds import BOUNDS
 from hqflow.workloads.rl.envs import EnvSpec, ObsEncoder, get_spec, reset_finished, vector_env
 from hqflow.workloads.rl.policies import ENCODINGS, GaussianPQC, SoftmaxPQC
 from torch import nn
@@ -123,6 +125,7 @@ class Config:
     """stop training at the first update after which the agent counts as solved"""
 
     def __post_init__(self):
+        check_fields(self, BOUNDS)  # types and ranges, the field named in the error
         get_spec(self.env, self.obs_encoding)  # ValueError naming the known environments
         if self.encoding not in ENCODINGS:
             raise ValueError(f"unknown encoding {self.encoding!r}; known: {', '.join(ENCODINGS)}")

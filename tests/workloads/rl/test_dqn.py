@@ -156,11 +156,11 @@ def test_bad_config():
         D.Config(memory=8, batch_size=16)
     with pytest.raises(ValueError, match="eps_min"):
         D.Config(eps_min=0.5, eps_start=0.1)
-    with pytest.raises(ValueError, match="train_every=0"):
+    with pytest.raises(ValueError, match="train_every must be an integer >= 1"):
         D.Config(train_every=0)
     with pytest.raises(ValueError, match="gamma"):
         D.Config(gamma=0.0)
     with pytest.raises(ValueError, match="4 actions"):
         D.Config(env="frozenlake", observables=("Z0", "Z1"))
-    with pytest.raises(ValueError, match="learning rates"):
+    with pytest.raises(ValueError, match="lr_var must be a number >= 0"):
         D.Config(lr_var=-0.1)

@@ -120,7 +120,7 @@ def test_runner_gives_the_same_run():
 def test_bad_config():
     with pytest.raises(ValueError, match=r"not a short name \(acrobot, cartpole, frozenlake\)"):
         P.Config(env="pong")
-    with pytest.raises(ValueError, match="num_steps must be >= 1"):
+    with pytest.raises(ValueError, match="num_steps must be an integer >= 1"):
         P.Config(num_steps=0)
     with pytest.raises(ValueError, match="num_minibatches"):
         P.Config(num_envs=1, num_steps=2, num_minibatches=4)
