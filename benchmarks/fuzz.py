@@ -32,7 +32,7 @@ from hqflow.ir import GATES, Circuit, CircuitError, ExprError, GraphError
 
 OWN_ERRORS = (GraphError, CircuitError, ExprError)
 ODD_VALUES = [None, True, False, 0, -1, 1.5, 2**70, float("nan"), float("inf"), -float("inf"), "", "x",
-              "\x1b[2K\u202eevil\n", "\ud800", "Z0 Z1", [], {}, [1, 2], {"a": 1}, "a" * 5000]
+              "\x1b[2K\u202eevil\n", "\ud800", "Z0 Z1", ".x:f", "..:f", ".:f", "os:nope", "math:pi", [], {}, [1, 2], {"a": 1}, "a" * 5000]
 
 
 def _one_line(message: str) -> bool:
@@ -139,6 +139,11 @@ def _mutate_graph(rng: random.Random, seeds: list[str]) -> str | bytes:
             return text.replace('"version": 1', '"version": 1' + "0" * rng.choice([10, 5000]), 1)
         return text.replace('"edges": [', '"edges": [' + "[" * 2000 + "]" * 2000 + ",", 1)
     doc = json.loads(text)
+    if kind < 0.3:  # a fragment's function reference
+        frag = rng.choice(doc["fragments"])
+        frag["fn"] = rng.choice([".x:f", "..:f", ".:f", "os:nope", "math:pi", "math:sqrt", "no_such_module:f", ":f",
+                                 "a:", 3, None, "hqflow.ir.graph:GraphError.__init__"])
+        return json.dumps(doc)
     for _ in range(rng.randint(1, 3)):
         paths = list(_paths(doc))[1:]
         if not paths:
@@ -178,6 +183,7 @@ def _load_graph(case) -> None:
     graph = Graph.from_json(case)
     graph.validate(resolve=False)
     str(graph)
+    graph.validate(resolve=True)  # imports the functions the document names
 
 
 # --- circuits -------------------------------------------------------------------------------------
@@ -186,15 +192,22 @@ GATES_TO_TRY = ["rx", "ry", "rz", "cx", "cz", "u", "crx", "rzz", "ccx", "h", "no
 
 
 def _random_circuit(rng: random.Random):
-    n = rng.choice([1, 2, 3, 0, -1, 2.5, "2"])
+    """Half the cases are well-formed circuits on 3 qubits; the others have bad arguments anywhere."""
+    good = rng.random() < 0.5
+    n = 3 if good else rng.choice([1, 2, 3, 0, -1, 2.5, "2"])
     calls = []
     for _ in range(rng.randint(1, 6)):
-        gate = rng.choice(GATES_TO_TRY)
-        args = [rng.choice([0, 1, 2, 0.5, 3, -1, True, "a", None, float("nan"), 1e308, "x0", "w0"])
-                for _ in range(rng.randint(0, 4))]
+        gate = rng.choice([g for g in GATES_TO_TRY if g in GATES] if good else GATES_TO_TRY)
+        if good:
+            spec = GATES[gate]
+            angles = [rng.choice([0.3, -1.2, "x0", "w0"]) for _ in range(spec.num_params)]
+            args = angles + rng.sample(range(3), spec.num_wires)
+        else:
+            args = [rng.choice([0, 1, 2, 0.5, 3, -1, True, "a", None, float("nan"), 1e308, "x0", "w0"])
+                    for _ in range(rng.randint(0, 4))]
         calls.append((gate, args))
-    obs = rng.choice(["Z0", "Z0 Z1", "Q0", "Z9", [(1.0, "X0")], [(float("nan"), "Z0")], [("a", "Z0")], 5, "Z0 Z0",
-                      "Z" + "9" * 20])
+    obs = rng.choice(["Z0", "Z0 Z1", [(1.0, "X0"), (0.5, "Y2")]] if good else
+                     ["Z0", "Q0", "Z9", [(float("nan"), "Z0")], [("a", "Z0")], 5, "Z0 Z0", "Z" + "9" * 20])
     return n, calls, obs
 
 
@@ -204,8 +217,12 @@ def _build_circuit(case) -> None:
         c = Circuit(n)
     except TypeError:
         raise CircuitError("bad n")  # the builder's own check is exercised by build()
-    x, w = c.inputs("x", 2), c.weights("w", 2)
-    names = {"x0": x[0], "w0": 2 * w[0] + 1}
+    used = {a for _, args in calls for a in args if isinstance(a, str)}
+    names = {}
+    if "x0" in used:
+        names["x0"] = c.inputs("x", 1)[0]
+    if "w0" in used:
+        names["w0"] = 2 * c.weights("w", 1)[0] + 1
     for gate, args in calls:
         args = [names.get(a, a) if isinstance(a, str) else a for a in args]
         if gate in GATES:

@@ -248,15 +248,16 @@ def resolve_fn(ref: str) -> Callable:
     """Import the function named ``"module:qualname"``."""
     if ref in _RESOLVED:
         return _RESOLVED[ref]
-    module, sep, qualname = ref.partition(":")
-    if not sep or not module or not qualname:
-        raise GraphError(f"function reference {ref!r} is not of the form 'module:qualname'")
+    module, sep, qualname = ref.partition(":") if isinstance(ref, str) else ("", "", "")
+    if not sep or not module or not qualname or module.startswith("."):
+        raise GraphError(f"function reference {ref!r} is not of the form 'module:qualname' (an absolute module)")
     try:
         obj: Any = importlib.import_module(module)
         for part in qualname.split("."):
             obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise GraphError(f"cannot import function {ref!r}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - importing runs the module's code: any error names the reference
+        why = str(exc) if isinstance(exc, (ImportError, AttributeError)) else f"{type(exc).__name__}: {exc}"
+        raise GraphError(f"cannot import function {ref!r}: {why}") from None
     if not callable(obj):
         raise GraphError(f"{ref!r} is not callable")
     _RESOLVED[ref] = obj

@@ -22,5 +22,7 @@ def test_benchmark_quick_ends_with_json(script, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
     assert isinstance(figures, dict) and figures
+    if script == "fuzz.py":  # every fuzzed input accepted or refused with a one-line error of hqflow's own
+        assert figures["crashes"] == 0 and figures["accepted"] > 0 and figures["rejected"] > 0, proc.stderr[-2000:]
     diffs = [v for k, v in figures.items() if k.endswith("max_abs_diff_vs_reference")]
     assert all(d < 1e-6 for d in diffs)

@@ -608,3 +608,11 @@ def test_negative_scale_fingerprint_survives_qpy_round_trip():
     t = c.rz(-1 * w, 0).build(observables=["Z0"])
     t2 = template_from_qpy(template_to_qpy(t), t.input_names, t.weight_names, t.observables, t.shots, t.name)
     assert t2 == t and t2.fingerprint() == t.fingerprint()
+
+
+@pytest.mark.parametrize("ref", [".x:f", "..:f", ".:f"])
+def test_relative_function_references_are_graph_errors(ref):
+    from hqflow.ir.graph import resolve_fn
+
+    with pytest.raises(GraphError, match="an absolute module"):
+        resolve_fn(ref)
