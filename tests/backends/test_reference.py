@@ -423,7 +423,7 @@ def test_submit_refuses_invalid_template():
 def test_capabilities_describe():
     caps = ReferenceBackend().capabilities
     assert caps.exact and caps.shots and caps.max_qubits == 20
-    assert caps.describe() == "20 qubits, unlimited circuits/job, exact+shots, gradient=param-shift, device=cpu"
+    assert caps.describe() == "20 qubits, unlimited circuits/job, exact+shots, gradient=none (parameter shift), device=cpu"
 
 
 # --- registry ---------------------------------------------------------------------
