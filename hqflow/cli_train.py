@@ -52,6 +52,12 @@ def _config(args, mod):
         raise UsageError(str(exc)) from None
 
 
+def _complete(ckpt: dict, cfg, mod) -> bool:
+    """Whether a checkpointed run has nothing left to do: every update made, or solved and stopped."""
+    updates = -(-cfg.max_episodes // mod.episodes_per_update(cfg))
+    return ckpt["update"] + 1 >= updates or (cfg.stop_when_solved and ckpt.get("solved_at") is not None)
+
+
 def _backend_pool(args) -> list | None:
     """``--backend`` with ``--backend-opt`` and ``--pool`` as a pool spec ``[(name, options), ...]``
     (None without them); each member is made once here, so a bad option is a usage error."""
@@ -145,12 +151,22 @@ def cmd_train(args) -> int:
             meta, ckpt = runner.load_run(args.resume)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        if ckpt is None:
-            raise UsageError(f"{args.resume} has no checkpoint.pt to resume from")
         algo, run_dir = meta["algo"], args.resume
         mod = runner.algorithm(algo)
         cfg = mod.Config(**meta["config"])
         distribution, pool = None, None
+        if ckpt is None:  # stopped before its first checkpoint: it starts again, with its own settings
+            print(f"hqflow: {run_dir} has no checkpoint yet: training it from the start", file=sys.stderr)
+        else:
+            try:
+                runner.check_resume(run_dir, algo, cfg, ckpt)
+            except runner.RunDirError as exc:
+                raise UsageError(str(exc)) from None
+        if ckpt is not None and _complete(ckpt, cfg, mod):
+            print(f"hqflow: {run_dir} is complete ({ckpt['update'] + 1} updates, {len(ckpt.get('returns', []))} "
+                  f"episodes{', solved' if ckpt.get('solved_at') else ''}): nothing to resume; "
+                  f"hqflow eval {run_dir} evaluates it", file=sys.stderr)
+            return 0
     else:
         if not args.env:
             raise UsageError("give an environment (cartpole, acrobot, frozenlake, a gymnasium id such as CartPole-v1, "
@@ -188,7 +204,8 @@ def cmd_train(args) -> int:
                 k += 1
                 run_dir = f"{base}-{k}"
         if os.path.exists(os.path.join(run_dir, "config.json")):
-            raise UsageError(f"{run_dir} already holds a run; use --resume {run_dir} or another --run-dir")
+            raise UsageError(f"{run_dir} already holds a run; use --resume {run_dir} (which also starts a run "
+                             "stopped before its first checkpoint) or another --run-dir")
         try:
             os.makedirs(run_dir, exist_ok=True)
         except OSError as exc:
@@ -205,6 +222,10 @@ def cmd_train(args) -> int:
             what = "raise --budget" if _caused_by(exc, BudgetExceeded) else "fix the backend"
             raise RunStopped(f"training stopped: {exc} (the last completed update is checkpointed: "
                              f"{what}, then hqflow train --resume {run_dir})") from None
+        except runner.RunDirError as exc:  # a damaged run directory; the message names the file
+            raise UsageError(str(exc)) from None
+        except OSError as exc:  # a run directory that cannot be written
+            raise UsageError(f"cannot write the run directory {run_dir}: {exc.strerror} ({exc.filename})") from None
     returns = out["returns"]
     figures = {"algo": algo, "env": cfg.env, "seed": cfg.seed, "distribution": out["distribution"],
                "episodes": len(returns), "episodes_to_solve": out["episodes_to_solve"],

@@ -206,6 +206,37 @@ def backend_facts(name: str, backends: Mapping | None = None) -> tuple[bool, int
 
 # --- the run directory --------------------------------------------------------------------
 
+def _metrics_rows(run_dir: Path, last_update: int) -> list[dict]:
+    """The rows of ``metrics.jsonl`` up to ``last_update``, for a checkpoint that does not hold them
+    (written before hqflow kept them there). A half-written last line (what a kill leaves) is dropped;
+    anything else wrong, or fewer rows than the checkpoint's updates, is a ``ValueError``."""
+    path = run_dir / "metrics.jsonl"
+    try:
+        lines = path.read_bytes().decode("utf-8").splitlines()
+    except FileNotFoundError:
+        lines = []
+    except OSError as exc:
+        raise RunDirError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise RunDirError(f"{path} is damaged: not text") from None
+    rows = []
+    for k, line in enumerate(lines):
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict) or not isinstance(row.get("update"), int):
+                raise ValueError
+        except ValueError:
+            if k == len(lines) - 1:
+                break  # half-written by a kill
+            raise RunDirError(f"{path} is damaged at line {k + 1}") from None
+        if row["update"] <= last_update:
+            rows.append(row)
+    if len(rows) != last_update + 1:
+        raise RunDirError(f"{path} has {len(rows)} rows where the checkpoint has {last_update + 1} updates: "
+                         "restore it, or start a new run")
+    return rows
+
+
 def _atomic(path: Path, write) -> None:
     tmp = path.with_name(path.name + ".tmp")
     write(tmp)
@@ -239,14 +270,70 @@ def _json_pools(backends) -> dict | None:
     return out
 
 
+class RunDirError(ValueError):
+    """A run directory that cannot be resumed: damaged, or not a run; the message names the file."""
+
+
 def load_run(run_dir) -> tuple[dict, dict | None]:
-    """``(config.json, last checkpoint or None)`` of a run directory (``ValueError`` if it is not one)."""
+    """``(config.json, last checkpoint or None)`` of a run directory. A directory that is not a run, or a
+    damaged ``config.json`` or ``checkpoint.pt``, is a ``ValueError`` with one line naming the file."""
     run_dir = Path(run_dir)
-    if not (run_dir / "config.json").is_file():
-        raise ValueError(f"{run_dir} is not a run directory (no config.json)")
-    meta = json.loads((run_dir / "config.json").read_text())
+    path = run_dir / "config.json"
+    if not path.is_file():
+        raise RunDirError(f"{run_dir} is not a run directory (no config.json)")
+    try:
+        meta = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise RunDirError(f"cannot read {path}: {exc.strerror}") from None
+    except (UnicodeDecodeError, RecursionError, ValueError):
+        raise RunDirError(f"{path} is damaged: not a JSON document") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict) \
+            or not isinstance(meta.get("distribution_options", {}), dict):
+        raise RunDirError(f"{path} is damaged: it must be an object with 'algo', 'config' and 'distribution'")
+    try:
+        mod = algorithm(meta.get("algo"))
+        mod.Config(**meta["config"])
+        if "distribution" in meta:  # (hqflow eval needs none)
+            get_distribution(meta["distribution"], **meta.get("distribution_options", {}))
+    except (ValueError, TypeError, ImportError) as exc:
+        raise RunDirError(f"{path} is damaged: {' '.join(str(exc).split())}") from None
     ckpt = run_dir / "checkpoint.pt"
-    return meta, torch.load(ckpt, weights_only=False) if ckpt.is_file() else None
+    if not ckpt.exists():
+        return meta, None
+    try:
+        data = torch.load(ckpt, weights_only=False)
+    except OSError as exc:
+        raise RunDirError(f"cannot read {ckpt}: {exc.strerror}") from None
+    except Exception as exc:  # noqa: BLE001 - torch.load raises EOFError, UnpicklingError, RuntimeError, ...
+        raise RunDirError(f"{ckpt} is damaged ({type(exc).__name__}): truncated, or not a checkpoint") from None
+    if not isinstance(data, dict) or not isinstance(data.get("state"), dict) or not isinstance(data.get("update"), int):
+        raise RunDirError(f"{ckpt} is damaged: it holds no training state")
+    return meta, data
+
+
+def check_resume(run_dir, algo: str, cfg, ckpt: dict) -> None:
+    """What ``train(resume=True)`` reads besides ``load_run``: the checkpoint's parameters against the
+    config, and ``metrics.jsonl`` where the checkpoint does not hold the rows (``RunDirError``)."""
+    run_dir = Path(run_dir)
+    _check_state(ckpt["state"], initial_state(algo, cfg), run_dir / "checkpoint.pt")
+    if "metrics" not in ckpt:
+        _metrics_rows(run_dir, ckpt["update"])
+
+
+def _check_state(saved: dict, fresh: dict, path: Path) -> None:
+    """A checkpoint's state has the structure and tensor shapes this run's config makes."""
+    def walk(a, b, where):
+        if isinstance(b, dict):
+            if not isinstance(a, dict) or set(a) != set(b):
+                raise RunDirError(f"{path} does not match its run's config: {where or 'the state'} differs")
+            for k in b:
+                walk(a[k], b[k], f"{where}.{k}" if where else str(k))
+        elif isinstance(b, torch.Tensor) and (not isinstance(a, torch.Tensor) or a.shape != b.shape):
+            shape = list(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__
+            raise RunDirError(f"{path} does not match its run's config: {where} is {shape}, expected {list(b.shape)}")
+
+    for key in ("learn.params",):  # the parameters decide what a resumed run computes
+        walk(saved.get(key), fresh.get(key), key)
 
 
 def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, resume: bool = False,
@@ -277,7 +364,8 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
         mod, policy_ = algorithm(algo), None
     else:
         meta, ckpt = load_run(run_dir)
-        algo, policy_ = meta["algo"], get_distribution(meta["distribution"], **meta["distribution_options"])
+        algo = meta["algo"]
+        policy_ = get_distribution(meta.get("distribution", "sync"), **meta.get("distribution_options", {}))
         if backends is None and meta.get("backends"):
             backends = {name: [(m[0], m[1]) for m in pool] for name, pool in meta["backends"].items()}
         scheduler.setdefault("run_id", meta.get("run_id"))
@@ -291,9 +379,12 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
         cfg = mod.resolve(cfg, in_process, devices)
     spec_solved = mod.solved_threshold(cfg)
     window_n = mod.solve_window(cfg) if hasattr(mod, "solve_window") else 10  # episodes the criterion averages
-    state = initial_state(algo, cfg) if ckpt is None else ckpt["state"]
+    state = initial_state(algo, cfg)
+    if ckpt is not None:
+        _check_state(ckpt["state"], state, run_dir / "checkpoint.pt")
+        state = ckpt["state"]
     done = {"returns": [], "env_steps": 0, "env_steps_taken": 0, "circuit_evals": 0, "seconds": 0.0, "update": -1,
-            "solved_at": None, "spend": 0.0}
+            "solved_at": None, "spend": 0.0, "metrics": []}
     if ckpt is not None:
         done.update({k: ckpt.get(k, done[k]) for k in done})
         if scheduler.get("budget") is not None:  # the budget is the whole run's: what the resumed part may spend
@@ -307,9 +398,8 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
                     "config": dataclasses.asdict(cfg), "backends": _json_pools(backends)}
             _write_text(run_dir / "config.json", json.dumps(meta, indent=2))
         # a killed run may have logged updates past its checkpoint: they will be redone
-        lines = (run_dir / "metrics.jsonl").read_text().splitlines() if (run_dir / "metrics.jsonl").exists() else []
-        kept = [ln for ln in lines if ckpt is not None and json.loads(ln)["update"] <= done["update"]]
-        _write_text(run_dir / "metrics.jsonl", "".join(ln + "\n" for ln in kept))
+        rows = done["metrics"] if ckpt is None or "metrics" in ckpt else _metrics_rows(run_dir, done["update"])
+        _write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     n_updates = -(-cfg.max_episodes // mod.episodes_per_update(cfg))
     t0, last = time.perf_counter(), {"state": state}
 
@@ -354,6 +444,7 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
         spend, currency = spent()
         if currency is not None:  # priced jobs: the run's spend so far
             row["spend"], row["currency"] = round(spend, 6), currency
+        done["metrics"].append(row)  # checkpoints hold every row: a resume rewrites metrics.jsonl from them
         if board is not None:
             _board_row(board, row, out["returns"], done["env_steps"], window_n)
         if run_dir is not None:
