@@ -26,7 +26,7 @@ cfg = reinforce.Config(seed=0, backend="qpu", max_episodes=20 if args.quick else
 try:
     out = runner.train("reinforce", cfg, backends={"qpu": qpus}, run_dir="runs/example-qpu-pool", max_retries=5)
 except hq.RunFailed as exc:  # a job failed 6 times in a row: the last update is checkpointed
-    raise SystemExit(f"stopped: {exc}; resume with runner.train(run_dir='runs/example-qpu-pool', resume=True)")
+    raise SystemExit(f"stopped: {exc}; resume with runner.train(run_dir='runs/example-qpu-pool', resume=True)") from None
 
 c = out["config"]
 print(f"{len(out['returns'])} episodes, {out['env_steps_taken']} env steps in {out['seconds']:.1f} s "

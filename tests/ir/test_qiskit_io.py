@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from qiskit import QuantumCircuit, QuantumRegister
 from qiskit.circuit import Parameter, ParameterVector
-from qiskit.circuit.library import PauliEvolutionGate, real_amplitudes, z_feature_map, zz_feature_map
+from qiskit.circuit.library import PauliEvolutionGate, real_amplitudes, z_feature_map
 from qiskit.quantum_info import Operator, Pauli, SparsePauliOp, Statevector
 
 from hqflow.backends import CircuitBatch

@@ -1,7 +1,6 @@
 """RL actors in groups on a job backend: every job goes through the scheduler's pool, results do not
 depend on timing (sync and pipelined at staleness 0 agree bit for bit), a flaky QPU changes nothing,
 and a run whose jobs run out of retries keeps its checkpoint and resumes."""
-import numpy as np
 import pytest
 import torch
 

@@ -12,7 +12,9 @@ def test_template_layout():
     assert (t.n_inputs, t.n_weights) == (20, 72)
     assert len(t.observables) == 1
     layer = [(op.name, op.wires) for op in pqc_template(3, 1).ops]
-    rot = lambda q: [("rx", (q,)), ("ry", (q,)), ("rz", (q,))]
+    def rot(q):
+        return [("rx", (q,)), ("ry", (q,)), ("rz", (q,))]
+
     assert layer == (rot(0) + rot(1) + rot(2) + [("cz", (0, 1)), ("cz", (1, 2)), ("cz", (2, 0))]
                      + [("rx", (q,)) for q in range(3)] + rot(0) + rot(1) + rot(2))
     assert [op.wires for op in pqc_template(2, 2).ops if op.name == "cz"] == [(0, 1), (0, 1)]  # one CZ for n = 2
