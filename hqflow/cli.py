@@ -18,10 +18,7 @@ import sys
 import tempfile
 
 from . import __version__
-
-
-class UsageError(Exception):
-    """Bad usage or bad input: reported on one line, exit status 2."""
+from .cli_errors import UsageError
 
 
 class _Parser(argparse.ArgumentParser):

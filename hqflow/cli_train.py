@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from .cli import UsageError
+from .cli_errors import UsageError
 from .fragments import RunFailed
 from .jobs import BudgetExceeded
 
