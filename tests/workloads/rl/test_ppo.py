@@ -66,7 +66,7 @@ def test_act_is_deterministic_and_consistent():
     T, N = cfg.num_steps, cfg.num_envs
     assert a.states.shape == (T, N, 4) and a.actions.shape == a.rewards.shape == a.dones.shape == (T, N)
     assert a.last_values.shape == (N,) and a.n_steps == T * N
-    assert a.circuit_evals == T * N * (1 + cfg.update_epochs)
+    assert a.circuit_evals == T * N * (1 + P.setting(cfg, "update_epochs"))
     # CartPole pays 1 a step: completed returns + the cut episodes' partial returns = T·N
     assert len(a.episode_returns) == a.dones.sum() > 0
     cut = sum(T - 1 - np.flatnonzero(a.dones[:, i]).max(initial=-1) for i in range(N))
@@ -95,7 +95,7 @@ def test_smoke_and_determinism():
         seen = []
         a = P.train(cfg, progress=lambda n, m, seen=seen: seen.append(m))
         assert a["updates"] == 2 and a["env_steps"] == 256 and len(seen) == 2
-        assert a["circuit_evals"] == 2 * 128 * (1 + cfg.update_epochs)
+        assert a["circuit_evals"] == 2 * 128 * (1 + P.setting(cfg, "update_epochs"))
         assert {"loss", "pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac"} <= set(seen[0])
         if env == "cartpole":  # (a random Acrobot episode outlasts a 64-step rollout)
             assert len(a["returns"]) > 0
@@ -132,3 +132,9 @@ def test_bad_config():
         P.Config(clip_coef=0.0)
     with pytest.raises(ValueError, match="encoding"):
         P.Config(encoding="relu")
+
+
+def test_acrobot_has_its_own_epochs_and_critic_rate_unless_set():
+    assert (P.setting(P.Config(env="acrobot"), "update_epochs"), P.setting(P.Config(env="acrobot"), "lr_critic")) == (8, 1e-2)
+    assert (P.setting(P.Config(), "update_epochs"), P.setting(P.Config(), "lr_critic")) == (4, 3e-3)
+    assert P.setting(P.Config(env="acrobot", update_epochs=2), "update_epochs") == 2
