@@ -15,10 +15,10 @@ import dataclasses
 import json
 import os
 import sys
-import tempfile
 
 from . import __version__
 from .cli_errors import UsageError
+from .files import atomic_text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -250,15 +250,6 @@ def _check_output(path: str, extensions: tuple[str, ...], flag: str) -> None:
         raise UsageError(f"{flag} {path}: not writable")
 
 
-def _write_atomic(path: str, text: str) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
 def cmd_run(args) -> int:
     from hqflow.workloads import get_workload
 
@@ -303,7 +294,7 @@ def cmd_run(args) -> int:
         return 0
     figures = {k: v for k, v in result.items() if not isinstance(v, (list, dict))}
     if args.out:
-        _write_atomic(args.out, json.dumps(result, indent=2, default=float))
+        atomic_text(args.out, json.dumps(result, indent=2, default=float))
     if args.run_dir:
         _write_run_dir(args.run_dir, args.workload, cfg, result)
     if args.json:
@@ -319,9 +310,9 @@ def _write_run_dir(folder: str, workload: str, cfg, result: dict) -> None:
     from .trace import Span, save_spans
 
     config = dataclasses.asdict(cfg)
-    _write_atomic(os.path.join(folder, "config.json"), json.dumps(config, indent=2, default=float))
+    atomic_text(os.path.join(folder, "config.json"), json.dumps(config, indent=2, default=float))
     rest = {k: v for k, v in result.items() if k != "spans"}
-    _write_atomic(os.path.join(folder, "result.json"), json.dumps(rest, indent=2, default=float))
+    atomic_text(os.path.join(folder, "result.json"), json.dumps(rest, indent=2, default=float))
     if "spans" in result:
         spans = [s if isinstance(s, Span) else Span.from_dict(s) for s in result["spans"]]
         save_spans(os.path.join(folder, "spans.json"), spans, {"workload": workload, "config": config})

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass, fields
+
+from .files import atomic_text
 
 SPANS_FORMAT = "hqflow.spans"
 SPANS_VERSION = 3  # 2 added ``parent_lane``, 3 ``cost``; versions 1 and 2 are still read
@@ -305,17 +305,8 @@ def format_table(spans: list[Span]) -> str:
 # --- persistence -----------------------------------------------------------
 
 def write_json_atomic(path: str, obj) -> None:
-    """Write ``obj`` as JSON to ``path`` via a temporary file in the same folder and ``os.replace``."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, indent=1, default=float)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    """Write ``obj`` as JSON to ``path`` atomically (``hqflow.files``)."""
+    atomic_text(path, json.dumps(obj, indent=1, default=float))
 
 
 def save_spans(path: str, spans: list[Span], meta: dict | None = None) -> str:

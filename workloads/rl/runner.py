@@ -43,7 +43,6 @@ import copy
 import dataclasses
 import importlib
 import json
-import os
 import threading
 import time
 import uuid
@@ -56,6 +55,7 @@ from hqflow.ir import Graph
 
 import hqflow as hq
 from hqflow.distribution import get_distribution
+from hqflow.files import atomic_text, atomic_write
 from hqflow.scheduler import Scheduler
 from hqflow.trace import save_spans
 from hqflow.trace_export import write_chrome_trace
@@ -237,16 +237,6 @@ def _metrics_rows(run_dir: Path, last_update: int) -> list[dict]:
     return rows
 
 
-def _atomic(path: Path, write) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    os.replace(tmp, path)
-
-
-def _write_text(path: Path, text: str) -> None:
-    _atomic(path, lambda p: p.write_text(text))
-
-
 # options never written to a run directory (they come back from the environment on --resume)
 SECRET_OPTIONS = ("key", "api_key", "credential", "connection_string", "password", "token", "secret")
 
@@ -396,10 +386,10 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
             meta = {"algo": algo, "run_id": scheduler["run_id"], "distribution": policy_.name,
                     "distribution_options": {f.name: getattr(policy_, f.name) for f in dataclasses.fields(policy_)},
                     "config": dataclasses.asdict(cfg), "backends": _json_pools(backends)}
-            _write_text(run_dir / "config.json", json.dumps(meta, indent=2))
+            atomic_text(run_dir / "config.json", json.dumps(meta, indent=2))
         # a killed run may have logged updates past its checkpoint: they will be redone
         rows = done["metrics"] if ckpt is None or "metrics" in ckpt else _metrics_rows(run_dir, done["update"])
-        _write_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+        atomic_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     n_updates = -(-cfg.max_episodes // mod.episodes_per_update(cfg))
     t0, last = time.perf_counter(), {"state": state}
 
@@ -415,7 +405,7 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
         if run_dir is not None:
             data = dict(done, state=last["state"], seconds=done["seconds"] + time.perf_counter() - t0,
                         spend=spent()[0])
-            _atomic(run_dir / "checkpoint.pt", lambda p: torch.save(data, p))
+            atomic_write(run_dir / "checkpoint.pt", lambda p: torch.save(data, p))
 
     def stream():
         for k in range(done["update"] + 1, n_updates):
@@ -526,5 +516,5 @@ def plot_learning_curve(returns, path, title: str, window: int = 10) -> None:
     ax.set_title(title)
     ax.legend(loc="upper left")
     fig.tight_layout()
-    _atomic(Path(path), lambda p: fig.savefig(p, format="png", dpi=100))
+    atomic_write(Path(path), lambda p: fig.savefig(p, format="png", dpi=100))
     plt.close(fig)
