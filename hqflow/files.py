@@ -21,7 +21,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> str
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+    # named after the target (torch.save names its archive after the file: a leading dot is refused)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".tmp-")
     os.close(fd)
     try:
         write(tmp)

@@ -14,7 +14,7 @@ def test_atomic_text_replaces_with_the_mode_open_would_give(tmp_path):
     plain = tmp_path / "plain"
     plain.write_text("x")
     assert (path.stat().st_mode & 0o777) == (plain.stat().st_mode & 0o777)
-    assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")]
+    assert not [n for n in os.listdir(tmp_path) if ".tmp-" in n]
 
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
