@@ -17,7 +17,6 @@ if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isdir(_o
 
 __version__ = "0.1.0"
 
-from .executors import learner_device
 from .fragments import FragmentError, RunFailed, RunResult
 from .jobs import BudgetExceeded, JobClient, RetriesExhausted, get_client
 from .pipeline import Pipeline
@@ -44,7 +43,6 @@ __all__ = [
     "Span",
     "__version__",
     "get_client",
-    "learner_device",
     "run",
     "run_reference",
 ]

@@ -39,13 +39,6 @@ from .ledger import Ledger, RemoteLedger
 BackendSpec = "Backend | str | tuple[str, Mapping[str, Any]]"
 
 
-def learner_device():
-    """The torch device for ``gpu`` fragments: CUDA when present, else the CPU."""
-    import torch
-
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
 def _spec(spec: Any) -> tuple[str, dict]:
     if isinstance(spec, str):
         return spec, {}

@@ -72,14 +72,6 @@ class TraceError(ValueError):
     """A spans file is missing, unreadable or malformed."""
 
 
-def busy_seconds(spans: list[Span]) -> dict[str, float]:
-    """Total busy time per resource (sum of span lengths)."""
-    out: dict[str, float] = {}
-    for s in spans:
-        out[s.resource] = out.get(s.resource, 0.0) + s.seconds
-    return out
-
-
 # --- analytics -------------------------------------------------------------
 
 def is_quantum(resource: str) -> bool:
