@@ -239,7 +239,8 @@ def cmd_train(args) -> int:
         print(json.dumps(figures))
     else:
         for k, v in figures.items():
-            print(f"{k:<22} {v:.6g}" if isinstance(v, float) else f"{k:<22} {v}")
+            shown = f"not within {cfg.max_episodes} episodes" if k == "episodes_to_solve" and v is None else v
+            print(f"{k:<22} {shown:.6g}" if isinstance(shown, float) else f"{k:<22} {shown}")
     return 0
 
 

@@ -122,3 +122,9 @@ def test_a_read_only_run_directory_is_a_one_line_error(finished, tmp_path, capsy
         assert "cannot write the run directory" in _err(capsys)
     finally:
         os.chmod(run, 0o700)
+
+
+def test_an_unsolved_run_says_so_in_words(tmp_path, capsys):
+    assert main(["train", "cartpole", "--episodes", "5", "--run-dir", str(tmp_path / "r"), *ARGS]) == 0
+    out = capsys.readouterr().out
+    assert "episodes_to_solve      not within 5 episodes" in out and "None" not in out
