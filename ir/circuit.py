@@ -253,10 +253,11 @@ class CircuitTemplate:
         direct = self._direct()
         jac = np.zeros((x.shape[0], len(direct) + len(self.derived), x.shape[1]))
         jac[:, np.arange(len(direct)), list(direct)] = 1.0
-        for k, e in enumerate(self.derived):
-            for kind, i in sorted(e.symbols()):
-                d = ex.derivative(e, kind, i)
-                jac[:, len(direct) + k, i] = d.value if d.is_const else ex.evaluate(d, x, np)
+        if "derivatives" not in self._memo:  # differentiated once per template, evaluated per batch
+            self._memo["derivatives"] = [(len(direct) + k, i, ex.derivative(e, kind, i))
+                                         for k, e in enumerate(self.derived) for kind, i in sorted(e.symbols())]
+        for row, i, d in self._memo["derivatives"]:
+            jac[:, row, i] = d.value if d.is_const else ex.evaluate(d, x, np)
         return jac
 
     def with_observables(self, observables: Iterable[ObservableLike]) -> CircuitTemplate:

@@ -322,8 +322,7 @@ def _check_state(saved: dict, fresh: dict, path: Path) -> None:
             shape = list(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__
             raise RunDirError(f"{path} does not match its run's config: {where} is {shape}, expected {list(b.shape)}")
 
-    for key in ("learn.params",):  # the parameters decide what a resumed run computes
-        walk(saved.get(key), fresh.get(key), key)
+    walk(saved.get("learn.params"), fresh.get("learn.params"), "learn.params")  # what a resumed run computes with
 
 
 def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, resume: bool = False,
