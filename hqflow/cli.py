@@ -11,6 +11,7 @@ Bad usage or bad input exits with status 2 and a one-line message on stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -163,13 +164,13 @@ def cmd_backends(args) -> int:
             caps = get_backend(name).capabilities
         except Exception as exc:  # a missing plugin or device shows as unavailable
             line = {"name": name, "available": False, "reason": str(exc).splitlines()[0]}
-            print(json.dumps(line) if args.json else f"{name:<28} unavailable: {line['reason']}")
+            print(json.dumps(line) if args.json else f"{name:<28} unavailable: {line['reason']}", file=args.json_out)
             continue
         if args.json:
-            print(json.dumps({"name": name, "available": True, **dataclasses.asdict(caps)}))
+            print(json.dumps({"name": name, "available": True, **dataclasses.asdict(caps)}), file=args.json_out)
         else:
             print(f"{name:<28} {caps.describe()}")
-    _azure_targets(azure, args.json)
+    _azure_targets(azure, args.json, args.json_out)
     return 0
 
 
@@ -186,7 +187,7 @@ def _options(items: list[str], flag: str) -> dict:
 _AZURE_VARS = ("AZURE_QUANTUM_CONNECTION_STRING", "AZURE_QUANTUM_WORKSPACE_NAME", "AZURE_QUANTUM_ENDPOINT")
 
 
-def _azure_targets(options: dict, as_json: bool) -> None:
+def _azure_targets(options: dict, as_json: bool, out) -> None:
     """The targets of the configured Azure Quantum workspace, or how to configure one."""
     if not options and not any(os.environ.get(v) for v in _AZURE_VARS):
         why = ("no workspace configured: set AZURE_QUANTUM_SUBSCRIPTION_ID, AZURE_QUANTUM_WORKSPACE_RG, "
@@ -194,7 +195,7 @@ def _azure_targets(options: dict, as_json: bool) -> None:
                "sign in with az login), or AZURE_QUANTUM_CONNECTION_STRING, or pass --azure-opt; "
                "see README 'Run on Azure Quantum'")
         print(json.dumps({"name": "azure:<target>", "available": False, "reason": why}) if as_json
-              else f"{'azure:<target>':<28} {why}")
+              else f"{'azure:<target>':<28} {why}", file=out)
         return
     from hqflow.backends import BackendError
     from hqflow.backends.azure.backend import AzureBackend
@@ -204,12 +205,12 @@ def _azure_targets(options: dict, as_json: bool) -> None:
     except (BackendError, TypeError) as exc:
         reason = str(exc).splitlines()[0]
         print(json.dumps({"name": "azure:<target>", "available": False, "reason": reason}) if as_json
-              else f"{'azure:<target>':<28} unavailable: {reason}")
+              else f"{'azure:<target>':<28} unavailable: {reason}", file=out)
         return
     for provider, target, status in found:
         name = f"azure:{target}"
         print(json.dumps({"name": name, "available": status == "Available", "provider": provider, "status": status})
-              if as_json else f"{name:<28} {status} (provider {provider})")
+              if as_json else f"{name:<28} {status} (provider {provider})", file=out)
 
 
 def cmd_inspect(args) -> int:
@@ -290,7 +291,7 @@ def cmd_run(args) -> int:
     with Progress(getattr(cfg, "steps", 1), args.workload) as bar:
         result = module.run(cfg, progress=bar)
     if tally is not None:
-        print(json.dumps(tally.figures()) if args.json else tally.table())
+        print(json.dumps(tally.figures()) if args.json else tally.table(), file=args.json_out)
         return 0
     figures = {k: v for k, v in result.items() if not isinstance(v, (list, dict))}
     if args.out:
@@ -298,7 +299,7 @@ def cmd_run(args) -> int:
     if args.run_dir:
         _write_run_dir(args.run_dir, args.workload, cfg, result)
     if args.json:
-        print(json.dumps(figures, default=float))
+        print(json.dumps(figures, default=float), file=args.json_out)
     else:
         for k, v in figures.items():
             print(f"{k:<24} {v:.6g}" if isinstance(v, float) else f"{k:<24} {v}")
@@ -349,7 +350,11 @@ def main(argv: list[str] | None = None) -> int:
 
         commands = {"backends": cmd_backends, "inspect": cmd_inspect, "run": cmd_run, "trace": cmd_trace,
                     "train": cmd_train, "eval": cmd_eval}
-        return commands[args.command](args)
+        # --json: the figures alone on stdout; anything else printed meanwhile (Ray's messages about
+        # its workers, a library's own prints) goes to stderr
+        args.json_out = sys.stdout
+        with contextlib.redirect_stdout(sys.stderr) if getattr(args, "json", False) else contextlib.nullcontext():
+            return commands[args.command](args)
     except UsageError as exc:
         from hqflow.ir.text import one_line
 

@@ -236,7 +236,7 @@ def cmd_train(args) -> int:
     if out.get("currency"):
         figures["spend"], figures["currency"] = round(out["spend"], 6), out["currency"]
     if args.json:
-        print(json.dumps(figures))
+        print(json.dumps(figures), file=args.json_out)
     else:
         for k, v in figures.items():
             shown = f"not within {cfg.max_episodes} episodes" if k == "episodes_to_solve" and v is None else v
@@ -257,7 +257,7 @@ def cmd_eval(args) -> int:
     except (ValueError, BackendError) as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
     if args.json:
-        print(json.dumps(figures))
+        print(json.dumps(figures), file=args.json_out)
     else:
         print(f"{figures['env']}: mean return {figures['mean_return']:.2f} ± {figures['std_return']:.2f} over "
               f"{figures['episodes']} greedy episodes (seeds {args.seed}..{args.seed + args.episodes - 1})")

@@ -22,14 +22,15 @@ or ``(name, options)``.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import re
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
-import time
-
 from hqflow.backends import Backend, FutureJob, get_backend
 from hqflow.ir.graph import Fragment
+from hqflow.ir.text import one_line
 
 from .dispatch import Member, Pool
 from .fragments import call_fragment
@@ -180,6 +181,54 @@ class _Worker:
 _WORKERS: dict[tuple, Any] = {}
 
 
+_WORKER_RETRIES = 3  # calls redone on a worker actor that Ray restarted after its process died
+_READY_TIMEOUT = 120.0  # seconds for worker actors to answer before the run starts
+
+
+def _ray_failure(exc: BaseException) -> BaseException:
+    """A Ray exception as what the user should see: a fragment's own error as itself, anything else
+    (a dead or unreachable actor) as one line without Ray's colour codes and tracebacks."""
+    import ray.exceptions as rex
+
+    if isinstance(exc, rex.RayTaskError) and isinstance(exc.cause, BaseException):
+        return exc.cause
+    if isinstance(exc, rex.RayError):
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+        first = text.splitlines()[0] if text else ""
+        return RayFailure(one_line(f"{type(exc).__name__}: {first[:300]}"))
+    return exc
+
+
+class RayFailure(RuntimeError):
+    """A Ray actor died or could not be reached (the folded form of Ray's own error)."""
+
+
+def _folded(ref) -> cf.Future:
+    """A future of a Ray call whose failure is :func:`_ray_failure`'s."""
+    out: cf.Future = cf.Future()
+
+    def copy(fut: cf.Future) -> None:
+        if fut.cancelled():
+            out.cancel()
+        elif fut.exception() is not None:
+            out.set_exception(_ray_failure(fut.exception()))
+        else:
+            out.set_result(fut.result())
+
+    ref.future().add_done_callback(copy)
+    return out
+
+
+def _ray_get(ref, timeout: float | None = None):
+    """``ray.get`` with Ray's error folded."""
+    import ray
+
+    try:
+        return ray.get(ref, timeout=timeout)
+    except ray.exceptions.RayError as exc:
+        raise _ray_failure(exc) from None
+
+
 class _BackendActor:
     """Holds one backend inside a Ray actor; ``run`` blocks until its job is done."""
 
@@ -202,10 +251,26 @@ class _BackendActor:
             close()  # the run's session, the backend's threads
 
 
-class _RayHandle:
-    def __init__(self, actor_cls, spec: Any, default_in_flight: int):
-        import ray
+class _RayJob(FutureJob):
+    """A job on a backend actor. A call running in an actor cannot be interrupted, so cancelling
+    one (a job past its timeout) restarts the actor: a hung backend does not hold its slots."""
 
+    def __init__(self, handle: "_RayHandle", ref):
+        super().__init__(_folded(ref), handle.name)
+        self._handle = handle
+
+    def cancel(self) -> bool:
+        if self.done():
+            return False
+        self._handle.restart()
+        return True
+
+
+class _RayHandle:
+    """A backend in a Ray actor that Ray restarts when its process dies (``max_restarts``): the job
+    it held fails and the run's job service retries it; later jobs go to the new process."""
+
+    def __init__(self, actor_cls, spec: Any, default_in_flight: int):
         if hasattr(spec, "submit"):
             raise ValueError(
                 f"the ray executor makes its backends inside Ray actors; give {getattr(spec, 'name', spec)!r} "
@@ -214,22 +279,39 @@ class _RayHandle:
         name, options = _spec(spec)
         slots = int(options.get("max_in_flight", default_in_flight))
         # slots for the jobs, and two more so that pricing and closing never wait behind them
-        self.actor = actor_cls.options(max_concurrency=max(slots, 1) + 2).remote(name, options)
-        self.name, self.capabilities, own, priced = ray.get(self.actor.describe.remote())
+        self.actor = actor_cls.options(max_concurrency=max(slots, 1) + 2, max_restarts=-1).remote(name, options)
+        self.name, self.capabilities, own, priced = _ray_get(self.actor.describe.remote())
         self.max_in_flight = own or default_in_flight
         self._priced = priced
+        self._started, self._lock, self.restarts = None, threading.Lock(), 0
+
+    def __getstate__(self):  # sent to worker actors inside their job clients' pools
+        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_started")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, _started=None, _lock=threading.Lock())
 
     @property
     def estimate_cost(self):
         """The backend's ``estimate_cost``, where it prices jobs (the job service asks with getattr)."""
         if not self._priced:
             raise AttributeError(f"backend {self.name!r} does not price its jobs")
-        import ray
-
-        return lambda batch: ray.get(self.actor.estimate_cost.remote(batch))
+        return lambda batch: _ray_get(self.actor.estimate_cost.remote(batch))
 
     def submit(self, batch) -> FutureJob:
-        return FutureJob(self.actor.run.remote(batch).future(), self.name)
+        return _RayJob(self, self.actor.run.remote(batch))
+
+    def restart(self) -> None:
+        """A fresh process for this backend (its running jobs fail, and are retried by the job service).
+        Once per start: jobs that time out while the new process starts do not restart it again."""
+        import ray
+
+        with self._lock:
+            if self._started is not None and not ray.wait([self._started], timeout=0)[0]:
+                return
+            ray.kill(self.actor, no_restart=False)
+            self._started = self.actor.describe.remote()
+            self.restarts += 1
 
 
 class RayExecutor:
@@ -257,26 +339,64 @@ class RayExecutor:
         if cpu_workers > cluster.get("CPU", 0):
             raise ValueError(f"cpu_workers={cpu_workers} but the Ray cluster has {cluster.get('CPU', 0):g} CPUs; "
                              "each cpu worker actor holds one")
-        session = ray.get_runtime_context().get_job_id()
-        worker = ray.remote(_Worker)
-        options = {"cpu": {"num_cpus": 1}, "gpu": {"num_cpus": 0, "num_gpus": 1 if gpus else 0}}
-        self._idle = {}
-        for resource, count in (("cpu", cpu_workers), ("gpu", gpu_workers)):
-            self._idle[resource] = [_WORKERS.setdefault((session, resource, i), worker.options(**options[resource]).remote())
-                                    for i in range(count)]
-        ray.get([a.ready.remote() for pool in self._idle.values() for a in pool])  # started before the run's clock
+        context = ray.get_runtime_context()
+        self._session = (context.namespace, context.get_job_id())  # a Ray started anew has other actors
+        self._options = {"cpu": {"num_cpus": 1}, "gpu": {"num_cpus": 0, "num_gpus": 1 if gpus else 0}}
+        self._idle = {resource: [self._worker(resource, i) for i in range(count)]
+                      for resource, count in (("cpu", cpu_workers), ("gpu", gpu_workers))}
+        self._check_ready()  # started before the run's clock
+        self._running: dict[int, Any] = {}  # id -> worker actor, while it runs a call
         self._backends: list[_RayHandle] = []
         self._ledgers: list[RemoteLedger] = []
         self._lock = threading.Lock()
+
+    def _worker(self, resource: str, index: int, fresh: bool = False):
+        """The session's worker actor for a slot: kept between runs, restarted by Ray when its
+        process dies (a call it held is redone: fragments are functions of their inputs)."""
+        key = (*self._session, resource, index)
+        if fresh or key not in _WORKERS:
+            _WORKERS[key] = self._ray.remote(_Worker).options(
+                max_restarts=-1, max_task_retries=_WORKER_RETRIES, **self._options[resource]).remote()
+        return _WORKERS[key]
+
+    def _check_ready(self) -> None:
+        """Wait for every worker actor; one that died for good or does not answer is replaced once."""
+        ray = self._ray
+        for attempt in (0, 1):
+            slots = [(r, i, a) for r, pool in self._idle.items() for i, a in enumerate(pool)]
+            refs = [a.ready.remote() for _, _, a in slots]
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=_READY_TIMEOUT)
+            bad = []
+            for (resource, i, actor), ref in zip(slots, refs):
+                try:
+                    if ref not in ready:
+                        raise TimeoutError
+                    ray.get(ref)
+                except (ray.exceptions.RayError, TimeoutError):
+                    bad.append((resource, i, actor))
+            if not bad:
+                return
+            if attempt:
+                cluster = ray.cluster_resources().get("CPU", 0)
+                free = ray.available_resources().get("CPU", 0)
+                raise RayFailure(f"{len(bad)} Ray worker actors did not start within {_READY_TIMEOUT:g} s "
+                                 f"(the cluster has {cluster:g} CPUs, {free:g} free)")
+            for resource, i, actor in bad:
+                ray.kill(actor, no_restart=True)
+                self._idle[resource][i] = self._worker(resource, i, fresh=True)
 
     def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None) -> cf.Future:
         with self._lock:  # the scheduler never asks for more than the slots it has
             actor = self._idle[resource].pop()
         spec = None if client is None else self._client_spec(client)
-        fut = actor.call.remote(fragment, args, spec, _by_value(fragment)).future()
+        ref = actor.call.remote(fragment, args, spec, _by_value(fragment))
+        with self._lock:
+            self._running[id(actor)] = actor
+        fut = _folded(ref)
 
         def release(_):
             with self._lock:
+                self._running.pop(id(actor), None)
                 self._idle[resource].append(actor)
 
         fut.add_done_callback(release)
@@ -301,7 +421,16 @@ class RayExecutor:
         return ledger
 
     def close(self) -> None:
-        """Release this run's backend and ledger actors; worker actors and Ray stay up for the next run."""
+        """Release this run's backend and ledger actors; worker actors and Ray stay up for the next run,
+        except a worker still running a call (the run failed or was interrupted): it is ended, and
+        the next run starts a fresh one."""
+        with self._lock:
+            running = list(self._running.values())
+        for actor in running:
+            for key, cached in list(_WORKERS.items()):
+                if cached is actor:
+                    del _WORKERS[key]
+            self._ray.kill(actor, no_restart=True)
         for handle in self._backends:
             try:
                 self._ray.get(handle.actor.close.remote(), timeout=10)  # closes an Azure session

@@ -20,6 +20,7 @@ import numpy as np
 
 from hqflow.backends import BatchResult, CircuitBatch
 from hqflow.ir.graph import Fragment, resolve_fn
+from hqflow.ir.text import one_line
 
 from .gradients import param_shift
 from .jobs import JobClient, bind_client, unbind_client
@@ -27,7 +28,11 @@ from .trace import Span
 
 
 class FragmentError(RuntimeError):
-    """A fragment raised or returned something its ports do not allow."""
+    """A fragment raised or returned something its ports do not allow. The message is one line
+    (``one_line``): a fragment's own multi-line error text is escaped."""
+
+    def __init__(self, message: object = ""):
+        super().__init__(one_line(str(message)))
 
 
 @dataclass

@@ -131,3 +131,16 @@ def test_ray_actors_staleness_0_equals_sync():
     ray = runner.train("reinforce", SMALL, RayActors(staleness=0))
     assert ray["returns"] == sync["returns"]
     assert _same_params(ray["params"], sync["params"])
+
+
+@pytest.mark.ray
+def test_ray_actors_training_survives_a_killed_worker(tmp_path, kill_ray_process):
+    """SIGKILL a Ray worker while it runs a rollout or a learner step: Ray restarts it, the call is redone."""
+    proc = _cli("cartpole", "--distribution", "ray-actors", "--episodes", "40", "--set", "n_layers=1",
+                "--set", "stop_when_solved=false", "--run-dir", str(tmp_path / "run"), "--json", cwd=tmp_path)
+    killer = kill_ray_process("ray::_Worker.call", after=1.0, driver=proc.pid)
+    out, err = proc.communicate(timeout=300)
+    killer.join()
+    assert killer.killed, "no worker was running a call to kill"
+    assert proc.returncode == 0, err[-2000:]
+    assert json.loads(out)["episodes"] == 40  # stdout holds the figures alone: Ray's messages went to stderr

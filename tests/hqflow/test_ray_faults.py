@@ -1,0 +1,91 @@
+"""Runs on the ray executor survive dead actors: a killed worker's call is redone, a killed backend's
+job is retried, a hung backend is restarted, a dead cached worker is replaced; Ray's errors are one line."""
+import numpy as np
+import pytest
+
+import hqflow as hq
+from hqflow.backends import get_backend
+from hqflow.workloads import synthetic
+
+pytestmark = pytest.mark.ray
+ray = pytest.importorskip("ray")
+
+CFG = synthetic.Config(staleness=0, backend="qpu", matrix=128, repeats=1500)  # a learner step of about 0.3 s
+FAST = synthetic.Config(staleness=0, backend="qpu", repeats=1)
+STEPS = 8
+
+
+def _reference(cfg=CFG):
+    return hq.run_reference(synthetic.build_graph(cfg), synthetic.stream(STEPS, cfg), backends={"qpu": get_backend("reference")})
+
+
+def _same(res, ref):
+    assert res.outputs == ref.outputs  # floats compared exactly: nothing lost, nothing doubled
+    np.testing.assert_array_equal(res.state["learn.weights"], ref.state["learn.weights"])
+
+
+def test_a_killed_worker_actor_redoes_its_call(kill_ray_process):
+    ref = _reference()
+    killer = kill_ray_process("ray::_Worker.call", after=0.5)
+    res = hq.run(synthetic.build_graph(CFG), synthetic.stream(STEPS, CFG),
+                 backends={"qpu": ("emulated-qpu", {"per_job": 0.002})}, executor="ray", ray_num_cpus=2)
+    killer.join()
+    assert killer.killed, "no worker was running a call to kill"
+    _same(res, ref)
+
+
+def test_a_killed_backend_actor_is_restarted_and_its_job_retried(kill_ray_process):
+    ref = _reference(FAST)
+    killer = kill_ray_process("ray::_BackendActor.run", after=0.5)
+    res = hq.run(synthetic.build_graph(FAST), synthetic.stream(STEPS, FAST),
+                 backends={"qpu": ("emulated-qpu", {"per_job": 0.3})}, executor="ray", ray_num_cpus=2)
+    killer.join()
+    assert killer.killed, "no backend was running a job to kill"
+    _same(res, ref)
+    assert res.extra["failed_jobs"] >= 1
+
+
+def test_a_dead_cached_worker_is_replaced_by_the_next_run():
+    from hqflow.executors import _WORKERS
+
+    ref = _reference(FAST)
+    hq.run(synthetic.build_graph(FAST), synthetic.stream(1, FAST), backends={"qpu": ("emulated-qpu", {})},
+           executor="ray", ray_num_cpus=2)
+    for actor in list(_WORKERS.values()):
+        ray.kill(actor, no_restart=True)  # dead for good, still in the cache
+    res = hq.run(synthetic.build_graph(FAST), synthetic.stream(STEPS, FAST), backends={"qpu": ("emulated-qpu", {})},
+                 executor="ray", ray_num_cpus=2)
+    _same(res, ref)
+
+
+def test_a_hung_backend_actor_is_restarted_after_a_timeout():
+    """Job 2 of the backend hangs. A call in an actor cannot be interrupted, so without a restart
+    every later job waits behind it and times out too, and the run fails."""
+    cfg = FAST
+    res = hq.run(synthetic.build_graph(cfg), synthetic.stream(4, cfg),
+                 backends={"qpu": ("emulated-qpu", {"hang_jobs": [2]})}, executor="ray", ray_num_cpus=2,
+                 job_timeout=5.0, max_retries=6)
+    assert res.outputs == _reference_steps(cfg, 4).outputs
+    assert res.extra["timeouts"] >= 1
+    assert res.extra["timeouts"] <= 3  # the restarted backend's own jobs 0 and 1 ran
+
+
+def _reference_steps(cfg, steps):
+    return hq.run_reference(synthetic.build_graph(cfg), synthetic.stream(steps, cfg), backends={"qpu": get_backend("reference")})
+
+
+def _fails(x):
+    raise ValueError("bad value\nsecond line")
+
+
+def test_a_fragments_error_is_its_own_in_one_line():
+    pipe = hq.Pipeline("fails")
+    pipe.input("x", "array")
+    pipe.preprocess(_fails, outputs=("y",))
+    pipe.connect("input.x", "_fails.x")
+    pipe.output("_fails.y")
+    with pytest.raises(hq.FragmentError) as info:
+        hq.run(pipe.build(), [{"x": np.zeros(2)}], executor="ray", ray_num_cpus=2)
+    message = str(info.value)
+    assert "bad value\\nsecond line" in message and "\n" not in message and "Traceback" not in message
+    assert "ValueError" in message and "RayTaskError" not in message
