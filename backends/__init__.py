@@ -13,6 +13,7 @@ import importlib
 import inspect
 from collections.abc import Callable
 
+from hqflow.ir.text import one_line
 from hqflow.ir.validate import set_backend_lookup
 
 from .base import (
@@ -28,8 +29,7 @@ from .base import (
     LocalBackend,
 )
 
-# name -> "module:factory"; a factory takes (suffix, **options) where suffix is the
-# part after "name:" (e.g. the PennyLane device name), or None.
+# name -> "module:factory" (or the factory), called with the backend's options as keywords
 _REGISTRY: dict[str, str | Callable[..., Backend]] = {
     "reference": "hqflow.backends.reference:ReferenceBackend",
     "aer": "hqflow.backends.aer:AerBackend",
@@ -38,6 +38,10 @@ _REGISTRY: dict[str, str | Callable[..., Backend]] = {
     "compiled": "hqflow.backends.compiled:CompiledBackend",
     "azure": "hqflow.backends.azure.backend:AzureBackend",  # azure:<target>; its targets are listed from the workspace
 }
+# name -> the keyword that the part after "name:" sets (pennylane:default.qubit, azure:ionq.simulator);
+# a backend not named here takes no suffix
+_SUFFIX: dict[str, str] = {"aer": "method", "pennylane": "device_name", "emulated-qpu": "wrapped", "compiled": "device",
+                           "azure": "target"}
 # The default for exact local simulation: the fastest backend at small widths
 # (benchmarks/simulators.py). ``Pipeline.execute`` and the workloads default to it.
 DEFAULT_BACKEND = "compiled"
@@ -46,11 +50,18 @@ DEFAULT_BACKEND = "compiled"
 _LISTED = ["reference", "aer", "pennylane:default.qubit", "pennylane:lightning.qubit", "emulated-qpu", "compiled"]
 
 
-def register_backend(name: str, factory: str | Callable[..., Backend], listed: bool = True) -> None:
-    """Register ``factory`` (a callable or ``"module:qualname"``) under ``name``."""
+def register_backend(name: str, factory: str | Callable[..., Backend], listed: bool = True,
+                     suffix: str | None = None) -> None:
+    """Register ``factory`` (a callable or ``"module:qualname"``) under ``name``. With ``suffix``,
+    ``"name:text"`` passes ``text`` as that keyword (``suffix="device"``: ``"mine:gpu"`` is
+    ``factory(device="gpu")``); without, a name with a suffix is refused."""
     if ":" in name:
-        raise ValueError(f"backend names cannot contain ':' ({name!r}); the suffix is passed to the factory")
+        raise ValueError(f"backend names cannot contain ':' ({name!r}); register suffix= to take 'name:text'")
     _REGISTRY[name] = factory
+    if suffix is None:
+        _SUFFIX.pop(name, None)
+    else:
+        _SUFFIX[name] = suffix
     if listed and name not in _LISTED:
         _LISTED.append(name)
 
@@ -63,19 +74,28 @@ def _resolve(factory: str | Callable[..., Backend]) -> Callable[..., Backend]:
 
 
 def get_backend(name: str, /, **options) -> Backend:
-    """Make the backend registered as ``name`` (``"prefix:suffix"`` passes the suffix on)."""
+    """Make the backend registered as ``name``; ``"prefix:text"`` sets the keyword the backend
+    takes its suffix as (``pennylane:lightning.qubit`` is ``device_name="lightning.qubit"``)."""
     if not isinstance(name, str) or not name:
         raise BackendError(f"backend name must be a non-empty string, got {name!r}")
-    prefix, _, suffix = name.partition(":")
+    prefix, colon, suffix = name.partition(":")
     if prefix not in _REGISTRY:
-        raise BackendError(f"unknown backend {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+        raise BackendError(f"unknown backend {one_line(repr(name))}; known: {', '.join(sorted(_REGISTRY))}")
+    if colon:
+        keyword = _SUFFIX.get(prefix)
+        if keyword is None:
+            raise BackendError(f"backend {prefix!r} takes no ':' suffix, got {one_line(repr(name))}")
+        if not suffix:
+            raise BackendError(f"backend {one_line(repr(name))}: give its {keyword} after the ':'")
+        if keyword in options:
+            raise BackendError(f"backend {one_line(repr(name))}: {keyword} is given twice, as the suffix and as an option")
+        options = {keyword: suffix, **options}
     factory = _resolve(_REGISTRY[prefix])
-    args = (suffix,) if suffix else ()
     try:
-        inspect.signature(factory).bind(*args, **options)
+        inspect.signature(factory).bind(**options)
     except TypeError as exc:
-        raise BackendError(f"backend {name!r}: bad options {sorted(options)}: {exc}") from None
-    return factory(*args, **options)
+        raise BackendError(f"backend {one_line(repr(name))}: bad options {sorted(options)}: {exc}") from None
+    return factory(**options)
 
 
 def _lookup(name: str):

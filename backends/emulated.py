@@ -28,8 +28,8 @@ whatever the thread timing. A batch larger than ``max_circuits_per_job`` is
 rejected, as a cloud service would; split it with ``CircuitBatch.split``.
 
 Threads: one for the queue (a timer heap) and one per device slot, all daemon
-threads started at the first submit; ``close()`` stops them and cancels every
-unfinished job. Jobs also have ``status()``, timestamps and done callbacks.
+threads, started by a submit and ended when no job is left; ``close()`` also cancels
+every unfinished job. Jobs also have ``status()``, timestamps and done callbacks.
 """
 from __future__ import annotations
 
@@ -323,21 +323,28 @@ class EmulatedQPU:
     def _forget(self, job: EmulatedJob) -> None:
         with self._cond:
             self._live.discard(job)
+            if not self._live:  # idle: the threads end, and the next submit starts new ones
+                self._stop_threads()
+
+    def _stop_threads(self) -> None:
+        """End this generation's threads (called with ``_cond`` held)."""
+        self._closed.set()
+        self._cond.notify_all()
+        for _ in range(self.max_in_flight if self._ready else 0):
+            self._ready.put(None)  # stops a device slot thread
+        self._ready = None
 
     def close(self) -> None:
         """Stop the threads and cancel every unfinished job, running ones included.
 
         The backend stays usable: a later ``submit`` starts fresh threads, so a
         shared instance (one a registered factory hands to several runs) survives
-        the end of each run.
+        the end of each run. An idle backend holds no threads, so a run that
+        does not close a backend it was given leaves none behind either.
         """
         with self._cond:
-            self._closed.set()
-            self._cond.notify_all()
             live, self._live, self._waiting = list(self._live), set(), []
-            for _ in range(self.max_in_flight if self._ready else 0):
-                self._ready.put(None)  # stops a device slot thread
-            self._ready = None
+            self._stop_threads()
         for job in live:
             job._settle("cancelled")
 

@@ -237,10 +237,10 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-def _check_output(path: str, extensions: tuple[str, ...], flag: str) -> None:
+def _check_output(path: str, extensions: tuple[str, ...] | None, flag: str) -> None:
     """Refuse, before any work, an output path that cannot be written: a folder, a missing or
-    unwritable parent, or an extension other than ``extensions``."""
-    if not path.lower().endswith(extensions):
+    unwritable parent, or an extension other than ``extensions`` (None: any)."""
+    if extensions and not path.lower().endswith(extensions):
         raise UsageError(f"{flag} {path}: the file name must end in {', '.join(extensions)}")
     if os.path.isdir(path):
         raise UsageError(f"{flag} {path}: is a directory; give a file name")
@@ -266,6 +266,8 @@ def cmd_run(args) -> int:
     if unknown:
         raise UsageError(f"workload {args.workload!r} has no option {unknown[0]!r}")
     cfg = dataclasses.replace(cfg, **overrides)
+    if args.out:
+        _check_output(args.out, None, "--out")
     if args.backend:
         from hqflow.backends import BackendError, get_backend
 
@@ -281,7 +283,8 @@ def cmd_run(args) -> int:
         from hqflow.backends.dryrun import DryRunBackend, Tally
 
         tally = Tally()
-        register_backend("dry-run", lambda target=None, **o: DryRunBackend(target, tally, **o), listed=False)
+        register_backend("dry-run", lambda target=None, **o: DryRunBackend(target, tally, **o), listed=False,
+                         suffix="target")
         cfg = dataclasses.replace(cfg, backend=f"dry-run:{cfg.backend}")
     if args.run_dir:
         try:
@@ -294,15 +297,18 @@ def cmd_run(args) -> int:
         print(json.dumps(tally.figures()) if args.json else tally.table(), file=args.json_out)
         return 0
     figures = {k: v for k, v in result.items() if not isinstance(v, (list, dict))}
-    if args.out:
-        atomic_text(args.out, json.dumps(result, indent=2, default=float))
-    if args.run_dir:
-        _write_run_dir(args.run_dir, args.workload, cfg, result)
-    if args.json:
+    if args.json:  # first: a file that cannot be written after all loses no figures
         print(json.dumps(figures, default=float), file=args.json_out)
     else:
         for k, v in figures.items():
             print(f"{k:<24} {v:.6g}" if isinstance(v, float) else f"{k:<24} {v}")
+    try:
+        if args.out:
+            atomic_text(args.out, json.dumps(result, indent=2, default=float))
+        if args.run_dir:
+            _write_run_dir(args.run_dir, args.workload, cfg, result)
+    except OSError as exc:
+        raise UsageError(f"cannot write {exc.filename}: {exc.strerror}") from None
     return 0
 
 

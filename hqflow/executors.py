@@ -36,6 +36,7 @@ from .dispatch import Member, Pool
 from .fragments import call_fragment
 from .jobs import JobClient, JobService
 from .ledger import Ledger, RemoteLedger
+from .threads import DaemonPool
 
 BackendSpec = "Backend | str | tuple[str, Mapping[str, Any]]"
 
@@ -116,17 +117,14 @@ class LocalExecutor(SyncExecutor):
 
     def __init__(self, cpu_workers: int = 1, gpu_workers: int = 1):
         super().__init__()
-        self.pools = {
-            "cpu": cf.ThreadPoolExecutor(cpu_workers, thread_name_prefix="hqflow-cpu"),
-            "gpu": cf.ThreadPoolExecutor(gpu_workers, thread_name_prefix="hqflow-gpu"),
-        }
+        self.pools = {"cpu": DaemonPool(cpu_workers, "hqflow-cpu"), "gpu": DaemonPool(gpu_workers, "hqflow-gpu")}
 
     def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None) -> cf.Future:
         return self.pools[resource].submit(_local_call, fragment, args, client)
 
     def close(self) -> None:
         for pool in self.pools.values():
-            pool.shutdown(wait=False, cancel_futures=True)
+            pool.shutdown()
         super().close()
 
 

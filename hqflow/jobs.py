@@ -42,6 +42,7 @@ from hqflow.backends import BackendError, BatchResult, Capabilities, CircuitBatc
 
 from .dispatch import Pool
 from .ledger import BudgetExceeded, Ledger
+from .threads import DaemonPool
 from .trace import Span
 
 
@@ -314,17 +315,17 @@ class JobService:
                 req.future.set_exception(BackendError("the run ended before this job finished"))
 
 
-_DEFERRED: list[cf.ThreadPoolExecutor] = []
+_DEFERRED: list[DaemonPool] = []
 
 
-def _deferred() -> cf.ThreadPoolExecutor:
+def _deferred() -> DaemonPool:
     """One thread per process for job completions whose handling makes blocking Ray calls
     (pricing the next job, charging the run's ledger): a Ray future's callback runs on the
     thread that delivers Ray's replies, and a ``ray.get`` there would wait on itself."""
     if not _DEFERRED:
         with _DEFERRED_LOCK:
             if not _DEFERRED:
-                _DEFERRED.append(cf.ThreadPoolExecutor(1, thread_name_prefix="hqflow-job-done"))
+                _DEFERRED.append(DaemonPool(1, "hqflow-job-done"))
     return _DEFERRED[0]
 
 

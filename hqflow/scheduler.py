@@ -43,6 +43,7 @@ from typing import Any
 from hqflow.backends import BackendError, backend_names, is_registered
 from hqflow.ir.graph import Fragment, Graph, GraphError
 
+from .checkpoint import CheckpointError, RunDir, item_digest
 from .dispatch import Member, Pool
 from .executors import make_executor
 from .fragments import (
@@ -90,7 +91,15 @@ class SchedulerConfig:
     a job that would go past it is refused and the run stops with ``BudgetExceeded``, results kept"""
     run_id: str | None = None
     """the run's identity, from which cloud backends derive idempotent job ids (give the same one to a
-    resumed run so that it finds the jobs that already ran); None: a fresh one"""
+    resumed run so that it finds the jobs that already ran); None: a fresh one, or the checkpoint's"""
+    run_dir: str | None = None
+    """a folder for the run's checkpoints (``hqflow.checkpoint``): loop-carried values and the
+    stream position after each ``checkpoint_every`` finished steps, and every step's outputs"""
+    checkpoint_every: int = 1
+    """finished steps between checkpoints in ``run_dir``"""
+    resume: bool = False
+    """continue the run checkpointed in ``run_dir``: its first steps are skipped in the stream, its
+    outputs and loop values restored (the same graph, stream and seed; any executor and backends)"""
 
     def __post_init__(self):
         if self.executor not in ("sync", "local", "ray"):
@@ -106,6 +115,11 @@ class SchedulerConfig:
             raise ValueError(f"max_retries must be an integer >= 0, got {self.max_retries!r}")
         if self.job_timeout is not None and self.job_timeout <= 0:
             raise ValueError(f"job_timeout must be positive or None, got {self.job_timeout!r}")
+        if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int) \
+                or self.checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be an integer >= 1, got {self.checkpoint_every!r}")
+        if self.resume and self.run_dir is None:
+            raise ValueError("resume=True needs the run_dir of the run to continue")
         if self.budget is not None and (isinstance(self.budget, bool) or not isinstance(self.budget, (int, float))
                                         or self.budget < 0):
             raise ValueError(f"budget must be a number >= 0 or None, got {self.budget!r}")
@@ -158,9 +172,16 @@ class Scheduler:
             if stream < 0:
                 raise ValueError(f"number of steps must be >= 0, got {stream}")
             stream = ({} for _ in range(stream))
-        self._reset(initial_state)
-        items, exhausted, next_step = iter(stream), False, 0
-        expected = {p.name for p in self.graph.inputs}
+        c, items, self.store, self.service = self.config, iter(stream), None, None
+        try:
+            if c.run_dir is not None:
+                self.store = RunDir(c.run_dir, self.graph, c.seed, c.run_id, c.checkpoint_every, c.resume)
+            self._reset(initial_state)
+            next_step = self._restore(items) if self.store else 0
+        except BaseException:
+            self._close()
+            raise
+        exhausted, expected = False, {p.name for p in self.graph.inputs}
         try:
             while True:
                 while not exhausted and len(self.admitted) < self.window:
@@ -176,16 +197,67 @@ class Scheduler:
                 if exhausted and not self.admitted:
                     break
                 self._wait_and_handle(progress)
+            if self.store:
+                self._checkpoint(final=True)
         except (FragmentError, BackendError) as exc:
             failure = exc
+        except KeyboardInterrupt:
+            if self.store is None:
+                raise
+            raise KeyboardInterrupt(f"run interrupted after {self.prefix} steps; continue it with "
+                                    f"run_dir={str(self.store.path)!r}, resume=True") from None
         else:
             failure = None
         finally:
-            self.service.close()
-            self.executor.close()
+            self._close()
         if failure is not None:
             raise RunFailed(str(failure), self._result(next_step)) from failure
         return self._result(next_step)
+
+    def _close(self) -> None:
+        if self.service is not None:
+            self.service.close()
+        self.executor.close()
+        if self.store is not None:
+            self.store.close()
+
+    # -- checkpoints (hqflow.checkpoint) ----------------------------------------------
+    def _restore(self, items) -> int:
+        """Continue a checkpointed run: its outputs, its loop values, the stream past its steps."""
+        saved, steps = self.store.saved, self.store.saved["steps"]
+        self.prefix = steps
+        if not steps:
+            return 0
+        for j in range(steps):
+            item = next(items, None)
+            if item is None:
+                raise CheckpointError(f"the stream ended after {j} items; the checkpoint in {self.store.path} is "
+                                      f"past {steps} steps: give the run's own stream")
+        if saved["item"] is not None and item_digest(item) not in (None, saved["item"]):
+            raise CheckpointError(f"the stream differs from the checkpointed run's: item {steps - 1} is not the "
+                                  "one it ran; give the run's own stream")
+        for i, e in enumerate(self.graph.edges):
+            if e.loop:
+                port = self.graph.fragment(e.dst[0]).port(e.dst[1], output=False)
+                self.versions[i] = {steps: as_port_value(saved["state"][f"{e.src[0]}.{e.src[1]}"], port.type)}
+        self.outputs = dict(enumerate(saved["outputs"]))
+        self.stats["completed_steps"] = steps
+        return steps
+
+    def _checkpoint(self, final: bool = False) -> None:
+        """Record the steps that joined the finished prefix; save the loop values when one is due."""
+        while self.prefix in self.outputs:
+            self.store.record(self.prefix, self.outputs[self.prefix])
+            self.prefix += 1
+        if not (final or self.store.due(self.prefix)) or self.prefix == self.store.saved_steps:
+            return
+        state = {}
+        for i, versions in self.versions.items():
+            e = self.graph.edges[i]
+            if self.prefix not in versions:
+                return  # (never, by _forget_old_versions' rule) the next finished step saves
+            state[f"{e.src[0]}.{e.src[1]}"] = versions[self.prefix]
+        self.store.save(self.prefix, state, self.digests.get(self.prefix - 1), self.service.run_id)
 
     def _result(self, next_step: int) -> RunResult:
         """What completed: every finished step's outputs (in step order), the spans, the newest loop values."""
@@ -213,9 +285,12 @@ class Scheduler:
         self.running: set[tuple[str, int]] = set()
         self.busy = {"cpu": set(), "gpu": set()}  # taken worker slots
         self.spans: list[Span] = []
+        run_id = self.config.run_id or (self.store.saved["run_id"] if self.store else None)
         self.service = JobService(self.pools, max_retries=self.config.max_retries, job_timeout=self.config.job_timeout,
-                                  t0=self.t0, record=self.spans.append, run_id=self.config.run_id,
+                                  t0=self.t0, record=self.spans.append, run_id=run_id,
                                   ledger=self.executor.ledger(self.config.budget))
+        self.digests: dict[int, str | None] = {}  # step -> its stream item's fingerprint (with a run_dir)
+        self.prefix = 0  # steps before the first unfinished one
         self.stats = {"max_admitted": 0, "executor": self.config.executor, "completed_steps": 0}
         self.versions: dict[int, dict[int, Any]] = {}  # loop edge index -> version -> value
         overrides, used = dict(initial_state or {}), set()
@@ -234,6 +309,8 @@ class Scheduler:
             raise GraphError(f"initial_state names {unknown}, which are not loop-carried sources")
 
     def _admit(self, step: int, item: Mapping[str, Any]) -> None:
+        if self.store is not None:  # a resumed run checks that its stream is the same
+            self.digests[step] = item_digest(item)
         self.admitted[step] = {f.name for f in self.order}
         for k, v in item.items():
             self.values[(None, k, step)] = v
@@ -362,6 +439,10 @@ class Scheduler:
         del self.admitted[step]
         self.outputs[step] = {p.name: self.values[self._source((None, p.name), step)] for p in self.graph.outputs}
         self.values = {k: v for k, v in self.values.items() if k[2] != step}
+        if self.store is not None:
+            self._checkpoint()
+            for k in [k for k in self.digests if k < self.prefix - 1]:
+                del self.digests[k]
         self._forget_old_versions()
         self.stats["completed_steps"] += 1
         if progress is not None:

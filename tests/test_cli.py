@@ -256,3 +256,31 @@ def test_control_characters_in_usage_errors_are_escaped(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "evil\x1b[2K\u202e.json")]) == 2
     err = _err(capsys)
     assert "\x1b" not in err and "\u202e" not in err and "\\x1b" in err
+
+
+@pytest.mark.parametrize("out, message", [("d", "is a directory"), ("missing/r.json", "no such folder"),
+                                          ("x" * 300 + "/r.json", "no such folder")])
+def test_run_out_is_checked_before_the_work(out, message, tmp_path, capsys, monkeypatch):
+    import hqflow.workloads.qaoa as qaoa
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d").mkdir()
+    monkeypatch.setattr(qaoa, "run", lambda *a, **k: pytest.fail("the workload ran before --out was checked"))
+    assert main(["run", "qaoa", "--out", out]) == 2
+    assert message in _err(capsys)
+    assert not list(tmp_path.glob("*.tmp-*"))
+
+
+@pytest.mark.parametrize("argv", [["train", "--resume", "/" + "a" * 300 + "/run"], ["eval", "/" + "a" * 300 + "/run"],
+                                  ["train", "cartpole", "--run-dir", "/" + "a" * 300 + "/run"]])
+def test_a_path_too_long_is_a_one_line_error(argv, capsys):
+    assert main(argv) == 2
+    err = _err(capsys)
+    assert "File name too long" in err or "no such" in err
+
+
+@pytest.mark.parametrize("command", ["run", "train"])
+def test_a_backend_suffix_that_the_backend_does_not_take_is_refused(command, capsys):
+    argv = ["run", "qaoa"] if command == "run" else ["train", "cartpole", "--episodes", "1"]
+    assert main([*argv, "--backend", "reference:x"]) == 2  # was passed on as max_qubits: a TypeError later
+    assert "backend 'reference' takes no ':' suffix" in _err(capsys)

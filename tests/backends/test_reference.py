@@ -471,7 +471,7 @@ def test_register_backend_with_custom_factory(clean_registry):
         calls.append((suffix, options))
         return ReferenceBackend(**options)
 
-    register_backend("mine", factory)
+    register_backend("mine", factory, suffix="suffix")
     assert "mine" in backend_names()
     b = get_backend("mine", max_qubits=3)
     assert isinstance(b, ReferenceBackend) and b.capabilities.max_qubits == 3
@@ -483,3 +483,22 @@ def test_register_backend_with_custom_factory(clean_registry):
     with pytest.raises(ValueError, match="backend names cannot contain ':'"):
         register_backend("a:b", factory)
     assert get_backend("mine").capabilities.max_qubits == 20
+    with pytest.raises(BackendError, match="'mine:x': suffix is given twice"):
+        get_backend("mine:x", suffix="y")
+
+
+@pytest.mark.parametrize("name, message", [
+    ("reference:x", "backend 'reference' takes no ':' suffix, got 'reference:x'"),  # was passed on as max_qubits
+    ("aer:", "give its method after the ':'"),
+    ("hidden2:x", "takes no ':' suffix"),
+])
+def test_a_suffix_goes_only_where_a_backend_takes_one(clean_registry, name, message):
+    register_backend("hidden2", "hqflow.backends.reference:ReferenceBackend", listed=False)
+    with pytest.raises(BackendError) as info:
+        get_backend(name)
+    assert message in str(info.value)
+
+
+def test_suffixes_set_their_keyword():
+    assert get_backend("pennylane:default.qubit").capabilities.name.startswith("pennylane")
+    assert get_backend("emulated-qpu:compiled", max_qubits=4).capabilities.max_qubits == 4

@@ -203,3 +203,20 @@ def test_ray_executor_refuses_backend_instances():
     pytest.importorskip("ray")
     with pytest.raises(ValueError, match="give 'emulated-qpu' as a name or \\(name, options\\)"):
         hq.Scheduler(synthetic.build_graph(CFG), {"qpu": emulated()}, hq.SchedulerConfig(executor="ray", ray_num_cpus=2))
+
+
+@pytest.mark.parametrize("executor", ["sync", "local"])
+def test_a_run_leaves_no_threads_behind(executor):
+    """Backends the caller made (not closed by the run) included: an idle emulated QPU holds no threads."""
+    import threading
+    import time
+
+    before = set(threading.enumerate())
+    pool = [emulated(per_job=0.001, name=f"q{i}", max_in_flight=2) for i in range(3)]
+    for _ in range(2):
+        hq.run(synthetic.build_graph(CFG), synthetic.stream(4, CFG), backends={"qpu": pool}, executor=executor,
+               job_timeout=30.0)
+    deadline = time.time() + 5
+    while (left := set(threading.enumerate()) - before) and time.time() < deadline:
+        time.sleep(0.01)
+    assert not left, sorted(t.name for t in left)

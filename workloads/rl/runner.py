@@ -269,7 +269,11 @@ def load_run(run_dir) -> tuple[dict, dict | None]:
     damaged ``config.json`` or ``checkpoint.pt``, is a ``ValueError`` with one line naming the file."""
     run_dir = Path(run_dir)
     path = run_dir / "config.json"
-    if not path.is_file():
+    try:
+        is_run = path.is_file()
+    except OSError as exc:  # a name too long, say: is_file() raises for all but a missing file
+        raise RunDirError(f"cannot read {run_dir}: {exc.strerror}") from None
+    if not is_run:
         raise RunDirError(f"{run_dir} is not a run directory (no config.json)")
     try:
         meta = json.loads(path.read_bytes().decode("utf-8"))

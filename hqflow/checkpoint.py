@@ -1,0 +1,144 @@
+"""Checkpoints of a run: ``hq.run(..., run_dir=DIR)`` survives a kill and resumes with ``resume=True``.
+
+A run's steps finish out of order, but its *prefix* (the steps before the first unfinished one)
+only grows. When it does, the outputs of the newly finished steps are appended to
+``outputs.pkl`` and, every ``checkpoint_every`` steps, ``state.pkl`` is replaced (atomically)
+by the loop-carried values after the prefix, its length (the stream position) and the run's
+identity. A resumed run skips that many stream items, starts every loop edge from the saved
+value and numbers its steps on from there, so shot seeds and job ids are those of an
+uninterrupted run: with every loop edge at ``max_staleness=0`` the result is identical.
+
+``DIR`` holds:
+
+* ``state.pkl``: ``{"version", "graph", "seed", "run_id", "steps", "state", "item"}``;
+* ``outputs.pkl``: one pickle per finished step, ``(step, outputs)``, in step order (a
+  frame cut short by a kill is dropped on resume).
+
+Pickle, as ``torch.save`` uses: load only checkpoints you wrote.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+from hqflow.ir.graph import Graph, GraphError
+
+from .files import atomic_write
+
+VERSION = 1
+
+
+class CheckpointError(GraphError):
+    """A run directory that cannot be resumed (another graph, another seed, damaged files)."""
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+def graph_digest(graph: Graph) -> str:
+    """A graph's fingerprint: its JSON document without the QPY copies of its circuits (QPY names
+    parameters by random UUIDs; the plain-data gates beside them say the same)."""
+
+    def plain(node):
+        if isinstance(node, dict):
+            return {k: plain(v) for k, v in node.items() if k != "qpy"}
+        if isinstance(node, list):
+            return [plain(v) for v in node]
+        return node
+
+    return _digest(json.dumps(plain(json.loads(graph.to_json(indent=None))), sort_keys=True).encode())
+
+
+def item_digest(item: Any) -> str | None:
+    """A stream item's fingerprint (None when it cannot be pickled), to check a resumed stream."""
+    try:
+        return _digest(pickle.dumps(item, protocol=4))
+    except Exception:  # noqa: BLE001 - a generator or a lock in an item: no check
+        return None
+
+
+class RunDir:
+    """The checkpoint files of one run (see the module docstring)."""
+
+    def __init__(self, path, graph: Graph, seed: int | None, run_id: str | None, every: int, resume: bool):
+        self.path, self.every = Path(path), every
+        self.graph_digest = graph_digest(graph)
+        self.state_file, self.outputs_file = self.path / "state.pkl", self.path / "outputs.pkl"
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            exists = self.state_file.exists()
+        except OSError as exc:
+            raise CheckpointError(f"cannot use run directory {self.path}: {exc.strerror}") from None
+        self.saved: dict = {"steps": 0, "state": None, "item": None, "outputs": [], "seed": seed, "run_id": run_id}
+        if resume and exists:
+            self._load(seed)
+        elif exists:
+            raise CheckpointError(f"{self.path} holds a run's checkpoint: pass resume=True to continue it, "
+                                  "or give an empty directory")
+        self.saved_steps = self.saved["steps"]
+        self._out = open(self.outputs_file, "ab")
+
+    def _load(self, seed: int | None) -> None:
+        try:
+            saved = pickle.loads(self.state_file.read_bytes())
+        except OSError as exc:
+            raise CheckpointError(f"cannot read {self.state_file}: {exc.strerror}") from None
+        except Exception:  # noqa: BLE001 - truncated or not a pickle
+            raise CheckpointError(f"{self.state_file} is damaged: not a checkpoint") from None
+        if not isinstance(saved, dict) or saved.get("version") != VERSION or not isinstance(saved.get("steps"), int):
+            raise CheckpointError(f"{self.state_file} is damaged: not a checkpoint of this hqflow")
+        if saved["graph"] != self.graph_digest:
+            raise CheckpointError(f"{self.path} is the checkpoint of another graph; resume it with the graph it ran")
+        if saved["seed"] != seed:
+            raise CheckpointError(f"{self.path} ran with seed={saved['seed']!r}; resume it with that seed, not {seed!r}")
+        saved["outputs"] = self._read_outputs(saved["steps"])
+        self.saved = saved
+
+    def _read_outputs(self, steps: int) -> list:
+        """The outputs of steps ``0..steps-1``; the file is cut back to them (a kill may leave more, or half a frame)."""
+        outputs, end = [], 0
+        try:
+            with open(self.outputs_file, "rb") as fh:
+                while len(outputs) < steps:
+                    step, out = pickle.load(fh)
+                    if step != len(outputs):
+                        raise ValueError("out of order")
+                    outputs.append(out)
+                    end = fh.tell()
+        except FileNotFoundError:
+            pass
+        except Exception:  # noqa: BLE001 - a torn frame: fewer outputs than the state says
+            pass
+        if len(outputs) < steps:
+            raise CheckpointError(f"{self.outputs_file} is damaged: it holds {len(outputs)} steps' outputs, "
+                                  f"the checkpoint {steps}")
+        with open(self.outputs_file, "r+b") if self.outputs_file.exists() else open(self.outputs_file, "wb") as fh:
+            fh.truncate(end)
+        return outputs
+
+    def record(self, step: int, outputs: dict) -> None:
+        """Append a finished step's outputs (steps come in order)."""
+        pickle.dump((step, outputs), self._out, protocol=4)
+        self._out.flush()
+
+    def due(self, steps: int) -> bool:
+        return steps - self.saved_steps >= self.every
+
+    def save(self, steps: int, state: dict, item: str | None, run_id: str | None) -> None:
+        """The loop-carried values after ``steps`` finished steps (their outputs recorded first)."""
+        os.fsync(self._out.fileno())
+        data = {"version": VERSION, "graph": self.graph_digest, "seed": self.saved["seed"], "run_id": run_id,
+                "steps": steps, "state": state, "item": item}
+        buf = io.BytesIO()
+        pickle.dump(data, buf, protocol=4)
+        atomic_write(self.state_file, lambda p: Path(p).write_bytes(buf.getvalue()))
+        self.saved_steps = steps
+
+    def close(self) -> None:
+        self._out.close()

@@ -1,0 +1,49 @@
+"""A pool of daemon worker threads: ``concurrent.futures.ThreadPoolExecutor`` without its exit join.
+
+Python joins a ``ThreadPoolExecutor``'s threads when the interpreter exits, so a fragment that is
+still running when Ctrl-C ends a run holds the exit until it returns (an 8 s learner step: 8 s).
+The scheduler never needs its results after the run ends, so these threads are daemons: the
+process exits at once. Threads start with the pool and end at ``shutdown``.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import queue
+import threading
+
+
+class DaemonPool:
+    """``workers`` daemon threads named ``name-0``, ``name-1``, ... that run submitted calls in order."""
+
+    def __init__(self, workers: int, name: str):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(workers)]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, fn, /, *args) -> cf.Future:
+        future: cf.Future = cf.Future()
+        self._queue.put((future, fn, args))
+        return future
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, fn, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - the caller's future carries it
+                future.set_exception(exc)
+
+    def shutdown(self) -> None:
+        """Cancel the calls not started; each thread ends after the call it is running."""
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item[0].cancel()
+        for _ in self._threads:
+            self._queue.put(None)

@@ -1,0 +1,136 @@
+"""hq.run(..., run_dir=...): checkpoints of loop values and stream position; a run killed with SIGKILL
+resumes to the result of an uninterrupted run; Ctrl-C stops at once and says how to continue."""
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import hqflow as hq
+from hqflow.checkpoint import CheckpointError
+from hqflow.workloads import synthetic
+
+CFG = synthetic.Config(staleness=0, backend="qpu", matrix=96, repeats=300)  # a learner step of tens of ms
+STEPS = 24
+BACKENDS = {"qpu": ("emulated-qpu", {"per_job": 0.002})}
+
+SCRIPT = textwrap.dedent("""
+    import sys
+    import hqflow as hq
+    from hqflow.workloads import synthetic
+    cfg = synthetic.Config(staleness=0, backend="qpu", matrix=96, repeats=int(sys.argv[2]))
+    hq.run(synthetic.build_graph(cfg), synthetic.stream({steps}, cfg), backends={{"qpu": ("emulated-qpu", {{}})}},
+           run_dir=sys.argv[1], seed=5)
+    print("finished")
+""")
+
+
+def _clean(cfg=CFG, steps=STEPS, **kw):
+    return hq.run(synthetic.build_graph(cfg), synthetic.stream(steps, cfg), backends=BACKENDS, seed=5, **kw)
+
+
+def _same(a, b):
+    assert a.outputs == b.outputs  # floats compared exactly
+    np.testing.assert_array_equal(a.state["learn.weights"], b.state["learn.weights"])
+
+
+def _steps_saved(run_dir) -> int:
+    try:
+        return pickle.loads((run_dir / "state.pkl").read_bytes())["steps"]
+    except (OSError, EOFError, pickle.UnpicklingError):
+        return 0
+
+
+def _script(tmp_path, steps=STEPS):
+    path = tmp_path / "pipeline.py"
+    path.write_text(SCRIPT.format(steps=steps))
+    return path
+
+
+def test_a_run_killed_with_sigkill_resumes_to_the_uninterrupted_result(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, str(_script(tmp_path)), str(run_dir), str(CFG.repeats)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while _steps_saved(run_dir) < 5 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read()[-2000:]  # killed mid-run, not finished
+    done = _steps_saved(run_dir)
+    assert 5 <= done < STEPS
+    resumed = _clean(run_dir=str(run_dir), resume=True)
+    _same(resumed, _clean())
+    assert resumed.extra["completed_steps"] == STEPS
+    # the resumed part ran only the steps after the checkpoint
+    assert min(s.step for s in resumed.spans) == done
+
+
+@pytest.mark.parametrize("executor", ["sync", "local"])
+def test_a_finished_run_resumes_to_its_result_without_running(tmp_path, executor):
+    first = _clean(steps=6, run_dir=str(tmp_path / "run"), executor=executor)
+    again = _clean(steps=6, run_dir=str(tmp_path / "run"), executor=executor, resume=True)
+    _same(again, first)
+    assert again.spans == []
+
+
+def test_checkpoints_every_k_steps_and_a_torn_outputs_file_is_cut_back(tmp_path):
+    run_dir = tmp_path / "run"
+    _clean(steps=7, run_dir=str(run_dir), checkpoint_every=3)
+    assert _steps_saved(run_dir) == 7  # the end of a run is always saved
+    with open(run_dir / "outputs.pkl", "ab") as fh:
+        fh.write(pickle.dumps((7, {"loss": 1.0}))[:-5])  # a kill while appending a step's outputs
+    _same(_clean(steps=7, run_dir=str(run_dir), resume=True), _clean(steps=7))
+
+
+def test_resume_refuses_what_is_not_the_same_run(tmp_path):
+    run_dir = str(tmp_path / "run")
+    _clean(steps=4, run_dir=run_dir)
+    with pytest.raises(CheckpointError, match="holds a run's checkpoint: pass resume=True"):
+        _clean(steps=4, run_dir=run_dir)
+    with pytest.raises(CheckpointError, match="ran with seed=5; resume it with that seed, not 6"):
+        hq.run(synthetic.build_graph(CFG), synthetic.stream(4, CFG), backends=BACKENDS, seed=6, run_dir=run_dir,
+               resume=True)
+    other = synthetic.Config(staleness=0, backend="qpu", n_qubits=3)
+    with pytest.raises(CheckpointError, match="checkpoint of another graph"):
+        hq.run(synthetic.build_graph(other), synthetic.stream(4, other), backends=BACKENDS, seed=5, run_dir=run_dir,
+               resume=True)
+    with pytest.raises(CheckpointError, match="the stream ended after 2 items"):
+        _clean(steps=2, run_dir=run_dir, resume=True)
+    with pytest.raises(CheckpointError, match="the stream differs"):
+        hq.run(synthetic.build_graph(CFG), synthetic.stream(4, CFG, seed=9), backends=BACKENDS, seed=5,
+               run_dir=run_dir, resume=True)
+    with pytest.raises(ValueError, match="resume=True needs the run_dir"):
+        _clean(steps=2, resume=True)
+
+
+@pytest.mark.parametrize("damage", [b"", b"garbage", pickle.dumps({"version": 99})])
+def test_a_damaged_checkpoint_is_a_one_line_error(tmp_path, damage):
+    run_dir = tmp_path / "run"
+    _clean(steps=3, run_dir=str(run_dir))
+    (run_dir / "state.pkl").write_bytes(damage)
+    with pytest.raises(CheckpointError) as info:
+        _clean(steps=3, run_dir=str(run_dir), resume=True)
+    assert "state.pkl is damaged" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_ctrl_c_stops_at_once_and_says_how_to_continue(tmp_path):
+    """A learner step of several seconds is running when SIGINT arrives: the process does not wait for it."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, str(_script(tmp_path, steps=4)), str(run_dir), "150000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (run_dir / "outputs.pkl").exists() and time.time() < deadline:
+        time.sleep(0.01)
+    time.sleep(1.0)  # inside the first learner step
+    sent = time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    waited = time.perf_counter() - sent
+    assert "finished" not in out
+    assert "run interrupted after 0 steps; continue it with run_dir=" in err and "resume=True" in err
+    assert waited < 5.0, f"the exit waited {waited:.1f} s for the running fragment"
