@@ -373,8 +373,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"hqflow: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("hqflow: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # a command that can be continued says how
+        print(f"hqflow: {exc or 'interrupted'}", file=sys.stderr)
         return 130
 
 

@@ -222,6 +222,9 @@ def cmd_train(args) -> int:
             what = "raise --budget" if _caused_by(exc, BudgetExceeded) else "fix the backend"
             raise RunStopped(f"training stopped: {exc} (the last completed update is checkpointed: "
                              f"{what}, then hqflow train --resume {run_dir})") from None
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(f"interrupted; the last completed update is checkpointed: continue with "
+                                    f"hqflow train --resume {run_dir}") from None
         except runner.RunDirError as exc:  # a damaged run directory; the message names the file
             raise UsageError(str(exc)) from None
         except OSError as exc:  # a run directory that cannot be written

@@ -474,6 +474,9 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
     except hq.RunFailed as exc:
         save(exc.result.spans)  # the last completed update stays resumable
         raise
+    except KeyboardInterrupt:
+        checkpoint()  # Ctrl-C: the last completed update stays resumable too
+        raise
     finally:
         torch.set_num_threads(threads)
         if board is not None:

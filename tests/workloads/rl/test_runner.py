@@ -144,3 +144,23 @@ def test_ray_actors_training_survives_a_killed_worker(tmp_path, kill_ray_process
     assert killer.killed, "no worker was running a call to kill"
     assert proc.returncode == 0, err[-2000:]
     assert json.loads(out)["episodes"] == 40  # stdout holds the figures alone: Ray's messages went to stderr
+
+
+def test_ctrl_c_checkpoints_and_says_how_to_continue(tmp_path):
+    run = tmp_path / "run"
+    proc = _cli("cartpole", "--episodes", "200", "--set", "stop_when_solved=false", "--checkpoint-every", "1",
+                "--run-dir", str(run), cwd=tmp_path)
+    deadline = time.time() + 120
+    while not (run / "checkpoint.pt").exists() and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert last == f"hqflow: interrupted; the last completed update is checkpointed: continue with " \
+                   f"hqflow train --resume {run}"
+    rows = (run / "metrics.jsonl").read_text().splitlines()
+    resumed = _cli("--resume", str(run), "--json", cwd=tmp_path)
+    out, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err[-2000:]
+    assert json.loads(out)["episodes"] == 200 and len(rows) >= 1
