@@ -46,6 +46,10 @@ METHODS = ("automatic", "statevector", "density_matrix", "matrix_product_state")
 # (qiskit-aer issues #2323, #2391, #2403). Circuits are decomposed past them.
 _MISBOUND = ("crx", "cry", "crz", "cp")
 _CACHE_SIZE = 256
+# Rows per Aer call. Aer's time and memory per row grow with the rows of one call (the policy circuit:
+# 3,600 rows/s and 170 MB at 1k rows, 560 rows/s and 2.3 GB at 32k), so a larger batch runs in chunks:
+# time and memory then grow linearly (benchmarks/backends.py, "scaling").
+CHUNK_ROWS = 512
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,12 @@ class AerBackend(LocalBackend):
         return self._caps
 
     def run(self, batch: CircuitBatch) -> BatchResult:
+        parts = batch.split(CHUNK_ROWS)
+        if len(parts) > 1:
+            return BatchResult.concat([self._run_part(part) for part in parts])
+        return self._run_part(batch)
+
+    def _run_part(self, batch: CircuitBatch) -> BatchResult:
         t = batch.template
         compiled = self._compiled(t)
         meta = {"backend": self.name, "method": self.method}

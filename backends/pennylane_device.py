@@ -37,6 +37,12 @@ _CACHE_SIZE = 64
 Basis = tuple[tuple[int, str], ...]  # (wire, "X" | "Y") to rotate before sampling
 
 
+# Rows per QNode call. A device without native broadcasting gets one tape per row
+# (broadcast_expand): lightning.qubit held 820 MB for a 32k-row job of the policy circuit.
+# Chunks bound that; default.qubit's rows/s is near its best from about 8k rows.
+CHUNK_ROWS = 8192
+
+
 @dataclass
 class _Group:
     """Qubit-wise commuting terms measured together: ``terms`` is (observable, coeff, wires)."""
@@ -83,6 +89,12 @@ class PennyLaneBackend(LocalBackend):
         return self._caps
 
     def run(self, batch: CircuitBatch) -> BatchResult:
+        parts = batch.split(CHUNK_ROWS)
+        if len(parts) > 1:
+            return BatchResult.concat([self._run_part(part) for part in parts])
+        return self._run_part(batch)
+
+    def _run_part(self, batch: CircuitBatch) -> BatchResult:
         t, rows = batch.template, batch.size
         # angles[k][j] is a [B] array: every parametrized op is broadcast over the rows.
         angles = [a.T for a in batch.angles()]

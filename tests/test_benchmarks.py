@@ -8,7 +8,7 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 # Smaller than --quick alone, to keep CI short; each still runs every code path but Ray's.
-SMOKE = {"backends.py": ["--batch", "20"], "overlap.py": ["--steps", "8", "--no-ray"],
+SMOKE = {"backends.py": ["--batch", "20", "--sizes", "200,800"], "overlap.py": ["--steps", "8", "--no-ray"],
          "simulators.py": ["--batch", "50", "--no-peers"],
          "rl_cartpole.py": ["--seeds", "1", "--episodes", "20", "--overlap-episodes", "10"],
          "rl_dqn.py": ["--budget", "20"], "azure_loopback.py": ["--fault-rows", "100", "--rl-episodes", "1"],
