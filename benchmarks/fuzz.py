@@ -7,13 +7,19 @@ Families (``--family``, all by default):
   truncation, random bytes), read by ``Graph.from_json`` and validated;
 * ``circuit``: circuits built with ``hqflow.ir.Circuit`` from random gate sequences with
   bad arguments (wrong arity, non-integer or out-of-range wires, NaN angles, odd types),
-  and random observables.
+  and random observables;
+* ``cli``: ``hqflow`` argument vectors for every subcommand (train, eval, run, inspect, trace,
+  backends), valid and garbage flags and values, ``--set KEY=VALUE`` with every config key,
+  paths that are missing, too long, binary, folders or real files, in a scratch folder. The work
+  itself (training, a workload's run, evaluation episodes) is a stub that returns at once: the
+  family checks what happens before work starts, where a bad input must be refused.
 
-A case is *accepted* (no error), *rejected* (``GraphError``/``CircuitError``/``ExprError``
-with a one-line message free of control characters) or a *crash* (anything else, or a
-message that breaks those rules). Crashes are printed with their input.
+A case is *accepted* (no error; for ``cli``: exit 0), *rejected* (``GraphError``/``CircuitError``/
+``ExprError`` with a one-line message free of control characters; for ``cli``: exit 2 with one such
+line on stderr) or a *crash* (anything else: another exception, another exit code, a message that
+breaks those rules, a case that takes over 20 s). Crashes are printed with their input.
 
-    python benchmarks/fuzz.py [--quick] [--cases N] [--family graph,circuit] [--seed S]
+    python benchmarks/fuzz.py [--quick] [--cases N] [--family graph,circuit,cli] [--seed S]
 
 The last line printed is one JSON object: ``cases``, ``accepted``, ``rejected``, ``crashes``
 (totals) and the same per family.
@@ -229,10 +235,142 @@ def _build_circuit(case) -> None:
     c.build(observables=[obs])
 
 
+# --- command lines ------------------------------------------------------------------------------
+
+CLI_VALUES = ["", "-1", "0", "1", "2", "3", "1.5", "abc", "NaN", "nan", "inf", "-inf", "1e309", "10**30", "9" * 40,
+              "[]", "{}", "null", "true", "[1, 2]", '{"a": 1}', "\x1b[2K", "\u202eevil", "\udcff", "a" * 300,
+              "/" + "a" * 300 + "/x", "/nonexistent/x", "run0", "graph.json", "binary.pt", "spans.json", "folder",
+              "out.png", "g.txt", "reference", "reference:x", "pennylane:", "pennylane:default.qubit", "compiled",
+              "aer", "emulated-qpu", "cartpole", "CartPole-v1", "acrobot", "frozenlake", "Pendulum-v1", "nosuch:Env-v0",
+              "hqplug/X-v0", "reinforce", "ppo", "dqn", "sync", "pipelined", "ray-actors", "softmax-pqc",
+              "qvalue-pqc", "qaoa", "vqe", "classifier", "--json", "-h"]
+CLI_FLAGS = {
+    "train": ["--env-module", "--algo", "--policy", "--backend", "--seed", "--episodes", "--backend-opt", "--pool",
+              "--distribution", "--staleness", "--set", "--run-dir", "--resume", "--checkpoint-every", "--budget",
+              "--json", "--tensorboard", "--no-tensorboard"],
+    "eval": ["--episodes", "--seed", "--backend", "--record", "--json"],
+    "run": ["--steps", "--seed", "--backend", "--out", "--json", "--run-dir", "--dry-run"],
+    "inspect": ["--png", "--no-resolve"],
+    "trace": ["--out"],
+    "backends": ["--json", "--azure-opt"],
+}
+CLI_SWITCHES = {"--json", "--tensorboard", "--no-tensorboard", "--dry-run", "--no-resolve"}
+CLI_POSITIONAL = {"train": "env", "eval": "run", "run": "workload", "inspect": "graph", "trace": "run"}
+
+
+def _config_keys() -> list[str]:
+    import dataclasses
+
+    from hqflow.workloads.rl import dqn, ppo, reinforce
+
+    return sorted({f.name for mod in (reinforce, ppo, dqn) for f in dataclasses.fields(mod.Config)})
+
+
+def _random_argv(rng: random.Random, keys: list[str]) -> list[str]:
+    command = rng.choice(list(CLI_FLAGS) + ["train"] * 4 + ["run", "eval", "inspect", "trace"])
+    argv = [command] if rng.random() > 0.02 else [rng.choice(CLI_VALUES)]
+    if command in CLI_POSITIONAL and rng.random() < 0.85:
+        argv.append(rng.choice(CLI_VALUES))
+    for _ in range(rng.randrange(0, 6)):
+        flag = rng.choice(CLI_FLAGS[command]) if rng.random() < 0.93 else rng.choice(["--nope", "-x", "--set="])
+        argv.append(flag)
+        if flag in CLI_SWITCHES:
+            continue
+        if flag == "--set":
+            argv.append(f"{rng.choice(keys)}={rng.choice(CLI_VALUES)}" if rng.random() < 0.9 else rng.choice(CLI_VALUES))
+        elif flag in ("--backend-opt", "--azure-opt"):
+            argv.append(f"{rng.choice(['shots', 'max_in_flight', 'per_job', 'seed', 'x'])}={rng.choice(CLI_VALUES)}")
+        elif rng.random() < 0.97:
+            argv.append(rng.choice(CLI_VALUES))
+    return argv
+
+
+class _Cli:
+    """Runs ``hqflow.cli.main`` in this process, in a scratch folder, with the work itself stubbed."""
+
+    def __init__(self):
+        import os
+        import tempfile
+
+        from hqflow.workloads import WORKLOADS, get_workload
+        from hqflow.workloads.rl import runner, trained
+
+        self.folder = tempfile.mkdtemp(prefix="hqflow-fuzz-cli-")
+        os.chdir(self.folder)
+        os.makedirs("folder")
+        with open("graph.json", "w") as fh:
+            fh.write(_seed_documents()[0])
+        with open("binary.pt", "wb") as fh:
+            fh.write(b"\x80\x02}q\x00(X\x05\x00\xff\xfe")
+        with open("spans.json", "w") as fh:
+            json.dump([{"fragment": "f", "kind": "learn", "resource": "cpu", "step": 0, "start": 0.0, "end": 1.0,
+                        "outcome": "ok"}], fh)
+        runner.train("reinforce", runner.algorithm("reinforce").Config(max_episodes=2, n_layers=1, batch_episodes=2),
+                     "sync", run_dir="run0")  # a real run directory, for eval and --resume
+        real_train = runner.train
+
+        def train(algo, cfg, distribution=None, run_dir=None, resume=False, **kw):
+            if resume:
+                runner.load_run(run_dir)
+            runner.initial_state(algo, cfg)  # the policy the configuration describes
+            return {"returns": [1.0], "episodes_to_solve": None, "seconds": 0.01, "env_steps": 1, "env_steps_per_s": 1.0,
+                    "circuit_evals_per_s": 1.0, "distribution": "sync"}
+
+        runner.train = train
+        self.real_train = real_train
+        trained.evaluate = lambda run, **kw: (trained.load_policy(run, kw.get("backend")) and None) or {
+            "env": "x", "mean_return": 0.0, "std_return": 0.0, "episodes": 1, "returns": [0.0]}
+        for name in WORKLOADS:
+            get_workload(name).run = lambda cfg, progress=None: {"loss": 0.0}
+
+    def __call__(self, argv: list[str]) -> None:
+        import contextlib
+        import io
+
+        from hqflow.cli import main
+
+        err = io.StringIO()
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(argv))
+            except SystemExit as exc:  # argparse: --help (0) and its own usage errors (2)
+                code = exc.code
+        text = err.getvalue().strip()
+        if time.perf_counter() - start > 20:
+            raise _CliCrash(f"took {time.perf_counter() - start:.0f} s")
+        if code not in (0, 2):
+            raise _CliCrash(f"exit {code}: {text[-300:]}")
+        if code == 2:
+            lines = text.splitlines()
+            if len(lines) != 1 or not _one_line(lines[0]) or not lines[0].startswith("hqflow"):
+                raise _CliCrash(f"exit 2 without one clean line: {text[:300]!r}")
+            raise _CliRefused(lines[0])
+
+
+class _CliCrash(Exception):
+    pass
+
+
+class _CliRefused(GraphError):  # judged as a rejection: exit 2 with one clean line
+    pass
+
+
+_CLI: list[_Cli] = []
+
+
+def _run_cli(argv: list[str]) -> None:
+    if not _CLI:
+        _CLI.append(_Cli())
+    _CLI[0](argv)
+
+
 FAMILIES = {
     "graph": (_mutate_graph, _load_graph),
     "circuit": (lambda rng, seeds: _random_circuit(rng), _build_circuit),
+    "cli": (lambda rng, seeds: _random_argv(rng, _KEYS or _KEYS.extend(_config_keys()) or _KEYS), _run_cli),
 }
+_KEYS: list[str] = []
 
 
 def main(argv=None) -> int:
