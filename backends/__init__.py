@@ -14,7 +14,6 @@ import inspect
 from collections.abc import Callable
 
 from hqflow.ir.text import one_line
-from hqflow.ir.validate import set_backend_lookup
 
 from .base import (
     Backend,
@@ -98,16 +97,12 @@ def get_backend(name: str, /, **options) -> Backend:
     return factory(**options)
 
 
-def _lookup(name: str):
-    """For ``Graph.validate()``: the backend, or None for a name that is not registered (a pool name,
-    which ``hq.run(..., backends={name: [...]})`` binds when the graph runs)."""
-    if isinstance(name, str) and name and not is_registered(name):
-        return None
-    return get_backend(name)
-
-
-# Let Graph.validate() check backend names and widths against this registry (the IR itself knows no backend).
-set_backend_lookup(_lookup)
+def registry_capabilities(names) -> dict[str, Capabilities | None]:
+    """For ``Graph.validate(backends=...)``: each registered name's ``Capabilities``, and None for a
+    name that is not registered (a pool name, which ``hq.run(..., backends={name: [...]})`` binds
+    when the graph runs). A registered name whose backend cannot be made is a ``BackendError``."""
+    return {name: get_backend(name).capabilities if is_registered(name) else None
+            for name in names if isinstance(name, str) and name}
 
 
 def is_registered(name: str) -> bool:
@@ -123,6 +118,7 @@ def backend_names() -> list[str]:
 __all__ = [
     "DEFAULT_BACKEND",
     "is_registered",
+    "registry_capabilities",
     "Backend",
     "BackendError",
     "BatchResult",

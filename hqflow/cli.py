@@ -216,6 +216,7 @@ def _azure_targets(options: dict, as_json: bool, out) -> None:
 def cmd_inspect(args) -> int:
     from hqflow.ir.graph import Graph, GraphError
 
+    from .pipeline import registry_backends
     from .trace import read_text
 
     if args.png:
@@ -226,7 +227,7 @@ def cmd_inspect(args) -> int:
         raise UsageError(str(exc)) from None
     try:
         graph = Graph.from_json(text)
-        graph.validate(resolve=not args.no_resolve)
+        graph.validate(registry_backends(graph), resolve=not args.no_resolve)
     except GraphError as exc:
         hint = ("; --no-resolve checks the graph without importing its functions"
                 if not args.no_resolve and "cannot import function" in str(exc) else "")

@@ -196,5 +196,23 @@ class Pipeline:
         return edges
 
     def build(self, validate: bool = True, backends: Mapping[str, Any] | None = None) -> Graph:
+        """The frozen graph, validated against ``backends`` (name -> ``Capabilities`` or backend), or
+        by default against the backend registry (:func:`registry_backends`)."""
         graph = Graph(self.name, tuple(self._fragments), tuple(self._autowire()), tuple(self._inputs), tuple(self._outputs))
-        return graph.validate(backends) if validate else graph
+        if not validate:
+            return graph
+        return graph.validate(registry_backends(graph) if backends is None else backends)
+
+
+def registry_backends(graph: Graph) -> dict:
+    """What the backend registry says of the backends a graph's execute fragments name, for
+    ``graph.validate(backends=...)``: a registered name's ``Capabilities`` (its width is checked),
+    None for another name (a pool name bound when the graph runs). A registered backend that
+    cannot be made (bad options in its name) is a ``GraphError``."""
+    from hqflow.backends import BackendError, registry_capabilities
+
+    names = {f.backend for f in graph.fragments if f.kind == "execute"}
+    try:
+        return registry_capabilities(names)
+    except BackendError as exc:
+        raise GraphError(str(exc)) from None

@@ -1,14 +1,15 @@
 """``problems(graph)``: every reason a graph cannot run, as readable messages.
 
 The IR knows no backend. Checks against a backend (its name exists, the circuit
-fits its qubits) use the ``backends`` given, or else the lookup a backend
-registry installed with ``set_backend_lookup`` (``hqflow.backends`` installs
-``get_backend`` when it is imported); with neither, they are skipped.
+fits its qubits) use the ``backends`` given: a mapping from each name to its
+``Capabilities`` (or a backend), or to None for a name that is checked later (a
+pool name bound when the graph runs). Without ``backends`` they are skipped;
+``hqflow.Pipeline.build`` and ``hqflow inspect`` pass the registry's.
 """
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from .graph import (
@@ -102,35 +103,15 @@ def _fragment_problems(f, backends, resolve) -> list[str]:
     return out
 
 
-_LOOKUP: Callable[[str], Any] | None = None
-
-
-def set_backend_lookup(lookup: Callable[[str], Any] | None) -> None:
-    """How ``validate()`` without ``backends`` finds a backend by name (``lookup(name)`` returns a
-    backend or its ``Capabilities``; None for a name it does not know, which may be a pool name
-    bound when the graph runs; or raises with a readable message); None: skip those checks."""
-    global _LOOKUP
-    _LOOKUP = lookup
-
-
 def _capabilities(name, backends, out, where):
     """The ``Capabilities`` of backend ``name`` (None, with a problem noted, if unknown; None unchecked)."""
-    if backends is not None:
-        if name not in backends:
-            out.append(f"{where}: backend {name!r} is not among the backends given")
-            return None
-        b = backends[name]
-    elif _LOOKUP is None:
+    if backends is None:
         return None
-    else:
-        try:
-            b = _LOOKUP(name)
-        except Exception as exc:  # bad options, missing plugin, device error
-            out.append(f"{where}: {exc}")
-            return None
-        if b is None:  # not a registered backend: a pool name, checked when the graph runs
-            return None
-    return getattr(b, "capabilities", b)
+    if name not in backends:
+        out.append(f"{where}: backend {name!r} is not among the backends given")
+        return None
+    b = backends[name]
+    return None if b is None else getattr(b, "capabilities", b)
 
 
 def _edge_problems(graph: Graph) -> list[str]:

@@ -333,20 +333,35 @@ def test_circuit_wider_than_backend():
     msg = "fragment 'exe': circuit 'circ' has 3 qubits but backend 'reference' allows at most 2"
     assert one_error(g, backends={"reference": Capabilities("reference", max_qubits=2)}) == msg
     assert one_error(g, backends={"reference": get_backend("reference", max_qubits=2)}) == msg
-    assert g.validate() is g  # the registry's reference allows 20
+    assert g.validate() is g  # nothing checked against a backend without backends=
 
 
 def test_unknown_backend_name():
     """A name that is not a registered backend is a pool name: bound (and checked) when the graph runs."""
     from hqflow.ir.validate import problems
+    from hqflow.pipeline import registry_backends
 
     g = replace_fragment(good_graph(), "exe", backend="warp-drive")
-    assert problems(g) == []
+    assert problems(g) == [] and problems(g, registry_backends(g)) == []
     assert one_error(g, backends={"reference": Capabilities("reference", 5)}) == (
         "fragment 'exe': backend 'warp-drive' is not among the backends given"
     )
     bad = replace_fragment(good_graph(), "exe", backend="pennylane:warp-drive")  # a registered prefix: checked
-    assert "warp-drive" in one_error(bad)
+    with pytest.raises(GraphError, match="warp-drive"):
+        registry_backends(bad)
+
+
+def test_the_ir_asks_no_backend_registry():
+    """Layering (DESIGN.md): validation checks backends only against what it is given."""
+    import hqflow.ir.validate as validate
+
+    g = replace_fragment(good_graph(), "exe", circuit=_template(30))  # wider than the registry's reference
+    assert validate.problems(g) == []
+    assert not hasattr(validate, "set_backend_lookup")
+    with pytest.raises(GraphError, match="has 30 qubits but backend 'reference' allows at most 20"):
+        from hqflow.pipeline import registry_backends
+
+        g.validate(registry_backends(g))
 
 
 def test_execute_without_backend():
