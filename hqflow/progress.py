@@ -25,9 +25,19 @@ class Progress:
         self.line = ""
         self.bar = tqdm(total=self.total, desc=label, file=self.stream, dynamic_ncols=True) if self.live else None
 
-    def update(self, done: int, **metrics) -> None:
+    def update(self, done: int, elapsed: float | None = None, **metrics) -> None:
+        """``done`` of ``total`` (a run that does more raises the total), ``elapsed``: the work's own
+        clock, when it has one (a resumed run's seconds go on from its checkpoint's)."""
         shown = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
+        if elapsed is not None:
+            self.t0 = time.perf_counter() - elapsed
+            if self.bar is not None:
+                self.bar.start_t = self.bar._time() - elapsed
         elapsed = time.perf_counter() - self.t0
+        if done > self.total:
+            self.total = done
+            if self.bar is not None:
+                self.bar.total = done
         self.line = f"{self.label} {done}/{self.total} {elapsed:.1f}s  {shown}".rstrip()
         if self.bar is not None:
             self.bar.n = done
@@ -37,10 +47,12 @@ class Progress:
     def __call__(self, done: int, metrics: dict | None = None) -> None:
         """The executors' callback: ``progress(steps_done, outputs_of_the_last_step)``.
 
-        Scalar outputs (numbers) are shown; arrays and other values are not.
+        Scalar outputs (numbers) are shown; arrays and other values are not. ``seconds`` is the
+        work's own clock: the bar's elapsed time.
         """
         shown = {k: v for k, v in (metrics or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        self.update(done, **shown)
+        elapsed = shown.pop("seconds", None)
+        self.update(done, elapsed=elapsed, **shown)
 
     def write(self, message: str) -> None:
         """A line of text above the bar (the bar is redrawn below it)."""

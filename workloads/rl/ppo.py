@@ -378,8 +378,8 @@ def train(cfg: Config = Config(), progress=None) -> dict:
                 solved_at = len(returns)
             if progress is not None:
                 progress(len(returns), metrics)
-            if solved_at is not None and cfg.stop_when_solved:
-                break
+            if (solved_at is not None and cfg.stop_when_solved) or len(returns) >= cfg.max_episodes:
+                break  # the episode budget is spent: rollouts that end mid-episode do not stretch the run
         seconds = time.perf_counter() - t0
         envs.close()
     finally:

@@ -410,14 +410,19 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
                         spend=spent()[0])
             atomic_write(run_dir / "checkpoint.pt", lambda p: torch.save(data, p))
 
+    def finished() -> bool:
+        """Solved (when the config stops there), or the episode budget spent: an update that completes
+        fewer episodes than expected (PPO's rollouts end mid-episode) does not stretch the run."""
+        return (done["solved_at"] is not None and cfg.stop_when_solved) or len(done["returns"]) >= cfg.max_episodes
+
     def stream():
         for k in range(done["update"] + 1, n_updates):
-            if done["solved_at"] is not None and cfg.stop_when_solved:
+            if finished():
                 return
             yield {"step": k}
 
     def on_update(_n, out) -> None:
-        if done["solved_at"] is not None and cfg.stop_when_solved:
+        if finished():
             return  # an update admitted before the stop: not part of the run
         done["update"] += 1
         done["returns"] += out["returns"]
@@ -445,8 +450,8 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
                 fh.write(json.dumps(row) + "\n")
             if (done["update"] + 1) % checkpoint_every == 0:
                 checkpoint()
-        if progress is not None:
-            shown = {"reward": row[f"mean_return_{window_n}"] or 0.0}
+        if progress is not None:  # the run's own clock ("seconds"), which the summary reports too
+            shown = {"reward": row[f"mean_return_{window_n}"] or 0.0, "seconds": row["seconds"]}
             if "spend" in row:
                 shown["spend"] = row["spend"]
             progress(len(done["returns"]), shown)

@@ -91,11 +91,13 @@ def test_learn_steps_every_parameter():
 
 def test_smoke_and_determinism():
     for env in ("cartpole", "acrobot"):
-        cfg = P.Config(env=env, **SMALL, max_episodes=4, seed=3)  # 2 updates of 128 steps
+        cfg = P.Config(env=env, **SMALL, max_episodes=4, seed=3)  # at most 2 updates of 128 steps
         seen = []
         a = P.train(cfg, progress=lambda n, m, seen=seen: seen.append(m))
-        assert a["updates"] == 2 and a["env_steps"] == 256 and len(seen) == 2
-        assert a["circuit_evals"] == 2 * 128 * (1 + P.setting(cfg, "update_epochs"))
+        n = a["updates"]
+        assert n == P.max_updates(cfg) == 2 or (n == 1 and len(a["returns"]) >= 4)  # or the budget is spent
+        assert a["env_steps"] == 128 * n and len(seen) == n
+        assert a["circuit_evals"] == n * 128 * (1 + P.setting(cfg, "update_epochs"))
         assert {"loss", "pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac"} <= set(seen[0])
         if env == "cartpole":  # (a random Acrobot episode outlasts a 64-step rollout)
             assert len(a["returns"]) > 0
@@ -112,7 +114,7 @@ def test_runner_gives_the_same_run():
     cfg = P.Config(**SMALL, max_episodes=4, seed=5)
     a = P.train(cfg)
     b = runner.train("ppo", cfg, "sync")
-    assert b["returns"] == a["returns"] and b["updates"] == a["updates"] == 2
+    assert b["returns"] == a["returns"] and b["updates"] == a["updates"] >= 1
     assert b["env_steps"] == a["env_steps"] and b["circuit_evals"] == a["circuit_evals"]
     assert all(torch.equal(a["params"][k], b["params"][k]) for k in a["params"])
 

@@ -81,7 +81,7 @@ def test_a_half_written_last_line_is_dropped_and_a_short_file_is_refused(finishe
     ck = torch.load(run / "checkpoint.pt", weights_only=False)
     lines = (run / "metrics.jsonl").read_text().splitlines()
     old = {k: v for k, v in ck.items() if k != "metrics"}  # a checkpoint from before rows were kept in it
-    old.update(update=1)
+    old.update(update=1, returns=ck["returns"][:json.loads(lines[1])["episodes"]])  # as it stood after update 1
     torch.save(old, run / "checkpoint.pt")
     (run / "metrics.jsonl").write_text("\n".join(lines[:2]) + '\n{"update": 2, "retu')
     assert main(["train", "--resume", str(run)]) == 0

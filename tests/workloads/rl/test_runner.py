@@ -164,3 +164,15 @@ def test_ctrl_c_checkpoints_and_says_how_to_continue(tmp_path):
     out, err = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, err[-2000:]
     assert json.loads(out)["episodes"] == 200 and len(rows) >= 1
+
+
+def test_ppo_stops_at_the_update_that_spends_the_episode_budget():
+    """PPO's rollouts end mid-episode, so an update completes an unknown number of episodes: the run
+    stops at the first update that reaches --episodes (it ran 421 of 300 before)."""
+    from hqflow.workloads.rl import ppo
+
+    cfg = ppo.Config(env="cartpole", n_layers=1, num_envs=2, num_steps=128, max_episodes=30, seed=1)
+    seen = []
+    out = runner.train("ppo", cfg, "sync", progress=lambda n, shown: seen.append((n, shown["seconds"])))
+    assert seen[-2][0] < 30 <= seen[-1][0] == len(out["returns"])
+    assert [s for _, s in seen] == sorted(s for _, s in seen) and seen[-1][1] <= out["seconds"]
