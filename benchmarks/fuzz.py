@@ -245,7 +245,7 @@ CLI_VALUES = ["", "-1", "0", "1", "2", "3", "1.5", "abc", "NaN", "nan", "inf", "
               "hqplug/X-v0", "reinforce", "ppo", "dqn", "sync", "pipelined", "ray-actors", "softmax-pqc",
               "qvalue-pqc", "qaoa", "vqe", "classifier", "--json", "-h"]
 CLI_FLAGS = {
-    "train": ["--env-module", "--algo", "--policy", "--backend", "--seed", "--episodes", "--backend-opt", "--pool",
+    "train": ["--env-module", "--algo", "--backend", "--seed", "--episodes", "--backend-opt", "--pool",
               "--distribution", "--staleness", "--set", "--run-dir", "--resume", "--checkpoint-every", "--budget",
               "--json", "--tensorboard", "--no-tensorboard"],
     "eval": ["--episodes", "--seed", "--backend", "--record", "--json"],

@@ -89,7 +89,6 @@ def _parser() -> argparse.ArgumentParser:
                     help="import MODULE (it registers ENV) in every process that makes the environment; the same as "
                          "ENV given as MODULE:ENV")
     tr.add_argument("--algo", default=None, help="reinforce (default), dqn or ppo")
-    tr.add_argument("--policy", help="softmax-pqc (reinforce, ppo) or qvalue-pqc (dqn); default: the algorithm's")
     tr.add_argument("--backend", help="backend of the policy circuit (default: compiled)")
     tr.add_argument("--seed", type=int, help="random seed (default 0)")
     tr.add_argument("--episodes", type=_positive, help="episode budget (default: the algorithm's, 1000 for reinforce)")

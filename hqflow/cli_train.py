@@ -24,8 +24,6 @@ from .jobs import BudgetExceeded
 class RunStopped(RuntimeError):
     """Training failed mid-run; the message says how to resume (exit code 1, one line)."""
 
-POLICIES = {"reinforce": "softmax-pqc", "ppo": "softmax-pqc", "dqn": "qvalue-pqc"}
-
 
 def _value(text: str):
     try:
@@ -143,7 +141,7 @@ def cmd_train(args) -> int:
     from .progress import Progress
 
     if args.resume:
-        if args.env or args.env_module or args.algo or args.policy or args.backend or args.seed is not None \
+        if args.env or args.env_module or args.algo or args.backend or args.seed is not None \
                 or args.set or args.episodes or args.staleness is not None or args.distribution != "auto" \
                 or args.backend_opt or args.pool:  # --budget may change
             raise UsageError("--resume takes the run's own settings; give only --resume RUN_DIR (and --json)")
@@ -180,8 +178,6 @@ def cmd_train(args) -> int:
             mod = runner.algorithm(algo)
         except (ValueError, ImportError) as exc:
             raise UsageError(str(exc)) from None
-        if args.policy and args.policy != POLICIES[algo]:
-            raise UsageError(f"{algo} trains a {POLICIES[algo]} policy, not {args.policy!r}")
         cfg = _config(args, mod)
         pool = _backend_pool(args)
         if args.backend and pool is None:

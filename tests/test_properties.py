@@ -167,7 +167,7 @@ VALUES = ["", "-1", "0", "1", "3", "1.5", "abc", "NaN", "inf", "1e309", "10**30"
           "\u202eevil", "\udcff", "a" * 300, "/nonexistent/x", "run0", "graph.json", "binary.pt", "folder",
           "reference:x", "pennylane:", "compiled", "cartpole", "CartPole-v1", "nosuch:Env-v0", "ppo", "dqn",
           "pipelined", "ray-actors", "qvalue-pqc", "qaoa", "--json"]
-FLAGS = {"train": ["--env-module", "--algo", "--policy", "--backend", "--seed", "--episodes", "--pool", "--distribution",
+FLAGS = {"train": ["--env-module", "--algo", "--backend", "--seed", "--episodes", "--pool", "--distribution",
                    "--staleness", "--set", "--run-dir", "--resume", "--checkpoint-every", "--budget", "--backend-opt"],
          "eval": ["--episodes", "--seed", "--backend", "--record"],
          "run": ["--steps", "--seed", "--backend", "--out", "--run-dir", "--dry-run"],
