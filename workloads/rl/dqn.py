@@ -57,6 +57,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from hqflow.config import check_fields
+from hqflow.workloads.rl.algorithm import Algorithm
 from hqflow.workloads.rl.bounds import BOUNDS
 from hqflow.workloads.rl.envs import FreshEnvs, ObsEncoder, get_spec
 from hqflow.workloads.rl.policies import ENCODINGS, QValuePQC
@@ -378,3 +379,12 @@ def train(cfg: Config = Config(), progress=None) -> dict:
 
 __all__ = ["Batch", "Config", "act", "epsilon", "init_carry", "init_extra", "learn", "make_envs", "make_optimizer",
            "make_policy", "observables", "setting", "snapshot", "solve_window", "solved_threshold", "td_update", "train"]
+
+
+def resolve(cfg: Config, in_process: bool, devices: int = 1) -> Config:
+    """DQN has no setting that depends on where the circuit runs."""
+    return cfg
+
+
+ALGORITHM = Algorithm("dqn", Config, make_policy, make_optimizer, make_envs, init_carry, init_extra, act, learn,
+                      episodes_per_update, solved_threshold, solve_window, resolve)

@@ -53,6 +53,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from hqflow.config import check_fields
+from hqflow.workloads.rl.algorithm import Algorithm
 from hqflow.workloads.rl.bounds import BOUNDS
 from hqflow.workloads.rl.envs import EnvSpec, ObsEncoder, get_spec, reset_finished, vector_env
 from hqflow.workloads.rl.policies import ENCODINGS, GaussianPQC, SoftmaxPQC
@@ -463,3 +464,16 @@ def learn(policy: ActorCritic, optimizer, batch: Batch, cfg: Config, extra, step
 __all__ = ["ActorCritic", "Batch", "Config", "act", "clipped_objective", "episodes_per_update", "gae", "init_carry",
            "learn", "make_envs", "make_optimizer", "make_policy", "max_updates", "rollout", "sample", "snapshot",
            "solved_threshold", "train", "update"]
+
+
+def solve_window(cfg: Config) -> int:
+    return cfg.solve_window
+
+
+def resolve(cfg: Config, in_process: bool, devices: int = 1) -> Config:
+    """PPO has no setting that depends on where the circuit runs."""
+    return cfg
+
+
+ALGORITHM = Algorithm("ppo", Config, make_policy, make_optimizer, make_envs, init_carry, init_extra, act, learn,
+                      episodes_per_update, solved_threshold, solve_window, resolve)

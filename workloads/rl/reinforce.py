@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from hqflow.workloads.rl import actor
 from hqflow.config import check_fields
+from hqflow.workloads.rl.algorithm import Algorithm
 from hqflow.workloads.rl.bounds import BOUNDS
 from hqflow.workloads.rl.envs import FreshEnvs, ObsEncoder, get_spec
 from hqflow.workloads.rl.policies import ENCODINGS, SoftmaxPQC, differentiates
@@ -349,3 +350,11 @@ def learn(policy, optimizer, batch: Batch, cfg: Config, extra, step: int) -> tup
 
 __all__ = ["Batch", "Config", "act", "as_batch", "collect", "init_carry", "learn", "make_envs", "make_optimizer",
            "make_policy", "resolve", "returns_to_go", "sampler", "snapshot", "train", "update"]
+
+
+def solve_window(cfg: Config) -> int:
+    return cfg.solve_window
+
+
+ALGORITHM = Algorithm("reinforce", Config, make_policy, make_optimizer, make_envs, init_carry, init_extra, act, learn,
+                      episodes_per_update, solved_threshold, solve_window, resolve)

@@ -59,16 +59,18 @@ from hqflow.files import atomic_text, atomic_write
 from hqflow.scheduler import Scheduler
 from hqflow.trace import save_spans
 from hqflow.trace_export import write_chrome_trace
+from hqflow.workloads.rl.algorithm import Algorithm
 
 ALGORITHMS = {"reinforce": "hqflow.workloads.rl.reinforce", "dqn": "hqflow.workloads.rl.dqn",
               "ppo": "hqflow.workloads.rl.ppo"}
 _LOCAL = threading.local()
 
 
-def algorithm(name: str):
+def algorithm(name: str) -> Algorithm:
+    """The algorithm registered as ``name`` (its declared interface, ``algorithm.Algorithm``)."""
     if name not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {name!r}; known: {', '.join(ALGORITHMS)}")
-    return importlib.import_module(ALGORITHMS[name])
+    return importlib.import_module(ALGORITHMS[name]).ALGORITHM
 
 
 def _config(algo: str, config: dict):
@@ -105,15 +107,14 @@ def rollout(params, step, algo, config):
     """The actor: run the environments with ``params``."""
     policy, _, envs = _scratch(algo, config, "actor")
     _load(policy, params)
-    mod = algorithm(algo)
-    out = mod.act(policy, envs, _config(algo, config), int(step))
-    return {"batch": out[0] if hasattr(mod, "init_carry") else out}  # (batch, None) from an actor that can carry
+    batch, _ = algorithm(algo).act(policy, envs, _config(algo, config), int(step), None)
+    return {"batch": batch}
 
 
 def _carries(mod, cfg) -> bool:
     """Whether the actor keeps state between updates with this config (a ``rollout.carry`` loop edge).
     Without one, rollouts depend on nothing but the parameters, so several can run at once."""
-    return hasattr(mod, "init_carry") and mod.init_carry(cfg) is not None
+    return mod.init_carry(cfg) is not None
 
 
 def rollout_carry(params, carry, step, algo, config):
@@ -368,10 +369,9 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
     in_process, devices = backend_facts(cfg.backend, backends)
     if policy_ is None:
         policy_ = default_distribution(in_process) if distribution in (None, "auto") else get_distribution(distribution)
-    if hasattr(mod, "resolve"):
-        cfg = mod.resolve(cfg, in_process, devices)
+    cfg = mod.resolve(cfg, in_process, devices)
     spec_solved = mod.solved_threshold(cfg)
-    window_n = mod.solve_window(cfg) if hasattr(mod, "solve_window") else 10  # episodes the criterion averages
+    window_n = mod.solve_window(cfg)  # episodes the criterion averages
     state = initial_state(algo, cfg)
     if ckpt is not None:
         _check_state(ckpt["state"], state, run_dir / "checkpoint.pt")

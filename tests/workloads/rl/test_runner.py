@@ -176,3 +176,20 @@ def test_ppo_stops_at_the_update_that_spends_the_episode_budget():
     out = runner.train("ppo", cfg, "sync", progress=lambda n, shown: seen.append((n, shown["seconds"])))
     assert seen[-2][0] < 30 <= seen[-1][0] == len(out["returns"])
     assert [s for _, s in seen] == sorted(s for _, s in seen) and seen[-1][1] <= out["seconds"]
+
+
+@pytest.mark.parametrize("algo", ["reinforce", "ppo", "dqn"])
+def test_every_algorithm_declares_the_runners_interface_and_its_solve_window_counts(algo, tmp_path):
+    import dataclasses
+
+    from hqflow.workloads.rl.algorithm import Algorithm
+
+    alg = runner.algorithm(algo)
+    assert isinstance(alg, Algorithm) and alg.name == algo
+    assert all(callable(getattr(alg, f.name)) for f in dataclasses.fields(Algorithm) if f.name != "name")
+    small = {"reinforce": {"batch_episodes": 2}, "ppo": {"num_envs": 2, "num_steps": 64}, "dqn": {}}[algo]
+    cfg = alg.Config(n_layers=1, max_episodes=2, solve_window=3, **small)  # REINFORCE and PPO once ignored it
+    assert alg.solve_window(cfg) == 3
+    runner.train(algo, cfg, "sync", run_dir=tmp_path / "run")
+    row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert "mean_return_3" in row
