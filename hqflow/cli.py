@@ -114,6 +114,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="the most the run may spend on priced quantum jobs (Azure Quantum), in the target's "
                          "currency (USD, or HQC on Quantinuum); a job that would pass it is refused and the run "
                          "stops, checkpointed")
+    tr.add_argument("--ray-address", metavar="ADDR",
+                    help="with --distribution ray-actors: a running Ray cluster to connect to (host:port, "
+                         "ray://host:port or auto); default: a local Ray")
     tr.add_argument("--json", action="store_true", help="print the figures as one JSON line")
     return p
 

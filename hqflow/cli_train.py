@@ -143,7 +143,7 @@ def cmd_train(args) -> int:
     if args.resume:
         if args.env or args.env_module or args.algo or args.backend or args.seed is not None \
                 or args.set or args.episodes or args.staleness is not None or args.distribution != "auto" \
-                or args.backend_opt or args.pool:  # --budget may change
+                or args.backend_opt or args.pool:  # --budget and --ray-address may change
             raise UsageError("--resume takes the run's own settings; give only --resume RUN_DIR (and --json)")
         try:
             meta, ckpt = runner.load_run(args.resume)
@@ -208,6 +208,11 @@ def cmd_train(args) -> int:
             raise UsageError(f"cannot create run directory {run_dir}: {exc.strerror}") from None
 
     scheduler = {} if args.budget is None else {"budget": args.budget}
+    if args.ray_address is not None:
+        chosen = meta.get("distribution") if args.resume else getattr(distribution, "name", distribution)
+        if chosen != "ray-actors":
+            raise UsageError("--ray-address needs --distribution ray-actors (the other distributions run in this process)")
+        scheduler["ray_address"] = args.ray_address
     with Progress(cfg.max_episodes, f"{algo} {cfg.env}") as bar:
         try:
             out = runner.train(algo, cfg, distribution, run_dir=run_dir, resume=bool(args.resume),

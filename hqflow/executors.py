@@ -324,12 +324,25 @@ class RayExecutor:
 
     name = "ray"
 
-    def __init__(self, num_cpus: int | None = None, cpu_workers: int = 1, gpu_workers: int = 1):
+    def __init__(self, num_cpus: int | None = None, cpu_workers: int = 1, gpu_workers: int = 1,
+                 address: str | None = None):
         import ray
 
+        if ray.is_initialized() and address is not None and address != "auto" \
+                and address.split("://")[-1] != ray.get_runtime_context().gcs_address:
+            raise ValueError(f"this process is connected to the Ray at {ray.get_runtime_context().gcs_address}, "
+                             f"not {address}; call ray.shutdown() first to connect elsewhere")
         if not ray.is_initialized():  # workers import what this process can (a user's env module, say)
-            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False,
-                     runtime_env={"env_vars": {"PYTHONPATH": _import_path()}})
+            env = {"env_vars": {"PYTHONPATH": _import_path()}}
+            try:
+                if address is None:
+                    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                             runtime_env=env)
+                else:
+                    ray.init(address=address, log_to_driver=False, configure_logging=False, runtime_env=env)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                where = "a local Ray" if address is None else f"the Ray cluster at {address}"
+                raise RayFailure(f"cannot start or reach {where}: {one_line(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}") from None
         self._ray = ray
         self._actor = ray.remote(num_cpus=0)(_BackendActor)
         cluster = ray.cluster_resources()
@@ -450,11 +463,12 @@ def _import_path() -> str:
     return os.pathsep.join(dict.fromkeys([p for p in paths if os.path.isdir(p)] + ([extra] if extra else [])))
 
 
-def make_executor(name: str, cpu_workers: int = 1, gpu_workers: int = 1, ray_num_cpus: int | None = None):
+def make_executor(name: str, cpu_workers: int = 1, gpu_workers: int = 1, ray_num_cpus: int | None = None,
+                  ray_address: str | None = None):
     if name == "sync":
         return SyncExecutor()
     if name == "local":
         return LocalExecutor(cpu_workers, gpu_workers)
     if name == "ray":
-        return RayExecutor(ray_num_cpus, cpu_workers, gpu_workers)
+        return RayExecutor(ray_num_cpus, cpu_workers, gpu_workers, ray_address)
     raise ValueError(f"unknown executor {name!r}; use 'sync', 'local' or 'ray'")

@@ -86,6 +86,9 @@ class SchedulerConfig:
     """run seed; shot seeds derive from (seed, step, fragment)"""
     ray_num_cpus: int | None = None
     """CPUs for ``ray.init`` when the ray executor starts Ray itself"""
+    ray_address: str | None = None
+    """a running Ray cluster for the ray executor to connect to (``"host:port"``, ``"ray://host:port"``
+    or ``"auto"``); None: the Ray this process is connected to, or a local one it starts"""
     budget: float | None = None
     """the most the run may spend on priced quantum jobs, in their backend's currency (``estimate_cost``);
     a job that would go past it is refused and the run stops with ``BudgetExceeded``, results kept"""
@@ -115,6 +118,10 @@ class SchedulerConfig:
             raise ValueError(f"max_retries must be an integer >= 0, got {self.max_retries!r}")
         if self.job_timeout is not None and self.job_timeout <= 0:
             raise ValueError(f"job_timeout must be positive or None, got {self.job_timeout!r}")
+        if self.ray_address is not None and (not isinstance(self.ray_address, str) or not self.ray_address):
+            raise ValueError(f"ray_address must be a non-empty string or None, got {self.ray_address!r}")
+        if self.ray_address is not None and self.ray_num_cpus is not None:
+            raise ValueError("ray_num_cpus sizes a Ray that hqflow starts; a cluster at ray_address has its own CPUs")
         if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int) \
                 or self.checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be an integer >= 1, got {self.checkpoint_every!r}")
@@ -130,7 +137,8 @@ class Scheduler:
 
     def __init__(self, graph: Graph, backends: Mapping[str, Any] | None = None, config: SchedulerConfig = SchedulerConfig()):
         self.config = config
-        self.executor = make_executor(config.executor, config.cpu_workers, config.gpu_workers, config.ray_num_cpus)
+        self.executor = make_executor(config.executor, config.cpu_workers, config.gpu_workers, config.ray_num_cpus,
+                                      config.ray_address)
         try:
             self.pools = self._make_pools(graph, dict(backends or {}))
             caps = {name: pool.members[0].handle.capabilities for name, pool in self.pools.items()}

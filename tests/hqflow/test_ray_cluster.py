@@ -1,0 +1,66 @@
+"""The ray executor on a running Ray cluster: several raylets on this machine (ray.cluster_utils.Cluster),
+connected to with ray_address. These tests start their own cluster, not the shared local Ray."""
+import numpy as np
+import pytest
+
+import hqflow as hq
+from hqflow.backends import get_backend
+from hqflow.workloads import synthetic
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+ray = pytest.importorskip("ray")
+
+CFG = synthetic.Config(staleness=0, backend="qpu")
+
+
+@pytest.fixture
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    ray.shutdown()  # the shared local Ray of the other tests; the next of them starts it again
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    c.add_node(num_cpus=2)
+    c.wait_for_nodes()
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+def test_a_run_on_a_two_node_cluster_equals_the_reference(cluster):
+    ref = hq.run_reference(synthetic.build_graph(CFG), synthetic.stream(6, CFG), backends={"qpu": get_backend("reference")})
+    res = hq.run(synthetic.build_graph(CFG), synthetic.stream(6, CFG), backends={"qpu": ("emulated-qpu", {})},
+                 executor="ray", ray_address=cluster.address, cpu_workers=3)
+    assert res.outputs == ref.outputs
+    np.testing.assert_array_equal(res.state["learn.weights"], ref.state["learn.weights"])
+    assert len(ray.nodes()) == 2 and ray.cluster_resources()["CPU"] == 3
+
+
+def test_a_second_address_while_connected_is_refused(cluster):
+    hq.run(synthetic.build_graph(CFG), synthetic.stream(1, CFG), backends={"qpu": ("emulated-qpu", {})},
+           executor="ray", ray_address=cluster.address)
+    with pytest.raises(ValueError, match="is connected to the Ray at .*; call ray.shutdown\\(\\) first"):
+        hq.run(synthetic.build_graph(CFG), synthetic.stream(1, CFG), backends={"qpu": ("emulated-qpu", {})},
+               executor="ray", ray_address="127.0.0.1:1")
+
+
+def test_ray_address_options_are_checked():
+    with pytest.raises(ValueError, match="ray_num_cpus sizes a Ray that hqflow starts"):
+        hq.SchedulerConfig(executor="ray", ray_address="auto", ray_num_cpus=2)
+    with pytest.raises(ValueError, match="ray_address must be a non-empty string"):
+        hq.SchedulerConfig(executor="ray", ray_address="")
+
+
+def test_hqflow_train_connects_to_a_cluster(cluster, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "hqflow.cli", "train", "cartpole", "--distribution", "ray-actors",
+                           "--ray-address", cluster.address, "--episodes", "4", "--set", "n_layers=1", "--set",
+                           "batch_episodes=2", "--run-dir", str(tmp_path / "run"), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["episodes"] == 4
+    bad = subprocess.run([sys.executable, "-m", "hqflow.cli", "train", "cartpole", "--ray-address", cluster.address],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--ray-address needs --distribution ray-actors" in bad.stderr
