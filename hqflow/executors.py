@@ -1,9 +1,9 @@
 """Executors: where fragment work runs. One small interface, three implementations.
 
 An executor has ``submit(fragment, args, resource, client) -> concurrent.futures.Future``
-for classical fragments (the future holds ``(outputs, spans)``: the spans of jobs
+for classical fragments (the future holds ``(outputs, spans, node)``: the spans of jobs
 the fragment submitted that the run's own job service did not see, with times
-from the call's start) and ``backend(spec) -> handle`` for quantum backends (a
+from the call's start, and the Ray node the call ran on, or None in this process) and ``backend(spec) -> handle`` for quantum backends (a
 handle has ``name``, ``capabilities``, ``max_in_flight`` and
 ``submit(batch) -> Job``). The scheduler's one loop drives all of them:
 
@@ -22,6 +22,7 @@ or ``(name, options)``.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import re
 import threading
 import time
@@ -90,7 +91,7 @@ class SyncExecutor:
     def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None) -> cf.Future:
         fut: cf.Future = cf.Future()
         try:
-            fut.set_result((call_fragment(fragment, args, client), []))
+            fut.set_result((call_fragment(fragment, args, client), [], None))
         except Exception as exc:
             fut.set_exception(exc)
         return fut
@@ -129,7 +130,7 @@ class LocalExecutor(SyncExecutor):
 
 
 def _local_call(fragment: Fragment, args: dict, client: JobClient | None):
-    return call_fragment(fragment, args, client), []
+    return call_fragment(fragment, args, client), [], None
 
 
 # A Ray worker process's pools, kept between calls of one run so their latency estimates and
@@ -168,10 +169,19 @@ class _Worker:
     def call(self, fragment: Fragment, args: dict, client_spec: dict | None = None, fn=None):
         t0, spans = time.perf_counter(), []
         client = None if client_spec is None else _remote_client(client_spec, t0, spans.append)
-        return call_fragment(fragment, args, client, fn), spans  # span times: seconds from this call's start
+        out = call_fragment(fragment, args, client, fn)
+        node = _node()  # span times: seconds from this call's start
+        return out, [s if s.node else dataclasses.replace(s, node=node) for s in spans], node
 
     def ready(self) -> bool:
         return True
+
+
+def _node() -> str:
+    """This Ray process's node: the first 8 hex digits of its id (what spans carry)."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id()[:8]
 
 
 # Worker actors hold no state (fragments travel by reference, state by value), so one
@@ -235,7 +245,7 @@ class _BackendActor:
 
     def describe(self):
         return (self.backend.name, self.backend.capabilities, getattr(self.backend, "max_in_flight", None),
-                hasattr(self.backend, "estimate_cost"))
+                hasattr(self.backend, "estimate_cost"), _node())
 
     def estimate_cost(self, batch):
         return self.backend.estimate_cost(batch)
@@ -278,7 +288,7 @@ class _RayHandle:
         slots = int(options.get("max_in_flight", default_in_flight))
         # slots for the jobs, and two more so that pricing and closing never wait behind them
         self.actor = actor_cls.options(max_concurrency=max(slots, 1) + 2, max_restarts=-1).remote(name, options)
-        self.name, self.capabilities, own, priced = _ray_get(self.actor.describe.remote())
+        self.name, self.capabilities, own, priced, self.node = _ray_get(self.actor.describe.remote())
         self.max_in_flight = own or default_in_flight
         self._priced = priced
         self._started, self._lock, self.restarts = None, threading.Lock(), 0
@@ -352,6 +362,8 @@ class RayExecutor:
                              "each cpu worker actor holds one")
         context = ray.get_runtime_context()
         self._session = (context.namespace, context.get_job_id())  # a Ray started anew has other actors
+        for key in [k for k in _WORKERS if k[:2] != self._session]:
+            del _WORKERS[key]  # handles of an earlier Ray session: not valid in this one
         self._options = {"cpu": {"num_cpus": 1}, "gpu": {"num_cpus": 0, "num_gpus": 1 if gpus else 0}}
         self._idle = {resource: [self._worker(resource, i) for i in range(count)]
                       for resource, count in (("cpu", cpu_workers), ("gpu", gpu_workers))}

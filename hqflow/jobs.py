@@ -269,7 +269,8 @@ class JobService:
         p, req = att.request.parent, att.request
         self.record(Span(p.fragment, "execute", req.pool.resource, p.step, att.start - self.t0,
                          time.perf_counter() - self.t0, outcome, p.version, req.pool.lane(att.member, att.slot),
-                         p.lane if p.submitted else None, att.estimate))
+                         p.lane if p.submitted else None, att.estimate,
+                         getattr(req.pool.members[att.member].handle, "node", None)))
 
     # -- timeouts ----------------------------------------------------------------------
     def _start_watchdog(self) -> None:

@@ -416,8 +416,9 @@ class Scheduler:
             if isinstance(exc, FragmentError):
                 raise exc  # its cause stays the fragment's own exception ("raise exc from exc" would loop)
             raise FragmentError(f"fragment {f.name!r} step {step}: {exc}") from exc
-        self.spans.append(Span(f.name, f.kind, resource, step, start - self.t0, end - self.t0, "ok", version, lane))
-        out, remote_spans = fut.result()
+        out, remote_spans, node = fut.result()
+        self.spans.append(Span(f.name, f.kind, resource, step, start - self.t0, end - self.t0, "ok", version, lane,
+                               node=node))
         shift = start - self.t0  # spans of jobs submitted in another process: times from the call's start
         self.spans += [dataclasses.replace(s, start=s.start + shift, end=s.end + shift) for s in remote_spans]
         self._complete(f, step, out, progress)

@@ -50,6 +50,9 @@ class Span:
     and ``step`` are then that fragment's. None otherwise"""
     cost: float | None = None
     """a quantum job's spend, in its backend's currency (``Backend.estimate_cost``); None where unpriced"""
+    node: str | None = None
+    """the Ray node the work ran on (the first 8 hex digits of its id; a cross-node hop shows as a
+    change of node); None for work in the driver's process"""
 
     @property
     def seconds(self) -> float:
@@ -310,8 +313,8 @@ def save_spans(path: str, spans: list[Span], meta: dict | None = None) -> str:
 
 _FIELD_TYPES = {"fragment": str, "kind": str, "resource": str, "step": int, "start": (int, float),
                 "end": (int, float), "outcome": str, "version": (int, type(None)), "lane": str,
-                "parent_lane": (str, type(None)), "cost": (int, float, type(None))}
-_REQUIRED = [f.name for f in fields(Span) if f.name not in ("outcome", "version", "lane", "parent_lane", "cost")]
+                "parent_lane": (str, type(None)), "cost": (int, float, type(None)), "node": (str, type(None))}
+_REQUIRED = [f.name for f in fields(Span) if f.name not in ("outcome", "version", "lane", "parent_lane", "cost", "node")]
 
 
 def _from_version_1(d):

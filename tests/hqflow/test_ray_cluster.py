@@ -33,6 +33,8 @@ def test_a_run_on_a_two_node_cluster_equals_the_reference(cluster):
     assert res.outputs == ref.outputs
     np.testing.assert_array_equal(res.state["learn.weights"], ref.state["learn.weights"])
     assert len(ray.nodes()) == 2 and ray.cluster_resources()["CPU"] == 3
+    nodes = {n["NodeID"][:8] for n in ray.nodes()}
+    assert {s.node for s in res.spans} <= nodes and all(s.node for s in res.spans)  # tasks and jobs: where they ran
 
 
 def test_a_second_address_while_connected_is_refused(cluster):

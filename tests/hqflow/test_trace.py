@@ -1,4 +1,5 @@
 """Span analytics, Chrome-trace export, Gantt chart and spans.json persistence on hand-built spans."""
+import dataclasses
 import json
 import os
 
@@ -125,6 +126,7 @@ def test_gantt_png(tmp_path):
 
 def test_save_load_round_trip(tmp_path):
     spans = pipelined()
+    spans[0] = dataclasses.replace(spans[0], node="a1b2c3d4")  # the Ray node it ran on
     path = str(tmp_path / "run" / "spans.json")
     save_spans(path, spans, {"workload": "demo", "steps": 4})
     assert load_spans(path) == (spans, {"workload": "demo", "steps": 4})
