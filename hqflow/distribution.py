@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from hqflow.placement import Placement
 from hqflow.scheduler import SchedulerConfig
 
 __all__ = ["DISTRIBUTIONS", "Pipelined", "RayActors", "Sync", "get_distribution"]
@@ -69,14 +70,21 @@ class RayActors:
     """how many parameter versions behind an actor may run"""
     actors: int = 2
     """Ray actor processes that run rollouts"""
+    placement: Placement = Placement()
+    """where the actors and the learner go on a cluster's nodes (``hqflow.placement``)"""
     name = "ray-actors"
 
     def __post_init__(self):
         _check_int("staleness", self.staleness, 0)
         _check_int("actors", self.actors, 1)
+        if isinstance(self.placement, dict):  # from a run directory's JSON
+            object.__setattr__(self, "placement", Placement(**self.placement))
+        if not isinstance(self.placement, Placement):
+            raise ValueError(f"placement must be a hqflow.placement.Placement, got {self.placement!r}")
 
     def scheduler_config(self, seed: int | None = 0) -> SchedulerConfig:
-        return SchedulerConfig(executor="ray", cpu_workers=self.actors, gpu_workers=1, seed=seed)
+        return SchedulerConfig(executor="ray", cpu_workers=self.actors, gpu_workers=1, seed=seed,
+                               placement=self.placement)
 
 
 DISTRIBUTIONS = {"sync": Sync, "pipelined": Pipelined, "ray-actors": RayActors}

@@ -37,6 +37,7 @@ from .dispatch import Member, Pool
 from .fragments import call_fragment
 from .jobs import JobClient, JobService
 from .ledger import Ledger, RemoteLedger
+from .placement import Placement
 from .threads import DaemonPool
 
 BackendSpec = "Backend | str | tuple[str, Mapping[str, Any]]"
@@ -175,6 +176,9 @@ class _Worker:
 
     def ready(self) -> bool:
         return True
+
+    def node(self) -> str:
+        return _node()
 
 
 def _node() -> str:
@@ -335,7 +339,7 @@ class RayExecutor:
     name = "ray"
 
     def __init__(self, num_cpus: int | None = None, cpu_workers: int = 1, gpu_workers: int = 1,
-                 address: str | None = None):
+                 address: str | None = None, placement: Placement = Placement()):
         import ray
 
         if ray.is_initialized() and address is not None and address != "auto" \
@@ -361,10 +365,14 @@ class RayExecutor:
             raise ValueError(f"cpu_workers={cpu_workers} but the Ray cluster has {cluster.get('CPU', 0):g} CPUs; "
                              "each cpu worker actor holds one")
         context = ray.get_runtime_context()
+        self.placement = placement
         self._session = (context.namespace, context.get_job_id())  # a Ray started anew has other actors
         for key in [k for k in _WORKERS if k[:2] != self._session]:
             del _WORKERS[key]  # handles of an earlier Ray session: not valid in this one
-        self._options = {"cpu": {"num_cpus": 1}, "gpu": {"num_cpus": 0, "num_gpus": 1 if gpus else 0}}
+        for key in [k for k in _WORKERS if k[2] != placement]:
+            ray.kill(_WORKERS.pop(key), no_restart=True)  # placed otherwise: they would hold CPUs the new ones need
+        self._options = {"cpu": {"num_cpus": 1, **placement.options("cpu")},
+                         "gpu": {"num_cpus": 0, "num_gpus": 1 if gpus else 0, **placement.options("gpu")}}
         self._idle = {resource: [self._worker(resource, i) for i in range(count)]
                       for resource, count in (("cpu", cpu_workers), ("gpu", gpu_workers))}
         self._check_ready()  # started before the run's clock
@@ -376,7 +384,7 @@ class RayExecutor:
     def _worker(self, resource: str, index: int, fresh: bool = False):
         """The session's worker actor for a slot: kept between runs, restarted by Ray when its
         process dies (a call it held is redone: fragments are functions of their inputs)."""
-        key = (*self._session, resource, index)
+        key = (*self._session, self.placement, resource, index)
         if fresh or key not in _WORKERS:
             _WORKERS[key] = self._ray.remote(_Worker).options(
                 max_restarts=-1, max_task_retries=_WORKER_RETRIES, **self._options[resource]).remote()
@@ -476,11 +484,11 @@ def _import_path() -> str:
 
 
 def make_executor(name: str, cpu_workers: int = 1, gpu_workers: int = 1, ray_num_cpus: int | None = None,
-                  ray_address: str | None = None):
+                  ray_address: str | None = None, placement: Placement | None = None):
     if name == "sync":
         return SyncExecutor()
     if name == "local":
         return LocalExecutor(cpu_workers, gpu_workers)
     if name == "ray":
-        return RayExecutor(ray_num_cpus, cpu_workers, gpu_workers, ray_address)
+        return RayExecutor(ray_num_cpus, cpu_workers, gpu_workers, ray_address, placement or Placement())
     raise ValueError(f"unknown executor {name!r}; use 'sync', 'local' or 'ray'")

@@ -45,6 +45,7 @@ from hqflow.ir.graph import Fragment, Graph, GraphError
 
 from .checkpoint import CheckpointError, RunDir, item_digest
 from .dispatch import Member, Pool
+from .placement import Placement
 from .executors import make_executor
 from .fragments import (
     FragmentError,
@@ -86,6 +87,8 @@ class SchedulerConfig:
     """run seed; shot seeds derive from (seed, step, fragment)"""
     ray_num_cpus: int | None = None
     """CPUs for ``ray.init`` when the ray executor starts Ray itself"""
+    placement: Placement = Placement()
+    """where the ray executor puts its actors on a cluster's nodes (``hqflow.placement``)"""
     ray_address: str | None = None
     """a running Ray cluster for the ray executor to connect to (``"host:port"``, ``"ray://host:port"``
     or ``"auto"``); None: the Ray this process is connected to, or a local one it starts"""
@@ -118,6 +121,10 @@ class SchedulerConfig:
             raise ValueError(f"max_retries must be an integer >= 0, got {self.max_retries!r}")
         if self.job_timeout is not None and self.job_timeout <= 0:
             raise ValueError(f"job_timeout must be positive or None, got {self.job_timeout!r}")
+        if isinstance(self.placement, dict):  # from a run directory's JSON
+            object.__setattr__(self, "placement", Placement(**self.placement))
+        if not isinstance(self.placement, Placement):
+            raise ValueError(f"placement must be a hqflow.placement.Placement, got {self.placement!r}")
         if self.ray_address is not None and (not isinstance(self.ray_address, str) or not self.ray_address):
             raise ValueError(f"ray_address must be a non-empty string or None, got {self.ray_address!r}")
         if self.ray_address is not None and self.ray_num_cpus is not None:
@@ -138,7 +145,7 @@ class Scheduler:
     def __init__(self, graph: Graph, backends: Mapping[str, Any] | None = None, config: SchedulerConfig = SchedulerConfig()):
         self.config = config
         self.executor = make_executor(config.executor, config.cpu_workers, config.gpu_workers, config.ray_num_cpus,
-                                      config.ray_address)
+                                      config.ray_address, config.placement)
         try:
             self.pools = self._make_pools(graph, dict(backends or {}))
             caps = {name: pool.members[0].handle.capabilities for name, pool in self.pools.items()}

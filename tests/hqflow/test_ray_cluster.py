@@ -19,7 +19,7 @@ def cluster():
 
     ray.shutdown()  # the shared local Ray of the other tests; the next of them starts it again
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    c.add_node(num_cpus=2)
+    c.add_node(num_cpus=2, resources={"learner": 1})
     c.wait_for_nodes()
     yield c
     ray.shutdown()
@@ -66,3 +66,29 @@ def test_hqflow_train_connects_to_a_cluster(cluster, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "hqflow.cli", "train", "cartpole", "--ray-address", cluster.address],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--ray-address needs --distribution ray-actors" in bad.stderr
+
+
+def test_placement_spreads_the_actors_and_puts_the_learner_where_its_label_is(cluster):
+    from hqflow.executors import _WORKERS
+    from hqflow.placement import Placement
+
+    placement = Placement(actors="spread", learner="learner")
+    res = hq.run(synthetic.build_graph(CFG), synthetic.stream(2, CFG), backends={"qpu": ("emulated-qpu", {})},
+                 executor="ray", ray_address=cluster.address, cpu_workers=2, placement=placement)
+    assert len(res.outputs) == 2
+    workers = {key[3:]: ray.get(actor.node.remote()) for key, actor in _WORKERS.items() if key[2] == placement}
+    labelled = [n["NodeID"][:8] for n in ray.nodes() if n["Resources"].get("learner")]
+    assert workers[("gpu", 0)] == labelled[0]
+    assert workers[("cpu", 0)] != workers[("cpu", 1)]  # one on each node
+    with pytest.raises(ValueError, match="placement actors must be one of spread, default"):
+        Placement(actors="everywhere")
+    with pytest.raises(ValueError, match="a custom resource name"):
+        Placement(learner="GPU")
+
+
+def test_a_distribution_policy_prints_its_placement():
+    from hqflow.distribution import get_distribution
+
+    policy = get_distribution("ray-actors", placement={"actors": "default", "learner": "learner"})
+    assert str(policy) == "RayActors(staleness=1, actors=2, placement=Placement(actors='default', learner='learner'))"
+    assert policy.scheduler_config().placement == policy.placement

@@ -387,7 +387,7 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
         if ckpt is None:
             scheduler.setdefault("run_id", uuid.uuid4().hex)  # job ids derive from it; --resume reuses it
             meta = {"algo": algo, "run_id": scheduler["run_id"], "distribution": policy_.name,
-                    "distribution_options": {f.name: getattr(policy_, f.name) for f in dataclasses.fields(policy_)},
+                    "distribution_options": dataclasses.asdict(policy_),  # a placement as a dict
                     "config": dataclasses.asdict(cfg), "backends": _json_pools(backends)}
             atomic_text(run_dir / "config.json", json.dumps(meta, indent=2))
         # a killed run may have logged updates past its checkpoint: they will be redone
