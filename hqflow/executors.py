@@ -349,9 +349,9 @@ class RayExecutor:
         if not ray.is_initialized():  # workers import what this process can (a user's env module, say)
             env = {"env_vars": {"PYTHONPATH": _import_path()}}
             try:
-                if address is None:
-                    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False,
-                             runtime_env=env)
+                if address is None:  # "local": a Ray of its own, even where another runs on this machine
+                    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                             configure_logging=False, runtime_env=env)
                 else:
                     ray.init(address=address, log_to_driver=False, configure_logging=False, runtime_env=env)
             except (ConnectionError, RuntimeError, ValueError) as exc:

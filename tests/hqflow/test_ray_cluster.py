@@ -92,3 +92,23 @@ def test_a_distribution_policy_prints_its_placement():
     policy = get_distribution("ray-actors", placement={"actors": "default", "learner": "learner"})
     assert str(policy) == "RayActors(staleness=1, actors=2, placement=Placement(actors='default', learner='learner'))"
     assert policy.scheduler_config().placement == policy.placement
+
+
+def test_without_an_address_a_run_starts_its_own_ray_even_beside_a_cluster(cluster):
+    """Ray's init() alone joins a cluster it finds on the machine (and then refuses num_cpus)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import ray
+        import hqflow as hq
+        from hqflow.workloads import synthetic
+        cfg = synthetic.Config(staleness=0, backend="qpu")
+        hq.run(synthetic.build_graph(cfg), synthetic.stream(2, cfg), backends={"qpu": ("emulated-qpu", {})},
+               executor="ray", ray_num_cpus=2)
+        print(ray.cluster_resources()["CPU"], len(ray.nodes()))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["2.0", "1"]  # its own one-node Ray, not the cluster's 3 CPUs on 2 nodes
