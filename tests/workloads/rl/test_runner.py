@@ -193,3 +193,18 @@ def test_every_algorithm_declares_the_runners_interface_and_its_solve_window_cou
     runner.train(algo, cfg, "sync", run_dir=tmp_path / "run")
     row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert "mean_return_3" in row
+
+
+@pytest.mark.ray
+def test_a_killed_ray_worker_changes_nothing_at_staleness_0(kill_ray_process):
+    """The learner's or an actor's process is SIGKILLed mid-run: Ray restarts it, the call is redone
+    from the same inputs, and the run ends with sync's parameters exactly (no update lost or doubled)."""
+    from hqflow.distribution import RayActors
+
+    cfg = reinforce.Config(n_layers=2, batch_episodes=4, max_episodes=60, seed=3)
+    sync = runner.train("reinforce", cfg, "sync")
+    killer = kill_ray_process("ray::_Worker.call", after=2.0)
+    ray = runner.train("reinforce", cfg, RayActors(staleness=0))
+    killer.join()
+    assert killer.killed, "no worker was running a call to kill"
+    assert ray["returns"] == sync["returns"] and _same_params(ray["params"], sync["params"])
