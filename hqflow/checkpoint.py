@@ -118,8 +118,8 @@ class RunDir:
         if len(outputs) < steps:
             raise CheckpointError(f"{self.outputs_file} is damaged: it holds {len(outputs)} steps' outputs, "
                                   f"the checkpoint {steps}")
-        with open(self.outputs_file, "r+b") if self.outputs_file.exists() else open(self.outputs_file, "wb") as fh:
-            fh.truncate(end)
+        if self.outputs_file.exists():
+            os.truncate(self.outputs_file, end)
         return outputs
 
     def record(self, step: int, outputs: dict) -> None:

@@ -32,7 +32,7 @@ class Progress:
         if elapsed is not None:
             self.t0 = time.perf_counter() - elapsed
             if self.bar is not None:
-                self.bar.start_t = self.bar._time() - elapsed
+                self.bar.start_t = time.time() - elapsed  # tqdm's clock: time.time
         elapsed = time.perf_counter() - self.t0
         if done > self.total:
             self.total = done

@@ -15,8 +15,14 @@ FAST = synthetic.Config(staleness=0, backend="qpu", repeats=1)
 STEPS = 8
 
 
-def _reference(cfg=CFG):
-    return hq.run_reference(synthetic.build_graph(cfg), synthetic.stream(STEPS, cfg), backends={"qpu": get_backend("reference")})
+def _reference(cfg=CFG, steps=STEPS):
+    return hq.run_reference(synthetic.build_graph(cfg), synthetic.stream(steps, cfg), backends={"qpu": get_backend("reference")})
+
+
+def _on_ray(cfg, steps=STEPS, **backend_options):
+    """The synthetic pipeline under the ray executor, on one emulated QPU."""
+    return hq.run(synthetic.build_graph(cfg), synthetic.stream(steps, cfg), backends={"qpu": ("emulated-qpu", backend_options)},
+                  executor="ray", ray_num_cpus=2)
 
 
 def _same(res, ref):
@@ -27,8 +33,7 @@ def _same(res, ref):
 def test_a_killed_worker_actor_redoes_its_call(kill_ray_process):
     ref = _reference()
     killer = kill_ray_process("ray::_Worker.call", after=0.5)
-    res = hq.run(synthetic.build_graph(CFG), synthetic.stream(STEPS, CFG),
-                 backends={"qpu": ("emulated-qpu", {"per_job": 0.002})}, executor="ray", ray_num_cpus=2)
+    res = _on_ray(CFG, per_job=0.002)
     killer.join()
     assert killer.killed, "no worker was running a call to kill"
     _same(res, ref)
@@ -37,8 +42,7 @@ def test_a_killed_worker_actor_redoes_its_call(kill_ray_process):
 def test_a_killed_backend_actor_is_restarted_and_its_job_retried(kill_ray_process):
     ref = _reference(FAST)
     killer = kill_ray_process("ray::_BackendActor.run", after=0.5)
-    res = hq.run(synthetic.build_graph(FAST), synthetic.stream(STEPS, FAST),
-                 backends={"qpu": ("emulated-qpu", {"per_job": 0.3})}, executor="ray", ray_num_cpus=2)
+    res = _on_ray(FAST, per_job=0.3)
     killer.join()
     assert killer.killed, "no backend was running a job to kill"
     _same(res, ref)
@@ -49,12 +53,10 @@ def test_a_dead_cached_worker_is_replaced_by_the_next_run():
     from hqflow.executors import _WORKERS
 
     ref = _reference(FAST)
-    hq.run(synthetic.build_graph(FAST), synthetic.stream(1, FAST), backends={"qpu": ("emulated-qpu", {})},
-           executor="ray", ray_num_cpus=2)
+    _on_ray(FAST, steps=1)
     for actor in list(_WORKERS.values()):
         ray.kill(actor, no_restart=True)  # dead for good, still in the cache
-    res = hq.run(synthetic.build_graph(FAST), synthetic.stream(STEPS, FAST), backends={"qpu": ("emulated-qpu", {})},
-                 executor="ray", ray_num_cpus=2)
+    res = _on_ray(FAST)
     _same(res, ref)
 
 
@@ -65,13 +67,9 @@ def test_a_hung_backend_actor_is_restarted_after_a_timeout():
     res = hq.run(synthetic.build_graph(cfg), synthetic.stream(4, cfg),
                  backends={"qpu": ("emulated-qpu", {"hang_jobs": [2]})}, executor="ray", ray_num_cpus=2,
                  job_timeout=5.0, max_retries=6)
-    assert res.outputs == _reference_steps(cfg, 4).outputs
+    assert res.outputs == _reference(cfg, 4).outputs
     assert res.extra["timeouts"] >= 1
     assert res.extra["timeouts"] <= 3  # the restarted backend's own jobs 0 and 1 ran
-
-
-def _reference_steps(cfg, steps):
-    return hq.run_reference(synthetic.build_graph(cfg), synthetic.stream(steps, cfg), backends={"qpu": get_backend("reference")})
 
 
 def _fails(x):
