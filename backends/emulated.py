@@ -29,7 +29,8 @@ rejected, as a cloud service would; split it with ``CircuitBatch.split``.
 
 Threads: one for the queue (a timer heap) and one per device slot, all daemon
 threads, started by a submit and ended when no job is left; ``close()`` also cancels
-every unfinished job. Jobs also have ``status()``, timestamps and done callbacks.
+every unfinished job. The interpreter's exit closes the backend and joins them
+(``hqflow.backends.threads``). Jobs also have ``status()``, timestamps and done callbacks.
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from . import get_backend
+from . import get_backend, threads
 from .base import (
     Backend,
     BackendError,
@@ -227,6 +228,7 @@ class EmulatedQPU:
         self._submitted = 0
         self._closed = threading.Event()  # this generation's stop signal; close() starts a new one
         self._ready: queue.SimpleQueue | None = None  # jobs out of the queue, for the device slots
+        threads.on_exit(self.close)  # the interpreter's exit ends the threads and joins them
 
     @property
     def capabilities(self) -> Capabilities:
@@ -272,11 +274,9 @@ class EmulatedQPU:
         after construction or after ``close()``); each generation has its own stop signal."""
         self._closed, self._ready = threading.Event(), queue.SimpleQueue()
         closed, ready = self._closed, self._ready
-        threading.Thread(target=self._dispatch, args=(closed, ready), name=f"hqflow-{self.name}-queue",
-                         daemon=True).start()
+        threads.start(self._dispatch, f"hqflow-{self.name}-queue", (closed, ready))
         for slot in range(self.max_in_flight):
-            threading.Thread(target=self._device_slot, args=(closed, ready), name=f"hqflow-{self.name}-slot{slot}",
-                             daemon=True).start()
+            threads.start(self._device_slot, f"hqflow-{self.name}-slot{slot}", (closed, ready))
 
     def _dispatch(self, closed: threading.Event, ready: queue.SimpleQueue) -> None:
         """The queue thread: pass each job on to the device slots when its queue wait ends."""

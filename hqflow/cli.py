@@ -377,6 +377,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hqflow: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:  # a command that can be continued says how
+        from hqflow.backends import threads
+
+        threads.hurry()  # the exit does not wait for work still running
         print(f"hqflow: {exc or 'interrupted'}", file=sys.stderr)
         return 130
 

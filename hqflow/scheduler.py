@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hqflow.backends import BackendError, backend_names, is_registered
+from hqflow.backends import BackendError, backend_names, is_registered, threads
 from hqflow.ir.graph import Fragment, Graph, GraphError
 
 from .checkpoint import CheckpointError, RunDir, item_digest
@@ -217,6 +217,7 @@ class Scheduler:
         except (FragmentError, BackendError) as exc:
             failure = exc
         except KeyboardInterrupt:
+            threads.hurry()  # the exit does not wait for the fragment still running
             if self.store is None:
                 raise
             raise KeyboardInterrupt(f"run interrupted after {self.prefix} steps; continue it with "

@@ -2,14 +2,17 @@
 
 Python joins a ``ThreadPoolExecutor``'s threads when the interpreter exits, so a fragment that is
 still running when Ctrl-C ends a run holds the exit until it returns (an 8 s learner step: 8 s).
-The scheduler never needs its results after the run ends, so these threads are daemons: the
-process exits at once. Threads start with the pool and end at ``shutdown``.
+The scheduler never needs its results after the run ends, so these threads are daemons. Threads
+start with the pool and end at ``shutdown``. The interpreter's exit shuts every pool down and
+joins its threads for a bounded time (``hqflow.backends.threads``), since a daemon thread killed
+inside torch aborts the process; after Ctrl-C that wait is one second, not the running call's length.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
 import queue
-import threading
+
+from hqflow.backends import threads
 
 
 class DaemonPool:
@@ -17,9 +20,8 @@ class DaemonPool:
 
     def __init__(self, workers: int, name: str):
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(workers)]
-        for thread in self._threads:
-            thread.start()
+        self._threads = [threads.start(self._work, f"{name}-{i}") for i in range(workers)]
+        threads.on_exit(self.shutdown)
 
     def submit(self, fn, /, *args) -> cf.Future:
         future: cf.Future = cf.Future()

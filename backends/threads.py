@@ -1,0 +1,68 @@
+"""Daemon threads that end before the interpreter does.
+
+hqflow's worker threads are daemons, so that Ctrl-C never waits on a fragment or a job
+that is still running. A daemon thread that is still alive when the interpreter
+finalizes is stopped by ``pthread_exit`` the next time it takes the GIL. If that happens
+inside C++, for instance torch freeing a tensor, the unwinding crosses a ``noexcept``
+destructor and the whole process aborts: "terminate called without an active exception",
+exit status 134, after the program's own work and output were done.
+
+So threads started with :func:`start` are joined at exit, after the stop callbacks
+registered with :func:`on_exit` (a pool's shutdown, a backend's close) have told them to
+end. The wait is bounded: ``EXIT_WAIT`` seconds in all, or ``HURRIED_WAIT`` after
+:func:`hurry` (an interrupted run, whose running fragment the user does not want to wait for).
+"""
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+import weakref
+from collections.abc import Callable
+
+EXIT_WAIT = 30.0
+"""seconds the interpreter's exit waits, in all, for threads started here to end"""
+HURRIED_WAIT = 1.0
+"""the same after an interrupt (:func:`hurry`)"""
+
+_THREADS: weakref.WeakSet = weakref.WeakSet()
+_STOPS: list[weakref.WeakMethod] = []
+_LOCK = threading.Lock()
+_HURRIED = threading.Event()
+
+
+def start(target: Callable, name: str, args: tuple = ()) -> threading.Thread:
+    """Start a daemon thread that the interpreter's exit joins (within ``EXIT_WAIT``)."""
+    thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+    with _LOCK:
+        _THREADS.add(thread)
+    thread.start()
+    return thread
+
+
+def on_exit(stop: Callable[[], None]) -> None:
+    """Call the bound method ``stop`` at exit, before joining, while its object is alive (held weakly)."""
+    with _LOCK:
+        _STOPS[:] = [s for s in _STOPS if s() is not None]
+        _STOPS.append(weakref.WeakMethod(stop))
+
+
+def hurry() -> None:
+    """The process is ending on an interrupt: wait at most ``HURRIED_WAIT`` for threads at exit."""
+    _HURRIED.set()
+
+
+@atexit.register
+def _join_at_exit() -> None:
+    with _LOCK:
+        stops, threads = [s() for s in _STOPS], list(_THREADS)
+    for stop in stops:
+        if stop is not None:
+            try:
+                stop()
+            except Exception:  # noqa: BLE001 - best effort at exit; the join below is what matters
+                pass
+    deadline = time.monotonic() + (HURRIED_WAIT if _HURRIED.is_set() else EXIT_WAIT)
+    for thread in threads:
+        if thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))

@@ -1,0 +1,74 @@
+"""Daemon threads end before the interpreter does (hqflow.backends.threads).
+
+A plain daemon thread that is inside torch when the interpreter finalizes aborts the process
+("terminate called without an active exception", status 134): the script below does so on
+every run with ``threading.Thread(daemon=True)``. Threads started with ``threads.start`` are
+stopped and joined at exit instead.
+"""
+import subprocess
+import sys
+import textwrap
+import time
+
+CHURN = """
+import sys, threading, time
+import torch
+from hqflow.backends import threads
+from hqflow.threads import DaemonPool
+
+stop = threading.Event()
+
+def churn(seconds=None):
+    end = time.monotonic() + (seconds or 1e9)
+    while not stop.is_set() and time.monotonic() < end:
+        x = torch.ones(64, requires_grad=True)
+        (x * 2).sum().backward()
+
+class Owner:
+    def stop(self):
+        stop.set()
+
+owner = Owner()
+"""
+
+
+def _run(body: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", CHURN + textwrap.dedent(body)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_threads_inside_torch_at_exit_are_stopped_and_joined():
+    proc = _run("""
+        threads.on_exit(owner.stop)
+        for i in range(2):
+            threads.start(churn, f"churn-{i}")
+        time.sleep(0.3)
+        print("done")
+    """)
+    assert proc.returncode == 0, proc.stderr[-500:]
+    assert proc.stdout.strip() == "done" and "terminate called" not in proc.stderr
+
+
+def test_a_pool_call_inside_torch_at_exit_finishes_before_the_exit():
+    proc = _run("""
+        pool = DaemonPool(2, "test")
+        futures = [pool.submit(churn, 1.0) for _ in range(2)]
+        time.sleep(0.2)
+        print("done")
+    """)
+    assert proc.returncode == 0, proc.stderr[-500:]
+    assert "terminate called" not in proc.stderr
+
+
+def test_after_an_interrupt_the_exit_waits_one_second_not_the_call():
+    start = time.perf_counter()
+    proc = _run("""
+        pool = DaemonPool(1, "test")
+        pool.submit(time.sleep, 30)
+        time.sleep(0.2)
+        threads.hurry()
+        print("done")
+    """)
+    took = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr[-500:]
+    assert took < 15, f"the exit waited for the running call ({took:.1f} s)"
