@@ -12,6 +12,10 @@ scheduler runs the graph (``SchedulerConfig``).
   With ``staleness=0`` the results equal ``sync``'s, bit for bit.
 * ``ray-actors``: the same on Ray: actors are Ray actors (``actors`` of them), and
   one learner.
+* ``multi-learner``: ``learners`` learners take a share of each update's batch (the rows of its
+  circuit evaluations), their gradients reduced after every backward pass (``hqflow.collective``);
+  every learner applies the same update, so with exact values the parameters equal ``sync``'s up to
+  floating-point summation order. On Ray by default (``executor="local"``: threads, one process).
 
     from hqflow.distribution import get_distribution
     policy = get_distribution("pipelined", staleness=1)
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 from hqflow.placement import Placement
 from hqflow.scheduler import SchedulerConfig
 
-__all__ = ["DISTRIBUTIONS", "Pipelined", "RayActors", "Sync", "get_distribution"]
+__all__ = ["DISTRIBUTIONS", "MultiLearner", "Pipelined", "RayActors", "Sync", "get_distribution"]
 
 
 def _check_int(name: str, value, low: int) -> None:
@@ -87,11 +91,44 @@ class RayActors:
                                placement=self.placement)
 
 
-DISTRIBUTIONS = {"sync": Sync, "pipelined": Pipelined, "ray-actors": RayActors}
+@dataclass(frozen=True)
+class MultiLearner:
+    """Several learners share each update; actors as in ``ray-actors``."""
+
+    learners: int = 2
+    """learner replicas; each differentiates its share of the batch's rows"""
+    staleness: int = 1
+    """how many parameter versions behind an actor may run (0: the result of ``sync``)"""
+    actors: int = 1
+    """actor slots that run rollouts"""
+    executor: str = "ray"
+    """``ray`` (learners and actors are Ray actors, on a cluster's nodes) or ``local`` (threads)"""
+    placement: Placement = Placement()
+    """where the actors and the learners go on a cluster's nodes (``hqflow.placement``)"""
+    name = "multi-learner"
+
+    def __post_init__(self):
+        _check_int("learners", self.learners, 1)
+        _check_int("staleness", self.staleness, 0)
+        _check_int("actors", self.actors, 1)
+        if self.executor not in ("ray", "local"):
+            raise ValueError(f"executor must be 'ray' or 'local', got {self.executor!r}")
+        if isinstance(self.placement, dict):  # from a run directory's JSON
+            object.__setattr__(self, "placement", Placement(**self.placement))
+        if not isinstance(self.placement, Placement):
+            raise ValueError(f"placement must be a hqflow.placement.Placement, got {self.placement!r}")
+
+    def scheduler_config(self, seed: int | None = 0) -> SchedulerConfig:
+        return SchedulerConfig(executor=self.executor, cpu_workers=self.actors, gpu_workers=self.learners,
+                               learners=self.learners, seed=seed, placement=self.placement)
+
+
+DISTRIBUTIONS = {"sync": Sync, "pipelined": Pipelined, "ray-actors": RayActors, "multi-learner": MultiLearner}
 
 
 def get_distribution(policy="sync", /, **options):
-    """A distribution policy by name (``sync``, ``pipelined``, ``ray-actors``), or one given, with overrides."""
+    """A distribution policy by name (``sync``, ``pipelined``, ``ray-actors``, ``multi-learner``), or one
+    given, with overrides."""
     if not isinstance(policy, str):
         if type(policy) not in DISTRIBUTIONS.values():
             raise ValueError(f"not a distribution policy: {policy!r}; known: {', '.join(DISTRIBUTIONS)}")

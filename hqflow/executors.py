@@ -33,6 +33,7 @@ from hqflow.backends import Backend, FutureJob, get_backend
 from hqflow.ir.graph import Fragment
 from hqflow.ir.text import one_line
 
+from .collective import RayRendezvous, Rendezvous, Replica, as_replica
 from .dispatch import Member, Pool
 from .fragments import call_fragment
 from .jobs import JobClient, JobService
@@ -88,14 +89,22 @@ class SyncExecutor:
 
     def __init__(self):
         self.handles: list[_LocalHandle] = []
+        self._rendezvous: Rendezvous | None = None
 
-    def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None) -> cf.Future:
+    def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None,
+               replica: Replica | None = None) -> cf.Future:
         fut: cf.Future = cf.Future()
         try:
-            fut.set_result((call_fragment(fragment, args, client), [], None))
+            fut.set_result(_local_call(fragment, args, client, replica))
         except Exception as exc:
             fut.set_exception(exc)
         return fut
+
+    def rendezvous(self) -> Rendezvous:
+        """Where this run's fragment replicas reduce (``hqflow.collective``): in this process."""
+        if self._rendezvous is None:
+            self._rendezvous = Rendezvous()
+        return self._rendezvous
 
     def backend(self, spec: Any, default_in_flight: int) -> _LocalHandle:
         handle = _LocalHandle(make_backend(spec), default_in_flight, owned=not hasattr(spec, "submit"))
@@ -121,8 +130,9 @@ class LocalExecutor(SyncExecutor):
         super().__init__()
         self.pools = {"cpu": DaemonPool(cpu_workers, "hqflow-cpu"), "gpu": DaemonPool(gpu_workers, "hqflow-gpu")}
 
-    def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None) -> cf.Future:
-        return self.pools[resource].submit(_local_call, fragment, args, client)
+    def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None,
+               replica: Replica | None = None) -> cf.Future:
+        return self.pools[resource].submit(_local_call, fragment, args, client, replica)
 
     def close(self) -> None:
         for pool in self.pools.values():
@@ -130,8 +140,9 @@ class LocalExecutor(SyncExecutor):
         super().close()
 
 
-def _local_call(fragment: Fragment, args: dict, client: JobClient | None):
-    return call_fragment(fragment, args, client), [], None
+def _local_call(fragment: Fragment, args: dict, client: JobClient | None, replica: Replica | None = None):
+    with as_replica(replica):
+        return call_fragment(fragment, args, client), [], None
 
 
 # A Ray worker process's pools, kept between calls of one run so their latency estimates and
@@ -167,10 +178,12 @@ def _by_value(fragment: Fragment):
 class _Worker:
     """A classical worker slot inside a Ray actor: calls fragments by reference."""
 
-    def call(self, fragment: Fragment, args: dict, client_spec: dict | None = None, fn=None):
+    def call(self, fragment: Fragment, args: dict, client_spec: dict | None = None, fn=None,
+             replica: Replica | None = None):
         t0, spans = time.perf_counter(), []
         client = None if client_spec is None else _remote_client(client_spec, t0, spans.append)
-        out = call_fragment(fragment, args, client, fn)
+        with as_replica(replica):
+            out = call_fragment(fragment, args, client, fn)
         node = _node()  # span times: seconds from this call's start
         return out, [s if s.node else dataclasses.replace(s, node=node) for s in spans], node
 
@@ -379,6 +392,7 @@ class RayExecutor:
         self._running: dict[int, Any] = {}  # id -> worker actor, while it runs a call
         self._backends: list[_RayHandle] = []
         self._ledgers: list[RemoteLedger] = []
+        self._rendezvous: RayRendezvous | None = None
         self._lock = threading.Lock()
 
     def _worker(self, resource: str, index: int, fresh: bool = False):
@@ -416,11 +430,12 @@ class RayExecutor:
                 ray.kill(actor, no_restart=True)
                 self._idle[resource][i] = self._worker(resource, i, fresh=True)
 
-    def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None) -> cf.Future:
+    def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None,
+               replica: Replica | None = None) -> cf.Future:
         with self._lock:  # the scheduler never asks for more than the slots it has
             actor = self._idle[resource].pop()
         spec = None if client is None else self._client_spec(client)
-        ref = actor.call.remote(fragment, args, spec, _by_value(fragment))
+        ref = actor.call.remote(fragment, args, spec, _by_value(fragment), replica)
         with self._lock:
             self._running[id(actor)] = actor
         fut = _folded(ref)
@@ -444,6 +459,12 @@ class RayExecutor:
         handle = _RayHandle(self._actor, spec, default_in_flight)
         self._backends.append(handle)
         return handle
+
+    def rendezvous(self) -> RayRendezvous:
+        """Where this run's fragment replicas reduce (``hqflow.collective``): an actor, made at first use."""
+        if self._rendezvous is None:
+            self._rendezvous = RayRendezvous.start()
+        return self._rendezvous
 
     def ledger(self, budget: float | None) -> RemoteLedger:
         """The run's spend and budget in an actor: the workers' job services charge it too."""
@@ -470,7 +491,9 @@ class RayExecutor:
             self._ray.kill(handle.actor)
         for ledger in self._ledgers:
             ledger.stop()
-        self._backends, self._ledgers = [], []
+        if self._rendezvous is not None:
+            self._rendezvous.stop()
+        self._backends, self._ledgers, self._rendezvous = [], [], None
 
 
 def _import_path() -> str:

@@ -44,6 +44,7 @@ from hqflow.backends import BackendError, backend_names, is_registered, threads
 from hqflow.ir.graph import Fragment, Graph, GraphError
 
 from .checkpoint import CheckpointError, RunDir, item_digest
+from .collective import Replica
 from .dispatch import Member, Pool
 from .placement import Placement
 from .executors import make_executor
@@ -89,6 +90,9 @@ class SchedulerConfig:
     """CPUs for ``ray.init`` when the ray executor starts Ray itself"""
     placement: Placement = Placement()
     """where the ray executor puts its actors on a cluster's nodes (``hqflow.placement``)"""
+    learners: int = 1
+    """replicas of each ``learn`` fragment instance, each on a learner slot (``gpu_workers`` must be at
+    least this many); they reduce with ``hqflow.collective`` and rank 0's outputs are the instance's"""
     ray_address: str | None = None
     """a running Ray cluster for the ray executor to connect to (``"host:port"``, ``"ray://host:port"``
     or ``"auto"``); None: the Ray this process is connected to, or a local one it starts"""
@@ -110,11 +114,15 @@ class SchedulerConfig:
     def __post_init__(self):
         if self.executor not in ("sync", "local", "ray"):
             raise ValueError(f"executor must be 'sync', 'local' or 'ray', got {self.executor!r}")
-        for name in ("cpu_workers", "gpu_workers", "max_in_flight", "window"):
+        for name in ("cpu_workers", "gpu_workers", "max_in_flight", "window", "learners"):
             if name == "window" and self.window is None:
                 continue
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        if self.learners > self.gpu_workers:
+            raise ValueError(f"learners={self.learners} needs as many learner slots, but gpu_workers={self.gpu_workers}")
+        if self.learners > 1 and self.executor == "sync":
+            raise ValueError("learners > 1 runs replicas at once: use the local or ray executor, not sync")
         if not isinstance(self.prefetch, int) or self.prefetch < 0:
             raise ValueError(f"prefetch must be an integer >= 0, got {self.prefetch!r}")
         if not isinstance(self.max_retries, int) or self.max_retries < 0:
@@ -299,6 +307,7 @@ class Scheduler:
         self.values: dict[tuple, Any] = {}  # (fragment or None, port, step) -> value
         self.outputs: dict[int, dict] = {}
         self.running: set[tuple[str, int]] = set()
+        self.replies: dict[tuple[str, int], dict[int, dict]] = {}  # replicated instance -> rank -> outputs
         self.busy = {"cpu": set(), "gpu": set()}  # taken worker slots
         self.spans: list[Span] = []
         run_id = self.config.run_id or (self.store.saved["run_id"] if self.store else None)
@@ -370,7 +379,7 @@ class Scheduler:
                 if (f.kind == "execute") != quantum or f.name not in self.admitted[step] or key in self.running:
                     continue
                 resource = "gpu" if f.resource == "gpu" else "cpu"
-                if f.kind != "execute" and len(self.busy[resource]) >= self.slots[resource]:
+                if f.kind != "execute" and len(self.busy[resource]) + self._replicas(f) > self.slots[resource]:
                     continue
                 ready = self._inputs(f, step)
                 if ready is None:
@@ -382,16 +391,25 @@ class Scheduler:
                 else:
                     self._start_task(f, step, args, version, resource)
 
+    def _replicas(self, f: Fragment) -> int:
+        return self.config.learners if f.kind == "learn" else 1
+
     def _start_task(self, f: Fragment, step: int, args: dict, version: int | None, resource: str) -> None:
-        slot = min(set(range(self.slots[resource])) - self.busy[resource])
-        self.busy[resource].add(slot)
-        lane = f"{resource}/{slot}"
-        client = (JobClient(self.service, f.job_backends, Parent(f.name, step, lane, version, True, f.kind, resource))
-                  if f.job_backends else None)
-        start = time.perf_counter()
-        fut = self.executor.submit(f, args, resource, client)
-        fut.add_done_callback(lambda fut: self.events.put(("task", f, step, version, resource, slot, start,
-                                                               time.perf_counter(), fut)))
+        size = self._replicas(f)
+        group = f"{self.service.run_id}/{f.name}/{step}"
+        if size > 1:
+            self.replies[(f.name, step)] = {}
+        for rank in range(size):
+            slot = min(set(range(self.slots[resource])) - self.busy[resource])
+            self.busy[resource].add(slot)
+            lane = f"{resource}/{slot}"
+            client = (JobClient(self.service, f.job_backends, Parent(f.name, step, lane, version, True, f.kind, resource))
+                      if f.job_backends else None)
+            replica = Replica(rank, size, group, self.executor.rendezvous()) if size > 1 else None
+            start = time.perf_counter()
+            fut = self.executor.submit(f, args, resource, client, replica)
+            fut.add_done_callback(lambda fut, slot=slot, start=start, rank=rank: self.events.put(
+                ("task", f, step, version, resource, slot, start, time.perf_counter(), fut, rank)))
 
     def _start_execute(self, f: Fragment, step: int, args: dict, version: int | None) -> None:
         pool = self.pools[f.backend]
@@ -414,13 +432,15 @@ class Scheduler:
             self._execute_done(*event[1:], progress)
 
     # -- completions ------------------------------------------------------------------
-    def _task_done(self, f, step, version, resource, slot, start, end, fut, progress) -> None:
+    def _task_done(self, f, step, version, resource, slot, start, end, fut, rank, progress) -> None:
         self.busy[resource].discard(slot)
-        self.running.discard((f.name, step))
         lane = f"{resource}/{slot}"
         exc = fut.exception()
+        replies = self.replies.get((f.name, step))
         if exc is not None:
             self.spans.append(Span(f.name, f.kind, resource, step, start - self.t0, end - self.t0, f"error: {exc}", version, lane))
+            if replies is not None:  # its peers wait in a reduction that cannot finish
+                self.executor.rendezvous().abort(f"{self.service.run_id}/{f.name}/{step}/", f"replica {rank} failed: {exc}")
             if isinstance(exc, FragmentError):
                 raise exc  # its cause stays the fragment's own exception ("raise exc from exc" would loop)
             raise FragmentError(f"fragment {f.name!r} step {step}: {exc}") from exc
@@ -429,6 +449,14 @@ class Scheduler:
                                node=node))
         shift = start - self.t0  # spans of jobs submitted in another process: times from the call's start
         self.spans += [dataclasses.replace(s, start=s.start + shift, end=s.end + shift) for s in remote_spans]
+        if replies is not None:  # a replica: the instance is done when all are, with rank 0's outputs
+            replies[rank] = out
+            if len(replies) < self.config.learners:
+                return
+            del self.replies[(f.name, step)]
+            self.executor.rendezvous().forget(f"{self.service.run_id}/{f.name}/{step}/")
+            out = replies[0]
+        self.running.discard((f.name, step))
         self._complete(f, step, out, progress)
 
     def _execute_done(self, f: Fragment, step: int, post, fut, progress) -> None:

@@ -234,3 +234,49 @@ class TorchLearner:
             raise TypeError("TorchLearner: build() must return (model, optimizer): an nn.Module and a torch.optim "
                             "optimizer over its parameters")
         return built
+
+
+class ReducedGradients:
+    """Inside a replicated ``learn`` fragment (``hqflow.collective``): at the end of every backward
+    pass, the gradients of ``module`` are combined across the replicas, before clipping and the
+    optimizer's step, so every replica applies the same update (as ``DistributedDataParallel``).
+
+    ``sharded``: parameters whose gradient each replica computed for its share of the rows only
+    (summed across replicas, in rank order); every other parameter's gradient is the same on every
+    replica and rank 0's is taken. A parameter with no gradient on any replica keeps none.
+
+        with ReducedGradients(policy, sharded=[...]):
+            loss.backward()          # gradients reduced here
+            optimizer.step()
+    """
+
+    def __init__(self, module: nn.Module, sharded=()):
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        ids = {id(p) for p in sharded}
+        self.ops = ["sum" if id(p) in ids else "first" for p in self.params]
+        self.rounds, self._armed, self._hooks = 0, False, []
+
+    def __enter__(self) -> ReducedGradients:
+        self._hooks = [p.register_post_accumulate_grad_hook(self._arm) for p in self.params]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+
+    def _arm(self, _param) -> None:
+        if not self._armed:  # the first gradient of this backward: reduce all of them when it ends
+            self._armed = True
+            torch.autograd.Variable._execution_engine.queue_callback(self.reduce)
+
+    def reduce(self) -> None:
+        from .collective import reduce
+
+        self._armed = False
+        grads = [None if p.grad is None else p.grad.detach().cpu().double().numpy() for p in self.params]
+        reduced = reduce(grads, self.ops, key=f"grad{self.rounds}")
+        self.rounds += 1
+        for p, g in zip(self.params, reduced):
+            if g is not None:
+                p.grad = torch.as_tensor(g, dtype=p.dtype).to(p.device).reshape(p.shape)

@@ -123,6 +123,7 @@ class _PQC(nn.Module):
             except BackendError:  # not a registry name: a pool's, looked up when the policy runs
                 pass
         self._program = None if self._own is None else self._torch_program(self._own)
+        self.shard: tuple[int, int] | None = None  # (rank, size): see shard_rows
 
     def _torch_program(self, backend):
         """The in-process torch program of a backend that differentiates; None for any other."""
@@ -158,6 +159,8 @@ class _PQC(nn.Module):
 
     def expectations(self, states: torch.Tensor) -> torch.Tensor:
         """<O_k> for every observable: [B, n_obs]."""
+        if self.shard is not None and torch.is_grad_enabled():
+            return self._sharded(states, *self.shard)
         x = self.angles(states)
         program = self._program
         if program is None:
@@ -167,6 +170,22 @@ class _PQC(nn.Module):
                 need_grad = torch.is_grad_enabled() and (x.requires_grad or self.weights.requires_grad)
                 return _ParamShift.apply(x, self.weights, self.template, backend, need_grad)
         return program(x, self.weights).to(x.dtype)
+
+    def _sharded(self, states, rank: int, size: int) -> torch.Tensor:
+        """Rows ``[B·rank/size, B·(rank+1)/size)`` with gradients; the others' values only (no gradient jobs)."""
+        n = len(states)
+        a, b = n * rank // size, n * (rank + 1) // size
+        self.shard = None
+        try:
+            parts = [self.expectations(states[a:b])] if b > a else []
+            with torch.no_grad():
+                if a > 0:
+                    parts.insert(0, self.expectations(states[:a]))
+                if n > b:
+                    parts.append(self.expectations(states[b:]))
+        finally:
+            self.shard = (rank, size)
+        return torch.cat(parts)
 
     def param_groups(self, lr_in: float = 0.1, lr_var: float = 0.01, lr_out: float = 0.1) -> list[dict]:
         """Optimizer groups: λ (``input_scaling``), θ (``weights``), w (``output``)."""
@@ -247,4 +266,19 @@ class GaussianPQC(_PQC):
         return groups
 
 
-__all__ = ["ENCODINGS", "GaussianPQC", "QValuePQC", "SoftmaxPQC", "pqc_template"]
+def shard_rows(policy: nn.Module, rank: int | None = None, size: int = 1) -> list[nn.Parameter]:
+    """Make every circuit in ``policy`` differentiate only its share ``rank`` of ``size`` of the rows
+    of each batched call, the other rows' values computed without gradient (the ``multi-learner``
+    policy: parameter-shift jobs or backward work split across learners); ``rank=None`` undoes it.
+
+    Returns the parameters that feed the circuits (λ and θ): their gradients are the share's part,
+    and the learners' sum is the whole batch's. Every other parameter (the readout ``w``, a critic)
+    sees all rows' values, so its gradient is the whole batch's on every learner already.
+    """
+    circuits = [m for m in policy.modules() if isinstance(m, _PQC)]
+    for m in circuits:
+        m.shard = None if rank is None or size == 1 else (int(rank), int(size))
+    return [p for m in circuits for p in (m.input_scaling, m.weights)]
+
+
+__all__ = ["ENCODINGS", "GaussianPQC", "QValuePQC", "SoftmaxPQC", "pqc_template", "shard_rows"]

@@ -93,6 +93,9 @@ class Config:
     """solved when the mean return of the last ``solve_window`` episodes reaches the env's threshold"""
     stop_when_solved: bool = True
     """stop training at the first update after which the agent counts as solved"""
+    dtype: str = "float32"
+    """the policy's parameters and values: "float32", or "float64" where runs are compared for
+    equality (float32 roundoff moves parameters whose true gradient is 0, through Adam, by up to lr)"""
 
     def __post_init__(self):
         check_fields(self, BOUNDS)  # types and ranges, the field named in the error
@@ -101,6 +104,8 @@ class Config:
             raise ValueError(f"{self.env} has continuous actions (a Box of {spec.n_actions}); train it with --algo ppo")
         if self.encoding not in ENCODINGS:
             raise ValueError(f"unknown encoding {self.encoding!r}; known: {', '.join(ENCODINGS)}")
+        if self.dtype not in ("float32", "float64"):
+            raise ValueError(f"dtype must be float32 or float64, got {self.dtype!r}")
         if self.normalize not in NORMALIZE:
             raise ValueError(f"normalize must be one of {', '.join(NORMALIZE)}, got {self.normalize!r}")
         if self.batch_episodes < 1 or self.max_episodes < 1 or not 0 < self.gamma <= 1 or self.threads < 1:
@@ -222,7 +227,8 @@ def update(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg: Config) 
 def make_policy(cfg: Config) -> SoftmaxPQC:
     spec = get_spec(cfg.env, cfg.obs_encoding)
     return SoftmaxPQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
-                      encoding=cfg.encoding, beta=cfg.beta, backend=cfg.backend, seed=cfg.seed)
+                      encoding=cfg.encoding, beta=cfg.beta, backend=cfg.backend, seed=cfg.seed,
+                      dtype=getattr(torch, cfg.dtype))
 
 
 def train(cfg: Config = Config(), progress=None) -> dict:

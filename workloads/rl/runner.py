@@ -39,6 +39,7 @@ scratch objects cached per thread (and per process on Ray).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import importlib
@@ -54,12 +55,15 @@ import torch
 from hqflow.ir import Graph
 
 import hqflow as hq
+from hqflow.collective import replica
 from hqflow.distribution import get_distribution
 from hqflow.files import atomic_text, atomic_write
 from hqflow.scheduler import Scheduler
 from hqflow.trace import save_spans
+from hqflow.torch import ReducedGradients
 from hqflow.trace_export import write_chrome_trace
 from hqflow.workloads.rl.algorithm import Algorithm
+from hqflow.workloads.rl.policies import shard_rows
 
 ALGORITHMS = {"reinforce": "hqflow.workloads.rl.reinforce", "dqn": "hqflow.workloads.rl.dqn",
               "ppo": "hqflow.workloads.rl.ppo"}
@@ -126,11 +130,23 @@ def rollout_carry(params, carry, step, algo, config):
 
 
 def learn(batch, params, opt, extra, step, algo, config):
-    """The learner: one update from ``(params, opt, extra)`` and the actor's batch."""
+    """The learner: one update from ``(params, opt, extra)`` and the actor's batch.
+
+    As one of several replicas (the ``multi-learner`` policy, ``hqflow.collective``), it
+    differentiates its share of every batched circuit call and the gradients are reduced at the end
+    of each backward pass: every replica applies the whole batch's update, as one learner would.
+    """
     policy, optimizer, _ = _scratch(algo, config, "learner")
     _load(policy, params)
     optimizer.load_state_dict(copy.deepcopy(opt))
-    metrics, extra = algorithm(algo).learn(policy, optimizer, batch, _config(algo, config), extra["value"], int(step))
+    rep = replica()
+    sharded = shard_rows(policy, *((rep.rank, rep.size) if rep is not None else (None,)))
+    try:
+        with ReducedGradients(policy, sharded) if rep is not None else contextlib.nullcontext():
+            metrics, extra = algorithm(algo).learn(policy, optimizer, batch, _config(algo, config), extra["value"],
+                                                   int(step))
+    finally:
+        shard_rows(policy, None)
     learner_evals = int(metrics.pop("circuit_evals", 0))  # rows the learner's own forward passes ran
     return {"params": _params(policy), "opt": copy.deepcopy(optimizer.state_dict()), "extra": {"value": extra},
             "returns": [float(r) for r in batch.episode_returns], "env_steps": int(batch.n_steps),

@@ -1,0 +1,196 @@
+"""Replicas of a fragment and the reduction between them (the ``multi-learner`` policy's collective).
+
+With ``SchedulerConfig(learners=L)``, the scheduler runs each ``learn`` fragment instance as L
+replicas on L learner slots. A replica reads who it is with :func:`replica` (rank, size, group)
+and combines arrays with :func:`reduce`; the scheduler keeps rank 0's outputs. Outside replicas
+``replica()`` is None and ``reduce`` hands its arrays back.
+
+The reduction is a star over a :class:`Rendezvous`: in this process for the ``local`` executor,
+in a Ray actor for the ``ray`` executor (arrays travel through Ray's object store). Each rank
+contributes its arrays under a group key; when all L have, the rendezvous combines them in rank
+order, so every rank gets the same bits, run after run. A contribution is idempotent: a replica
+that Ray restarted after its process died redoes its step and contributes again, and its peers,
+which only wait, get the one result. Ray's gloo collectives are faster for large arrays, but a
+peer that dies inside one leaves the others blocked until gloo's timeout, and the group must be
+rebuilt; here nothing waits on a process, only on a key.
+
+Ops per array: ``"sum"`` (in rank order) or ``"first"`` (rank 0's; for values every rank computed
+alike). ``None`` arrays (a gradient a rank did not get) count as absent: a sum over the ranks that
+have one, None when no rank has.
+"""
+from __future__ import annotations
+
+import contextvars
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+OPS = ("sum", "first")
+TIMEOUT = 600.0
+"""seconds a rank waits for its peers before the reduction fails"""
+
+
+class CollectiveError(RuntimeError):
+    """A reduction that cannot finish: a peer failed (the group was aborted) or never came."""
+
+
+class Rendezvous:
+    """Contributions by group and rank; each group's result once every rank has contributed. Thread-safe."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._parts: dict[str, dict[int, list]] = {}
+        self._done: dict[str, list] = {}
+        self._aborted: dict[str, str] = {}
+        self.bytes_moved = 0
+
+    def reduce(self, group: str, rank: int, size: int, arrays: list, ops: list[str],
+               timeout: float = TIMEOUT) -> list:
+        """Contribute ``arrays`` as ``rank`` of ``size`` and wait for the group's result."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            if group not in self._done:
+                parts = self._parts.setdefault(group, {})
+                if rank not in parts:  # a redo adds nothing
+                    parts[rank] = list(arrays)
+                    self.bytes_moved += _nbytes(arrays)
+                if len(parts) == size:
+                    self._done[group] = _combine([self._parts[group][r] for r in range(size)], ops)
+                    del self._parts[group]
+                    self._cond.notify_all()
+            while group not in self._done:
+                why = self._why_aborted(group)
+                if why is not None:
+                    raise CollectiveError(why)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    have = sorted(self._parts.get(group, {}))
+                    raise CollectiveError(f"reduction {group!r}: ranks {have} of {size} came within {timeout:g} s")
+                self._cond.wait(left)
+            self.bytes_moved += _nbytes(self._done[group])
+            return self._done[group]
+
+    def _why_aborted(self, group: str) -> str | None:
+        for prefix, why in self._aborted.items():
+            if group.startswith(prefix):
+                return why
+        return None
+
+    def abort(self, prefix: str, why: str) -> None:
+        """Fail every reduction whose group starts with ``prefix``, now and later (a replica failed)."""
+        with self._cond:
+            self._aborted[prefix] = why
+            self._cond.notify_all()
+
+    def forget(self, prefix: str) -> None:
+        """Drop the groups under ``prefix`` (every replica of that instance has returned)."""
+        with self._cond:
+            for table in (self._parts, self._done, self._aborted):
+                for key in [k for k in table if k.startswith(prefix)]:
+                    del table[key]
+
+    def traffic(self) -> int:
+        """Bytes of arrays contributed and handed back so far (a redone contribution: once)."""
+        return self.bytes_moved
+
+
+def _nbytes(arrays: list) -> int:
+    return sum(a.nbytes for a in arrays if a is not None)
+
+
+def _combine(parts: list[list], ops: list[str]) -> list:
+    out = []
+    for i, op in enumerate(ops):
+        have = [p[i] for p in parts if p[i] is not None]
+        if not have:
+            out.append(None)
+        elif op == "first":
+            out.append(parts[0][i] if parts[0][i] is not None else have[0])
+        else:
+            total = have[0].copy()
+            for a in have[1:]:
+                total += a
+            out.append(total)
+    return out
+
+
+@dataclass(frozen=True)
+class Replica:
+    """Who a replica is: ``rank`` of ``size`` for the fragment instance ``group``; ``comm`` reduces."""
+
+    rank: int
+    size: int
+    group: str
+    comm: Any
+
+
+_CURRENT: contextvars.ContextVar[Replica | None] = contextvars.ContextVar("hqflow_replica", default=None)
+
+
+def replica() -> Replica | None:
+    """The replica this fragment call is, or None when it is not replicated."""
+    return _CURRENT.get()
+
+
+@contextmanager
+def as_replica(rep: Replica | None):
+    """Run the body as replica ``rep`` (the executors wrap a replicated fragment call in it)."""
+    token = _CURRENT.set(rep)
+    try:
+        yield rep
+    finally:
+        _CURRENT.reset(token)
+
+
+def reduce(arrays: list, ops: list[str] | str = "sum", key: str = "") -> list:
+    """Combine ``arrays`` (numpy arrays or None) across this fragment's replicas, per op (see the module
+    docstring); ``key`` tells apart several reductions in one call (the same on every rank)."""
+    ops = [ops] * len(arrays) if isinstance(ops, str) else list(ops)
+    if len(ops) != len(arrays) or any(op not in OPS for op in ops):
+        raise ValueError(f"reduce needs one op of {OPS} per array, got {ops!r} for {len(arrays)} arrays")
+    arrays = [None if a is None else np.ascontiguousarray(a) for a in arrays]
+    rep = replica()
+    if rep is None or rep.size == 1:
+        return arrays
+    return rep.comm.reduce(f"{rep.group}/{key}", rep.rank, rep.size, arrays, ops)
+
+
+class RayRendezvous:
+    """A :class:`Rendezvous` in a Ray actor, as the ranks in worker processes reach it (picklable)."""
+
+    def __init__(self, actor):
+        self.actor = actor
+
+    @classmethod
+    def start(cls) -> RayRendezvous:
+        import ray
+
+        return cls(ray.remote(num_cpus=0, max_concurrency=256)(Rendezvous).remote())
+
+    def reduce(self, group, rank, size, arrays, ops, timeout: float = TIMEOUT):
+        import ray
+
+        try:
+            return ray.get(self.actor.reduce.remote(group, rank, size, arrays, ops, timeout))
+        except ray.exceptions.RayTaskError as exc:
+            raise CollectiveError(str(exc.cause) if exc.cause else str(exc).splitlines()[0]) from None
+
+    def abort(self, prefix: str, why: str) -> None:
+        self.actor.abort.remote(prefix, why)
+
+    def forget(self, prefix: str) -> None:
+        self.actor.forget.remote(prefix)
+
+    def traffic(self) -> int:
+        import ray
+
+        return ray.get(self.actor.traffic.remote())
+
+    def stop(self) -> None:
+        import ray
+
+        ray.kill(self.actor)
