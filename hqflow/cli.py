@@ -99,9 +99,12 @@ def _parser() -> argparse.ArgumentParser:
                     help="run the policy's jobs on a pool of this many copies of --backend (default 1)")
     tr.add_argument("--distribution", default="auto",
                     help="auto (default: sync on an in-process simulator, pipelined with staleness 1 on a job "
-                         "backend), sync, pipelined or ray-actors")
+                         "backend), sync, pipelined, ray-actors or multi-learner")
     tr.add_argument("--staleness", type=_natural,
-                    help="parameter versions an actor may lag behind (pipelined, ray-actors; default 1)")
+                    help="parameter versions an actor may lag behind (pipelined, ray-actors, multi-learner; "
+                         "default 1)")
+    tr.add_argument("--learners", type=_positive,
+                    help="with --distribution multi-learner: learners that share each update (default 2)")
     tr.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                     help="any field of the algorithm's Config, e.g. --set n_layers=3 (repeatable)")
     tr.add_argument("--run-dir", metavar="DIR", help="where to write the run (default: runs/ALGO-ENV-seedN)")
@@ -115,7 +118,7 @@ def _parser() -> argparse.ArgumentParser:
                          "currency (USD, or HQC on Quantinuum); a job that would pass it is refused and the run "
                          "stops, checkpointed")
     tr.add_argument("--ray-address", metavar="ADDR",
-                    help="with --distribution ray-actors: a running Ray cluster to connect to (host:port, "
+                    help="with --distribution ray-actors or multi-learner: a running Ray cluster to connect to (host:port, "
                          "ray://host:port or auto); default: a local Ray")
     tr.add_argument("--json", action="store_true", help="print the figures as one JSON line")
     return p

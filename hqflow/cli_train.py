@@ -143,7 +143,7 @@ def cmd_train(args) -> int:
     if args.resume:
         if args.env or args.env_module or args.algo or args.backend or args.seed is not None \
                 or args.set or args.episodes or args.staleness is not None or args.distribution != "auto" \
-                or args.backend_opt or args.pool:  # --budget and --ray-address may change
+                or args.backend_opt or args.pool or args.learners is not None:  # --budget and --ray-address may change
             raise UsageError("--resume takes the run's own settings; give only --resume RUN_DIR (and --json)")
         try:
             meta, ckpt = runner.load_run(args.resume)
@@ -187,7 +187,11 @@ def cmd_train(args) -> int:
                 raise UsageError(str(exc)) from None
         options = {} if args.staleness is None else {"staleness": args.staleness}
         if args.distribution == "auto" and options:
-            raise UsageError("--staleness needs --distribution pipelined or ray-actors")
+            raise UsageError("--staleness needs --distribution pipelined, ray-actors or multi-learner")
+        if args.learners is not None:
+            if args.distribution != "multi-learner":
+                raise UsageError("--learners needs --distribution multi-learner")
+            options["learners"] = args.learners
         try:
             distribution = "auto" if args.distribution == "auto" else get_distribution(args.distribution, **options)
         except ValueError as exc:
@@ -210,8 +214,9 @@ def cmd_train(args) -> int:
     scheduler = {} if args.budget is None else {"budget": args.budget}
     if args.ray_address is not None:
         chosen = meta.get("distribution") if args.resume else getattr(distribution, "name", distribution)
-        if chosen != "ray-actors":
-            raise UsageError("--ray-address needs --distribution ray-actors (the other distributions run in this process)")
+        if chosen not in ("ray-actors", "multi-learner"):
+            raise UsageError("--ray-address needs --distribution ray-actors or multi-learner (the other "
+                             "distributions run in this process)")
         scheduler["ray_address"] = args.ray_address
     with Progress(cfg.max_episodes, f"{algo} {cfg.env}") as bar:
         try:

@@ -190,6 +190,12 @@ class _Worker:
     def ready(self) -> bool:
         return True
 
+    def pid(self) -> int:
+        """This worker's process id (what a fault test kills)."""
+        import os
+
+        return os.getpid()
+
     def node(self) -> str:
         return _node()
 
