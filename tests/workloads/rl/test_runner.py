@@ -110,6 +110,8 @@ def test_killed_run_resumes_to_the_same_result(tmp_path):
     (["cartpole", "--episodes", "-3"], "expected a positive integer"),
     (["cartpole", "--algo", "sarsa"], "unknown algorithm 'sarsa'"),
     (["cartpole", "--distribution", "magic"], "unknown distribution policy"),
+    (["cartpole", "--learners", "2"], "--learners needs --distribution multi-learner"),
+    (["cartpole", "--distribution", "multi-learner", "--learners", "0"], "expected a positive integer"),
     (["cartpole", "--set", "nope=1"], "--set 'nope=1'"),
     (["cartpole", "--policy", "qvalue-pqc"], "unrecognized arguments: --policy"),  # each algorithm has one policy
     (["cartpole", "--backend", "nosuch"], "nosuch"),
