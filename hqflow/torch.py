@@ -37,6 +37,7 @@ from torch import nn
 from hqflow.backends import CircuitBatch, get_backend
 from hqflow.ir import CircuitTemplate
 
+from .collective import reduce
 from .gradients import param_shift
 from .jobs import pool_backend
 
@@ -271,8 +272,6 @@ class ReducedGradients:
             torch.autograd.Variable._execution_engine.queue_callback(self.reduce)
 
     def reduce(self) -> None:
-        from .collective import reduce
-
         self._armed = False
         grads = [None if p.grad is None else p.grad.detach().cpu().double().numpy() for p in self.params]
         reduced = reduce(grads, self.ops, key=f"grad{self.rounds}")
