@@ -1,6 +1,6 @@
 """Executors: where fragment work runs. One small interface, three implementations.
 
-An executor has ``submit(fragment, args, resource, client) -> concurrent.futures.Future``
+An executor has ``submit(fragment, args, resource, client, replica, kept) -> concurrent.futures.Future``
 for classical fragments (the future holds ``(outputs, spans, node)``: the spans of jobs
 the fragment submitted that the run's own job service did not see, with times
 from the call's start, and the Ray node the call ran on, or None in this process) and ``backend(spec) -> handle`` for quantum backends (a
@@ -14,7 +14,10 @@ handle has ``name``, ``capabilities``, ``max_in_flight`` and
   but data crosses process boundaries. A fragment's job client there is a
   per-process one (``_remote_client``): its pools hold the same backend actors
   as the driver's, so jobs go straight to the devices, with retries, failover,
-  timeouts and spans, and no round trip through the driver.
+  timeouts and spans, and no round trip through the driver. Outputs that only
+  later calls read (``kept``: an RL actor's batch for the learner) stay in Ray's
+  object store, and the next worker takes them from there: they never pass
+  through the driver. ``traffic`` counts the bytes each way.
 
 A backend spec is a backend instance (``sync``/``local`` only), a registry name,
 or ``(name, options)``.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import pickle
 import re
 import threading
 import time
@@ -86,19 +90,25 @@ class SyncExecutor:
     """Runs every task inline; the scheduler runs one thing at a time with it."""
 
     name = "sync"
+    keeps_outputs = False  # one process: every value is where it is used
 
     def __init__(self):
         self.handles: list[_LocalHandle] = []
         self._rendezvous: Rendezvous | None = None
+        self.traffic = {"driver_to_workers": 0, "workers_to_driver": 0, "worker_to_worker": 0}
 
     def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None,
-               replica: Replica | None = None) -> cf.Future:
+               replica: Replica | None = None, kept: tuple = ()) -> cf.Future:
         fut: cf.Future = cf.Future()
         try:
             fut.set_result(_local_call(fragment, args, client, replica))
         except Exception as exc:
             fut.set_exception(exc)
         return fut
+
+    def moved(self) -> dict:
+        """Bytes this run moved between processes (none: everything ran in this one)."""
+        return dict(self.traffic, reduce=0)
 
     def rendezvous(self) -> Rendezvous:
         """Where this run's fragment replicas reduce (``hqflow.collective``): in this process."""
@@ -131,7 +141,7 @@ class LocalExecutor(SyncExecutor):
         self.pools = {"cpu": DaemonPool(cpu_workers, "hqflow-cpu"), "gpu": DaemonPool(gpu_workers, "hqflow-gpu")}
 
     def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None,
-               replica: Replica | None = None) -> cf.Future:
+               replica: Replica | None = None, kept: tuple = ()) -> cf.Future:
         return self.pools[resource].submit(_local_call, fragment, args, client, replica)
 
     def close(self) -> None:
@@ -179,13 +189,21 @@ class _Worker:
     """A classical worker slot inside a Ray actor: calls fragments by reference."""
 
     def call(self, fragment: Fragment, args: dict, client_spec: dict | None = None, fn=None,
-             replica: Replica | None = None):
+             replica: Replica | None = None, kept: tuple = (), taken: tuple = (), *payloads):
+        """Run ``fragment``; ``taken[i] = (arg, port)``: the argument ``arg`` is ``payloads[i][port]``, a
+        value another call kept. Returns two objects: what the driver reads (the outputs but the
+        ``kept`` ports, the spans, the node, bytes moved) and the kept outputs, which stay in Ray's
+        object store until a later call takes them (``RemoteValue``)."""
         t0, spans = time.perf_counter(), []
+        args = dict(args, **{arg: payload[port] for (arg, port), payload in zip(taken, payloads)})
         client = None if client_spec is None else _remote_client(client_spec, t0, spans.append)
         with as_replica(replica):
             out = call_fragment(fragment, args, client, fn)
         node = _node()  # span times: seconds from this call's start
-        return out, [s if s.node else dataclasses.replace(s, node=node) for s in spans], node
+        keep = {port: out.pop(port) for port in kept if port in out}
+        moved = {"workers_to_driver": _size(out),
+                 "taken": sum(_size(payload[port]) for (_, port), payload in zip(taken, payloads))}
+        return (out, [s if s.node else dataclasses.replace(s, node=node) for s in spans], node, moved), keep
 
     def ready(self) -> bool:
         return True
@@ -198,6 +216,26 @@ class _Worker:
 
     def node(self) -> str:
         return _node()
+
+
+def _size(value) -> int:
+    """Bytes of ``value`` as it crosses a process boundary (its pickle, buffers out of band)."""
+    buffers = []
+    head = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    return len(head) + sum(memoryview(b).nbytes for b in buffers)
+
+
+class RemoteValue:
+    """An output a Ray worker kept in the object store (``Scheduler``'s ``kept`` ports): the driver holds
+    the reference, and owns the object, and hands it to the call that takes the value."""
+
+    __slots__ = ("ref", "port")
+
+    def __init__(self, ref, port: str):
+        self.ref, self.port = ref, port
+
+    def __repr__(self) -> str:
+        return f"<RemoteValue {self.port} in Ray's object store>"
 
 
 def _node() -> str:
@@ -234,8 +272,8 @@ class RayFailure(RuntimeError):
     """A Ray actor died or could not be reached (the folded form of Ray's own error)."""
 
 
-def _folded(ref) -> cf.Future:
-    """A future of a Ray call whose failure is :func:`_ray_failure`'s."""
+def _folded(ref, then=None) -> cf.Future:
+    """A future of a Ray call whose failure is :func:`_ray_failure`'s, and whose result is ``then(result)``."""
     out: cf.Future = cf.Future()
 
     def copy(fut: cf.Future) -> None:
@@ -244,7 +282,7 @@ def _folded(ref) -> cf.Future:
         elif fut.exception() is not None:
             out.set_exception(_ray_failure(fut.exception()))
         else:
-            out.set_result(fut.result())
+            out.set_result(fut.result() if then is None else then(fut.result()))
 
     ref.future().add_done_callback(copy)
     return out
@@ -356,6 +394,7 @@ class RayExecutor:
     """
 
     name = "ray"
+    keeps_outputs = True  # outputs may stay in the object store (submit's ``kept``)
 
     def __init__(self, num_cpus: int | None = None, cpu_workers: int = 1, gpu_workers: int = 1,
                  address: str | None = None, placement: Placement = Placement()):
@@ -400,6 +439,7 @@ class RayExecutor:
         self._ledgers: list[RemoteLedger] = []
         self._rendezvous: RayRendezvous | None = None
         self._lock = threading.Lock()
+        self.traffic = {"driver_to_workers": 0, "workers_to_driver": 0, "worker_to_worker": 0}
 
     def _worker(self, resource: str, index: int, fresh: bool = False):
         """The session's worker actor for a slot: kept between runs, restarted by Ray when its
@@ -437,14 +477,29 @@ class RayExecutor:
                 self._idle[resource][i] = self._worker(resource, i, fresh=True)
 
     def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None,
-               replica: Replica | None = None) -> cf.Future:
+               replica: Replica | None = None, kept: tuple = ()) -> cf.Future:
+        """``kept``: output ports that stay in Ray's object store, as ``RemoteValue``s, for later calls
+        to take worker to worker; a ``RemoteValue`` in ``args`` is taken so."""
         with self._lock:  # the scheduler never asks for more than the slots it has
             actor = self._idle[resource].pop()
         spec = None if client is None else self._client_spec(client)
-        ref = actor.call.remote(fragment, args, spec, _by_value(fragment), replica)
+        remote = {k: v for k, v in args.items() if isinstance(v, RemoteValue)}
+        plain = {k: v for k, v in args.items() if k not in remote}
+        self.traffic["driver_to_workers"] += _size(plain)
+        taken = tuple((k, v.port) for k, v in remote.items())
+        meta, payload = actor.call.options(num_returns=2).remote(
+            fragment, plain, spec, _by_value(fragment), replica, tuple(kept), taken, *[v.ref for v in remote.values()])
         with self._lock:
             self._running[id(actor)] = actor
-        fut = _folded(ref)
+
+        def unpack(result):
+            out, spans, node, moved = result
+            self.traffic["workers_to_driver"] += moved["workers_to_driver"]
+            self.traffic["worker_to_worker"] += moved["taken"]  # each call that takes a kept value
+            out.update({port: RemoteValue(payload, port) for port in kept})
+            return out, spans, node
+
+        fut = _folded(meta, unpack)
 
         def release(_):
             with self._lock:
@@ -465,6 +520,11 @@ class RayExecutor:
         handle = _RayHandle(self._actor, spec, default_in_flight)
         self._backends.append(handle)
         return handle
+
+    def moved(self) -> dict:
+        """Bytes this run moved between processes: arguments the driver sent, outputs it read, outputs
+        that went worker to worker through the object store, and the replicas' reductions."""
+        return dict(self.traffic, reduce=self._rendezvous.traffic() if self._rendezvous else 0)
 
     def rendezvous(self) -> RayRendezvous:
         """Where this run's fragment replicas reduce (``hqflow.collective``): an actor, made at first use."""

@@ -161,10 +161,27 @@ class Scheduler:
         except BaseException:
             self.executor.close()
             raise
+        self.kept = self._kept_ports() if self.executor.keeps_outputs else {}
         self.order = self.graph.topological_order()
         self.index = {f.name: i for i, f in enumerate(self.order)}
         self.incoming = {e.dst: i for i, e in enumerate(self.graph.edges)}
         self.slots = {"cpu": config.cpu_workers, "gpu": config.gpu_workers}
+
+    def _kept_ports(self) -> dict[str, tuple[str, ...]]:
+        """Per classical fragment, the output ports that only other classical fragments read, in the same
+        step: they may stay where they were made (Ray's object store), since the driver never reads them."""
+        g, kept = self.graph, {}
+        for f in g.fragments:
+            if f.kind == "execute":
+                continue
+            ports = []
+            for p in f.outputs:
+                edges = [e for e in g.edges if e.src == (f.name, p.name)]
+                if edges and all(not e.loop and e.dst[0] is not None and g.fragment(e.dst[0]).kind != "execute"
+                                 for e in edges):
+                    ports.append(p.name)
+            kept[f.name] = tuple(ports)
+        return kept
 
     def _make_pools(self, graph: Graph, backends: dict) -> dict[str, Pool]:
         """One pool per backend name used: by ``execute`` fragments and in classical fragments' ``job_backends``."""
@@ -241,6 +258,10 @@ class Scheduler:
     def _close(self) -> None:
         if self.service is not None:
             self.service.close()
+        try:
+            self.moved = self.executor.moved()
+        except Exception:  # noqa: BLE001 - a dead rendezvous actor: the figure is lost, not the run
+            self.moved = {}
         self.executor.close()
         if self.store is not None:
             self.store.close()
@@ -292,7 +313,8 @@ class Scheduler:
             state[f"{e.src[0]}.{e.src[1]}"] = versions[max(versions)]
         stats = dict(self.stats, steps=next_step, **{k: v for k, v in self.service.stats.items() if k != "jobs"},
                      quantum_jobs=self.service.stats["jobs"], **self.service.figures(),
-                     pools={name: pool.health() for name, pool in self.pools.items()})
+                     pools={name: pool.health() for name, pool in self.pools.items()},
+                     bytes_moved=getattr(self, "moved", {}))
         spans = sorted(self.spans, key=lambda s: (s.start, s.row))
         whole = steps == list(range(next_step))
         return RunResult([self.outputs[i] for i in steps], spans, state, time.perf_counter() - self.t0, stats,
@@ -407,7 +429,7 @@ class Scheduler:
                       if f.job_backends else None)
             replica = Replica(rank, size, group, self.executor.rendezvous()) if size > 1 else None
             start = time.perf_counter()
-            fut = self.executor.submit(f, args, resource, client, replica)
+            fut = self.executor.submit(f, args, resource, client, replica, self.kept.get(f.name, ()))
             fut.add_done_callback(lambda fut, slot=slot, start=start, rank=rank: self.events.put(
                 ("task", f, step, version, resource, slot, start, time.perf_counter(), fut, rank)))
 

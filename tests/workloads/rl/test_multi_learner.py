@@ -88,6 +88,8 @@ def test_on_ray_and_with_a_learner_killed_mid_step(sync_run):
     clean = runner.train("reinforce", EXACT, policy, ray_num_cpus=2)
     assert clean["returns"] == sync_run["returns"]
     assert _max_diff(clean["params"], sync_run["params"]) <= 1e-8
+    moved = clean["stats"]["bytes_moved"]  # each update's batch goes actor to learners, not through the driver
+    assert moved["worker_to_worker"] > moved["workers_to_driver"] > 0 and moved["reduce"] > 0
 
     updates, killed, stop = [0], [], threading.Event()
 
