@@ -105,6 +105,9 @@ def _parser() -> argparse.ArgumentParser:
                          "default 1)")
     tr.add_argument("--learners", type=_positive,
                     help="with --distribution multi-learner: learners that share each update (default 2)")
+    tr.add_argument("--compression", metavar="KIND",
+                    help="with --distribution multi-learner: how learners compress the gradients they reduce: "
+                         "none (default, exact), float16, topk or topk:RATIO (default ratio 0.1), with error feedback")
     tr.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                     help="any field of the algorithm's Config, e.g. --set n_layers=3 (repeatable)")
     tr.add_argument("--run-dir", metavar="DIR", help="where to write the run (default: runs/ALGO-ENV-seedN)")

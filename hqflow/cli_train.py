@@ -143,7 +143,7 @@ def cmd_train(args) -> int:
     if args.resume:
         if args.env or args.env_module or args.algo or args.backend or args.seed is not None \
                 or args.set or args.episodes or args.staleness is not None or args.distribution != "auto" \
-                or args.backend_opt or args.pool or args.learners is not None:  # --budget and --ray-address may change
+                or args.backend_opt or args.pool or args.learners is not None or args.compression is not None:  # --budget and --ray-address may change
             raise UsageError("--resume takes the run's own settings; give only --resume RUN_DIR (and --json)")
         try:
             meta, ckpt = runner.load_run(args.resume)
@@ -188,10 +188,11 @@ def cmd_train(args) -> int:
         options = {} if args.staleness is None else {"staleness": args.staleness}
         if args.distribution == "auto" and options:
             raise UsageError("--staleness needs --distribution pipelined, ray-actors or multi-learner")
-        if args.learners is not None:
-            if args.distribution != "multi-learner":
-                raise UsageError("--learners needs --distribution multi-learner")
-            options["learners"] = args.learners
+        for flag, key in (("--learners", "learners"), ("--compression", "compression")):
+            if getattr(args, key) is not None:
+                if args.distribution != "multi-learner":
+                    raise UsageError(f"{flag} needs --distribution multi-learner")
+                options[key] = getattr(args, key)
         try:
             distribution = "auto" if args.distribution == "auto" else get_distribution(args.distribution, **options)
         except ValueError as exc:

@@ -16,7 +16,11 @@ rebuilt; here nothing waits on a process, only on a key.
 
 Ops per array: ``"sum"`` (in rank order) or ``"first"`` (rank 0's; for values every rank computed
 alike). ``None`` arrays (a gradient a rank did not get) count as absent: a sum over the ranks that
-have one, None when no rank has.
+have one, None when no rank has. A contribution may be :class:`Sparse` (a compressed one): it is
+summed as the dense array it stands for.
+
+:class:`Compression` says how replicas compress what they contribute (``hqflow.torch.ReducedGradients``
+applies it, with error feedback): it travels with each :class:`Replica`.
 """
 from __future__ import annotations
 
@@ -102,30 +106,112 @@ def _nbytes(arrays: list) -> int:
     return sum(a.nbytes for a in arrays if a is not None)
 
 
+@dataclass(frozen=True)
+class Sparse:
+    """A flat array of ``size`` float64 zeros but at ``index`` (int32), where it holds ``value`` (float32)."""
+
+    index: np.ndarray
+    value: np.ndarray
+    size: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.index.nbytes + self.value.nbytes
+
+    def dense(self) -> np.ndarray:
+        out = np.zeros(self.size)
+        out[self.index] = self.value
+        return out
+
+
+def _dense(a):
+    return a.dense() if isinstance(a, Sparse) else a
+
+
 def _combine(parts: list[list], ops: list[str]) -> list:
     out = []
     for i, op in enumerate(ops):
-        have = [p[i] for p in parts if p[i] is not None]
+        have = [_dense(p[i]) for p in parts if p[i] is not None]
         if not have:
             out.append(None)
         elif op == "first":
-            out.append(parts[0][i] if parts[0][i] is not None else have[0])
+            out.append(_dense(parts[0][i]) if parts[0][i] is not None else have[0])
         else:
-            total = have[0].copy()
+            total = np.array(have[0], dtype=np.float64)
             for a in have[1:]:
                 total += a
             out.append(total)
     return out
 
 
+COMPRESSIONS = ("none", "topk", "float16")
+
+
+@dataclass(frozen=True)
+class Compression:
+    """How a replica compresses each gradient it contributes; what compression drops stays in the
+    replica as a residual and is added to its next contribution (error feedback).
+
+    ``none``: float64 as computed (the ``sync`` result up to summation order). ``topk``: only the
+    ``ratio`` largest entries by magnitude, as float32 values with int32 indices. ``float16``: every
+    entry in half precision (a quarter of the bytes).
+    """
+
+    kind: str = "none"
+    """``none``, ``topk`` or ``float16``"""
+    ratio: float = 0.1
+    """with ``topk``: the share of entries sent (0 < ratio <= 1)"""
+
+    def __post_init__(self):
+        if self.kind not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, got {self.kind!r}")
+        if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float)) or not 0 < self.ratio <= 1:
+            raise ValueError(f"compression ratio must be a number in (0, 1], got {self.ratio!r}")
+
+    @classmethod
+    def parse(cls, text: str) -> Compression:
+        """``none``, ``float16``, ``topk`` or ``topk:RATIO`` (a command line's form)."""
+        kind, _, ratio = str(text).partition(":")
+        if ratio and kind != "topk":
+            raise ValueError(f"only topk takes a ratio (topk:0.1), got {text!r}")
+        try:
+            return cls(kind, float(ratio)) if ratio else cls(kind)
+        except ValueError as exc:
+            if "could not convert" in str(exc):
+                raise ValueError(f"compression ratio must be a number in (0, 1], got {ratio!r}") from None
+            raise
+
+    def encode(self, grad: np.ndarray, residual: np.ndarray | None) -> tuple[Any, np.ndarray | None]:
+        """``(what to send, the new residual)`` for a flat float64 gradient."""
+        if self.kind == "none":
+            return grad, None
+        g = grad if residual is None else grad + residual
+        if self.kind == "float16":
+            sent = g.astype(np.float16)
+            return sent, g - sent.astype(np.float64)
+        k = max(1, int(np.ceil(self.ratio * g.size)))
+        index = np.argpartition(np.abs(g), g.size - k)[g.size - k:].astype(np.int32)
+        value = g[index].astype(np.float32)
+        left = g.copy()
+        left[index] -= value.astype(np.float64)
+        return Sparse(np.sort(index), value[np.argsort(index)], g.size), left
+
+
 @dataclass(frozen=True)
 class Replica:
-    """Who a replica is: ``rank`` of ``size`` for the fragment instance ``group``; ``comm`` reduces."""
+    """Who a replica is: ``rank`` of ``size`` for the fragment instance ``group`` (``stream/step``: the
+    run and fragment, then the step); ``comm`` reduces; ``compression`` is how to contribute."""
 
     rank: int
     size: int
     group: str
     comm: Any
+    compression: Compression = Compression()
+
+    @property
+    def stream(self) -> str:
+        """The group without its step: the same for every step of one fragment in one run."""
+        return self.group.rsplit("/", 1)[0]
 
 
 _CURRENT: contextvars.ContextVar[Replica | None] = contextvars.ContextVar("hqflow_replica", default=None)
@@ -152,7 +238,7 @@ def reduce(arrays: list, ops: list[str] | str = "sum", key: str = "") -> list:
     ops = [ops] * len(arrays) if isinstance(ops, str) else list(ops)
     if len(ops) != len(arrays) or any(op not in OPS for op in ops):
         raise ValueError(f"reduce needs one op of {OPS} per array, got {ops!r} for {len(arrays)} arrays")
-    arrays = [None if a is None else np.ascontiguousarray(a) for a in arrays]
+    arrays = [a if a is None or isinstance(a, Sparse) else np.ascontiguousarray(a) for a in arrays]
     rep = replica()
     if rep is None or rep.size == 1:
         return arrays

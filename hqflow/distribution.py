@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from hqflow.collective import Compression
 from hqflow.placement import Placement
 from hqflow.scheduler import SchedulerConfig
 
@@ -105,6 +106,9 @@ class MultiLearner:
     """``ray`` (learners and actors are Ray actors, on a cluster's nodes) or ``local`` (threads)"""
     placement: Placement = Placement()
     """where the actors and the learners go on a cluster's nodes (``hqflow.placement``)"""
+    compression: Compression = Compression()
+    """how learners compress the gradient shares they reduce: none (exact), top-k or float16, with
+    error feedback (``hqflow.collective.Compression``)"""
     name = "multi-learner"
 
     def __post_init__(self):
@@ -117,10 +121,17 @@ class MultiLearner:
             object.__setattr__(self, "placement", Placement(**self.placement))
         if not isinstance(self.placement, Placement):
             raise ValueError(f"placement must be a hqflow.placement.Placement, got {self.placement!r}")
+        if isinstance(self.compression, str):
+            object.__setattr__(self, "compression", Compression.parse(self.compression))
+        if isinstance(self.compression, dict):  # from a run directory's JSON
+            object.__setattr__(self, "compression", Compression(**self.compression))
+        if not isinstance(self.compression, Compression):
+            raise ValueError(f"compression must be a hqflow.collective.Compression, got {self.compression!r}")
 
     def scheduler_config(self, seed: int | None = 0) -> SchedulerConfig:
         return SchedulerConfig(executor=self.executor, cpu_workers=self.actors, gpu_workers=self.learners,
-                               learners=self.learners, seed=seed, placement=self.placement)
+                               learners=self.learners, seed=seed, placement=self.placement,
+                               compression=self.compression)
 
 
 DISTRIBUTIONS = {"sync": Sync, "pipelined": Pipelined, "ray-actors": RayActors, "multi-learner": MultiLearner}

@@ -44,7 +44,7 @@ from hqflow.backends import BackendError, backend_names, is_registered, threads
 from hqflow.ir.graph import Fragment, Graph, GraphError
 
 from .checkpoint import CheckpointError, RunDir, item_digest
-from .collective import Replica
+from .collective import Compression, Replica
 from .dispatch import Member, Pool
 from .placement import Placement
 from .executors import make_executor
@@ -93,6 +93,8 @@ class SchedulerConfig:
     learners: int = 1
     """replicas of each ``learn`` fragment instance, each on a learner slot (``gpu_workers`` must be at
     least this many); they reduce with ``hqflow.collective`` and rank 0's outputs are the instance's"""
+    compression: Compression = Compression()
+    """how the learner replicas compress the gradient shares they reduce (``hqflow.collective.Compression``)"""
     ray_address: str | None = None
     """a running Ray cluster for the ray executor to connect to (``"host:port"``, ``"ray://host:port"``
     or ``"auto"``); None: the Ray this process is connected to, or a local one it starts"""
@@ -119,6 +121,10 @@ class SchedulerConfig:
                 continue
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        if isinstance(self.compression, dict):  # from a run directory's JSON
+            object.__setattr__(self, "compression", Compression(**self.compression))
+        if not isinstance(self.compression, Compression):
+            raise ValueError(f"compression must be a hqflow.collective.Compression, got {self.compression!r}")
         if self.learners > self.gpu_workers:
             raise ValueError(f"learners={self.learners} needs as many learner slots, but gpu_workers={self.gpu_workers}")
         if self.learners > 1 and self.executor == "sync":
@@ -427,7 +433,8 @@ class Scheduler:
             lane = f"{resource}/{slot}"
             client = (JobClient(self.service, f.job_backends, Parent(f.name, step, lane, version, True, f.kind, resource))
                       if f.job_backends else None)
-            replica = Replica(rank, size, group, self.executor.rendezvous()) if size > 1 else None
+            replica = (Replica(rank, size, group, self.executor.rendezvous(), self.config.compression)
+                       if size > 1 else None)
             start = time.perf_counter()
             fut = self.executor.submit(f, args, resource, client, replica, self.kept.get(f.name, ()))
             fut.add_done_callback(lambda fut, slot=slot, start=start, rank=rank: self.events.put(

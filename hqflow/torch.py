@@ -26,6 +26,7 @@ both (``state()``) as plain data, so checkpoints, ``initial_state`` and resumes 
 """
 from __future__ import annotations
 
+import collections
 import copy
 import math
 import uuid
@@ -37,7 +38,7 @@ from torch import nn
 from hqflow.backends import CircuitBatch, get_backend
 from hqflow.ir import CircuitTemplate
 
-from .collective import reduce
+from .collective import Compression, reduce, replica
 from .gradients import param_shift
 from .jobs import pool_backend
 
@@ -244,7 +245,8 @@ class ReducedGradients:
 
     ``sharded``: parameters whose gradient each replica computed for its share of the rows only
     (summed across replicas, in rank order); every other parameter's gradient is the same on every
-    replica and rank 0's is taken. A parameter with no gradient on any replica keeps none.
+    replica and rank 0's is taken. A parameter with no gradient on any replica keeps none. The
+    replica's ``Compression`` applies to the shares, with error feedback (``hqflow.collective``).
 
         with ReducedGradients(policy, sharded=[...]):
             loss.backward()          # gradients reduced here
@@ -273,9 +275,35 @@ class ReducedGradients:
 
     def reduce(self) -> None:
         self._armed = False
-        grads = [None if p.grad is None else p.grad.detach().cpu().double().numpy() for p in self.params]
-        reduced = reduce(grads, self.ops, key=f"grad{self.rounds}")
+        rep = replica()
+        rank, compression = (rep.rank, rep.compression) if rep is not None else (0, Compression())
+        sent = []
+        for i, (p, op) in enumerate(zip(self.params, self.ops)):
+            if p.grad is None or (op == "first" and rank > 0):  # only rank 0's is kept: the others send none
+                sent.append(None)
+                continue
+            g = p.grad.detach().cpu().double().numpy().ravel()
+            if op == "sum" and compression.kind != "none":  # what compression drops waits for the next step
+                left = _residuals(rep.stream)
+                g, left[(rank, i)] = compression.encode(g, left.get((rank, i)))
+            sent.append(g)
+        reduced = reduce(sent, self.ops, key=f"grad{self.rounds}")
         self.rounds += 1
         for p, g in zip(self.params, reduced):
             if g is not None:
                 p.grad = torch.as_tensor(g, dtype=p.dtype).to(p.device).reshape(p.shape)
+
+
+# Error feedback of compressed gradient shares: replica stream -> (rank, parameter index) -> what
+# compression left out so far. Process-local: a learner that Ray restarts starts again from zero.
+# The newest few streams (runs) are kept.
+_RESIDUALS: collections.OrderedDict[str, dict] = collections.OrderedDict()
+_RESIDUAL_STREAMS = 8
+
+
+def _residuals(stream: str) -> dict:
+    left = _RESIDUALS.setdefault(stream, {})
+    _RESIDUALS.move_to_end(stream)
+    while len(_RESIDUALS) > _RESIDUAL_STREAMS:
+        _RESIDUALS.popitem(last=False)
+    return left

@@ -133,3 +133,52 @@ def test_learners_are_checked():
         hq.SchedulerConfig(executor="sync", gpu_workers=2, learners=2)
     with pytest.raises(ValueError, match="learners must be an integer >= 1"):
         hq.SchedulerConfig(learners=0)
+
+
+# -- compression ------------------------------------------------------------------------------
+
+from hqflow.collective import Compression, Sparse  # noqa: E402
+
+
+def test_topk_sends_k_entries_and_keeps_the_rest_as_residual():
+    rng = np.random.default_rng(1)
+    g, old = rng.standard_normal(100), rng.standard_normal(100) * 0.1
+    sent, left = Compression("topk", 0.1).encode(g, old)
+    assert isinstance(sent, Sparse) and len(sent.index) == 10 and sent.nbytes == 80
+    np.testing.assert_allclose(sent.dense() + left, g + old, rtol=0, atol=1e-12)  # nothing lost
+    top = np.argsort(np.abs(g + old))[-10:]
+    assert set(sent.index.tolist()) == set(top.tolist())
+
+
+def test_float16_keeps_its_rounding_as_residual():
+    g = np.random.default_rng(2).standard_normal(50) * 1e-3
+    sent, left = Compression("float16").encode(g, None)
+    assert sent.dtype == np.float16 and sent.nbytes == g.nbytes // 4
+    np.testing.assert_allclose(sent.astype(float) + left, g, rtol=0, atol=1e-15)
+
+
+def test_error_feedback_sends_the_whole_gradient_over_time():
+    g, residual, total = np.linspace(-1, 1, 20), None, np.zeros(20)
+    for _ in range(200):
+        sent, residual = Compression("topk", 0.05).encode(g, residual)
+        total += sent.dense()
+    np.testing.assert_allclose(total + residual, 200 * g, atol=1e-9)  # what was not sent is still owed
+    assert np.abs(residual).max() <= 20 * np.abs(g).max()  # and the debt stays bounded: all of g gets sent
+    np.testing.assert_allclose(total / 200, g, atol=0.1)
+
+
+def test_sparse_contributions_sum_as_their_dense_arrays():
+    a = Sparse(np.array([1, 3], dtype=np.int32), np.array([1.0, 2.0], dtype=np.float32), 5)
+    out, _ = _ranks(Rendezvous(), 2, lambda r: [a if r == 0 else np.ones(5)], ["sum"])
+    np.testing.assert_array_equal(out[1][0], [1.0, 2.0, 1.0, 3.0, 1.0])
+
+
+def test_compression_parses_and_validates():
+    assert Compression.parse("topk:0.25") == Compression("topk", 0.25)
+    assert Compression.parse("float16") == Compression("float16")
+    for text, message in (("zip", "compression must be one of none, topk, float16"),
+                          ("topk:0", r"compression ratio must be a number in \(0, 1\]"),
+                          ("topk:x", r"compression ratio must be a number in \(0, 1\], got 'x'"),
+                          ("none:0.5", "only topk takes a ratio")):
+        with pytest.raises(ValueError, match=message):
+            Compression.parse(text)

@@ -54,6 +54,15 @@ def test_float32_roundoff_is_why_exact_comparisons_use_float64(sync_run):
     assert float(d.max()) <= 1e-4
 
 
+@pytest.mark.parametrize("compression", ["topk:0.1", "float16"])
+def test_compressed_gradients_still_learn(compression):
+    """Compression changes the result (it is not exact) but, with error feedback, CartPole still solves."""
+    cfg = reinforce.Config(seed=1, max_episodes=600)
+    out = runner.train("reinforce", cfg, MultiLearner(learners=2, staleness=0, executor="local",
+                                                      compression=compression))
+    assert out["episodes_to_solve"] is not None and out["episodes_to_solve"] <= 600
+
+
 def test_the_policy_prints_and_validates():
     policy = get_distribution("multi-learner", learners=4, staleness=0)
     assert str(policy).startswith("MultiLearner(learners=4, staleness=0, actors=1, executor='ray'")

@@ -112,6 +112,8 @@ def test_killed_run_resumes_to_the_same_result(tmp_path):
     (["cartpole", "--distribution", "magic"], "unknown distribution policy"),
     (["cartpole", "--learners", "2"], "--learners needs --distribution multi-learner"),
     (["cartpole", "--distribution", "multi-learner", "--learners", "0"], "expected a positive integer"),
+    (["cartpole", "--compression", "topk"], "--compression needs --distribution multi-learner"),
+    (["cartpole", "--distribution", "multi-learner", "--compression", "topk:2"], "compression ratio must be"),
     (["cartpole", "--set", "nope=1"], "--set 'nope=1'"),
     (["cartpole", "--policy", "qvalue-pqc"], "unrecognized arguments: --policy"),  # each algorithm has one policy
     (["cartpole", "--backend", "nosuch"], "nosuch"),
