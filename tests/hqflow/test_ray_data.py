@@ -19,11 +19,13 @@ def digest(big):
     return {"total": float(np.sum(big))}
 
 
-def _graph():
+def _graph(big_is_an_output: bool = False):
     pipe = hq.Pipeline("big_intermediate")
     pipe.input("seed", "scalar")
     pipe.preprocess(make, name="make", inputs={"seed": "scalar"}, outputs={"big": "any"})
     pipe.postprocess(digest, name="digest", inputs={"big": "any"}, outputs={"total": "scalar"})
+    if big_is_an_output:
+        pipe.output("make.big")
     pipe.output("digest.total")
     return pipe.build()
 
@@ -41,12 +43,6 @@ def test_an_intermediate_goes_worker_to_worker_not_through_the_driver():
 
 
 def test_a_kept_value_that_is_also_a_graph_output_comes_to_the_driver():
-    pipe = hq.Pipeline("big_output")
-    pipe.input("seed", "scalar")
-    pipe.preprocess(make, name="make", inputs={"seed": "scalar"}, outputs={"big": "any"})
-    pipe.postprocess(digest, name="digest", inputs={"big": "any"}, outputs={"total": "scalar"})
-    pipe.output("make.big")
-    pipe.output("digest.total")
-    res = hq.run(pipe.build(), [{"seed": 1}], executor="ray", ray_num_cpus=2)
+    res = hq.run(_graph(big_is_an_output=True), [{"seed": 1}], executor="ray", ray_num_cpus=2)
     assert isinstance(res.outputs[0]["big"], np.ndarray) and res.outputs[0]["big"].nbytes == BIG
     assert res.extra["bytes_moved"]["workers_to_driver"] >= BIG
