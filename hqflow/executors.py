@@ -217,6 +217,12 @@ class _Worker:
     def node(self) -> str:
         return _node()
 
+    def node_id(self) -> str:
+        """This worker's whole Ray node id (what node affinity takes)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
 
 def _size(value) -> int:
     """Bytes of ``value`` as it crosses a process boundary (its pickle, buffers out of band)."""
@@ -246,8 +252,10 @@ def _node() -> str:
 
 
 # Worker actors hold no state (fragments travel by reference, state by value), so one
-# Ray session keeps them for every run: (job id, resource, index) -> actor.
+# Ray session keeps them for every run: (namespace, job id, placement, resource, index) -> actor.
 _WORKERS: dict[tuple, Any] = {}
+# ... and the placement groups of packed ones: (namespace, job id, placement) -> (group, bundles).
+_GROUPS: dict[tuple, tuple] = {}
 
 
 _WORKER_RETRIES = 3  # calls redone on a worker actor that Ray restarted after its process died
@@ -339,7 +347,7 @@ class _RayHandle:
     """A backend in a Ray actor that Ray restarts when its process dies (``max_restarts``): the job
     it held fails and the run's job service retries it; later jobs go to the new process."""
 
-    def __init__(self, actor_cls, spec: Any, default_in_flight: int):
+    def __init__(self, actor_cls, spec: Any, default_in_flight: int, node: str | None = None):
         if hasattr(spec, "submit"):
             raise ValueError(
                 f"the ray executor makes its backends inside Ray actors; give {getattr(spec, 'name', spec)!r} "
@@ -348,7 +356,13 @@ class _RayHandle:
         name, options = _spec(spec)
         slots = int(options.get("max_in_flight", default_in_flight))
         # slots for the jobs, and two more so that pricing and closing never wait behind them
-        self.actor = actor_cls.options(max_concurrency=max(slots, 1) + 2, max_restarts=-1).remote(name, options)
+        near = {}
+        if node is not None:  # beside the worker actors that use it (Placement.backends="with-actors")
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            near = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}
+        self.actor = actor_cls.options(max_concurrency=max(slots, 1) + 2, max_restarts=-1,
+                                       **near).remote(name, options)
         self.name, self.capabilities, own, priced, self.node = _ray_get(self.actor.describe.remote())
         self.max_in_flight = own or default_in_flight
         self._priced = priced
@@ -427,10 +441,17 @@ class RayExecutor:
         self._session = (context.namespace, context.get_job_id())  # a Ray started anew has other actors
         for key in [k for k in _WORKERS if k[:2] != self._session]:
             del _WORKERS[key]  # handles of an earlier Ray session: not valid in this one
+        for key in [k for k in _GROUPS if k[:2] != self._session]:
+            del _GROUPS[key]
         for key in [k for k in _WORKERS if k[2] != placement]:
             ray.kill(_WORKERS.pop(key), no_restart=True)  # placed otherwise: they would hold CPUs the new ones need
+        for key in [k for k in _GROUPS if k[2] != placement]:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(_GROUPS.pop(key)[0])  # its reserved CPUs too
         self._options = {"cpu": {"num_cpus": 1, **placement.options("cpu")},
                          "gpu": {"num_cpus": 0, "num_gpus": 1 if gpus else 0, **placement.options("gpu")}}
+        self._group = self._placement_group(cpu_workers) if placement.actors == "pack" else None
         self._idle = {resource: [self._worker(resource, i) for i in range(count)]
                       for resource, count in (("cpu", cpu_workers), ("gpu", gpu_workers))}
         self._check_ready()  # started before the run's clock
@@ -441,13 +462,41 @@ class RayExecutor:
         self._lock = threading.Lock()
         self.traffic = {"driver_to_workers": 0, "workers_to_driver": 0, "worker_to_worker": 0}
 
+    def _placement_group(self, bundles: int):
+        """The session's placement group for ``pack``ed worker actors: one CPU bundle each, reserved at once.
+        One of another size is removed (with the workers in it) and made anew."""
+        from ray.util.placement_group import placement_group, remove_placement_group
+
+        key = (*self._session, self.placement)
+        group = _GROUPS.get(key)
+        if group is not None and group[1] != bundles:
+            remove_placement_group(group[0])  # ends the actors in it
+            for k in [k for k in _WORKERS if k[:3] == key and k[3] == "cpu"]:
+                del _WORKERS[k]
+            group = None
+        if group is None:
+            pg = placement_group([{"CPU": 1}] * bundles, strategy="PACK")
+            ready, _ = self._ray.wait([pg.ready()], timeout=_READY_TIMEOUT)
+            if not ready:
+                remove_placement_group(pg)
+                raise RayFailure(f"a placement group of {bundles} CPUs could not be reserved within "
+                                 f"{_READY_TIMEOUT:g} s (the cluster has {self._ray.cluster_resources().get('CPU', 0):g})")
+            group = _GROUPS[key] = (pg, bundles)
+        return group[0]
+
     def _worker(self, resource: str, index: int, fresh: bool = False):
         """The session's worker actor for a slot: kept between runs, restarted by Ray when its
         process dies (a call it held is redone: fragments are functions of their inputs)."""
         key = (*self._session, self.placement, resource, index)
         if fresh or key not in _WORKERS:
+            options = dict(self._options[resource])
+            if resource == "cpu" and self._group is not None:
+                from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+                options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                    self._group, placement_group_bundle_index=index)
             _WORKERS[key] = self._ray.remote(_Worker).options(
-                max_restarts=-1, max_task_retries=_WORKER_RETRIES, **self._options[resource]).remote()
+                max_restarts=-1, max_task_retries=_WORKER_RETRIES, **options).remote()
         return _WORKERS[key]
 
     def _check_ready(self) -> None:
@@ -517,7 +566,11 @@ class RayExecutor:
                 "max_retries": service.max_retries, "job_timeout": service.job_timeout, "ledger": service.ledger}
 
     def backend(self, spec: Any, default_in_flight: int) -> _RayHandle:
-        handle = _RayHandle(self._actor, spec, default_in_flight)
+        node = None
+        if self.placement.backends == "with-actors":  # round-robin over the cpu worker actors' nodes
+            workers = self._idle["cpu"]
+            node = _ray_get(workers[len(self._backends) % len(workers)].node_id.remote())
+        handle = _RayHandle(self._actor, spec, default_in_flight, node)
         self._backends.append(handle)
         return handle
 

@@ -80,17 +80,44 @@ def test_placement_spreads_the_actors_and_puts_the_learner_where_its_label_is(cl
     labelled = [n["NodeID"][:8] for n in ray.nodes() if n["Resources"].get("learner")]
     assert workers[("gpu", 0)] == labelled[0]
     assert workers[("cpu", 0)] != workers[("cpu", 1)]  # one on each node
-    with pytest.raises(ValueError, match="placement actors must be one of spread, default"):
+    with pytest.raises(ValueError, match="placement actors must be one of spread, pack, default"):
         Placement(actors="everywhere")
     with pytest.raises(ValueError, match="a custom resource name"):
         Placement(learner="GPU")
+
+
+def test_pack_keeps_the_actors_together_and_backends_go_with_them(cluster):
+    from ray.util.placement_group import placement_group_table
+
+    from hqflow.executors import _GROUPS, _WORKERS
+    from hqflow.placement import Placement
+
+    placement = Placement(actors="pack", backends="with-actors")
+    ref = hq.run_reference(synthetic.build_graph(CFG), synthetic.stream(3, CFG), backends={"qpu": get_backend("reference")})
+    res = hq.run(synthetic.build_graph(CFG), synthetic.stream(3, CFG), backends={"qpu": ("emulated-qpu", {})},
+                 executor="ray", ray_address=cluster.address, cpu_workers=2, placement=placement)
+    assert res.outputs == ref.outputs
+    workers = {key[3:]: ray.get(actor.node.remote()) for key, actor in _WORKERS.items() if key[2] == placement}
+    assert workers[("cpu", 0)] == workers[("cpu", 1)]  # one node: 2 bundles fit on the node with 2 CPUs
+    (group, bundles), = [g for k, g in _GROUPS.items() if k[2] == placement]
+    assert bundles == 2 and placement_group_table(group)["strategy"] == "PACK"
+    jobs = {s.node for s in res.spans if s.resource.startswith("qpu")}
+    assert jobs == {workers[("cpu", 0)]}  # the backend actor ran beside the actors
+    # a run with another count of actors makes its placement group anew
+    res = hq.run(synthetic.build_graph(CFG), synthetic.stream(3, CFG), backends={"qpu": ("emulated-qpu", {})},
+                 executor="ray", ray_address=cluster.address, cpu_workers=1, placement=placement)
+    assert res.outputs == ref.outputs
+    assert [g[1] for k, g in _GROUPS.items() if k[2] == placement] == [1]
+    with pytest.raises(ValueError, match="placement backends must be one of default, with-actors"):
+        Placement(backends="near")
 
 
 def test_a_distribution_policy_prints_its_placement():
     from hqflow.distribution import get_distribution
 
     policy = get_distribution("ray-actors", placement={"actors": "default", "learner": "learner"})
-    assert str(policy) == "RayActors(staleness=1, actors=2, placement=Placement(actors='default', learner='learner'))"
+    assert str(policy) == ("RayActors(staleness=1, actors=2, placement=Placement(actors='default', learner='learner', "
+                           "backends='default'))")
     assert policy.scheduler_config().placement == policy.placement
 
 
