@@ -233,7 +233,7 @@ class JobService:
             if self._live.pop(token, None) is None:
                 return
             req = att.request
-            self._span(att, "ok")
+            self._span(att, "ok", result.metadata.get("queue_seconds"))
             req.pool.finish(att.member, att.slot, True, req.parts[att.part].size)
             req.results[att.part] = result
             req.left -= 1
@@ -265,12 +265,14 @@ class JobService:
             req.future.set_exception(give_up)
         self._pump()
 
-    def _span(self, att: _Attempt, outcome: str) -> None:
+    def _span(self, att: _Attempt, outcome: str, queued=None) -> None:
         p, req = att.request.parent, att.request
+        part = req.parts[att.part]
+        queued = float(queued) if isinstance(queued, (int, float)) and queued == queued and queued >= 0 else None
         self.record(Span(p.fragment, "execute", req.pool.resource, p.step, att.start - self.t0,
                          time.perf_counter() - self.t0, outcome, p.version, req.pool.lane(att.member, att.slot),
                          p.lane if p.submitted else None, att.estimate,
-                         getattr(req.pool.members[att.member].handle, "node", None)))
+                         getattr(req.pool.members[att.member].handle, "node", None), part.size, part.shots, queued))
 
     # -- timeouts ----------------------------------------------------------------------
     def _start_watchdog(self) -> None:

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, fields
 from .files import atomic_text
 
 SPANS_FORMAT = "hqflow.spans"
-SPANS_VERSION = 3  # 2 added ``parent_lane``, 3 ``cost``; versions 1 and 2 are still read
+SPANS_VERSION = 4  # 2 added ``parent_lane``, 3 ``cost``, 4 ``rows``, ``shots`` and ``queued``; all are read
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,13 @@ class Span:
     node: str | None = None
     """the Ray node the work ran on (the first 8 hex digits of its id; a cross-node hop shows as a
     change of node); None for work in the driver's process"""
+    rows: int | None = None
+    """a quantum job's circuits (rows of its batch); None for other spans"""
+    shots: int | None = None
+    """a quantum job's shots per circuit; None for exact values and other spans"""
+    queued: float | None = None
+    """seconds of the job's span that it waited in its backend's queue, where the backend says
+    (``queue_seconds`` in the result's metadata); None where it does not"""
 
     @property
     def seconds(self) -> float:
@@ -305,7 +312,7 @@ def write_json_atomic(path: str, obj) -> None:
 
 
 def save_spans(path: str, spans: list[Span], meta: dict | None = None) -> str:
-    """Write ``{"format": "hqflow.spans", "version": 3, "meta": ..., "spans": [...]}`` atomically."""
+    """Write ``{"format": "hqflow.spans", "version": 4, "meta": ..., "spans": [...]}`` atomically."""
     write_json_atomic(path, {"format": SPANS_FORMAT, "version": SPANS_VERSION, "meta": dict(meta or {}),
                              "spans": [s.to_dict() for s in spans]})
     return path
@@ -313,8 +320,10 @@ def save_spans(path: str, spans: list[Span], meta: dict | None = None) -> str:
 
 _FIELD_TYPES = {"fragment": str, "kind": str, "resource": str, "step": int, "start": (int, float),
                 "end": (int, float), "outcome": str, "version": (int, type(None)), "lane": str,
-                "parent_lane": (str, type(None)), "cost": (int, float, type(None)), "node": (str, type(None))}
-_REQUIRED = [f.name for f in fields(Span) if f.name not in ("outcome", "version", "lane", "parent_lane", "cost", "node")]
+                "parent_lane": (str, type(None)), "cost": (int, float, type(None)), "node": (str, type(None)),
+                "rows": (int, type(None)), "shots": (int, type(None)), "queued": (int, float, type(None))}
+_OPTIONAL = ("outcome", "version", "lane", "parent_lane", "cost", "node", "rows", "shots", "queued")
+_REQUIRED = [f.name for f in fields(Span) if f.name not in _OPTIONAL]
 
 
 def _from_version_1(d):
@@ -379,7 +388,7 @@ def load_spans(path: str) -> tuple[list[Span], dict]:
         raise TraceError(f"{path}: not a spans file (JSON nested too deeply or numbers too long)") from None
     if not isinstance(doc, dict) or doc.get("format") != SPANS_FORMAT:
         raise TraceError(f"{path}: not an {SPANS_FORMAT} file (no \"format\": \"{SPANS_FORMAT}\")")
-    if doc.get("version") not in (1, 2, SPANS_VERSION) or isinstance(doc.get("version"), bool):
+    if doc.get("version") not in (1, 2, 3, SPANS_VERSION) or isinstance(doc.get("version"), bool):
         raise TraceError(f"{path}: unsupported {SPANS_FORMAT} version {doc.get('version')!r}")
     if not isinstance(doc.get("spans"), list) or not isinstance(doc.get("meta", {}), dict):
         raise TraceError(f"{path}: \"spans\" must be a list and \"meta\" an object")

@@ -207,7 +207,26 @@ def test_spans_file_version_1_is_still_read(tmp_path):
     assert overlap_seconds(spans) == 0.0  # the lane waiting on its own job is not classical work
     save_spans(str(path), spans)
     again, _ = load_spans(str(path))
-    assert json.loads(path.read_text())["version"] == 3 and again == spans
+    assert json.loads(path.read_text())["version"] == 4 and again == spans
+
+
+def test_spans_file_version_3_is_still_read_and_job_spans_carry_rows_shots_and_queue(tmp_path):
+    import hqflow as hq
+    from hqflow.backends.emulated import EmulatedQPU
+    from hqflow.workloads import synthetic
+
+    cfg = synthetic.Config(staleness=0, backend="qpu")
+    res = hq.run(synthetic.build_graph(cfg), synthetic.stream(3, cfg),
+                 backends={"qpu": EmulatedQPU(queue_wait=0.01)})
+    jobs = [s for s in res.spans if s.kind == "execute"]
+    assert jobs and all(s.rows == cfg.batch and s.shots is None for s in jobs)
+    assert all(s.queued == pytest.approx(0.01) for s in jobs)  # the emulated QPU's own figure
+    path = tmp_path / "spans.json"
+    doc = {"format": "hqflow.spans", "version": 3, "meta": {},
+           "spans": [{k: v for k, v in s.to_dict().items() if k not in ("rows", "shots", "queued")} for s in jobs]}
+    path.write_text(json.dumps(doc))
+    spans, _ = load_spans(str(path))
+    assert [s.rows for s in spans] == [None] * len(jobs) and [s.start for s in spans] == [s.start for s in jobs]
 
 
 @pytest.mark.ray
