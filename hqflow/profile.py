@@ -1,0 +1,223 @@
+"""Profiles: what a run measured about its fragments and backends, as data a cost model reads.
+
+``profile(spans)`` fits them from a run's spans (``RunResult.spans``, or ``load_spans`` of a run
+directory's ``spans.json``):
+
+* a :class:`BackendProfile` per backend of each pool (``qpu:<backend>``): a job's seconds split into
+  ``queue`` (what the backend says the job waited, ``Span.queued``; 0 where it says nothing, and
+  the wait is then part of ``per_job``) plus ``per_job + per_row * rows + per_shot * rows * shots``
+  (least squares over the job spans, each coefficient at least 0), the share of attempts that
+  failed or timed out, and the price per job fitted the same way from ``Span.cost``;
+* a :class:`FragmentProfile` per classical fragment and resource: the mean and spread of its
+  calls' seconds.
+
+Profiles are saved as JSON (``save``/``load``) and combined with ``merged``, weighted by what each
+measured, so every run can update the profile a later run plans with.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields, replace
+
+import numpy as np
+
+from .files import atomic_text
+from .trace import Span, is_quantum
+
+PROFILE_FORMAT = "hqflow.profile"
+PROFILE_VERSION = 1
+
+
+class ProfileError(ValueError):
+    """A profile file is missing, unreadable or malformed."""
+
+
+@dataclass(frozen=True)
+class BackendProfile:
+    backend: str
+    """the pool member: ``qpu:<backend name>`` (``#k`` after it in a pool of several), a job span's lane
+    without its device slot"""
+    pool: str
+    """the pool's resource, ``qpu:<pool name>``"""
+    queue: float
+    """mean seconds a job waits in the backend's queue (0 where the backend does not say)"""
+    per_job: float
+    """seconds per job past the queue"""
+    per_row: float
+    """seconds per circuit of a job"""
+    per_shot: float
+    """seconds per shot of a circuit"""
+    failure_rate: float
+    """the share of attempts that failed or timed out"""
+    price_per_job: float | None = None
+    """spend per job (the backend's currency), or None where the backend prices none"""
+    price_per_row: float = 0.0
+    price_per_shot: float = 0.0
+    jobs: int = 0
+    """attempts measured"""
+
+    def seconds(self, rows: int, shots: int | None = None) -> float:
+        """Predicted seconds of one job of ``rows`` circuits, queue included."""
+        return self.queue + self.per_job + self.per_row * rows + self.per_shot * rows * (shots or 0)
+
+    def price(self, rows: int, shots: int | None = None) -> float:
+        """Predicted spend of one job (0 where unpriced)."""
+        if self.price_per_job is None:
+            return 0.0
+        return self.price_per_job + self.price_per_row * rows + self.price_per_shot * rows * (shots or 0)
+
+
+@dataclass(frozen=True)
+class FragmentProfile:
+    fragment: str
+    resource: str
+    seconds: float
+    """mean seconds of a call"""
+    spread: float
+    """standard deviation of a call's seconds"""
+    calls: int
+
+
+@dataclass(frozen=True)
+class Profile:
+    backends: tuple[BackendProfile, ...] = ()
+    fragments: tuple[FragmentProfile, ...] = ()
+
+    def backend(self, name: str) -> BackendProfile:
+        """The profile of the pool member ``name`` (``qpu:<backend name>``; ``qpu:`` may be left out)."""
+        name = name if name.startswith("qpu:") else f"qpu:{name}"
+        for b in self.backends:
+            if b.backend == name:
+                return b
+        raise KeyError(f"no profile of {name!r}; profiled: {', '.join(b.backend for b in self.backends) or 'none'}")
+
+    def fragment(self, name: str) -> FragmentProfile:
+        for f in self.fragments:
+            if f.fragment == name:
+                return f
+        raise KeyError(f"no profile of fragment {name!r}; profiled: {', '.join(f.fragment for f in self.fragments) or 'none'}")
+
+    def merged(self, other: Profile) -> Profile:
+        """Both profiles' measurements together: each figure a mean weighted by jobs or calls."""
+        return Profile(_merge(self.backends, other.backends, lambda b: b.backend, "jobs"),
+                       _merge(self.fragments, other.fragments, lambda f: (f.fragment, f.resource), "calls"))
+
+    def to_dict(self) -> dict:
+        return {"format": PROFILE_FORMAT, "version": PROFILE_VERSION,
+                "backends": [asdict(b) for b in self.backends], "fragments": [asdict(f) for f in self.fragments]}
+
+    def save(self, path: str) -> str:
+        atomic_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
+        return path
+
+    @staticmethod
+    def load(path: str) -> Profile:
+        try:
+            with open(path) as fh:
+                doc = json.load(fh)
+        except OSError as exc:
+            raise ProfileError(f"cannot read profile {path}: {exc.strerror}") from None
+        except (ValueError, RecursionError) as exc:
+            raise ProfileError(f"{path} is not JSON: {str(exc)[:100]}") from None
+        return Profile.from_dict(doc, path)
+
+    @staticmethod
+    def from_dict(doc, where: str = "profile") -> Profile:
+        if not isinstance(doc, dict) or doc.get("format") != PROFILE_FORMAT:
+            raise ProfileError(f"{where}: not an {PROFILE_FORMAT} document")
+        if doc.get("version") != PROFILE_VERSION:
+            raise ProfileError(f"{where}: unsupported {PROFILE_FORMAT} version {doc.get('version')!r}")
+        try:
+            return Profile(tuple(_typed(BackendProfile, d) for d in doc.get("backends", [])),
+                           tuple(_typed(FragmentProfile, d) for d in doc.get("fragments", [])))
+        except (TypeError, ValueError) as exc:
+            raise ProfileError(f"{where}: {exc}") from None
+
+
+def _typed(cls, d):
+    if not isinstance(d, dict):
+        raise ValueError(f"a {cls.__name__} must be an object, got {type(d).__name__}")
+    names = {f.name for f in fields(cls)}
+    if set(d) - names:
+        raise ValueError(f"{cls.__name__} has no field(s) {sorted(set(d) - names)}")
+    obj = cls(**d)
+    for f in fields(cls):
+        value = getattr(obj, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{cls.__name__}.{f.name} must be finite, got {value}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+            raise ValueError(f"{cls.__name__}.{f.name} must be >= 0, got {value}")
+    return obj
+
+
+def _merge(mine, theirs, key, weight: str):
+    out = {key(p): p for p in mine}
+    for p in theirs:
+        q = out.get(key(p))
+        if q is None:
+            out[key(p)] = p
+            continue
+        a, b = getattr(q, weight), getattr(p, weight)
+        total = a + b
+        values = {}
+        for f in fields(p):
+            x, y = getattr(q, f.name), getattr(p, f.name)
+            if f.name == weight:
+                values[f.name] = total
+            elif isinstance(x, float) and isinstance(y, float) and total:
+                values[f.name] = (a * x + b * y) / total
+            elif x is None or y is None:
+                values[f.name] = y if x is None else x
+        out[key(p)] = replace(q, **values)
+    return tuple(out.values())
+
+
+def _fit(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares ``y ~ X @ c`` with every ``c >= 0``: columns that do not vary beyond the first
+    (the intercept) get 0, and so does any whose coefficient came out negative (then refitted)."""
+    keep = [0] + [j for j in range(1, X.shape[1]) if np.ptp(X[:, j]) > 0]
+    while True:
+        c, *_ = np.linalg.lstsq(X[:, keep], y, rcond=None)
+        if (c >= 0).all() or len(keep) == 1:
+            out = np.zeros(X.shape[1])
+            out[keep] = np.maximum(c, 0.0)
+            return out
+        keep = [j for j, v in zip(keep, c) if v >= 0 or j == 0]
+
+
+def _member(span: Span) -> str:
+    return (span.lane or span.resource).split("/")[0]
+
+
+def profile(spans: list[Span]) -> Profile:
+    """The profiles that ``spans`` measure (see the module docstring)."""
+    backends = []
+    jobs = [s for s in spans if is_quantum(s.resource) and s.kind == "execute" and s.outcome != "cancelled"]
+    for member in dict.fromkeys(_member(s) for s in jobs):
+        attempts = [s for s in jobs if _member(s) == member]
+        ok = [s for s in attempts if s.outcome == "ok" and s.rows is not None]
+        failed = sum(1 for s in attempts if s.outcome != "ok")
+        if not ok:
+            continue
+        rows = np.array([s.rows for s in ok], dtype=float)
+        shot_rows = rows * np.array([s.shots or 0 for s in ok], dtype=float)
+        queued = np.array([s.queued or 0.0 for s in ok])
+        X = np.column_stack([np.ones(len(ok)), rows, shot_rows])
+        per_job, per_row, per_shot = _fit(X, np.array([s.seconds for s in ok]) - queued)
+        priced = [j for j, s in enumerate(ok) if s.cost is not None]
+        price = _fit(X[priced], np.array([ok[j].cost for j in priced])) if priced else (None, 0.0, 0.0)
+        backends.append(BackendProfile(member, attempts[0].resource, float(queued.mean()), float(per_job), float(per_row), float(per_shot),
+                                       failed / len(attempts), None if price[0] is None else float(price[0]),
+                                       float(price[1]), float(price[2]), len(attempts)))
+    fragments = []
+    for name, resource in dict.fromkeys((s.fragment, s.resource) for s in spans
+                                        if not is_quantum(s.resource) and s.parent_lane is None):
+        times = np.array([s.seconds for s in spans if (s.fragment, s.resource) == (name, resource)
+                          and s.parent_lane is None and s.outcome == "ok"])
+        if len(times):
+            fragments.append(FragmentProfile(name, resource, float(times.mean()), float(times.std()), len(times)))
+    return Profile(tuple(backends), tuple(fragments))
+
+
+__all__ = ["BackendProfile", "FragmentProfile", "Profile", "ProfileError", "profile"]

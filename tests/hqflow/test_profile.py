@@ -1,0 +1,74 @@
+"""Profiles fitted from spans (hqflow.profile): exact on spans made from a known model, close on an
+emulated QPU's measured jobs, saved and loaded, merged; damaged files are one-line errors."""
+import json
+
+import pytest
+
+import hqflow as hq
+from hqflow.backends.emulated import EmulatedQPU
+from hqflow.profile import Profile, ProfileError, profile
+from hqflow.trace import Span
+from hqflow.workloads import synthetic
+
+
+def _job(k, rows, shots, outcome="ok"):
+    seconds = 0.01 + 0.002 * rows + 1e-5 * rows * (shots or 0)
+    cost = 0.3 + 0.01 * rows + 1e-4 * rows * (shots or 0)
+    return Span("circuit", "execute", "qpu:pool", k, 1.0 * k, 1.0 * k + 0.05 + seconds, outcome, lane="qpu:q/0",
+                rows=rows, shots=shots, queued=0.05, cost=cost)
+
+
+def test_a_known_latency_and_price_model_is_recovered_exactly():
+    spans = [_job(k, rows, shots) for k, (rows, shots) in enumerate([(4, None), (8, 100), (16, 1000), (32, 10), (5, 50)])]
+    spans += [_job(9, 4, None, "error: boom"), Span("learn", "learn", "cpu", 0, 0.0, 0.5), Span("learn", "learn", "cpu", 1, 1.0, 1.7)]
+    p = profile(spans)
+    b = p.backend("qpu:q")
+    assert (b.queue, b.per_job, b.per_row, b.per_shot) == pytest.approx((0.05, 0.01, 0.002, 1e-5), abs=1e-9)
+    assert (b.price_per_job, b.price_per_row, b.price_per_shot) == pytest.approx((0.3, 0.01, 1e-4), abs=1e-9)
+    assert b.failure_rate == pytest.approx(1 / 6) and b.jobs == 6 and b.pool == "qpu:pool"
+    assert b.seconds(10, 20) == pytest.approx(0.05 + 0.01 + 0.02 + 0.002)
+    f = p.fragment("learn")
+    assert (f.seconds, f.calls) == pytest.approx((0.6, 2)) and f.spread == pytest.approx(0.1)
+
+
+def test_an_emulated_qpus_jobs_give_its_latency_model():
+    qpu = EmulatedQPU(queue_wait=0.02, per_job=0.01, per_circuit=0.002, failure_rate=0.2, seed=3)
+    spans = []
+    for batch in (4, 16, 32):
+        cfg = synthetic.Config(staleness=0, backend="qpu", batch=batch)
+        spans += hq.run(synthetic.build_graph(cfg), synthetic.stream(6, cfg), backends={"qpu": qpu}, max_retries=20,
+                        executor="sync").spans
+    b = profile(spans).backend("emulated-qpu")
+    assert b.pool == "qpu:qpu"
+    assert b.queue == pytest.approx(0.02)  # the backend's own figure
+    assert b.per_row == pytest.approx(0.002, rel=0.25)
+    assert b.per_job == pytest.approx(0.01, abs=0.005)  # plus the scheduler's own milliseconds
+    assert 0.05 < b.failure_rate < 0.45 and b.price_per_job is None
+
+
+def test_profiles_save_load_and_merge(tmp_path):
+    a = profile([_job(k, rows, None) for k, rows in enumerate([4, 8])])
+    b = profile([_job(k, rows, None) for k, rows in enumerate([16, 32, 64])])
+    path = a.save(str(tmp_path / "profile.json"))
+    assert Profile.load(path) == a
+    both = a.merged(b)
+    assert both.backend("qpu:q").jobs == 5
+    assert both.backend("qpu:q").per_row == pytest.approx(0.002)  # both measured the same model
+
+
+@pytest.mark.parametrize("content, message", [
+    ("", "is not JSON"),
+    ("[]", "not an hqflow.profile document"),
+    (json.dumps({"format": "hqflow.profile", "version": 9}), "unsupported hqflow.profile version 9"),
+    (json.dumps({"format": "hqflow.profile", "version": 1, "backends": [{"backend": "qpu:q"}]}), "missing"),
+    (json.dumps({"format": "hqflow.profile", "version": 1, "fragments": [
+        {"fragment": "f", "resource": "cpu", "seconds": -1.0, "spread": 0.0, "calls": 1}]}), "seconds must be >= 0"),
+])
+def test_a_damaged_profile_is_a_one_line_error(tmp_path, content, message):
+    path = tmp_path / "profile.json"
+    path.write_text(content)
+    with pytest.raises(ProfileError, match=message) as info:
+        Profile.load(str(path))
+    assert "\n" not in str(info.value)
+    with pytest.raises(ProfileError, match="cannot read profile"):
+        Profile.load(str(tmp_path / "missing.json"))
