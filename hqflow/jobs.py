@@ -30,6 +30,7 @@ import contextvars
 import dataclasses
 import heapq
 import itertools
+import math
 import threading
 import time
 import uuid
@@ -233,7 +234,7 @@ class JobService:
             if self._live.pop(token, None) is None:
                 return
             req = att.request
-            self._span(att, "ok", result.metadata.get("queue_seconds"))
+            self._span(att, "ok", result.metadata.get("queue_seconds"), result.metadata.get("device_seconds"))
             req.pool.finish(att.member, att.slot, True, req.parts[att.part].size)
             req.results[att.part] = result
             req.left -= 1
@@ -265,14 +266,16 @@ class JobService:
             req.future.set_exception(give_up)
         self._pump()
 
-    def _span(self, att: _Attempt, outcome: str, queued=None) -> None:
+    def _span(self, att: _Attempt, outcome: str, queued=None, device=None) -> None:
         p, req = att.request.parent, att.request
         part = req.parts[att.part]
-        queued = float(queued) if isinstance(queued, (int, float)) and queued == queued and queued >= 0 else None
+        queued, device = (float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t < math.inf
+                          else None for t in (queued, device))
         self.record(Span(p.fragment, "execute", req.pool.resource, p.step, att.start - self.t0,
                          time.perf_counter() - self.t0, outcome, p.version, req.pool.lane(att.member, att.slot),
                          p.lane if p.submitted else None, att.estimate,
-                         getattr(req.pool.members[att.member].handle, "node", None), part.size, part.shots, queued))
+                         getattr(req.pool.members[att.member].handle, "node", None), part.size, part.shots, queued,
+                         device))
 
     # -- timeouts ----------------------------------------------------------------------
     def _start_watchdog(self) -> None:

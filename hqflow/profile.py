@@ -5,8 +5,9 @@ directory's ``spans.json``):
 
 * a :class:`BackendProfile` per backend of each pool (``qpu:<backend>``): a job's seconds split into
   ``queue`` (what the backend says the job waited, ``Span.queued``; 0 where it says nothing, and
-  the wait is then part of ``per_job``) plus ``per_job + per_row * rows + per_shot * rows * shots``
-  (least squares over the job spans, each coefficient at least 0), the share of attempts that
+  the wait is then part of ``per_job``) plus the time it holds a device, ``per_job + per_row * rows
+  + per_shot * rows * shots`` (least squares over the jobs' ``Span.device``, where the backend says,
+  else their seconds less the queue; each coefficient at least 0), the share of attempts that
   failed or timed out, and the price per job fitted the same way from ``Span.cost``;
 * a :class:`FragmentProfile` per classical fragment and resource: the mean and spread of its
   calls' seconds.
@@ -204,7 +205,8 @@ def profile(spans: list[Span]) -> Profile:
         shot_rows = rows * np.array([s.shots or 0 for s in ok], dtype=float)
         queued = np.array([s.queued or 0.0 for s in ok])
         X = np.column_stack([np.ones(len(ok)), rows, shot_rows])
-        per_job, per_row, per_shot = _fit(X, np.array([s.seconds for s in ok]) - queued)
+        held = np.array([s.device if s.device is not None else s.seconds - (s.queued or 0.0) for s in ok])
+        per_job, per_row, per_shot = _fit(X, held)
         priced = [j for j, s in enumerate(ok) if s.cost is not None]
         price = _fit(X[priced], np.array([ok[j].cost for j in priced])) if priced else (None, 0.0, 0.0)
         backends.append(BackendProfile(member, attempts[0].resource, float(queued.mean()), float(per_job), float(per_row), float(per_shot),

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, fields
 from .files import atomic_text
 
 SPANS_FORMAT = "hqflow.spans"
-SPANS_VERSION = 4  # 2 added ``parent_lane``, 3 ``cost``, 4 ``rows``, ``shots`` and ``queued``; all are read
+SPANS_VERSION = 4  # 2 added ``parent_lane``, 3 ``cost``, 4 ``rows``, ``shots``, ``queued``, ``device``; all are read
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,8 @@ class Span:
     queued: float | None = None
     """seconds of the job's span that it waited in its backend's queue, where the backend says
     (``queue_seconds`` in the result's metadata); None where it does not"""
+    device: float | None = None
+    """seconds the job held a device, where the backend says (``device_seconds``); None where it does not"""
 
     @property
     def seconds(self) -> float:
@@ -321,8 +323,9 @@ def save_spans(path: str, spans: list[Span], meta: dict | None = None) -> str:
 _FIELD_TYPES = {"fragment": str, "kind": str, "resource": str, "step": int, "start": (int, float),
                 "end": (int, float), "outcome": str, "version": (int, type(None)), "lane": str,
                 "parent_lane": (str, type(None)), "cost": (int, float, type(None)), "node": (str, type(None)),
-                "rows": (int, type(None)), "shots": (int, type(None)), "queued": (int, float, type(None))}
-_OPTIONAL = ("outcome", "version", "lane", "parent_lane", "cost", "node", "rows", "shots", "queued")
+                "rows": (int, type(None)), "shots": (int, type(None)), "queued": (int, float, type(None)),
+                "device": (int, float, type(None))}
+_OPTIONAL = ("outcome", "version", "lane", "parent_lane", "cost", "node", "rows", "shots", "queued", "device")
 _REQUIRED = [f.name for f in fields(Span) if f.name not in _OPTIONAL]
 
 
