@@ -12,6 +12,9 @@ directory's ``spans.json``):
 * a :class:`FragmentProfile` per classical fragment and resource: the mean and spread of its
   calls' seconds.
 
+Of three or more jobs or calls, the first is left out of the times: it warms caches, compiles
+programs and starts threads, which later ones do not.
+
 Profiles are saved as JSON (``save``/``load``) and combined with ``merged``, weighted by what each
 measured, so every run can update the profile a later run plans with.
 """
@@ -57,6 +60,8 @@ class BackendProfile:
     price_per_shot: float = 0.0
     jobs: int = 0
     """attempts measured"""
+    devices: int = 1
+    """device slots the member ran jobs on at once (the job spans' lanes)"""
 
     def seconds(self, rows: int, shots: int | None = None) -> float:
         """Predicted seconds of one job of ``rows`` circuits, queue included."""
@@ -84,6 +89,8 @@ class FragmentProfile:
 class Profile:
     backends: tuple[BackendProfile, ...] = ()
     fragments: tuple[FragmentProfile, ...] = ()
+    overhead: float = 0.0
+    """seconds the scheduler adds to each job and call it dispatches (``hqflow.costmodel.calibrate``)"""
 
     def backend(self, name: str) -> BackendProfile:
         """The profile of the pool member ``name`` (``qpu:<backend name>``; ``qpu:`` may be left out)."""
@@ -102,10 +109,11 @@ class Profile:
     def merged(self, other: Profile) -> Profile:
         """Both profiles' measurements together: each figure a mean weighted by jobs or calls."""
         return Profile(_merge(self.backends, other.backends, lambda b: b.backend, "jobs"),
-                       _merge(self.fragments, other.fragments, lambda f: (f.fragment, f.resource), "calls"))
+                       _merge(self.fragments, other.fragments, lambda f: (f.fragment, f.resource), "calls"),
+                       other.overhead or self.overhead)
 
     def to_dict(self) -> dict:
-        return {"format": PROFILE_FORMAT, "version": PROFILE_VERSION,
+        return {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "overhead": self.overhead,
                 "backends": [asdict(b) for b in self.backends], "fragments": [asdict(f) for f in self.fragments]}
 
     def save(self, path: str) -> str:
@@ -130,8 +138,11 @@ class Profile:
         if doc.get("version") != PROFILE_VERSION:
             raise ProfileError(f"{where}: unsupported {PROFILE_FORMAT} version {doc.get('version')!r}")
         try:
+            overhead = doc.get("overhead", 0.0)
+            if isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or not 0 <= overhead < math.inf:
+                raise ValueError(f"overhead must be a number >= 0, got {overhead!r}")
             return Profile(tuple(_typed(BackendProfile, d) for d in doc.get("backends", [])),
-                           tuple(_typed(FragmentProfile, d) for d in doc.get("fragments", [])))
+                           tuple(_typed(FragmentProfile, d) for d in doc.get("fragments", [])), float(overhead))
         except (TypeError, ValueError) as exc:
             raise ProfileError(f"{where}: {exc}") from None
 
@@ -170,6 +181,8 @@ def _merge(mine, theirs, key, weight: str):
                 values[f.name] = (a * x + b * y) / total
             elif x is None or y is None:
                 values[f.name] = y if x is None else x
+            elif f.name == "devices":
+                values[f.name] = max(x, y)
         out[key(p)] = replace(q, **values)
     return tuple(out.values())
 
@@ -187,6 +200,11 @@ def _fit(X: np.ndarray, y: np.ndarray) -> np.ndarray:
         keep = [j for j, v in zip(keep, c) if v >= 0 or j == 0]
 
 
+def _warm(spans: list[Span]) -> list[Span]:
+    """Without the first (the one that warms caches, compiles programs, starts threads) when there are 3 or more."""
+    return sorted(spans, key=lambda s: s.start)[1:] if len(spans) >= 3 else spans
+
+
 def _member(span: Span) -> str:
     return (span.lane or span.resource).split("/")[0]
 
@@ -201,6 +219,7 @@ def profile(spans: list[Span]) -> Profile:
         failed = sum(1 for s in attempts if s.outcome != "ok")
         if not ok:
             continue
+        ok = _warm(ok)
         rows = np.array([s.rows for s in ok], dtype=float)
         shot_rows = rows * np.array([s.shots or 0 for s in ok], dtype=float)
         queued = np.array([s.queued or 0.0 for s in ok])
@@ -211,12 +230,13 @@ def profile(spans: list[Span]) -> Profile:
         price = _fit(X[priced], np.array([ok[j].cost for j in priced])) if priced else (None, 0.0, 0.0)
         backends.append(BackendProfile(member, attempts[0].resource, float(queued.mean()), float(per_job), float(per_row), float(per_shot),
                                        failed / len(attempts), None if price[0] is None else float(price[0]),
-                                       float(price[1]), float(price[2]), len(attempts)))
+                                       float(price[1]), float(price[2]), len(attempts),
+                                       len({s.lane for s in attempts})))
     fragments = []
     for name, resource in dict.fromkeys((s.fragment, s.resource) for s in spans
                                         if not is_quantum(s.resource) and s.parent_lane is None):
-        times = np.array([s.seconds for s in spans if (s.fragment, s.resource) == (name, resource)
-                          and s.parent_lane is None and s.outcome == "ok"])
+        times = np.array([s.seconds for s in _warm([s for s in spans if (s.fragment, s.resource) == (name, resource)
+                                                    and s.parent_lane is None and s.outcome == "ok"])])
         if len(times):
             fragments.append(FragmentProfile(name, resource, float(times.mean()), float(times.std()), len(times)))
     return Profile(tuple(backends), tuple(fragments))

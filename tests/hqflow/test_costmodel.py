@@ -1,0 +1,78 @@
+"""The cost model (hqflow.costmodel): exact on loops whose schedule is known by hand, and close to
+measured runs on an emulated QPU after a short calibration run."""
+import pytest
+
+import hqflow as hq
+from hqflow.backends.emulated import EmulatedQPU
+from hqflow.costmodel import calibrate, predict
+from hqflow.profile import BackendProfile, FragmentProfile, Profile, profile
+from hqflow.workloads import synthetic
+
+
+def _profile(c=0.01, queue=0.0, per_job=0.02, per_row=0.0, devices=1, failure_rate=0.0, price=None, members=1):
+    backends = tuple(BackendProfile(f"qpu:q#{k}" if members > 1 else "qpu:q", "qpu:qpu", queue, per_job, per_row, 0.0,
+                                    failure_rate, price, devices=devices, jobs=10) for k in range(members))
+    return Profile(backends, (FragmentProfile("learn", "cpu", c, 0.0, 10),))
+
+
+def _graph(staleness):
+    return synthetic.build_graph(synthetic.Config(staleness=staleness, backend="qpu"))
+
+
+@pytest.mark.parametrize("c, q", [(0.01, 0.02), (0.03, 0.01), (0.02, 0.02)])
+def test_a_pipelined_loop_reaches_the_overlap_bound_and_a_serial_one_adds_up(c, q):
+    n = 20
+    pipelined = predict(_graph(1), n, _profile(c=c, per_job=q), hq.SchedulerConfig(executor="local"))
+    assert pipelined.makespan == pytest.approx(n * max(c, q) + min(c, q))
+    assert pipelined.bound == pytest.approx(pipelined.makespan)
+    serial = predict(_graph(0), n, _profile(c=c, per_job=q), hq.SchedulerConfig(executor="local"))
+    assert serial.makespan == pytest.approx(n * (c + q))
+    assert predict(_graph(1), n, _profile(c=c, per_job=q), hq.SchedulerConfig(executor="sync")).makespan \
+        == pytest.approx(n * (c + q))  # one thing at a time
+    assert pipelined.utilization["qpu:q"] == pytest.approx(n * q / pipelined.makespan)
+
+
+def test_queue_latency_overlaps_and_devices_and_members_add_throughput():
+    n, cfg = 30, hq.SchedulerConfig(executor="local")
+    slow_queue = predict(_graph(8), n, _profile(c=0.001, queue=0.1, per_job=0.01), hq.SchedulerConfig(prefetch=10))
+    assert slow_queue.makespan < 0.1 * 3 + n * 0.011  # queue waits overlap: not n * 0.1
+    two_in_flight = predict(_graph(8), n, _profile(c=0.001, queue=0.1, per_job=0.01), cfg)  # 1 device + prefetch 1
+    assert two_in_flight.makespan == pytest.approx(n * 0.11 / 2, rel=0.1)
+    one = predict(_graph(8), n, _profile(c=0.001, per_job=0.02), cfg).makespan
+    two = predict(_graph(8), n, _profile(c=0.001, per_job=0.02, devices=2), cfg).makespan
+    pool = predict(_graph(8), n, _profile(c=0.001, per_job=0.02, members=2), cfg).makespan
+    assert two == pytest.approx(one / 2, rel=0.1) and pool == pytest.approx(one / 2, rel=0.1)
+    only_one = predict(_graph(8), n, _profile(c=0.001, per_job=0.02, members=2), cfg, members={"qpu": ["q#0"]})
+    assert only_one.makespan == pytest.approx(one)
+
+
+def test_failures_cost_time_and_money():
+    n, cfg = 10, hq.SchedulerConfig(executor="local")
+    clean = predict(_graph(0), n, _profile(c=0.0, per_job=0.02, price=1.0), cfg)
+    flaky = predict(_graph(0), n, _profile(c=0.0, per_job=0.02, price=1.0, failure_rate=0.5), cfg)
+    assert clean.spend == pytest.approx(10.0) and flaky.spend == pytest.approx(20.0)
+    assert flaky.makespan == pytest.approx(2 * clean.makespan) and clean.jobs == flaky.jobs == 10
+
+
+def test_an_unprofiled_pool_is_a_clear_error():
+    with pytest.raises(ValueError, match="no profile of a backend in pool 'qpu'"):
+        predict(_graph(0), 3, Profile((), (FragmentProfile("learn", "cpu", 0.01, 0.0, 1),)))
+    with pytest.raises(KeyError, match="no profile of fragment 'learn'"):
+        predict(_graph(0), 3, Profile(_profile().backends, ()))
+
+
+@pytest.mark.parametrize("staleness, executor", [(0, "local"), (2, "local"), (1, "sync")])
+def test_a_calibrated_prediction_is_close_to_the_measured_run(staleness, executor):
+    cfg = synthetic.Config(staleness=staleness, backend="qpu", batch=8, matrix=64, repeats=30)
+    graph, config = synthetic.build_graph(cfg), hq.SchedulerConfig(executor=executor)
+
+    def run(steps):
+        qpu = EmulatedQPU(queue_wait=0.02, per_job=0.005, per_circuit=0.001)
+        return hq.run(graph, synthetic.stream(steps, cfg), backends={"qpu": qpu}, executor=executor)
+
+    calibration = run(10)
+    fitted = calibrate(graph, calibration.spans, profile(calibration.spans), config, rows=cfg.batch)
+    measured = run(30)
+    makespan = max(s.end for s in measured.spans) - min(s.start for s in measured.spans)
+    predicted = predict(graph, 30, fitted, config, rows=cfg.batch).makespan
+    assert predicted == pytest.approx(makespan, rel=0.35)  # benchmarks/planner.py reports the error itself
