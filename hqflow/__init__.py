@@ -4,6 +4,7 @@
     pipe = hq.Pipeline("demo")          # build a graph of fragments
     graph = pipe.build()                 # plain data: print / to_json / draw
     result = hq.run(graph, stream)       # run it (overlap scheduler; executor="sync" | "local" | "ray")
+    best = hq.plan(graph, steps, profile)  # or let the cost model choose the knobs; hq.run(..., plan=best)
 """
 import os as _os
 
@@ -22,17 +23,15 @@ from .jobs import BudgetExceeded, JobClient, RetriesExhausted, get_client
 from .pipeline import Pipeline
 from .reference_executor import ReferenceExecutor
 from .reference_executor import run as run_reference
-from .scheduler import (
-    Scheduler,
-    SchedulerConfig,
-    run,
-)
+from .planner import Plan, plan, run
+from .scheduler import Scheduler, SchedulerConfig
 from .trace import Span
 
 __all__ = [
     "FragmentError",
     "JobClient",
     "Pipeline",
+    "Plan",
     "ReferenceExecutor",
     "RetriesExhausted",
     "BudgetExceeded",
@@ -43,6 +42,7 @@ __all__ = [
     "Span",
     "__version__",
     "get_client",
+    "plan",
     "run",
     "run_reference",
 ]

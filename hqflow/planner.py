@@ -1,0 +1,151 @@
+"""The planner: how to run a graph, chosen by the cost model (Alpa's lesson: a plan is an optimization).
+
+``plan(graph, steps, profile, objective=..., budget=..., max_staleness=...)`` searches the
+knobs a user would otherwise set by hand, and predicts each choice with ``hqflow.costmodel``:
+
+* the staleness of the learner-to-actor loop edges, up to ``max_staleness`` (the graph's own, by
+  default: a plan never lets parameters be older than the algorithm allows);
+* jobs in flight per backend beyond its devices (``prefetch``), and the window;
+* the subset of each pool's members to use.
+
+The objective is ``"time"`` (the shortest makespan), ``"cost"`` (the least spend, then the
+shortest), or time under ``budget`` (the shortest whose spend fits). The :class:`Plan` prints as a
+table of its choices and their prediction; ``apply(plan, graph, backends)`` gives the graph,
+backends and ``SchedulerConfig`` to run, and ``hq.run(graph, stream, plan=plan)`` does it.
+
+Applying a plan never changes the algorithm, only where and how much at once. At staleness 0 with
+exact backends it never changes the result.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from hqflow.ir.graph import Graph
+
+from .costmodel import Prediction, predict
+from .profile import Profile
+from .scheduler import SchedulerConfig, run as scheduler_run
+
+OBJECTIVES = ("time", "cost")
+PREFETCH = (0, 1, 2, 4)
+HORIZON = 60
+"""steps simulated to rank candidates (the chosen plan is then predicted over all steps)"""
+
+
+@dataclass(frozen=True)
+class Plan:
+    staleness: int
+    """max_staleness of the loop edges from one fragment to another (self-loops stay 0)"""
+    config: SchedulerConfig
+    """the scheduler knobs: prefetch, window (and what the caller gave)"""
+    members: tuple[tuple[str, tuple[str, ...]], ...]
+    """per pool name, the members to use (``qpu:<backend>``, ``#k`` for the k-th of a pool)"""
+    prediction: Prediction
+    objective: str
+    budget: float | None
+    candidates: int
+    """configurations predicted in the search"""
+
+    def __str__(self) -> str:
+        p = self.prediction
+        rows = [("objective", self.objective + (f" under a budget of {self.budget:g}" if self.budget is not None else "")),
+                ("staleness", str(self.staleness)), ("prefetch", str(self.config.prefetch)),
+                ("window", "auto" if self.config.window is None else str(self.config.window))]
+        rows += [(f"pool {name}", ", ".join(m) or "-") for name, m in self.members]
+        rows += [("predicted makespan", f"{p.makespan:.3f} s (bound {p.bound:.3f} s)"),
+                 ("predicted spend", f"{p.spend:.4g}"), ("jobs", str(p.jobs))]
+        rows += [(f"utilization {k}", f"{v:.0%}") for k, v in p.utilization.items()]
+        rows += [("candidates", str(self.candidates))]
+        width = max(len(k) for k, _ in rows)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _loop_staleness(graph: Graph) -> int:
+    return max((e.max_staleness for e in graph.edges if e.loop and e.src[0] != e.dst[0]), default=0)
+
+
+def with_staleness(graph: Graph, staleness: int) -> Graph:
+    """``graph`` with every loop edge between two fragments at ``max_staleness=staleness``."""
+    edges = tuple(dataclasses.replace(e, max_staleness=staleness) if e.loop and e.src[0] != e.dst[0] else e
+                  for e in graph.edges)
+    return dataclasses.replace(graph, edges=edges)
+
+
+def _subsets(names: list[str]):
+    for k in range(len(names), 0, -1):
+        yield from itertools.combinations(names, k)
+
+
+def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time", budget: float | None = None,
+         max_staleness: int | None = None, config: SchedulerConfig = SchedulerConfig(executor="local"),
+         rows: int | Mapping[str, int] = 1) -> Plan:
+    """The best configuration the cost model finds (see the module docstring)."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0):
+        raise ValueError(f"budget must be a number >= 0 or None, got {budget!r}")
+    limit = _loop_staleness(graph) if max_staleness is None else max_staleness
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"max_staleness must be an integer >= 0, got {limit!r}")
+    pools = {f.backend: [b.backend for b in profile.backends if b.pool == f"qpu:{f.backend}"]
+             for f in graph.fragments if f.kind == "execute"}
+    for name, names in pools.items():
+        if not names:
+            raise ValueError(f"no profile of a backend in pool {name!r}: calibrate with a run that uses it")
+    horizon = min(steps, HORIZON)
+    scale = steps / horizon if horizon else 0.0
+    best, seen = None, 0
+    for staleness, prefetch, chosen in itertools.product(range(limit + 1), PREFETCH,
+                                                         itertools.product(*(_subsets(n) for n in pools.values()))):
+        members = dict(zip(pools, chosen))
+        cfg = dataclasses.replace(config, prefetch=prefetch, window=None)
+        guess = predict(with_staleness(graph, staleness), horizon, profile, cfg, rows=rows, members=members)
+        seen += 1
+        spend = guess.spend * scale
+        if budget is not None and spend > budget:
+            continue
+        primary = (spend, guess.makespan) if objective == "cost" else (guess.makespan, spend)
+        key = (*(round(x, 9) for x in primary), staleness, prefetch)  # ties: fresher parameters, fewer jobs ahead
+        if best is None or key < best[0]:
+            best = (key, staleness, cfg, members)
+    if best is None:
+        raise ValueError(f"no configuration fits a budget of {budget:g}: the cheapest is predicted to spend more")
+    _, staleness, cfg, members = best
+    final = predict(with_staleness(graph, staleness), steps, profile, cfg, rows=rows, members=members)
+    return Plan(staleness, cfg, tuple((k, tuple(v)) for k, v in members.items()), final, objective, budget, seen)
+
+
+def apply(plan: Plan, graph: Graph, backends: Mapping | None = None) -> tuple[Graph, dict, SchedulerConfig]:
+    """``(graph, backends, config)`` to run ``plan``: its staleness, its pool members (``#k``: the k-th
+    of the pool ``backends`` gives), its scheduler knobs."""
+    if plan.staleness > _loop_staleness(graph):
+        raise ValueError(f"the plan's staleness {plan.staleness} is more than the graph allows "
+                         f"({_loop_staleness(graph)}): plan with this graph")
+    chosen = dict(plan.members)
+    out = dict(backends or {})
+    for name, members in chosen.items():
+        given = out.get(name)
+        if isinstance(given, list) and len(given) > 1:
+            keep = [int(m.rsplit("#", 1)[1]) for m in members if "#" in m]
+            if len(keep) != len(members) or any(k >= len(given) for k in keep):
+                raise ValueError(f"the plan's members of pool {name!r} ({', '.join(members)}) are not in the pool given")
+            out[name] = [given[k] for k in keep]
+    return with_staleness(graph, plan.staleness), out, plan.config
+
+
+def run(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping | None = None, **options):
+    """``hqflow.run``: the scheduler's ``run``, after applying ``plan`` if one is given (its knobs; any
+    other ``SchedulerConfig`` option given here wins)."""
+    if plan is None:
+        return scheduler_run(graph, stream, backends=backends, **options)
+    graph, backends, config = apply(plan, graph, backends)
+    config = dataclasses.replace(config, **{k: v for k, v in options.items()
+                                            if k in {f.name for f in dataclasses.fields(SchedulerConfig)}})
+    rest = {k: v for k, v in options.items() if k not in {f.name for f in dataclasses.fields(SchedulerConfig)}}
+    return scheduler_run(graph, stream, backends=backends, config=config, **rest)
+
+
+__all__ = ["OBJECTIVES", "Plan", "apply", "plan", "run", "with_staleness"]

@@ -1,0 +1,88 @@
+"""The planner (hqflow.planner): it picks the known optimum on small cases, honours the objective,
+the budget and the staleness the algorithm allows, prints a table, and applying a plan at
+staleness 0 changes no result."""
+import numpy as np
+import pytest
+
+import hqflow as hq
+from hqflow.backends import get_backend
+from hqflow.planner import apply, with_staleness
+from hqflow.profile import BackendProfile, FragmentProfile, Profile
+from hqflow.workloads import synthetic
+
+
+def _profile(c, members):
+    """``members``: (per_job seconds, price per job) of each member of pool "qpu"."""
+    many = len(members) > 1
+    backends = tuple(BackendProfile(f"qpu:q#{k}" if many else "qpu:q", "qpu:qpu", 0.0, t, 0.0, 0.0, 0.0, price, jobs=5)
+                     for k, (t, price) in enumerate(members))
+    return Profile(backends, (FragmentProfile("learn", "cpu", c, 0.0, 5),))
+
+
+def _graph(staleness=2):
+    return synthetic.build_graph(synthetic.Config(staleness=staleness, backend="qpu"))
+
+
+def test_it_overlaps_when_the_algorithm_allows_and_not_otherwise():
+    prof = _profile(0.02, [(0.02, None)])
+    best = hq.plan(_graph(2), 50, prof)
+    assert best.staleness >= 1 and best.prediction.makespan == pytest.approx(50 * 0.02 + 0.02)
+    strict = hq.plan(_graph(2), 50, prof, max_staleness=0)
+    assert strict.staleness == 0 and strict.prediction.makespan == pytest.approx(50 * 0.04)
+    assert hq.plan(_graph(0), 50, prof).staleness == 0  # the graph's own bound
+
+
+def test_time_uses_every_qpu_cost_picks_the_cheap_one_and_a_budget_is_kept():
+    prof = _profile(0.001, [(0.02, 1.0), (0.02, 3.0)])  # two equal QPUs, one three times the price
+    fast = hq.plan(_graph(4), 40, prof, objective="time")
+    assert dict(fast.members)["qpu"] == ("qpu:q#0", "qpu:q#1")
+    cheap = hq.plan(_graph(4), 40, prof, objective="cost")
+    assert dict(cheap.members)["qpu"] == ("qpu:q#0",) and cheap.prediction.spend == pytest.approx(40.0)
+    assert fast.prediction.spend == pytest.approx(80.0)  # the jobs split between the two
+    assert dict(hq.plan(_graph(4), 40, prof, budget=80.0).members)["qpu"] == ("qpu:q#0", "qpu:q#1")
+    capped = hq.plan(_graph(4), 40, prof, budget=60.0)  # both would spend 80: the cheap one alone
+    assert capped.prediction.spend <= 60.0 and dict(capped.members)["qpu"] == ("qpu:q#0",)
+    assert capped.prediction.makespan == pytest.approx(2 * fast.prediction.makespan, rel=0.05)
+    with pytest.raises(ValueError, match="no configuration fits a budget of 10"):
+        hq.plan(_graph(4), 40, prof, budget=10.0)
+
+
+def test_a_slow_member_is_left_out_when_it_only_delays():
+    prof = _profile(0.001, [(0.01, None), (0.5, None)])  # the second QPU is 50 times slower
+    best = hq.plan(_graph(1), 20, prof)
+    assert dict(best.members)["qpu"] == ("qpu:q#0",)
+
+
+def test_a_plan_prints_its_choices_and_prediction():
+    text = str(hq.plan(_graph(2), 10, _profile(0.01, [(0.02, 0.5)]), budget=100.0))
+    for words in ("objective", "time under a budget of 100", "staleness", "prefetch", "pool qpu", "qpu:q",
+                  "predicted makespan", "predicted spend", "utilization qpu:q", "candidates"):
+        assert words in text
+
+
+def test_bad_arguments_are_one_line_errors():
+    prof = _profile(0.01, [(0.02, None)])
+    with pytest.raises(ValueError, match="objective must be one of time, cost"):
+        hq.plan(_graph(), 5, prof, objective="speed")
+    with pytest.raises(ValueError, match="max_staleness must be an integer >= 0"):
+        hq.plan(_graph(), 5, prof, max_staleness=-1)
+    with pytest.raises(ValueError, match="no profile of a backend in pool 'qpu'"):
+        hq.plan(_graph(), 5, Profile((), prof.fragments))
+
+
+def test_applying_a_plan_at_staleness_0_changes_no_result():
+    cfg = synthetic.Config(staleness=0, backend="qpu")
+    graph, stream = synthetic.build_graph(cfg), synthetic.stream(6, cfg)
+    pool = {"qpu": [get_backend("reference"), get_backend("reference")]}
+    prof = _profile(0.001, [(0.01, None), (0.01, None)])
+    chosen = hq.plan(graph, 6, prof)
+    assert chosen.staleness == 0
+    ref = hq.run(graph, stream, backends=pool, executor="sync")
+    res = hq.run(graph, stream, backends=pool, plan=chosen, executor="local")
+    assert res.outputs == ref.outputs
+    np.testing.assert_array_equal(res.state["learn.weights"], ref.state["learn.weights"])
+    planned_graph, backends, config = apply(chosen, graph, pool)
+    assert len(backends["qpu"]) == len(dict(chosen.members)["qpu"]) and config.prefetch == chosen.config.prefetch
+    with pytest.raises(ValueError, match="more than the graph allows"):
+        apply(hq.plan(_graph(2), 6, _profile(0.02, [(0.02, None)])), graph)
+    assert with_staleness(_graph(2), 0).edges != _graph(2).edges
