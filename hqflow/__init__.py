@@ -24,7 +24,7 @@ from .pipeline import Pipeline
 from .reference_executor import ReferenceExecutor
 from .reference_executor import run as run_reference
 from .planner import Plan, plan, run
-from .scheduler import Scheduler, SchedulerConfig
+from .scheduler import RunHandle, Scheduler, SchedulerConfig, start
 from .trace import Span
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "RetriesExhausted",
     "BudgetExceeded",
     "RunFailed",
+    "RunHandle",
     "RunResult",
     "Scheduler",
     "SchedulerConfig",
@@ -45,4 +46,5 @@ __all__ = [
     "plan",
     "run",
     "run_reference",
+    "start",
 ]

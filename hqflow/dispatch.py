@@ -50,6 +50,7 @@ class Member:
     rest: float = 0.0  # length of the current (or last) rest
     jobs: int = 0  # jobs given to this member
     failures: int = 0  # of them failed
+    removed: bool = False  # taken out of the pool mid-run (``JobService.remove_backend``): given no more jobs
 
     def free_slot(self) -> int | None:
         for s in range(self.capacity):
@@ -82,7 +83,7 @@ class Member:
         return now + finish / max(self.success, 0.05)
 
     def fits(self, n_qubits: int) -> bool:
-        return n_qubits <= self.handle.capabilities.max_qubits
+        return not self.removed and n_qubits <= self.handle.capabilities.max_qubits
 
     def resting(self, now: float) -> bool:
         return now < self.rest_until
@@ -111,14 +112,20 @@ class Pool:
     @property
     def devices(self) -> int:
         """Device slots of all members together: jobs the pool runs at once."""
-        return sum(m.devices for m in self.members)
+        return sum(m.devices for m in self.members if not m.removed)
+
+    def add(self, member: Member) -> int:
+        """A member joins the pool mid-run (elastic resources); returns its index."""
+        self.members.append(member)
+        return len(self.members) - 1
 
     @property
     def capabilities(self) -> Capabilities:
         """What a job sent to the pool can count on: the widest member's qubits (a job goes to one
         that fits), exact/shots only if every member has them, a native gradient only if all share it.
         Batches are split to the smallest per-job limit, so the pool itself has none."""
-        caps = [m.handle.capabilities for m in self.members]
+        caps = [m.handle.capabilities for m in self.members if not m.removed] or [m.handle.capabilities
+                                                                                  for m in self.members]
         gradients = {c.gradient for c in caps}
         devices = {c.device for c in caps}
         return Capabilities(self.name, max(c.max_qubits for c in caps), None, all(c.exact for c in caps),
@@ -127,7 +134,7 @@ class Pool:
 
     def max_rows(self) -> int | None:
         """The largest job every member accepts (``None``: unlimited)."""
-        limits = [m.handle.capabilities.max_circuits_per_job for m in self.members]
+        limits = [m.handle.capabilities.max_circuits_per_job for m in self.members if not m.removed]
         limits = [x for x in limits if x]
         return min(limits) if limits else None
 
@@ -164,7 +171,8 @@ class Pool:
         return m.tried_at is None or self.jobs - m.tried_at >= self.stale_after
 
     def any_fits(self, n_qubits: int) -> bool:
-        return any(m.fits(n_qubits) for m in self.members)
+        """A member could run it; with every member removed, jobs wait for one to be added."""
+        return any(m.fits(n_qubits) for m in self.members) or all(m.removed for m in self.members)
 
     def start(self, member: int, slot: int, rows: int = 1) -> float:
         t = time.perf_counter()
@@ -216,4 +224,5 @@ class Pool:
         """Per member: jobs, failures, latency estimate, success rate and whether it rests now."""
         now = time.perf_counter()
         return [{"lane": m.lane, "jobs": m.jobs, "failures": m.failures, "ewma": m.ewma,
-                 "success": round(m.success, 3), "resting": m.resting(now)} for m in self.members]
+                 "success": round(m.success, 3), "resting": m.resting(now), "removed": m.removed}
+                for m in self.members]

@@ -41,7 +41,7 @@ from typing import Any
 
 from hqflow.backends import BackendError, BatchResult, Capabilities, CircuitBatch, FutureJob, JobFailed
 
-from .dispatch import Pool
+from .dispatch import Member, Pool
 from .ledger import BudgetExceeded, Ledger
 from .threads import DaemonPool
 from .trace import Span
@@ -74,6 +74,7 @@ class _Request:
     attempts: list = field(default_factory=list)
     avoid: list = field(default_factory=list)
     left: int = 0
+    withdrawn: list = field(default_factory=list)  # attempts taken back from a removed backend (not failures)
 
 
 @dataclass
@@ -121,7 +122,7 @@ class JobService:
         limit = p.max_rows()
         parts = batch.split(limit) if limit else [batch]
         n = len(parts)
-        req = _Request(p, parts, parent, cf.Future(), [None] * n, [0] * n, [set() for _ in parts], n)
+        req = _Request(p, parts, parent, cf.Future(), [None] * n, [0] * n, [set() for _ in parts], n, [0] * n)
         req.future.set_running_or_notify_cancel()
         with self._lock:
             if self._closed:
@@ -256,7 +257,7 @@ class JobService:
             self.stats["failed_jobs"] += 1
             req.attempts[j] += 1
             req.avoid[j].add(att.member)
-            if req.attempts[j] > self.max_retries:
+            if req.attempts[j] - req.withdrawn[j] > self.max_retries:
                 give_up = RetriesExhausted(f"quantum job failed {req.attempts[j]} times on pool {req.pool.name!r}; "
                                            f"last: {outcome}")
             else:
@@ -304,6 +305,43 @@ class JobService:
                 if att is not None:
                     self._failed(token, "timeout")  # first: its cancellation's callback then finds nothing
                     att.job.cancel()
+
+    # -- elastic pools ------------------------------------------------------------------
+    def add_backend(self, pool: str, member: Member) -> int:
+        """``member`` joins pool ``pool`` now; waiting jobs may go to it at once. Returns its index."""
+        with self._lock:
+            if pool not in self.pools:
+                raise BackendError(f"no backend pool named {pool!r}; pools: {', '.join(sorted(self.pools))}")
+            index = self.pools[pool].add(member)
+        self._pump()
+        return index
+
+    def remove_backend(self, pool: str, index: int) -> int:
+        """Take member ``index`` out of pool ``pool``: it gets no more jobs, and its jobs in flight are
+        cancelled and queued again, first in line, for the other members (not counted as failures; a
+        late result of a cancelled job is dropped). Returns how many jobs were taken back."""
+        with self._lock:
+            if pool not in self.pools:
+                raise BackendError(f"no backend pool named {pool!r}; pools: {', '.join(sorted(self.pools))}")
+            members = self.pools[pool].members
+            if not 0 <= index < len(members) or members[index].removed:
+                raise BackendError(f"pool {pool!r} has no member {index} in it")
+            members[index].removed = True
+            taken = [(token, att) for token, att in self._live.items()
+                     if att.request.pool is self.pools[pool] and att.member == index]
+            for token, att in taken:
+                del self._live[token]
+                req, j = att.request, att.part
+                self._span(att, "cancelled")
+                req.pool.release(att.member, att.slot)
+                req.attempts[j] += 1  # a fresh attempt (and job id) on the member it goes to
+                req.withdrawn[j] += 1
+                self._waiting.appendleft((req, j))
+        for _, att in taken:
+            if att.job is not None:
+                att.job.cancel()
+        self._pump()
+        return len(taken)
 
     # -- the end -----------------------------------------------------------------------
     def close(self) -> None:

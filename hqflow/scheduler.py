@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import queue
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -172,6 +173,7 @@ class Scheduler:
         self.index = {f.name: i for i, f in enumerate(self.order)}
         self.incoming = {e.dst: i for i, e in enumerate(self.graph.edges)}
         self.slots = {"cpu": config.cpu_workers, "gpu": config.gpu_workers}
+        self.started = threading.Event()
 
     def _kept_ports(self) -> dict[str, tuple[str, ...]]:
         """Per classical fragment, the output ports that only other classical fragments read, in the same
@@ -223,6 +225,7 @@ class Scheduler:
             if c.run_dir is not None:
                 self.store = RunDir(c.run_dir, self.graph, c.seed, c.run_id, c.checkpoint_every, c.resume)
             self._reset(initial_state)
+            self.started.set()  # a RunHandle may change the pools from here on
             next_step = self._restore(items) if self.store else 0
         except BaseException:
             self._close()
@@ -326,9 +329,13 @@ class Scheduler:
         return RunResult([self.outputs[i] for i in steps], spans, state, time.perf_counter() - self.t0, stats,
                          None if whole else steps)
 
+    def _auto_window(self) -> int:
+        """Steps admitted at once: the config's, or twice the jobs the pools keep in flight, plus 2 (at least 8)."""
+        in_flight = sum(m.capacity for pool in self.pools.values() for m in pool.members if not m.removed)
+        return 1 if self.config.executor == "sync" else self.config.window or max(8, 2 * in_flight + 2)
+
     def _reset(self, initial_state) -> None:
-        in_flight = sum(m.capacity for pool in self.pools.values() for m in pool.members)
-        self.window = 1 if self.config.executor == "sync" else self.config.window or max(8, 2 * in_flight + 2)
+        self.window = self._auto_window()
         self.t0 = time.perf_counter()
         self.events: queue.Queue = queue.Queue()
         self.admitted: dict[int, set[str]] = {}  # step -> fragments not yet done
@@ -535,6 +542,96 @@ class Scheduler:
                 del versions[v]
 
 
+class RunHandle:
+    """A run in a thread of its own whose backend pools change while it runs (``hqflow.start``).
+
+        run = hq.start(graph, stream, backends={"qpu": [qpu_a, qpu_b]})
+        run.remove_backend("qpu", 1)                 # its jobs in flight go to the others
+        run.add_backend("qpu", ("emulated-qpu", {}))  # waiting jobs may go to it at once
+        result = run.result()
+
+    What a run computes depends on its steps, rows and shot seeds only, never on the backend that
+    ran a job: with exact backends at staleness 0 it ends with the result of an undisturbed run.
+    """
+
+    def __init__(self, scheduler: Scheduler, stream, initial_state=None, progress=None):
+        self.scheduler = scheduler
+        self._result, self._error, self._done = None, None, threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threads.start(self._main, "hqflow-run", (stream, initial_state, progress))
+
+    def _main(self, stream, initial_state, progress) -> None:
+        try:
+            self._result = self.scheduler.run(stream, initial_state=initial_state, progress=progress)
+        except BaseException as exc:  # noqa: BLE001 - result() raises it in the caller's thread
+            self._error = exc
+        finally:
+            self.scheduler.started.set()
+            self._done.set()
+
+    def _service(self):
+        self.scheduler.started.wait()
+        if self._done.is_set():
+            raise RuntimeError("the run has ended; its pools no longer change")
+        return self.scheduler.service
+
+    def add_backend(self, pool: str, spec) -> int:
+        """Add a backend (an instance, a name, or ``(name, options)``) to pool ``pool``; returns its index."""
+        service, s = self._service(), self.scheduler
+        if pool not in s.pools:
+            raise ValueError(f"no backend pool named {pool!r}; pools: {', '.join(sorted(s.pools))}")
+        with self._lock:
+            handle = s.executor.backend(spec, s.config.max_in_flight)
+            members = s.pools[pool].members
+            member = Member(handle, f"qpu:{handle.name}#{len(members)}", handle.max_in_flight,
+                            handle.max_in_flight + s.config.prefetch)
+            index = service.add_backend(pool, member)
+            s.window = max(s.window, s._auto_window())
+        return index
+
+    def remove_backend(self, pool: str, which: int | str) -> int:
+        """Take a backend out of pool ``pool``: its index, or its name (the first such still in the pool).
+        Its jobs in flight are cancelled and run again elsewhere. Returns how many were taken back."""
+        service, s = self._service(), self.scheduler
+        if pool not in s.pools:
+            raise ValueError(f"no backend pool named {pool!r}; pools: {', '.join(sorted(s.pools))}")
+        members = s.pools[pool].members
+        if isinstance(which, str):
+            found = [i for i, m in enumerate(members) if not m.removed and which in (m.handle.name, m.lane)]
+            if not found:
+                raise ValueError(f"pool {pool!r} has no backend {which!r} in it")
+            which = found[0]
+        return service.remove_backend(pool, which)  # the last one may go too: jobs wait for one to be added
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def result(self, timeout: float | None = None) -> RunResult:
+        """The run's result, when it ends (its error, raised here, if it failed)."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"the run has not ended within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+def start(graph: Graph, stream: Iterable[Mapping[str, Any]] | int, *, backends: Mapping[str, Any] | None = None,
+          initial_state: Mapping[str, Any] | None = None, progress=None, config: SchedulerConfig | None = None,
+          **options) -> RunHandle:
+    """``run``, in a thread of its own: returns at once with a :class:`RunHandle`."""
+    return RunHandle(Scheduler(graph, backends, _config(config, options)), stream, initial_state, progress)
+
+
+def _config(config: SchedulerConfig | None, options: dict) -> SchedulerConfig:
+    cfg = config or SchedulerConfig()
+    if options:
+        unknown = sorted(set(options) - {f.name for f in dataclasses.fields(SchedulerConfig)})
+        if unknown:
+            raise TypeError(f"unknown scheduler option(s) {unknown}; see hqflow.SchedulerConfig")
+        cfg = dataclasses.replace(cfg, **options)
+    return cfg
+
+
 def run(graph: Graph, stream: Iterable[Mapping[str, Any]] | int, *, backends: Mapping[str, Any] | None = None,
         initial_state: Mapping[str, Any] | None = None, progress=None, config: SchedulerConfig | None = None,
         **options) -> RunResult:
@@ -544,10 +641,5 @@ def run(graph: Graph, stream: Iterable[Mapping[str, Any]] | int, *, backends: Ma
     ``(name, options)``, or a list of those (a pool). ``options`` are
     ``SchedulerConfig`` fields (``executor="ray"``, ``window=4``, ...).
     """
-    cfg = config or SchedulerConfig()
-    if options:
-        unknown = sorted(set(options) - {f.name for f in dataclasses.fields(SchedulerConfig)})
-        if unknown:
-            raise TypeError(f"unknown scheduler option(s) {unknown}; see hqflow.SchedulerConfig")
-        cfg = dataclasses.replace(cfg, **options)
-    return Scheduler(graph, backends, cfg).run(stream, initial_state=initial_state, progress=progress)
+    return Scheduler(graph, backends, _config(config, options)).run(stream, initial_state=initial_state,
+                                                                   progress=progress)

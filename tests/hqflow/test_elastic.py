@@ -1,0 +1,87 @@
+"""Elastic pools (hqflow.start): backends removed and added while a run goes on; nothing is lost or
+run twice, and with exact backends at staleness 0 the result is an undisturbed run's, bit for bit."""
+import threading
+
+import numpy as np
+import pytest
+
+import hqflow as hq
+from hqflow.backends import BackendError, get_backend
+from hqflow.backends.emulated import EmulatedQPU
+from hqflow.workloads import synthetic
+
+CFG = synthetic.Config(staleness=0, backend="qpu")
+STEPS = 60
+
+
+def _qpu(name, per_job=0.004):
+    return EmulatedQPU(per_job=per_job, name=name)
+
+
+def _spec(name):
+    return ("emulated-qpu", {"per_job": 0.03, "name": name})  # on Ray: slow enough that the added ones get work
+
+
+def _changes(run, progress_steps, at_remove=15, at_add=30, instances=True):
+    """Remove the second QPU after step ``at_remove``, add two after ``at_add``."""
+    def watch():
+        while progress_steps[0] < at_remove and not run.done():
+            threading.Event().wait(0.002)
+        if not run.done():
+            run.remove_backend("qpu", 1)
+        while progress_steps[0] < at_add and not run.done():
+            threading.Event().wait(0.002)
+        if not run.done():
+            run.add_backend("qpu", _qpu("c") if instances else _spec("c"))
+            run.add_backend("qpu", _spec("d"))
+    t = threading.Thread(target=watch)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("executor", ["local", "sync", pytest.param("ray", marks=pytest.mark.ray)])
+def test_removed_and_added_backends_change_nothing_in_the_result(executor):
+    ref = hq.run_reference(synthetic.build_graph(CFG), synthetic.stream(STEPS, CFG), backends={"qpu": get_backend("reference")})
+    done, ray = [0], executor == "ray"
+    pool = [_spec("a"), _spec("b")] if ray else [_qpu("a"), _qpu("b")]
+    run = hq.start(synthetic.build_graph(CFG), synthetic.stream(STEPS, CFG), backends={"qpu": pool}, executor=executor,
+                   progress=lambda n, out: done.__setitem__(0, n), **({"ray_num_cpus": 2} if ray else {}))
+    watcher = _changes(run, done, instances=not ray)
+    res = run.result(timeout=120)
+    watcher.join()
+    assert res.outputs == ref.outputs  # every step, exactly once, exactly the values
+    np.testing.assert_array_equal(res.state["learn.weights"], ref.state["learn.weights"])
+    jobs = [s for s in res.spans if s.kind == "execute" and s.outcome == "ok"]
+    assert sorted(s.step for s in jobs) == list(range(STEPS))  # none lost, none run twice
+    lanes = {s.lane.split("/")[0] for s in jobs}
+    assert {"qpu:c#2", "qpu:d#3"} & lanes  # the added ones took work
+    health = {h["lane"]: h for h in res.extra["pools"]["qpu"]}
+    assert health["qpu:b#1"]["removed"] and not health["qpu:a#0"]["removed"]
+    assert max(s.step for s in jobs if s.lane.startswith("qpu:b#1")) <= 20  # nothing went to b after it left
+
+
+def test_a_removed_backends_jobs_in_flight_are_taken_back_and_rerun():
+    """The removed QPU holds a job that would take 30 s: it is cancelled and run on the other at once."""
+    ref = hq.run_reference(synthetic.build_graph(CFG), synthetic.stream(4, CFG), backends={"qpu": get_backend("reference")})
+    slow = EmulatedQPU(per_job=30.0, name="slow")
+    run = hq.start(synthetic.build_graph(CFG), synthetic.stream(4, CFG), backends={"qpu": [slow]}, executor="local")
+    while not slow._live:  # the first job is on the slow QPU
+        threading.Event().wait(0.01)
+    run.add_backend("qpu", _qpu("fast"))
+    assert run.remove_backend("qpu", "slow") == 1
+    res = run.result(timeout=60)
+    assert res.outputs == ref.outputs and res.seconds < 20
+    assert [s.outcome for s in res.spans if s.lane.startswith("qpu:slow")] == ["cancelled"]
+
+
+def test_bad_changes_are_one_line_errors():
+    run = hq.start(synthetic.build_graph(CFG), synthetic.stream(3, CFG), backends={"qpu": [_qpu("a", 0.05)]})
+    with pytest.raises(ValueError, match="no backend pool named 'gpu'; pools: qpu"):
+        run.add_backend("gpu", _qpu("x"))
+    with pytest.raises(ValueError, match="pool 'qpu' has no backend 'zz' in it"):
+        run.remove_backend("qpu", "zz")
+    with pytest.raises(BackendError, match="pool 'qpu' has no member 7 in it"):
+        run.remove_backend("qpu", 7)
+    run.result(timeout=60)
+    with pytest.raises(RuntimeError, match="the run has ended"):
+        run.add_backend("qpu", _qpu("late"))
