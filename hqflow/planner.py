@@ -81,8 +81,8 @@ def _subsets(names: list[str]):
 
 def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time", budget: float | None = None,
          max_staleness: int | None = None, config: SchedulerConfig = SchedulerConfig(executor="local"),
-         rows: int | Mapping[str, int] = 1) -> Plan:
-    """The best configuration the cost model finds (see the module docstring)."""
+         rows: int | Mapping[str, int] = 1, prefetch: tuple[int, ...] = PREFETCH) -> Plan:
+    """The best configuration the cost model finds (see the module docstring); ``prefetch``: the values tried."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0):
@@ -98,17 +98,17 @@ def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time",
     horizon = min(steps, HORIZON)
     scale = steps / horizon if horizon else 0.0
     best, seen = None, 0
-    for staleness, prefetch, chosen in itertools.product(range(limit + 1), PREFETCH,
-                                                         itertools.product(*(_subsets(n) for n in pools.values()))):
+    for staleness, ahead, chosen in itertools.product(range(limit + 1), prefetch,
+                                                      itertools.product(*(_subsets(n) for n in pools.values()))):
         members = dict(zip(pools, chosen))
-        cfg = dataclasses.replace(config, prefetch=prefetch, window=None)
+        cfg = dataclasses.replace(config, prefetch=ahead, window=None)
         guess = predict(with_staleness(graph, staleness), horizon, profile, cfg, rows=rows, members=members)
         seen += 1
         spend = guess.spend * scale
         if budget is not None and spend > budget:
             continue
         primary = (spend, guess.makespan) if objective == "cost" else (guess.makespan, spend)
-        key = (*(round(x, 9) for x in primary), staleness, prefetch)  # ties: fresher parameters, fewer jobs ahead
+        key = (*(round(x, 9) for x in primary), staleness, ahead)  # ties: fresher parameters, fewer jobs ahead
         if best is None or key < best[0]:
             best = (key, staleness, cfg, members)
     if best is None:

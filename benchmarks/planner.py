@@ -1,0 +1,250 @@
+"""The planner and elastic pools (issue 16): plans against exhaustive search, predictions against runs.
+
+Part 1, plans. Scenarios of ``hqflow.workloads.synthetic``'s loop (an execute fragment on a pool of
+emulated QPUs, then a learner of real torch work; loop staleness up to 2): C/Q from 0.1 to 10,
+pools of 1 to 3 QPUs that differ in latency, per-row time, price and failure rate, with and
+without a budget. Per scenario:
+
+* a calibration run of ``--calibrate`` steps with every member gives the profile
+  (``hqflow.profile.profile`` and ``hqflow.costmodel.calibrate``);
+* ``hq.plan`` picks staleness (0..2), prefetch (0..2) and the pool's members;
+* every configuration of that same space is run (``--steps`` steps each) and the fastest one
+  that kept the budget is the exhaustive best; the plan's own run is measured the same way;
+* the default configuration (the graph as built, every member, ``SchedulerConfig()``) is run too.
+
+``plan_vs_best``: the best's makespan over the plan's (geometric mean); ``prediction_error``: the
+median of |predicted - measured| / measured of the plan's makespan; ``plan_vs_default``: the
+default's makespan over the plan's, over the scenarios with a heterogeneous pool and no budget
+(the default knows none);
+``budget_respected``: scenarios with a budget whose plan's run spent within it, of them all.
+
+Part 2, elastic. ``--elastic-steps`` steps (200) at staleness 0 with exact values on two QPUs; after
+a quarter of them one is removed, after half two are added (``hq.start``, ``RunHandle``). The final
+weights against an undisturbed run; jobs lost or run twice (steps whose job did not run exactly
+once); steps/s after the addition over the steady rate of a run that had those three QPUs from the
+start.
+
+    python benchmarks/planner.py [--quick]
+
+The last line printed is one JSON object with the figures.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+import hqflow as hq
+from hqflow.backends.emulated import EmulatedQPU
+from hqflow.costmodel import calibrate
+from hqflow.planner import with_staleness
+from hqflow.profile import profile
+from hqflow.workloads import synthetic
+
+PREFETCH = (0, 1, 2)
+
+
+@dataclass(frozen=True)
+class Price:
+    amount: float
+    currency: str = "USD"
+    jobs: int = 1
+    shots: int = 0
+
+
+class PricedQPU(EmulatedQPU):
+    """An emulated QPU that prices its jobs: ``per_job`` + ``per_row`` dollars."""
+
+    def __init__(self, price_job: float = 0.0, price_row: float = 0.0, **options):
+        super().__init__(**options)
+        self.price_job, self.price_row = price_job, price_row
+
+    def estimate_cost(self, batch) -> Price:
+        return Price(self.price_job + self.price_row * batch.size)
+
+
+def qpus(members):
+    """Fresh QPUs for one run: ``members`` are (name, queue, per_job, per_row, failure_rate, price per job)."""
+    return [PricedQPU(price, 0.0, name=name, queue_wait=q, per_job=j, per_circuit=r, failure_rate=f, seed=k)
+            for k, (name, q, j, r, f, price) in enumerate(members)]
+
+
+FAST, SLOW = ("fast", 0.0, 0.004, 0.0004, 0.0, 1.0), ("slow", 0.0, 0.03, 0.001, 0.0, 0.2)
+QUEUED, FLAKY = ("queued", 0.02, 0.004, 0.0004, 0.0, 0.5), ("flaky", 0.0, 0.004, 0.0004, 0.3, 0.3)
+
+
+def scenarios(quick: bool) -> list[dict]:
+    """(C/Q, pool members as (name, queue s, per job s, per row s, failure rate, price per job), budget)."""
+    if quick:
+        return [{"ratio": 0.1, "pool": [FAST, SLOW], "budget": None},
+                {"ratio": 1.0, "pool": [FAST, QUEUED], "budget": None},
+                {"ratio": 0.1, "pool": [FAST, SLOW], "budget": "tight"}]
+    out = []
+    for ratio in (0.1, 1.0, 10.0):
+        for pool in ([FAST], [FAST, SLOW], [FAST, QUEUED], [FAST, FLAKY, SLOW]):
+            out.append({"ratio": ratio, "pool": pool, "budget": None})
+    for ratio in (0.1, 1.0):
+        out.append({"ratio": ratio, "pool": [FAST, SLOW], "budget": "tight"})
+        out.append({"ratio": ratio, "pool": [FAST, QUEUED, FLAKY], "budget": "tight"})
+    return out
+
+
+def makespan(res) -> float:
+    return max(s.end for s in res.spans) - min(s.start for s in res.spans)
+
+
+def spend(res) -> float:
+    return sum(s.cost or 0.0 for s in res.spans if s.kind == "execute" and s.outcome == "ok")
+
+
+def names_of(members) -> list[str]:
+    """The members' names in a profile: ``qpu:NAME``, and ``#k`` after it in a pool of several."""
+    return [f"qpu:{m[0]}#{k}" if len(members) > 1 else f"qpu:{m[0]}" for k, m in enumerate(members)]
+
+
+def run_config(graph, cfg, members, steps, staleness, prefetch, chosen=None, budget=None):
+    """One measured run: the graph at ``staleness``, the chosen members (profile names), ``prefetch``."""
+    pool = [q for q, name in zip(qpus(members), names_of(members)) if chosen is None or name in chosen]
+    res = hq.run(with_staleness(graph, staleness), synthetic.stream(steps, cfg), backends={"qpu": pool},
+                 executor="local", prefetch=prefetch, max_retries=50, budget=budget)
+    return res
+
+
+def part_plans(args) -> dict:
+    rows, errors, vs_best, vs_default, budgets = [], [], [], [], []
+    print(f"{'C/Q':>5} {'pool':<18} {'budget':>7} {'plan':<28} {'pred s':>7} {'plan s':>7} {'best s':>7} "
+          f"{'default s':>9} {'spend':>7}")
+    for sc in scenarios(args.quick):
+        q = 0.004 + 0.0004 * 8  # the fast QPU's job: 8 rows
+        cfg = synthetic.Config(staleness=2, backend="qpu", batch=8, matrix=64,
+                               repeats=synthetic.calibrate(sc["ratio"] * q * 1e3, matrix=64))
+        graph, members = synthetic.build_graph(cfg), sc["pool"]
+        cal = hq.run(graph, synthetic.stream(args.calibrate, cfg), backends={"qpu": qpus(members)}, executor="local",
+                     max_retries=50)
+        prof = calibrate(graph, cal.spans, profile(cal.spans), hq.SchedulerConfig(), rows=cfg.batch)
+        budget = None
+        if sc["budget"]:  # half-way between the cheapest member alone and every member together
+            cheapest = min(m[5] for m in members) * args.steps
+            budget = cheapest + 0.5 * (sum(m[5] for m in members) / len(members) * args.steps - cheapest) + 1e-9
+        names = names_of(members)
+        try:
+            plan = hq.plan(graph, args.steps, prof, budget=budget, rows=cfg.batch, prefetch=PREFETCH)
+        except ValueError as exc:
+            print(f"  no plan: {exc}")
+            continue
+        chosen = dict(plan.members)["qpu"]
+        measured = run_config(graph, cfg, members, args.steps, plan.staleness, plan.config.prefetch, chosen, budget)
+        best = math.inf
+        for staleness, prefetch, k in itertools.product(range(3), PREFETCH, range(1, len(names) + 1)):
+            for subset in itertools.combinations(names, k):
+                try:
+                    res = run_config(graph, cfg, members, args.steps, staleness, prefetch, subset, budget)
+                except hq.RunFailed:  # past the budget
+                    continue
+                if budget is None or spend(res) <= budget:
+                    best = min(best, makespan(res))
+        default = run_config(graph, cfg, members, args.steps, 2, 1)
+        mine, paid = makespan(measured), spend(measured)
+        errors.append(abs(plan.prediction.makespan - mine) / mine)
+        vs_best.append(best / mine)
+        if len({m[0] for m in members}) > 1 and budget is None:  # the default knows no budget
+            vs_default.append(makespan(default) / mine)
+        if budget is not None:
+            budgets.append(paid <= budget + 1e-9)
+        choice = f"s{plan.staleness} p{plan.config.prefetch} " + ",".join(c.split(":")[1].split("#")[0] for c in chosen)
+        print(f"{sc['ratio']:>5g} {'+'.join(m[0] for m in members):<18} {budget or 0:>7.1f} {choice:<28} "
+              f"{plan.prediction.makespan:>7.3f} {mine:>7.3f} {best:>7.3f} {makespan(default):>9.3f} {paid:>7.1f}",
+              flush=True)
+        rows.append(sc)
+
+    def geo(xs):
+        return float(np.exp(np.mean(np.log(xs)))) if xs else None
+
+    return {"scenarios": len(rows), "plan_vs_best": geo(vs_best), "prediction_error": statistics.median(errors),
+            "plan_vs_default": geo(vs_default), "budget_respected": f"{sum(budgets)}/{len(budgets)}",
+            "budget_respected_all": all(budgets)}
+
+
+def part_elastic(steps: int) -> dict:
+    cfg = synthetic.Config(staleness=0, backend="qpu", batch=8)
+    graph = synthetic.build_graph(cfg)
+
+    def qpu(name):
+        return EmulatedQPU(per_job=0.005, per_circuit=0.0002, name=name)
+
+    clean = hq.run(graph, synthetic.stream(steps, cfg), backends={"qpu": [qpu("a"), qpu("b")]})
+    three = hq.run(graph, synthetic.stream(steps, cfg), backends={"qpu": [qpu("a"), qpu("c"), qpu("d")]})
+    done, marks = [0], {}
+    run = hq.start(graph, synthetic.stream(steps, cfg), backends={"qpu": [qpu("a"), qpu("b")]},
+                   progress=lambda n, out: done.__setitem__(0, n))
+
+    def change():
+        while done[0] < steps // 4 and not run.done():
+            time.sleep(0.001)
+        run.remove_backend("qpu", "b")
+        while done[0] < steps // 2 and not run.done():
+            time.sleep(0.001)
+        run.add_backend("qpu", qpu("c"))
+        run.add_backend("qpu", qpu("d"))
+        marks["added"] = time.perf_counter()
+
+    t = threading.Thread(target=change)
+    t.start()
+    res = run.result()
+    t.join()
+    jobs = [s for s in res.spans if s.kind == "execute" and s.outcome == "ok"]
+    once = np.bincount([s.step for s in jobs], minlength=steps)
+    same = all(np.array_equal(a["loss"], b["loss"]) for a, b in zip(res.outputs, clean.outputs)) \
+        and np.array_equal(res.state["learn.weights"], clean.state["learn.weights"]) and len(res.outputs) == steps
+    after = [s for s in res.spans if s.fragment == "learn" and s.step >= steps // 2 + 5]
+    rate_after = len(after) / (max(s.end for s in after) - min(s.start for s in after))
+    steady = [s for s in three.spans if s.fragment == "learn" and s.step >= steps // 2 + 5]
+    rate_three = len(steady) / (max(s.end for s in steady) - min(s.start for s in steady))
+    print(f"  {steps} steps: result {'identical' if same else 'DIFFERENT'}; steps whose job ran other than once: "
+          f"{int((once != 1).sum())}; steps/s after the addition {rate_after:.1f} against {rate_three:.1f} with the "
+          f"three from the start")
+    return {"elastic_same_result": bool(same), "elastic_lost": int((once == 0).sum()),
+            "elastic_duplicated": int((once > 1).sum()), "elastic_rate_after_add": rate_after / rate_three,
+            "elastic_taken_back": sum(1 for s in res.spans if s.outcome == "cancelled")}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="3 scenarios, fewer steps (< 2 minutes)")
+    ap.add_argument("--steps", type=int, default=None, help="steps of each measured run (default 30; quick 12)")
+    ap.add_argument("--calibrate", type=int, default=8, help="steps of each calibration run (default 8)")
+    ap.add_argument("--elastic-steps", type=int, default=None, help="steps of the elastic run (default 200; quick 100)")
+    args = ap.parse_args()
+    args.steps = args.steps or (12 if args.quick else 30)
+    args.elastic_steps = args.elastic_steps or (100 if args.quick else 200)
+    if args.steps < 4 or args.calibrate < 3 or args.elastic_steps < 20:
+        ap.error("need --steps >= 4, --calibrate >= 3 and --elastic-steps >= 20")
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    print(f"1. plans: staleness 0..2, prefetch {PREFETCH}, the pool's members; {args.steps} steps a run")
+    figures = part_plans(args)
+    print(f"\n2. elastic: {args.elastic_steps} steps; remove one of two QPUs at 1/4, add two at 1/2")
+    figures.update(part_elastic(args.elastic_steps))
+    targets = {"plan_vs_best": (figures["plan_vs_best"] or 0) >= 0.9, "prediction_error": figures["prediction_error"] <= 0.15,
+               "plan_vs_default": (figures["plan_vs_default"] or 0) >= 1.5, "budget_respected": figures["budget_respected_all"],
+               "elastic_same_result": figures["elastic_same_result"],
+               "elastic_lost_and_duplicated": figures["elastic_lost"] == 0 and figures["elastic_duplicated"] == 0,
+               "elastic_rate_after_add": figures["elastic_rate_after_add"] >= 0.9}
+    figures["targets"] = targets
+    figures["seconds"] = round(time.perf_counter() - start, 1)
+    print("\ntargets: " + ", ".join(f"{k} {'ok' if v else 'MISSED'}" for k, v in targets.items()))
+    print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
