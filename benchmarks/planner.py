@@ -132,9 +132,10 @@ def part_plans(args) -> dict:
                      max_retries=50)
         prof = calibrate(graph, cal.spans, profile(cal.spans), hq.SchedulerConfig(), rows=cfg.batch)
         budget = None
-        if sc["budget"]:  # half-way between the cheapest member alone and every member together
-            cheapest = min(m[5] for m in members) * args.steps
-            budget = cheapest + 0.5 * (sum(m[5] for m in members) / len(members) * args.steps - cheapest) + 1e-9
+        if sc["budget"]:  # half-way between the cheapest member alone and every member together, retries counted
+            per_job = [m[5] / (1 - m[4]) for m in members]
+            cheapest = min(per_job) * args.steps
+            budget = cheapest + 0.5 * (sum(per_job) / len(per_job) * args.steps - cheapest) + 1e-9
         names = names_of(members)
         try:
             plan = hq.plan(graph, args.steps, prof, budget=budget, rows=cfg.batch, prefetch=PREFETCH)
