@@ -122,8 +122,8 @@ def predict(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig 
             waiting[f.backend].append((f, step))
             return
         shots = f.circuit.shots if f.circuit is not None else None
-        member = min(open_, key=lambda m: m.finish(now, n_rows[f.name], shots, profile.overhead)[0])
-        end, hold, d = member.finish(now, n_rows[f.name], shots, profile.overhead)
+        (end, hold, d), member = min(((m.finish(now, n_rows[f.name], shots, profile.overhead), m) for m in open_),
+                                     key=lambda pair: pair[0][0])
         member.devices[d], member.in_flight = end, member.in_flight + 1
         member.busy += hold
         spend += member.p.price(n_rows[f.name], shots) / max(1e-9, 1.0 - min(member.p.failure_rate, 0.99))

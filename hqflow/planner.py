@@ -141,11 +141,10 @@ def run(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping | N
     other ``SchedulerConfig`` option given here wins)."""
     if plan is None:
         return scheduler_run(graph, stream, backends=backends, **options)
+    if "config" in options:
+        raise ValueError("give a plan or a config, not both: a plan carries its SchedulerConfig")
     graph, backends, config = apply(plan, graph, backends)
-    config = dataclasses.replace(config, **{k: v for k, v in options.items()
-                                            if k in {f.name for f in dataclasses.fields(SchedulerConfig)}})
-    rest = {k: v for k, v in options.items() if k not in {f.name for f in dataclasses.fields(SchedulerConfig)}}
-    return scheduler_run(graph, stream, backends=backends, config=config, **rest)
+    return scheduler_run(graph, stream, backends=backends, config=config, **options)  # options override the plan's
 
 
 __all__ = ["OBJECTIVES", "Plan", "apply", "plan", "run", "with_staleness"]
