@@ -9,8 +9,9 @@ anything:
   ``max_staleness`` versions old; quantum work is dispatched first, then the lowest steps;
 * a classical fragment holds one of its resource's slots (a replicated ``learn`` holds ``learners``
   of them) for its profiled mean;
-* an ``execute`` fragment's job goes to the pool member that would finish it first, among those
-  with fewer than ``devices + prefetch`` jobs in flight. It waits out the member's queue in
+* an ``execute`` fragment's step is cut into jobs of at most ``rows_per_job`` rows; each goes to the
+  pool member that would finish it first, among those with fewer than ``devices + prefetch`` jobs
+  in flight. It waits out the member's queue in
   parallel with other jobs, then holds one of its devices for ``per_job + per_row * rows +
   per_shot * rows * shots``, repeated ``1 / (1 - failure_rate)`` times on average (retries).
 
@@ -104,6 +105,7 @@ def predict(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig 
     tick = itertools.count()
     now, admitted, next_step, spend, jobs = 0.0, {}, 0, 0.0, 0
     waiting: dict[str, list] = {name: [] for name in pools}  # jobs past every member's capacity
+    remaining: dict[tuple[str, int], int] = {}  # an execute instance's jobs not yet done
 
     def ready(f, step) -> bool:
         for e in inputs[f.name]:
@@ -114,19 +116,24 @@ def predict(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig 
                 return False
         return True
 
-    def submit(f, step) -> None:
+    def parts(f) -> list[int]:
+        """The rows of each job a step of ``f`` is cut into (``rows_per_job``)."""
+        n, cut = n_rows[f.name], config.rows_per_job or n_rows[f.name]
+        return [min(cut, n - lo) for lo in range(0, n, max(1, cut))] or [0]
+
+    def submit(f, step, size) -> None:
         nonlocal spend, jobs
         pool = pools[f.backend]
         open_ = [m for m in pool if m.in_flight < m.capacity]
         if not open_:
-            waiting[f.backend].append((f, step))
+            waiting[f.backend].append((f, step, size))
             return
         shots = f.circuit.shots if f.circuit is not None else None
-        (end, hold, d), member = min(((m.finish(now, n_rows[f.name], shots, profile.overhead), m) for m in open_),
+        (end, hold, d), member = min(((m.finish(now, size, shots, profile.overhead), m) for m in open_),
                                      key=lambda pair: pair[0][0])
         member.devices[d], member.in_flight = end, member.in_flight + 1
         member.busy += hold
-        spend += member.p.price(n_rows[f.name], shots) / max(1e-9, 1.0 - min(member.p.failure_rate, 0.99))
+        spend += member.p.price(size, shots) / max(1e-9, 1.0 - min(member.p.failure_rate, 0.99))
         jobs += 1
         heapq.heappush(events, (end, next(tick), "job", f, step, member))
 
@@ -145,7 +152,10 @@ def predict(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig 
                         continue
                     if quantum:
                         running.add(key)
-                        submit(f, step)
+                        cut = parts(f)
+                        remaining[key] = len(cut)
+                        for size in cut:
+                            submit(f, step, size)
                         continue
                     resource = "gpu" if f.resource == "gpu" else "cpu"
                     need = config.learners if f.kind == "learn" else 1
@@ -164,6 +174,10 @@ def predict(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig 
             extra.in_flight -= 1
             if waiting[f.backend]:
                 submit(*waiting[f.backend].pop(0))
+            remaining[(f.name, step)] -= 1
+            if remaining[(f.name, step)]:
+                continue  # the step's other parts are still running
+            del remaining[(f.name, step)]
         running.discard((f.name, step))
         finished.add((f.name, step))
         while (f.name, done[f.name]) in finished:
@@ -175,7 +189,8 @@ def predict(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig 
     for pool in pools.values():
         for m in pool:
             utilization[m.p.backend] = m.busy / (now * len(m.devices)) if now else 0.0
-    return Prediction(now, utilization, spend, _bound(order, steps, seconds, n_rows, pools), jobs)
+    cut = {name: min(n, config.rows_per_job or n) for name, n in n_rows.items()}
+    return Prediction(now, utilization, spend, _bound(order, steps, seconds, n_rows, cut, pools), jobs)
 
 
 def calibrate(graph: Graph, spans: list, profile: Profile, config: SchedulerConfig = SchedulerConfig(), *,
@@ -196,17 +211,18 @@ def calibrate(graph: Graph, spans: list, profile: Profile, config: SchedulerConf
     return replace(profile, overhead=low)
 
 
-def _bound(order, steps: int, seconds: dict, n_rows: dict, pools: dict) -> float:
+def _bound(order, steps: int, seconds: dict, n_rows: dict, cut: dict, pools: dict) -> float:
     """``N * max(C, D) + min(C, Q)``: C a step's classical seconds, D its device seconds spread over the
-    pools' devices (the QPUs' throughput), Q one step's job seconds, queue included (the loop's fill)."""
+    pools' devices (the QPUs' throughput), Q one job's seconds (``cut`` rows), queue included (the loop's fill)."""
     c, d, q = sum(seconds.values()), 0.0, 0.0
     for f in order:
         if f.kind == "execute":
             pool = pools[f.backend]
-            best = min(pool, key=lambda m: m.p.per_job + m.p.per_row * n_rows[f.name])
-            hold = best.p.per_job + best.p.per_row * n_rows[f.name]
-            d += hold / sum(len(m.devices) for m in pool)
-            q += best.p.queue + hold
+            n, k = n_rows[f.name], cut[f.name]
+            jobs = -(-n // k) if k else 1
+            best = min(pool, key=lambda m: m.p.per_job * jobs + m.p.per_row * n)
+            d += (best.p.per_job * jobs + best.p.per_row * n) / sum(len(m.devices) for m in pool)
+            q += min(m.p.queue + m.p.per_job + m.p.per_row * k for m in pool)
     return steps * max(c, d) + min(c, q) if steps else 0.0
 
 

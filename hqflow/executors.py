@@ -170,7 +170,8 @@ def _remote_client(spec: dict, t0: float, record) -> JobClient:
                 _REMOTE_POOLS.clear()
             _REMOTE_POOLS[key] = Pool(name, [Member(h, lane, devices, capacity) for h, lane, devices, capacity in members])
         pools[name] = _REMOTE_POOLS[key]
-    service = JobService(pools, max_retries=spec["max_retries"], job_timeout=spec["job_timeout"], t0=t0, record=record,
+    service = JobService(pools, max_retries=spec["max_retries"], job_timeout=spec["job_timeout"],
+                         rows_per_job=spec.get("rows_per_job"), t0=t0, record=record,
                          run_id=spec["run"], ledger=spec["ledger"])
     return JobClient(service, spec["names"], spec["parent"])
 
@@ -563,7 +564,8 @@ class RayExecutor:
         pools = {name: [(m.handle, m.lane, m.devices, m.capacity) for m in service.pools[name].members]
                  for name in client.names}
         return {"run": service.run_id, "names": client.names, "parent": client.parent, "pools": pools,
-                "max_retries": service.max_retries, "job_timeout": service.job_timeout, "ledger": service.ledger}
+                "max_retries": service.max_retries, "job_timeout": service.job_timeout,
+                "rows_per_job": service.rows_per_job, "ledger": service.ledger}
 
     def backend(self, spec: Any, default_in_flight: int) -> _RayHandle:
         node = None

@@ -4,7 +4,7 @@
 for circuit jobs, whether an ``execute`` fragment's or one a classical fragment
 submits itself through its ``JobClient``:
 
-* the batch is split to the pool's smallest per-job limit and re-joined;
+* the batch is split to the pool's smallest per-job limit (and ``rows_per_job``) and re-joined;
 * each part goes to the member ``Pool.choose`` picks, when it has a free slot
   (parts wait in arrival order; a retried part goes first);
 * a failed part, or one past ``job_timeout`` (cancelled, its late result
@@ -93,9 +93,10 @@ class JobService:
     """Runs circuit jobs over named pools; see the module docstring."""
 
     def __init__(self, pools: dict[str, Pool], *, max_retries: int = 3, job_timeout: float | None = None,
-                 t0: float | None = None, record=None, run_id: str | None = None, budget: float | None = None,
+                 rows_per_job: int | None = None, t0: float | None = None, record=None, run_id: str | None = None, budget: float | None = None,
                  ledger=None):
         self.pools, self.max_retries, self.job_timeout = pools, max_retries, job_timeout
+        self.rows_per_job = rows_per_job
         self.t0 = time.perf_counter() if t0 is None else t0
         self.run_id = run_id or uuid.uuid4().hex
         self.ledger = ledger if ledger is not None else Ledger(budget)  # the run's, shared with its Ray workers
@@ -119,7 +120,7 @@ class JobService:
         if not p.any_fits(batch.template.n_qubits):
             raise BackendError(f"no backend in pool {pool!r} fits circuit {batch.template.name!r} "
                                f"({batch.template.n_qubits} qubits)")
-        limit = p.max_rows()
+        limit = min((x for x in (p.max_rows(), self.rows_per_job) if x), default=None)
         parts = batch.split(limit) if limit else [batch]
         n = len(parts)
         req = _Request(p, parts, parent, cf.Future(), [None] * n, [0] * n, [set() for _ in parts], n, [0] * n)

@@ -78,6 +78,11 @@ class SchedulerConfig:
     prefetch: int = 1
     """extra jobs submitted to each backend beyond its device slots, so its queue never runs dry
     and submission round-trips hide behind running jobs (0: submit only into free slots)"""
+    rows_per_job: int | None = None
+    """circuits per quantum job at most: a step's batch is cut into jobs of this many rows, run side by
+    side over a pool's members and joined again in row order (None: only a backend's own limit cuts it).
+    Exact values never change with the cut; with shots a part's seed is the batch's plus its first row,
+    so a different cut draws different (equally distributed) samples"""
     window: int | None = None
     """micro-batches admitted and not yet finished, at most (backpressure); None: twice the jobs
     all backends keep in flight, plus 2, and at least 8"""
@@ -117,8 +122,8 @@ class SchedulerConfig:
     def __post_init__(self):
         if self.executor not in ("sync", "local", "ray"):
             raise ValueError(f"executor must be 'sync', 'local' or 'ray', got {self.executor!r}")
-        for name in ("cpu_workers", "gpu_workers", "max_in_flight", "window", "learners"):
-            if name == "window" and self.window is None:
+        for name in ("cpu_workers", "gpu_workers", "max_in_flight", "window", "learners", "rows_per_job"):
+            if name in ("window", "rows_per_job") and getattr(self, name) is None:
                 continue
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
@@ -347,7 +352,7 @@ class Scheduler:
         self.spans: list[Span] = []
         run_id = self.config.run_id or (self.store.saved["run_id"] if self.store else None)
         self.service = JobService(self.pools, max_retries=self.config.max_retries, job_timeout=self.config.job_timeout,
-                                  t0=self.t0, record=self.spans.append, run_id=run_id,
+                                  rows_per_job=self.config.rows_per_job, t0=self.t0, record=self.spans.append, run_id=run_id,
                                   ledger=self.executor.ledger(self.config.budget))
         self.digests: dict[int, str | None] = {}  # step -> its stream item's fingerprint (with a run_dir)
         self.prefix = 0  # steps before the first unfinished one

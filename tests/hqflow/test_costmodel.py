@@ -46,6 +46,17 @@ def test_queue_latency_overlaps_and_devices_and_members_add_throughput():
     assert only_one.makespan == pytest.approx(one)
 
 
+def test_rows_cut_into_jobs_run_side_by_side_over_a_pool():
+    n, cfg = 10, hq.SchedulerConfig(executor="local")
+    prof = _profile(c=0.0, per_job=0.002, per_row=0.01, members=2)
+    whole = predict(_graph(0), n, prof, cfg, rows=8)  # one job of 8 rows a step: one member at a time
+    assert whole.makespan == pytest.approx(n * 0.082) and whole.jobs == n
+    halves = predict(_graph(0), n, prof, hq.SchedulerConfig(rows_per_job=4), rows=8)  # 4 + 4 on two members
+    assert halves.makespan == pytest.approx(n * 0.042) and halves.jobs == 2 * n
+    uneven = predict(_graph(0), n, prof, hq.SchedulerConfig(rows_per_job=3, prefetch=0), rows=8)  # 3 + 3, then 2
+    assert uneven.makespan == pytest.approx(n * (0.032 + 0.022)) and uneven.jobs == 3 * n
+
+
 def test_failures_cost_time_and_money():
     n, cfg = 10, hq.SchedulerConfig(executor="local")
     clean = predict(_graph(0), n, _profile(c=0.0, per_job=0.02, price=1.0), cfg)

@@ -133,6 +133,23 @@ def test_batches_are_split_to_fit_and_rejoined():
     assert Counter(s.step for s in ok_execute_spans(res)) == Counter({0: 4, 1: 4, 2: 4})
 
 
+@pytest.mark.parametrize("executor", ["local", pytest.param("ray", marks=pytest.mark.ray)])
+def test_rows_per_job_cuts_a_step_over_the_pool_and_changes_no_value(executor):
+    if executor == "ray":
+        pytest.importorskip("ray")
+    cfg = dataclasses.replace(CFG, batch=10)
+    pool = ["reference", "reference"] if executor == "ray" else [emulated(per_job=0.01, name="a"),
+                                                                   emulated(per_job=0.01, name="b")]
+    res = hq.run(synthetic.build_graph(cfg), synthetic.stream(3, cfg), backends={"qpu": pool}, rows_per_job=4,
+                 executor=executor)
+    assert res.outputs == reference(cfg, steps=3).outputs
+    assert sorted(s.rows for s in ok_execute_spans(res) if s.step == 1) == [2, 4, 4]
+    if executor == "local":  # a step's parts ran side by side on both members
+        assert len({s.lane for s in ok_execute_spans(res)}) == 2
+    with pytest.raises(ValueError, match="rows_per_job must be an integer >= 1"):
+        hq.SchedulerConfig(rows_per_job=0)
+
+
 def test_dispatch_prefers_the_faster_backend():
     cfg = dataclasses.replace(CFG, staleness=30)
     slow, fast = emulated(per_job=0.15, name="slow"), emulated(per_job=0.005, name="fast")
