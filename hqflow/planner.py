@@ -6,7 +6,12 @@ knobs a user would otherwise set by hand, and predicts each choice with ``hqflow
 * the staleness of the learner-to-actor loop edges, up to ``max_staleness`` (the graph's own, by
   default: a plan never lets parameters be older than the algorithm allows);
 * jobs in flight per backend beyond its devices (``prefetch``), and the window;
+* rows per job (``rows_per_job``): a step's circuits cut into jobs that run side by side;
+* classical worker slots (``cpu_workers``), where a classical fragment without a loop onto itself
+  can run several steps at once;
 * the subset of each pool's members to use.
+
+Shots per step are not searched: they change the estimator, which only the user may trade.
 
 The objective is ``"time"`` (the shortest makespan), ``"cost"`` (the least spend, then the
 shortest), or time under ``budget`` (the shortest whose spend fits). The :class:`Plan` prints as a
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -53,6 +59,8 @@ class Plan:
         p = self.prediction
         rows = [("objective", self.objective + (f" under a budget of {self.budget:g}" if self.budget is not None else "")),
                 ("staleness", str(self.staleness)), ("prefetch", str(self.config.prefetch)),
+                ("rows per job", "all" if self.config.rows_per_job is None else str(self.config.rows_per_job)),
+                ("cpu workers", str(self.config.cpu_workers)),
                 ("window", "auto" if self.config.window is None else str(self.config.window))]
         rows += [(f"pool {name}", ", ".join(m) or "-") for name, m in self.members]
         rows += [("predicted makespan", f"{p.makespan:.3f} s (bound {p.bound:.3f} s)"),
@@ -72,6 +80,22 @@ def with_staleness(graph: Graph, staleness: int) -> Graph:
     edges = tuple(dataclasses.replace(e, max_staleness=staleness) if e.loop and e.src[0] != e.dst[0] else e
                   for e in graph.edges)
     return dataclasses.replace(graph, edges=edges)
+
+
+def _cuts(rows: int | Mapping[str, int], devices: int) -> list[int | None]:
+    """``rows_per_job`` values worth trying: the largest step cut into 1 .. ``devices`` (at most 8) jobs."""
+    n = rows if isinstance(rows, int) else max(rows.values(), default=1)
+    sizes = {-(-n // k) for k in range(2, min(n, devices, 8) + 1)}
+    return [None] + sorted((x for x in sizes if x < n), reverse=True)
+
+
+def _workers(graph: Graph) -> list[int]:
+    """``cpu_workers`` values worth trying: more than one only where a ``cpu`` fragment has no loop onto
+    itself (only then can two of its steps run at once)."""
+    looped = {e.src[0] for e in graph.edges if e.loop and e.src[0] == e.dst[0]}
+    free = [f for f in graph.fragments if f.kind not in ("execute", "learn") and f.resource != "gpu"
+            and f.name not in looped]
+    return list(range(1, min(4, os.cpu_count() or 1) + 1)) if free else [1]
 
 
 def _subsets(names: list[str]):
@@ -97,18 +121,21 @@ def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time",
             raise ValueError(f"no profile of a backend in pool {name!r}: calibrate with a run that uses it")
     horizon = min(steps, HORIZON)
     scale = steps / horizon if horizon else 0.0
+    devices = sum(max(1, b.devices) for b in profile.backends if b.pool in {f"qpu:{p}" for p in pools})
+    space = itertools.product(range(limit + 1), prefetch, _cuts(rows, devices), _workers(graph),
+                              itertools.product(*(_subsets(n) for n in pools.values())))
     best, seen = None, 0
-    for staleness, ahead, chosen in itertools.product(range(limit + 1), prefetch,
-                                                      itertools.product(*(_subsets(n) for n in pools.values()))):
+    for staleness, ahead, cut, workers, chosen in space:
         members = dict(zip(pools, chosen))
-        cfg = dataclasses.replace(config, prefetch=ahead, window=None)
+        cfg = dataclasses.replace(config, prefetch=ahead, window=None, rows_per_job=cut, cpu_workers=workers)
         guess = predict(with_staleness(graph, staleness), horizon, profile, cfg, rows=rows, members=members)
         seen += 1
         spend = guess.spend * scale
         if budget is not None and spend > budget:
             continue
         primary = (spend, guess.makespan) if objective == "cost" else (guess.makespan, spend)
-        key = (*(round(x, 9) for x in primary), staleness, ahead)  # ties: fresher parameters, fewer jobs ahead
+        # ties: fresher parameters, fewer jobs ahead, fewer and larger jobs, fewer workers
+        key = (*(round(x, 9) for x in primary), staleness, ahead, -(cut or 1 << 30), workers)
         if best is None or key < best[0]:
             best = (key, staleness, cfg, members)
     if best is None:
@@ -121,9 +148,9 @@ def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time",
 def apply(plan: Plan, graph: Graph, backends: Mapping | None = None) -> tuple[Graph, dict, SchedulerConfig]:
     """``(graph, backends, config)`` to run ``plan``: its staleness, its pool members (``#k``: the k-th
     of the pool ``backends`` gives), its scheduler knobs."""
-    if plan.staleness > _loop_staleness(graph):
-        raise ValueError(f"the plan's staleness {plan.staleness} is more than the graph allows "
-                         f"({_loop_staleness(graph)}): plan with this graph")
+    if plan.staleness and not any(e.loop and e.src[0] != e.dst[0] for e in graph.edges):
+        raise ValueError(f"the plan's staleness {plan.staleness} needs a loop edge between two fragments, and "
+                         "this graph has none: plan with this graph")
     chosen = dict(plan.members)
     out = dict(backends or {})
     for name, members in chosen.items():

@@ -11,11 +11,11 @@ from hqflow.profile import BackendProfile, FragmentProfile, Profile
 from hqflow.workloads import synthetic
 
 
-def _profile(c, members):
+def _profile(c, members, per_row=0.0):
     """``members``: (per_job seconds, price per job) of each member of pool "qpu"."""
     many = len(members) > 1
-    backends = tuple(BackendProfile(f"qpu:q#{k}" if many else "qpu:q", "qpu:qpu", 0.0, t, 0.0, 0.0, 0.0, price, jobs=5)
-                     for k, (t, price) in enumerate(members))
+    backends = tuple(BackendProfile(f"qpu:q#{k}" if many else "qpu:q", "qpu:qpu", 0.0, t, per_row, 0.0, 0.0, price,
+                                    jobs=5) for k, (t, price) in enumerate(members))
     return Profile(backends, (FragmentProfile("learn", "cpu", c, 0.0, 5),))
 
 
@@ -53,9 +53,29 @@ def test_a_slow_member_is_left_out_when_it_only_delays():
     assert dict(best.members)["qpu"] == ("qpu:q#0",)
 
 
+def test_rows_are_cut_over_a_pool_when_rows_cost_more_than_jobs():
+    per_row = _profile(0.001, [(0.001, None)] * 3, per_row=0.01)  # 8 rows: 81 ms whole, 31 ms in three
+    cut = hq.plan(_graph(0), 20, per_row, rows=8)
+    assert cut.config.rows_per_job == 3 and len(dict(cut.members)["qpu"]) == 3
+    assert cut.prediction.makespan == pytest.approx(20 * (0.001 + 0.031), rel=0.02)
+    per_job = _profile(0.001, [(0.05, None)] * 3, per_row=0.0001)  # jobs cost more than rows, and with
+    assert hq.plan(_graph(4), 20, per_job, rows=8).config.rows_per_job is None  # staleness every QPU has a step
+
+
+def test_a_cut_plan_at_staleness_0_changes_no_result():
+    cfg = synthetic.Config(staleness=0, backend="qpu", batch=6)
+    graph, stream = synthetic.build_graph(cfg), synthetic.stream(4, cfg)
+    pool = {"qpu": [get_backend("reference"), get_backend("reference")]}
+    chosen = hq.plan(graph, 4, _profile(0.001, [(0.001, None)] * 2, per_row=0.01), rows=6)
+    assert chosen.config.rows_per_job == 3
+    ref = hq.run(graph, stream, backends=pool, executor="sync")
+    res = hq.run(graph, stream, backends=pool, plan=chosen)
+    assert res.outputs == ref.outputs and sum(s.kind == "execute" for s in res.spans) == 8
+
+
 def test_a_plan_prints_its_choices_and_prediction():
     text = str(hq.plan(_graph(2), 10, _profile(0.01, [(0.02, 0.5)]), budget=100.0))
-    for words in ("objective", "time under a budget of 100", "staleness", "prefetch", "pool qpu", "qpu:q",
+    for words in ("objective", "time under a budget of 100", "staleness", "prefetch", "rows per job", "pool qpu", "qpu:q",
                   "predicted makespan", "predicted spend", "utilization qpu:q", "candidates"):
         assert words in text
 
@@ -83,6 +103,8 @@ def test_applying_a_plan_at_staleness_0_changes_no_result():
     np.testing.assert_array_equal(res.state["learn.weights"], ref.state["learn.weights"])
     planned_graph, backends, config = apply(chosen, graph, pool)
     assert len(backends["qpu"]) == len(dict(chosen.members)["qpu"]) and config.prefetch == chosen.config.prefetch
-    with pytest.raises(ValueError, match="more than the graph allows"):
-        apply(hq.plan(_graph(2), 6, _profile(0.02, [(0.02, None)])), graph)
+    overlapped = hq.plan(graph, 6, _profile(0.02, [(0.02, None)]), max_staleness=2)  # the user's bound
+    assert overlapped.staleness >= 1
+    assert {e.max_staleness for e in apply(overlapped, graph)[0].edges if e.loop and e.src[0] != e.dst[0]} \
+        == {overlapped.staleness}
     assert with_staleness(_graph(2), 0).edges != _graph(2).edges
