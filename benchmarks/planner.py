@@ -1,21 +1,24 @@
 """The planner and elastic pools (issue 16): plans against exhaustive search, predictions against runs.
 
-Part 1, plans. Scenarios of ``hqflow.workloads.synthetic``'s loop (an execute fragment on a pool of
-emulated QPUs, then a learner of real torch work; loop staleness up to 2): C/Q from 0.1 to 10,
-pools of 1 to 3 QPUs that differ in latency, per-row time, price and failure rate, with and
-without a budget. Per scenario:
+Part 1, plans. Scenarios of ``hqflow.workloads.synthetic``'s loop (an execute fragment of 8 rows on a
+pool of emulated QPUs, then a learner of real torch work): C/Q from 0.1 to 10, pools of 1 to 3 QPUs
+that differ in queue latency, per-job and per-row time, price and failure rate, with and without a
+budget. The graph is built at staleness 0 (exact); the user allows the planner staleness up to 2.
+Per scenario:
 
 * a calibration run of ``--calibrate`` steps with every member gives the profile
   (``hqflow.profile.profile`` and ``hqflow.costmodel.calibrate``);
-* ``hq.plan`` picks staleness (0..2), prefetch (0..2) and the pool's members;
+* ``hq.plan`` picks staleness (0..2), prefetch (0, 1), rows per job (the 8 rows whole, or cut over
+  the pool's QPUs) and the pool's members;
 * every configuration of that same space is run (``--steps`` steps each) and the fastest one
   that kept the budget is the exhaustive best; the plan's own run is measured the same way;
-* the default configuration (the graph as built, every member, ``SchedulerConfig()``) is run too.
+* the default configuration (the graph as built, every member, ``SchedulerConfig()``) is run too,
+  and, for comparison, the default at the user's staleness bound (2).
 
 ``plan_vs_best``: the best's makespan over the plan's (geometric mean); ``prediction_error``: the
 median of |predicted - measured| / measured of the plan's makespan; ``plan_vs_default``: the
 default's makespan over the plan's, over the scenarios with a heterogeneous pool and no budget
-(the default knows none);
+(the default knows none); ``plan_vs_default_at_bound``: the same against the default at staleness 2;
 ``budget_respected``: scenarios with a budget whose plan's run spent within it, of them all.
 
 Part 2, elastic. ``--elastic-steps`` steps (200) at staleness 0 with exact values on two QPUs; after
@@ -50,7 +53,9 @@ from hqflow.planner import with_staleness
 from hqflow.profile import profile
 from hqflow.workloads import synthetic
 
-PREFETCH = (0, 1, 2)
+PREFETCH = (0, 1)
+BOUND = 2
+"""the staleness the user allows the planner"""
 
 
 @dataclass(frozen=True)
@@ -80,22 +85,28 @@ def qpus(members):
 
 FAST, SLOW = ("fast", 0.0, 0.004, 0.0004, 0.0, 1.0), ("slow", 0.0, 0.03, 0.001, 0.0, 0.2)
 QUEUED, FLAKY = ("queued", 0.02, 0.004, 0.0004, 0.0, 0.5), ("flaky", 0.0, 0.004, 0.0004, 0.3, 0.3)
+ROWS, ROWS2 = ("rows", 0.0, 0.002, 0.002, 0.0, 0.4), ("rows2", 0.0, 0.003, 0.0025, 0.0, 0.3)  # circuits dominate
 
 
 def scenarios(quick: bool) -> list[dict]:
     """(C/Q, pool members as (name, queue s, per job s, per row s, failure rate, price per job), budget)."""
     if quick:
-        return [{"ratio": 0.1, "pool": [FAST, SLOW], "budget": None},
+        return [{"ratio": 0.3, "pool": [ROWS, ROWS2], "budget": None},
                 {"ratio": 1.0, "pool": [FAST, QUEUED], "budget": None},
                 {"ratio": 0.1, "pool": [FAST, SLOW], "budget": "tight"}]
     out = []
     for ratio in (0.1, 1.0, 10.0):
-        for pool in ([FAST], [FAST, SLOW], [FAST, QUEUED], [FAST, FLAKY, SLOW]):
+        for pool in ([FAST], [FAST, SLOW], [FAST, QUEUED], [ROWS, ROWS2], [FAST, FLAKY, SLOW]):
             out.append({"ratio": ratio, "pool": pool, "budget": None})
     for ratio in (0.1, 1.0):
         out.append({"ratio": ratio, "pool": [FAST, SLOW], "budget": "tight"})
         out.append({"ratio": ratio, "pool": [FAST, QUEUED, FLAKY], "budget": "tight"})
     return out
+
+
+def cuts(members) -> list:
+    """The rows-per-job values the planner tries for 8 rows over this pool (``planner._cuts``)."""
+    return [None] + [-(-8 // k) for k in range(2, min(8, len(members)) + 1)]
 
 
 def makespan(res) -> float:
@@ -111,23 +122,24 @@ def names_of(members) -> list[str]:
     return [f"qpu:{m[0]}#{k}" if len(members) > 1 else f"qpu:{m[0]}" for k, m in enumerate(members)]
 
 
-def run_config(graph, cfg, members, steps, staleness, prefetch, chosen=None, budget=None):
+def run_config(graph, cfg, members, steps, staleness, prefetch, chosen=None, budget=None, rows_per_job=None):
     """One measured run: the graph at ``staleness``, the chosen members (profile names), ``prefetch``."""
     pool = [q for q, name in zip(qpus(members), names_of(members)) if chosen is None or name in chosen]
     res = hq.run(with_staleness(graph, staleness), synthetic.stream(steps, cfg), backends={"qpu": pool},
-                 executor="local", prefetch=prefetch, max_retries=50, budget=budget)
+                 executor="local", prefetch=prefetch, max_retries=50, budget=budget, rows_per_job=rows_per_job)
     return res
 
 
 def part_plans(args) -> dict:
-    rows, errors, vs_best, vs_default, budgets = [], [], [], [], []
-    print(f"{'C/Q':>5} {'pool':<18} {'budget':>7} {'plan':<28} {'pred s':>7} {'plan s':>7} {'best s':>7} "
-          f"{'default s':>9} {'spend':>7}")
+    rows, errors, vs_best, vs_default, vs_bound, budgets = [], [], [], [], [], []
+    print(f"{'C/Q':>5} {'pool':<18} {'budget':>7} {'plan':<26} {'pred s':>7} {'plan s':>7} {'best s':>7} "
+          f"{'default s':>9} {'at s2':>7} {'spend':>7}")
     for sc in scenarios(args.quick):
-        q = 0.004 + 0.0004 * 8  # the fast QPU's job: 8 rows
-        cfg = synthetic.Config(staleness=2, backend="qpu", batch=8, matrix=64,
+        members = sc["pool"]
+        q = members[0][2] + members[0][3] * 8  # the first QPU's job: 8 rows
+        cfg = synthetic.Config(staleness=0, backend="qpu", batch=8, matrix=64,
                                repeats=synthetic.calibrate(sc["ratio"] * q * 1e3, matrix=64))
-        graph, members = synthetic.build_graph(cfg), sc["pool"]
+        graph = synthetic.build_graph(cfg)
         cal = hq.run(graph, synthetic.stream(args.calibrate, cfg), backends={"qpu": qpus(members)}, executor="local",
                      max_retries=50)
         prof = calibrate(graph, cal.spans, profile(cal.spans), hq.SchedulerConfig(), rows=cfg.batch)
@@ -138,40 +150,46 @@ def part_plans(args) -> dict:
             budget = cheapest + 0.5 * (sum(per_job) / len(per_job) * args.steps - cheapest) + 1e-9
         names = names_of(members)
         try:
-            plan = hq.plan(graph, args.steps, prof, budget=budget, rows=cfg.batch, prefetch=PREFETCH)
+            plan = hq.plan(graph, args.steps, prof, budget=budget, rows=cfg.batch, prefetch=PREFETCH,
+                           max_staleness=BOUND)
         except ValueError as exc:
             print(f"  no plan: {exc}")
             continue
         chosen = dict(plan.members)["qpu"]
-        measured = run_config(graph, cfg, members, args.steps, plan.staleness, plan.config.prefetch, chosen, budget)
+        measured = run_config(graph, cfg, members, args.steps, plan.staleness, plan.config.prefetch, chosen, budget,
+                              plan.config.rows_per_job)
         best = math.inf
-        for staleness, prefetch, k in itertools.product(range(3), PREFETCH, range(1, len(names) + 1)):
+        space = itertools.product(range(BOUND + 1), PREFETCH, cuts(members), range(1, len(names) + 1))
+        for staleness, prefetch, cut, k in space:
             for subset in itertools.combinations(names, k):
                 try:
-                    res = run_config(graph, cfg, members, args.steps, staleness, prefetch, subset, budget)
+                    res = run_config(graph, cfg, members, args.steps, staleness, prefetch, subset, budget, cut)
                 except hq.RunFailed:  # past the budget
                     continue
                 if budget is None or spend(res) <= budget:
                     best = min(best, makespan(res))
-        default = run_config(graph, cfg, members, args.steps, 2, 1)
+        default = makespan(run_config(graph, cfg, members, args.steps, 0, 1))
+        at_bound = makespan(run_config(graph, cfg, members, args.steps, BOUND, 1))
         mine, paid = makespan(measured), spend(measured)
         errors.append(abs(plan.prediction.makespan - mine) / mine)
         vs_best.append(best / mine)
         if len({m[0] for m in members}) > 1 and budget is None:  # the default knows no budget
-            vs_default.append(makespan(default) / mine)
+            vs_default.append(default / mine)
+            vs_bound.append(at_bound / mine)
         if budget is not None:
             budgets.append(paid <= budget + 1e-9)
-        choice = f"s{plan.staleness} p{plan.config.prefetch} " + ",".join(c.split(":")[1].split("#")[0] for c in chosen)
-        print(f"{sc['ratio']:>5g} {'+'.join(m[0] for m in members):<18} {budget or 0:>7.1f} {choice:<28} "
-              f"{plan.prediction.makespan:>7.3f} {mine:>7.3f} {best:>7.3f} {makespan(default):>9.3f} {paid:>7.1f}",
-              flush=True)
+        choice = (f"s{plan.staleness} p{plan.config.prefetch} r{plan.config.rows_per_job or 8} "
+                  + ",".join(c.split(":")[1].split("#")[0] for c in chosen))
+        print(f"{sc['ratio']:>5g} {'+'.join(m[0] for m in members):<18} {budget or 0:>7.1f} {choice:<26} "
+              f"{plan.prediction.makespan:>7.3f} {mine:>7.3f} {best:>7.3f} {default:>9.3f} {at_bound:>7.3f} "
+              f"{paid:>7.1f}", flush=True)
         rows.append(sc)
 
     def geo(xs):
         return float(np.exp(np.mean(np.log(xs)))) if xs else None
 
     return {"scenarios": len(rows), "plan_vs_best": geo(vs_best), "prediction_error": statistics.median(errors),
-            "plan_vs_default": geo(vs_default), "budget_respected": f"{sum(budgets)}/{len(budgets)}",
+            "plan_vs_default": geo(vs_default), "plan_vs_default_at_bound": geo(vs_bound), "budget_respected": f"{sum(budgets)}/{len(budgets)}",
             "budget_respected_all": all(budgets)}
 
 
@@ -231,7 +249,8 @@ def main() -> int:
         ap.error("need --steps >= 4, --calibrate >= 3 and --elastic-steps >= 20")
     torch.set_num_threads(1)
     start = time.perf_counter()
-    print(f"1. plans: staleness 0..2, prefetch {PREFETCH}, the pool's members; {args.steps} steps a run")
+    print(f"1. plans: staleness 0..{BOUND}, prefetch {PREFETCH}, rows per job, the pool's members; "
+          f"{args.steps} steps a run")
     figures = part_plans(args)
     print(f"\n2. elastic: {args.elastic_steps} steps; remove one of two QPUs at 1/4, add two at 1/2")
     figures.update(part_elastic(args.elastic_steps))
