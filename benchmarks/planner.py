@@ -6,8 +6,9 @@ that differ in queue latency, per-job and per-row time, price and failure rate, 
 budget. The graph is built at staleness 0 (exact); the user allows the planner staleness up to 2.
 Per scenario:
 
-* a calibration run of ``--calibrate`` steps with every member gives the profile
-  (``hqflow.profile.profile`` and ``hqflow.costmodel.calibrate``);
+* a calibration run of ``--calibrate`` steps with every member, and half as many with the rows cut
+  in two, give the profile (``hqflow.planner.calibration``, ``hqflow.profile.profile`` and
+  ``hqflow.costmodel.calibrate``);
 * ``hq.plan`` picks staleness (0..2), prefetch (0, 1), rows per job (the 8 rows whole, or cut over
   the pool's QPUs) and the pool's members;
 * every configuration of that same space is run (``--steps`` steps each) and the fastest one
@@ -49,7 +50,7 @@ import torch
 import hqflow as hq
 from hqflow.backends.emulated import EmulatedQPU
 from hqflow.costmodel import calibrate
-from hqflow.planner import with_staleness
+from hqflow.planner import calibration, with_staleness
 from hqflow.profile import profile
 from hqflow.workloads import synthetic
 
@@ -140,9 +141,9 @@ def part_plans(args) -> dict:
         cfg = synthetic.Config(staleness=0, backend="qpu", batch=8, matrix=64,
                                repeats=synthetic.calibrate(sc["ratio"] * q * 1e3, matrix=64))
         graph = synthetic.build_graph(cfg)
-        cal = hq.run(graph, synthetic.stream(args.calibrate, cfg), backends={"qpu": qpus(members)}, executor="local",
-                     max_retries=50)
-        prof = calibrate(graph, cal.spans, profile(cal.spans), hq.SchedulerConfig(), rows=cfg.batch)
+        first, every = calibration(lambda n, cut: hq.run(graph, synthetic.stream(n, cfg), backends={"qpu": qpus(members)},
+                                                         max_retries=50, rows_per_job=cut).spans, args.calibrate)
+        prof = calibrate(graph, first, profile(every), hq.SchedulerConfig(), rows=cfg.batch)
         budget = None
         if sc["budget"]:  # half-way between the cheapest member alone and every member together, retries counted
             per_job = [m[5] / (1 - m[4]) for m in members]

@@ -3,6 +3,7 @@
     hqflow backends [--json]             list backends and their capabilities
     hqflow inspect GRAPH.json [--png P]  validate and pretty-print a saved graph
     hqflow run WORKLOAD [options]        run a registered workload (vqe, qaoa, classifier)
+    hqflow plan WORKLOAD|RUN_DIR         how the cost model would run it: a table of choices
     hqflow trace RUN [--out DIR]         utilization table, Chrome trace and Gantt chart of a run
     hqflow train ENV [options]           train a variational quantum policy with RL (cartpole, ...)
 
@@ -60,6 +61,39 @@ def _parser() -> argparse.ArgumentParser:
                    help="submit nothing: price every job the run would send to --backend (jobs, shots, "
                         "estimated cost), answering them from a local simulator")
 
+    r.add_argument("--plan", choices=["auto"], help="auto: plan the run with the cost model first (as hqflow "
+                                                   "plan does) and run the plan")
+    r.add_argument("--profile", metavar="FILE", help="with --plan auto: plan from this saved profile, and fold "
+                                                     "this run's measurements into it")
+    r.add_argument("--pool", type=_positive, default=None, help="with --backend: a pool of N such backends")
+    r.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[],
+                   help="a backend option (K: only the pool's K-th member), repeatable")
+
+    pl = sub.add_parser("plan", help="choose how to run a workload with the cost model",
+                        description="Profile a workload (a short calibration run, a saved --profile, or a run "
+                                    "directory's spans), search staleness, prefetch, rows per job, worker slots and "
+                                    "the pool's members, and print the plan with its predicted makespan, "
+                                    "utilization and spend.")
+    pl.add_argument("workload", metavar="WORKLOAD|RUN_DIR",
+                    help="one of: " + ", ".join(_workload_names()) + "; or a directory of hqflow run --run-dir")
+    pl.add_argument("--steps", type=_positive, help="steps of the run to plan (default: the workload's)")
+    pl.add_argument("--seed", type=int, help="random seed (default: the workload's)")
+    pl.add_argument("--backend", help="backend name, e.g. emulated-qpu, aer, azure:ionq.simulator")
+    pl.add_argument("--pool", type=_positive, default=None, help="a pool of N such backends")
+    pl.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[],
+                    help="a backend option (K: only the pool's K-th member), repeatable")
+    pl.add_argument("--objective", choices=["time", "cost"], default="time",
+                    help="the shortest run (default), or the cheapest")
+    pl.add_argument("--budget", type=_amount, default=None, help="the most the run may spend: the fastest plan "
+                                                                 "predicted within it")
+    pl.add_argument("--max-staleness", type=_natural, default=None,
+                    help="how many versions old the parameters may be (default: the graph's own)")
+    pl.add_argument("--calibrate", type=_positive, default=None, help="steps of the calibration run (default 5)")
+    pl.add_argument("--profile", metavar="FILE", help="plan from this saved profile (no calibration run unless "
+                                                      "--calibrate), and save the merged profile to it")
+    pl.add_argument("--measure", action="store_true", help="then run the plan and print its measured makespan")
+    pl.add_argument("--json", action="store_true", help="print the plan's figures as one JSON line")
+
     t = sub.add_parser("trace", help="show where a run spent its time",
                        description="Read RUN/spans.json, print the utilization table and write trace.json "
                                    "(Chrome trace; open it in https://ui.perfetto.dev) and gantt.png.")
@@ -111,7 +145,15 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                     help="any field of the algorithm's Config, e.g. --set n_layers=3 (repeatable)")
     tr.add_argument("--run-dir", metavar="DIR", help="where to write the run (default: runs/ALGO-ENV-seedN)")
-    tr.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    tr.add_argument("--resume", metavar="RUN_DIR",
+                    help="continue a run from its last checkpoint, with its own algorithm settings; --backend, "
+                         "--backend-opt, --pool, --resources, --distribution and its options may change for the "
+                         "rest (at staleness 0 on exact backends of the run's kind, the result stays the one the "
+                         "run would have reached)")
+    tr.add_argument("--resources", metavar="FILE",
+                    help='elastic backend pool: a JSON file {"pools": {"NAME": [member, ...]}}, each member a '
+                         'backend name or [name, {options}]; the run starts with it and follows its changes '
+                         '(polled every 0.5 s; SIGHUP: read it now), adding and removing backends mid-run')
     tr.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
                     help="write TensorBoard event files to RUN_DIR/tensorboard (default: on; "
                          "tensorboard --logdir RUN_DIR to view)")
@@ -300,8 +342,31 @@ def cmd_run(args) -> int:
             os.makedirs(args.run_dir, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"cannot create run directory {args.run_dir}: {exc.strerror}") from None
+    options = {}
+    if args.pool or args.backend_opt:
+        from .cli_train import _backend_pool
+
+        if not hasattr(cfg, "backend"):
+            raise UsageError(f"workload {args.workload!r} runs no quantum jobs for a pool")
+        options["backends"] = {cfg.backend: _backend_pool(args)}
+    if args.profile and not args.plan:
+        raise UsageError("--profile goes with --plan auto")
+    if args.plan:
+        from .cli_plan import make_plan
+
+        if args.dry_run or not hasattr(cfg, "backend"):
+            raise UsageError("--plan auto needs a workload that runs quantum jobs, and no --dry-run")
+        plan_args = argparse.Namespace(profile=args.profile, calibrate=5, calibrate_given=False, objective="time",
+                                       budget=None, max_staleness=None)
+        options["plan"], _ = make_plan(plan_args, module, cfg, options.get("backends"),
+                                       say=lambda m: print(m, file=sys.stderr))
+        print(f"{options['plan']}\n", file=sys.stderr)
     with Progress(getattr(cfg, "steps", 1), args.workload) as bar:
-        result = module.run(cfg, progress=bar)
+        result = module.run(cfg, progress=bar, **options)
+    if args.plan:
+        from .cli_plan import fold, _spans
+
+        fold(args, _spans(result))
     if tally is not None:
         print(json.dumps(tally.figures()) if args.json else tally.table(), file=args.json_out)
         return 0
@@ -363,8 +428,10 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         from .cli_train import cmd_eval, cmd_train
 
+        from .cli_plan import cmd_plan
+
         commands = {"backends": cmd_backends, "inspect": cmd_inspect, "run": cmd_run, "trace": cmd_trace,
-                    "train": cmd_train, "eval": cmd_eval}
+                    "train": cmd_train, "eval": cmd_eval, "plan": cmd_plan}
         # --json: the figures alone on stdout; anything else printed meanwhile (Ray's messages about
         # its workers, a library's own prints) goes to stderr
         args.json_out = sys.stdout

@@ -145,6 +145,18 @@ def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time",
     return Plan(staleness, cfg, tuple((k, tuple(v)) for k, v in members.items()), final, objective, budget, seen)
 
 
+def calibration(run, steps: int) -> tuple[list, list]:
+    """The spans of a calibration: ``run(steps, None)``, and where all its jobs had the same rows ``n > 1``
+    (per-job and per-row time then look alike) also ``run(max(2, steps // 2), ceil(n / 2))``: ``run(steps,
+    rows_per_job)`` runs the workload and returns its spans. Returns ``(first run's, all)``: the first
+    for ``costmodel.calibrate``, all for ``profile.profile``."""
+    first = list(run(steps, None))
+    sizes = {s.rows for s in first if s.kind == "execute" and s.outcome == "ok" and s.rows}
+    if len(sizes) != 1 or min(sizes) < 2:
+        return first, first
+    return first, first + list(run(max(2, steps // 2), -(-min(sizes) // 2)))
+
+
 def apply(plan: Plan, graph: Graph, backends: Mapping | None = None) -> tuple[Graph, dict, SchedulerConfig]:
     """``(graph, backends, config)`` to run ``plan``: its staleness, its pool members (``#k``: the k-th
     of the pool ``backends`` gives), its scheduler knobs."""
@@ -174,4 +186,4 @@ def run(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping | N
     return scheduler_run(graph, stream, backends=backends, config=config, **options)  # options override the plan's
 
 
-__all__ = ["OBJECTIVES", "Plan", "apply", "plan", "run", "with_staleness"]
+__all__ = ["OBJECTIVES", "Plan", "apply", "calibration", "plan", "run", "with_staleness"]

@@ -7,7 +7,8 @@ directory's ``spans.json``):
   ``queue`` (what the backend says the job waited, ``Span.queued``; 0 where it says nothing, and
   the wait is then part of ``per_job``) plus the time it holds a device, ``per_job + per_row * rows
   + per_shot * rows * shots`` (least squares over the jobs' ``Span.device``, where the backend says,
-  else their seconds less the queue; each coefficient at least 0), the share of attempts that
+  else their seconds less the queue; each coefficient at least 0; where every job had the same rows
+  the time is all ``per_job``: a calibration that cuts some jobs smaller tells the two apart), the share of attempts that
   failed or timed out, and the price per job fitted the same way from ``Span.cost``;
 * a :class:`FragmentProfile` per classical fragment and resource: the mean and spread of its
   calls' seconds.
@@ -224,6 +225,8 @@ def profile(spans: list[Span]) -> Profile:
         shot_rows = rows * np.array([s.shots or 0 for s in ok], dtype=float)
         queued = np.array([s.queued or 0.0 for s in ok])
         X = np.column_stack([np.ones(len(ok)), rows, shot_rows])
+        if np.ptp(rows) == 0:  # one job size: per-job and per-row time cannot be told apart; all per job
+            X[:, 1:] = 0.0
         held = np.array([s.device if s.device is not None else s.seconds - (s.queued or 0.0) for s in ok])
         per_job, per_row, per_shot = _fit(X, held)
         priced = [j for j, s in enumerate(ok) if s.cost is not None]

@@ -141,9 +141,10 @@ def minibatches(cfg: Config, x: np.ndarray, y: np.ndarray):
         yield {"x": x[idx], "y": y[idx]}
 
 
-def run(cfg: Config = Config(), progress=None) -> dict:
+def run(cfg: Config = Config(), progress=None, **options) -> dict:
+    """The workload's run; ``options`` go to ``hq.run`` (``backends=`` a pool, ``plan=``, scheduler fields)."""
     x_train, y_train, x_test, y_test = make_data(cfg)
-    result = hq.run(build_graph(cfg), minibatches(cfg, x_train, y_train), seed=cfg.seed, progress=progress)
+    result = hq.run(build_graph(cfg), minibatches(cfg, x_train, y_train), seed=cfg.seed, progress=progress, **options)
     weights, bias = np.asarray(result.state["adam.weights"]), float(result.state["adam.bias"])
     evaluate = build_eval_graph(cfg)
 

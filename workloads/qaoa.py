@@ -132,10 +132,11 @@ def build_sample_graph(cfg: Config) -> Graph:
     return pipe.build()
 
 
-def run(cfg: Config = Config(), progress=None) -> dict:
+def run(cfg: Config = Config(), progress=None, **options) -> dict:
+    """The workload's run; ``options`` go to ``hq.run`` (``backends=`` a pool, ``plan=``, scheduler fields)."""
     edges = list(make_graph(cfg).edges)
     max_cut = brute_force_max_cut(cfg.nodes, edges)
-    result = hq.run(build_graph(cfg), cfg.steps, seed=cfg.seed, progress=progress)
+    result = hq.run(build_graph(cfg), cfg.steps, seed=cfg.seed, progress=progress, **options)
     history = [float(c) for c in result.column("expected_cut")]  # <C> before each update
     weights = np.asarray(result.state["adam.weights"], dtype=float)
     template = qaoa_circuit(cfg.nodes, edges, cfg.layers)

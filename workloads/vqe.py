@@ -132,9 +132,10 @@ def build_graph(cfg: Config) -> Graph:
     return pipe.build()
 
 
-def run(cfg: Config = Config(), progress=None) -> dict:
+def run(cfg: Config = Config(), progress=None, **options) -> dict:
+    """The workload's run; ``options`` go to ``hq.run`` (``backends=`` a pool, ``plan=``, scheduler fields)."""
     observable, e_exact, e_hf = hamiltonian(cfg.bond_length)
-    result = hq.run(build_graph(cfg), cfg.steps, seed=cfg.seed, progress=progress)
+    result = hq.run(build_graph(cfg), cfg.steps, seed=cfg.seed, progress=progress, **options)
     history = [float(e) for e in result.column("energy")]  # energy before each step's update
     theta = float(np.asarray(result.state["adam.weights"])[0])
     # Energy at the final angle: one more (gradient-free) evaluation of the circuit.

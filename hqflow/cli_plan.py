@@ -1,0 +1,167 @@
+"""``hqflow plan``: how the cost model would run a workload, and ``hqflow run --plan auto``.
+
+    hqflow plan classifier --backend emulated-qpu --pool 3 --backend-opt per_circuit=0.002
+    hqflow plan classifier ... --objective cost --budget 20 --max-staleness 1
+    hqflow plan classifier ... --measure             # then run the plan: predicted against measured
+    hqflow plan runs/clf                              # a run directory of hqflow run --run-dir: its spans
+    hqflow run classifier ... --plan auto --profile prof.json   # plan, run, and fold the run into prof.json
+
+The profile comes from, in this order: a run directory's ``spans.json``; ``--profile FILE`` (a
+profile saved before); else a calibration run of ``--calibrate`` steps with every backend of the
+pool. With ``--profile FILE`` the calibration (and ``hqflow run``'s own spans) are merged into
+FILE, so every run updates the profile the next plan uses.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import statistics
+import sys
+
+from .cli_errors import UsageError
+
+
+def _makespan(spans) -> float:
+    return max(s.end for s in spans) - min(s.start for s in spans) if spans else 0.0
+
+
+def _rows(graph, spans) -> dict[str, int]:
+    """Circuits per step of each ``execute`` fragment, from the jobs a run sent (parts summed)."""
+    out = {}
+    for f in graph.fragments:
+        if f.kind != "execute":
+            continue
+        per_step: dict[int, int] = {}
+        for s in spans:
+            if s.fragment == f.name and s.outcome == "ok" and s.rows:
+                per_step[s.step] = per_step.get(s.step, 0) + s.rows
+        out[f.name] = int(statistics.median(per_step.values())) if per_step else 1
+    return out
+
+
+def _spans(result: dict):
+    from .trace import Span
+
+    return [s if isinstance(s, Span) else Span.from_dict(s) for s in result.get("spans", [])]
+
+
+def _target(args):
+    """``(workload module, its name, config, spans of a run directory or None)``."""
+    from hqflow.workloads import WORKLOADS, get_workload
+
+    from .trace import TraceError, load_spans
+
+    spans = None
+    if os.path.isdir(args.workload):
+        folder = args.workload
+        try:
+            spans, meta = load_spans(os.path.join(folder, "spans.json"))
+            with open(os.path.join(folder, "config.json")) as fh:
+                saved = json.load(fh)
+        except (OSError, TraceError, ValueError) as exc:
+            raise UsageError(f"{folder}: not a run directory of hqflow run --run-dir ({exc})") from None
+        name = meta.get("workload")
+        if name not in WORKLOADS:
+            raise UsageError(f"{folder}: its spans name no workload hqflow plan knows ({name!r})")
+        module = get_workload(name)
+        try:
+            cfg = module.Config(**saved)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"{folder}/config.json does not fit workload {name!r}: {exc}") from None
+    else:
+        name = args.workload
+        try:
+            module = get_workload(name)
+        except KeyError as exc:
+            raise UsageError(f"{str(exc).strip(chr(39) + chr(34))}, or a run directory") from None
+        cfg = module.Config()
+    overrides = {k: v for k, v in (("steps", args.steps), ("seed", args.seed), ("backend", args.backend))
+                 if v is not None}
+    unknown = [k for k in overrides if not hasattr(cfg, k)]
+    if unknown:
+        raise UsageError(f"workload {name!r} has no option {unknown[0]!r}")
+    return module, name, dataclasses.replace(cfg, **overrides), spans
+
+
+def make_plan(args, module, cfg, backends, spans=None, say=print):
+    """The plan for ``cfg`` (see the module docstring), and the rows per step it assumed."""
+    import hqflow as hq
+    from hqflow.costmodel import calibrate
+    from hqflow.planner import calibration
+    from hqflow.profile import Profile, ProfileError, profile
+
+    graph = module.build_graph(cfg)
+    saved = None
+    if args.profile and os.path.exists(args.profile):
+        try:
+            saved = Profile.load(args.profile)
+        except ProfileError as exc:
+            raise UsageError(str(exc)) from None
+    every = spans
+    if spans is None and (saved is None or args.calibrate_given):
+        say(f"hqflow: calibrating: {args.calibrate} steps of {module.__name__.rsplit('.', 1)[1]} on every backend")
+        spans, every = calibration(
+            lambda n, cut: _spans(module.run(dataclasses.replace(cfg, steps=n), backends=backends, rows_per_job=cut)),
+            args.calibrate)
+    rows = _rows(graph, spans) if spans else {f.name: 1 for f in graph.fragments if f.kind == "execute"}
+    prof = None
+    if spans:
+        prof = calibrate(graph, spans, profile(every), hq.SchedulerConfig(), rows=rows)
+    if saved is not None:
+        prof = saved if prof is None else saved.merged(prof)
+    if args.profile and spans:
+        prof.save(args.profile)
+    if prof is None:
+        raise UsageError("nothing to plan from: no calibration run, run directory or --profile")
+    try:
+        chosen = hq.plan(graph, cfg.steps, prof, objective=args.objective, budget=args.budget,
+                         max_staleness=args.max_staleness, rows=rows)
+    except (KeyError, ValueError) as exc:
+        raise UsageError(str(exc).strip("'\"")) from None
+    return chosen, graph
+
+
+def fold(args, spans) -> None:
+    """Merge a finished run's spans into ``--profile FILE`` (every run updates the profile)."""
+    if not args.profile or not spans:
+        return
+    from hqflow.profile import Profile, profile
+
+    fresh = profile(spans)
+    prof = Profile.load(args.profile).merged(fresh) if os.path.exists(args.profile) else fresh
+    prof.save(args.profile)
+
+
+def cmd_plan(args) -> int:
+    from .cli_train import _backend_pool
+
+    module, name, cfg, spans = _target(args)
+    if not hasattr(cfg, "backend"):
+        raise UsageError(f"workload {name!r} runs no quantum jobs to plan")
+    pool = _backend_pool(args)
+    backends = None if pool is None else {cfg.backend: pool}
+    args.calibrate_given = args.calibrate is not None
+    args.calibrate = args.calibrate or 5
+    chosen, _ = make_plan(args, module, cfg, backends, spans, say=lambda m: print(m, file=sys.stderr))
+    figures = {"workload": name, "steps": cfg.steps, "staleness": chosen.staleness,
+               "prefetch": chosen.config.prefetch, "rows_per_job": chosen.config.rows_per_job,
+               "cpu_workers": chosen.config.cpu_workers, "members": dict(chosen.members),
+               "predicted_s": round(chosen.prediction.makespan, 4), "predicted_spend": chosen.prediction.spend}
+    if not args.json:
+        print(f"plan for {name}, {cfg.steps} steps\n{chosen}")
+    if args.measure:
+        result = module.run(cfg, backends=backends, plan=chosen)
+        measured = _makespan(_spans(result))
+        fold(args, _spans(result))
+        figures.update(measured_s=round(measured, 4),
+                       prediction_error=round(abs(chosen.prediction.makespan - measured) / measured, 4))
+        if not args.json:
+            print(f"measured makespan   {measured:.3f} s (predicted {chosen.prediction.makespan:.3f} s, "
+                  f"off by {figures['prediction_error']:.0%})")
+    if args.json:
+        print(json.dumps(figures), file=args.json_out)
+    return 0
+
+
+__all__ = ["cmd_plan", "fold", "make_plan"]
