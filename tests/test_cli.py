@@ -36,7 +36,7 @@ def _err(capsys) -> str:
 
 
 def test_help_for_every_command():
-    for argv in (["--help"], ["backends", "--help"], ["inspect", "--help"], ["run", "--help"]):
+    for argv in (["--help"], ["backends", "--help"], ["inspect", "--help"], ["run", "--help"], ["plan", "--help"]):
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 0
@@ -45,7 +45,7 @@ def test_help_for_every_command():
 def test_console_script_help_lists_commands():
     out = subprocess.run([sys.executable, "-m", "hqflow.cli", "--help"], capture_output=True, text=True)
     assert out.returncode == 0
-    for cmd in ("backends", "inspect", "run"):
+    for cmd in ("backends", "inspect", "run", "plan"):
         assert cmd in out.stdout
 
 

@@ -1,0 +1,67 @@
+"""``hqflow plan`` and ``hqflow run --plan auto``: a plan from a calibration run, a saved profile or a
+run directory; its prediction against the measured run; every run folds into the profile."""
+import json
+
+import pytest
+
+from hqflow.cli import main
+from hqflow.profile import Profile
+
+POOL = ["--backend", "emulated-qpu", "--pool", "2", "--backend-opt", "per_job=0.002",
+        "--backend-opt", "per_circuit=0.00002"]
+
+
+def _json(capsys) -> dict:
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_plan_prints_its_table_and_its_prediction_holds_against_the_measured_run(capsys):
+    assert main(["plan", "vqe", "--steps", "12", "--calibrate", "4", "--measure", *POOL]) == 0
+    out = capsys.readouterr().out
+    for words in ("plan for vqe, 12 steps", "staleness", "rows per job", "pool emulated-qpu",
+                  "qpu:emulated-qpu#0", "predicted makespan", "measured makespan"):
+        assert words in out
+    assert main(["plan", "vqe", "--steps", "12", "--calibrate", "4", "--measure", "--json", *POOL]) == 0
+    figures = _json(capsys)
+    assert figures["steps"] == 12 and set(figures["members"]) == {"emulated-qpu"}
+    assert figures["measured_s"] > 0 and figures["prediction_error"] < 0.6  # a short run: loose here, see benchmarks
+
+
+def test_a_saved_profile_is_reused_and_every_run_folds_into_it(tmp_path, capsys):
+    prof = tmp_path / "prof.json"
+    assert main(["plan", "vqe", "--steps", "8", "--calibrate", "3", "--profile", str(prof), "--json", *POOL]) == 0
+    first = Profile.load(str(prof))
+    jobs = sum(b.jobs for b in first.backends)
+    assert jobs >= 3 and _json(capsys)["predicted_s"] > 0
+    # no calibration run now: the saved profile plans the run, and the run itself is folded in
+    assert main(["run", "vqe", "--steps", "6", "--plan", "auto", "--profile", str(prof), "--json", *POOL]) == 0
+    assert "predicted makespan" in capsys.readouterr().err
+    assert sum(b.jobs for b in Profile.load(str(prof)).backends) > jobs
+
+
+def test_plan_from_a_run_directory(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert main(["run", "vqe", "--steps", "6", "--backend", "emulated-qpu", "--run-dir", str(run_dir), "--json"]) == 0
+    capsys.readouterr()
+    assert main(["plan", str(run_dir), "--json"]) == 0
+    figures = _json(capsys)
+    assert figures["workload"] == "vqe" and figures["steps"] == 6 and figures["members"] == {
+        "emulated-qpu": ["qpu:emulated-qpu"]}
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["plan", "nosuch"], "unknown workload 'nosuch'"),
+    (["plan", "vqe", "--objective", "speed"], "invalid choice"),
+    (["plan", "vqe", "--budget", "-1"], "expected an amount >= 0"),
+    (["plan", "vqe", "--pool", "2", "--backend-opt", "3:per_job=1"], "member 3 but the pool has 2"),
+    (["run", "vqe", "--profile", "p.json"], "--profile goes with --plan auto"),
+])
+def test_bad_usage_is_one_line_and_exit_2(argv, words, capsys, tmp_path):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err, err
+
+
+def test_a_run_directory_that_is_not_one_is_a_usage_error(tmp_path, capsys):
+    assert main(["plan", str(tmp_path)]) == 2
+    assert "not a run directory of hqflow run --run-dir" in capsys.readouterr().err
