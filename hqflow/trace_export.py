@@ -54,13 +54,15 @@ def write_chrome_trace(path: str, spans: list[Span], meta: dict | None = None) -
     return path
 
 
-def draw_gantt(spans: list[Span], path: str, title: str | None = None) -> str:
+def draw_gantt(spans: list[Span], path: str, title: str | None = None,
+               marks: list[tuple[float, str]] = ()) -> str:
     """Draw the spans as a Gantt chart PNG; returns ``path``.
 
     One row per lane with its utilization on the right; bars coloured by
     fragment kind and labelled with their step when there is room; spans that
     did not end ``ok`` are hatched with a red outline. The figure grows with the
-    number of lanes.
+    number of lanes. ``marks``: ``(time, label)`` events (a resource change, say), drawn as
+    labelled vertical lines; times on the spans' clock.
     """
     import matplotlib
 
@@ -96,6 +98,10 @@ def draw_gantt(spans: list[Span], path: str, title: str | None = None) -> str:
     ax.set_xlabel("seconds since run start")
     ax.grid(axis="x", color="#dddddd", lw=0.6)
     ax.set_axisbelow(True)
+    for at, label in marks:
+        ax.axvline(at - t0, color="#c0392b", lw=1.2, ls=":")
+        ax.text(at - t0, -0.45, f" {label}", color="#c0392b", fontsize=8, va="top", ha="left",
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
     classical = sum(1 for _, r in order if not is_quantum(r))
     if 0 < classical < len(order):
         ax.axhline(classical - 0.5, color="#888888", lw=0.8, ls="--")
