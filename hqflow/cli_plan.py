@@ -164,4 +164,65 @@ def cmd_plan(args) -> int:
     return 0
 
 
-__all__ = ["cmd_plan", "fold", "make_plan"]
+def plan_training(algo: str, cfg, backends, *, profile_path: str | None = None, max_staleness: int | None = None,
+                  calibrate_updates: int = 2, say=print):
+    """How ``hqflow train --plan auto`` runs: ``(plan, distribution, scheduler options, backends)``.
+
+    The profile is ``profile_path``'s where it exists, else that of a calibration: ``calibrate_updates``
+    updates of the default distribution on every backend, in no run directory (and, where all jobs had
+    the same rows, as many again with the rows cut in two). The planner searches the actors' staleness
+    up to ``max_staleness`` (default: the default distribution's), the actor slots, prefetch, rows per
+    job and the pool's members; the rollouts' and the learner's own jobs are modelled in rounds
+    (``hqflow.costmodel``)."""
+    import hqflow as hq
+    from hqflow.costmodel import calibrate
+    from hqflow.distribution import get_distribution
+    from hqflow.planner import apply, calibration
+    from hqflow.profile import Profile, ProfileError, profile
+    from hqflow.workloads.rl import runner
+
+    mod = runner.algorithm(algo)
+    in_process, devices = runner.backend_facts(cfg.backend, backends)
+    default = runner.default_distribution(in_process)
+    bound = default.staleness if max_staleness is None else max_staleness
+    resolved = mod.resolve(cfg, in_process, devices)
+    graph = runner.build_graph(algo, resolved, 0, () if in_process else (cfg.backend,))
+    updates = -(-cfg.max_episodes // mod.episodes_per_update(resolved))
+    prof = None
+    if profile_path and os.path.exists(profile_path):
+        try:
+            prof = Profile.load(profile_path)
+        except ProfileError as exc:
+            raise UsageError(str(exc)) from None
+    if prof is None:
+        say(f"hqflow: calibrating: {calibrate_updates} updates of {algo} on every backend")
+
+        def run(n, cut):
+            small = dataclasses.replace(cfg, max_episodes=n * mod.episodes_per_update(resolved), stop_when_solved=False)
+            return runner.train(algo, small, default, backends=backends, tensorboard=False,
+                                rows_per_job=cut)["spans"]
+
+        first, every = calibration(run, max(2, calibrate_updates))
+        prof = calibrate(with_default(graph, default), first, profile(every), default.scheduler_config())
+        if profile_path:
+            prof.save(profile_path)
+    try:
+        chosen = hq.plan(graph, updates, prof, max_staleness=bound)
+    except (KeyError, ValueError) as exc:
+        raise UsageError(f"cannot plan the training: {str(exc).strip(chr(39) + chr(34))}") from None
+    actors = chosen.config.cpu_workers
+    distribution = get_distribution("sync") if chosen.staleness == 0 and actors == 1 and in_process \
+        else get_distribution("pipelined", staleness=chosen.staleness, actors=actors)
+    options = {"prefetch": chosen.config.prefetch, "rows_per_job": chosen.config.rows_per_job}
+    _, planned, _ = apply(chosen, graph, backends)
+    return chosen, distribution, options, planned or None
+
+
+def with_default(graph, distribution):
+    """``graph`` at ``distribution``'s staleness (the calibration's)."""
+    from hqflow.planner import with_staleness
+
+    return with_staleness(graph, distribution.staleness)
+
+
+__all__ = ["cmd_plan", "fold", "make_plan", "plan_training"]

@@ -62,18 +62,40 @@ class _Member:
         return max(now + self.p.queue, self.devices[d]) + hold, hold, d
 
 
-def _pools(graph: Graph, profile: Profile, members: Mapping[str, Sequence[str]] | None, prefetch: int) -> dict:
-    pools = {}
+def _nested(graph: Graph, profile: Profile) -> dict:
+    """Classical fragments that submit jobs themselves: name -> (pool, rounds, rows per job, seconds per round)."""
+    out = {}
     for f in graph.fragments:
-        if f.kind != "execute" or f.backend in pools:
+        if f.kind == "execute" or not f.job_backends:
             continue
-        names = (members or {}).get(f.backend)
-        chosen = ([profile.backend(n) for n in names] if names is not None
-                  else [b for b in profile.backends if b.pool == f"qpu:{f.backend}"])
+        try:
+            p = profile.fragment(f.name)
+        except KeyError:
+            continue
+        if p.jobs > 0 and p.classical is not None:
+            rounds = max(1, round(p.jobs))
+            out[f.name] = (f.job_backends[0], rounds, max(1, round(p.rows)), p.classical / rounds)
+    return out
+
+
+def pool_names(graph: Graph, profile: Profile) -> list[str]:
+    """The pools a run of ``graph`` sends jobs to: its ``execute`` fragments', and those of the classical
+    fragments that ``profile`` measured submitting jobs themselves."""
+    names = [f.backend for f in graph.fragments if f.kind == "execute"]
+    return list(dict.fromkeys(names + [n[0] for n in _nested(graph, profile).values()]))
+
+
+def _pools(graph: Graph, profile: Profile, members: Mapping[str, Sequence[str]] | None, prefetch: int,
+           nested: dict) -> dict:
+    pools = {}
+    for name in pool_names(graph, profile):
+        given = (members or {}).get(name)
+        chosen = ([profile.backend(n) for n in given] if given is not None
+                  else [b for b in profile.backends if b.pool == f"qpu:{name}"])
         if not chosen:
-            raise ValueError(f"no profile of a backend in pool {f.backend!r}: calibrate with a run that uses it, "
+            raise ValueError(f"no profile of a backend in pool {name!r}: calibrate with a run that uses it, "
                              f"or name its members")
-        pools[f.backend] = [_Member(b, prefetch) for b in chosen]
+        pools[name] = [_Member(b, prefetch) for b in chosen]
     return pools
 
 
@@ -87,7 +109,8 @@ def predict(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig 
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
     order = graph.topological_order()
-    pools = _pools(graph, profile, members, config.prefetch)
+    nested = _nested(graph, profile)
+    pools = _pools(graph, profile, members, config.prefetch, nested)
     sync = config.executor == "sync"
     in_flight = sum(m.capacity for pool in pools.values() for m in pool)
     window = 1 if sync else config.window or max(8, 2 * in_flight + 2)
@@ -105,7 +128,9 @@ def predict(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig 
     tick = itertools.count()
     now, admitted, next_step, spend, jobs = 0.0, {}, 0, 0.0, 0
     waiting: dict[str, list] = {name: [] for name in pools}  # jobs past every member's capacity
-    remaining: dict[tuple[str, int], int] = {}  # an execute instance's jobs not yet done
+    remaining: dict[tuple[str, int], int] = {}  # an instance's jobs (of its step, or of its round) not yet done
+    rounds: dict[tuple[str, int], int] = {}  # a nested call's rounds not yet done
+    began: dict[tuple[str, int], float] = {}  # when a classical call took its slot
 
     def ready(f, step) -> bool:
         for e in inputs[f.name]:
@@ -116,17 +141,17 @@ def predict(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig 
                 return False
         return True
 
-    def parts(f) -> list[int]:
-        """The rows of each job a step of ``f`` is cut into (``rows_per_job``)."""
-        n, cut = n_rows[f.name], config.rows_per_job or n_rows[f.name]
+    def parts(n: int) -> list[int]:
+        """The rows of each job ``n`` circuits are cut into (``rows_per_job``)."""
+        cut = config.rows_per_job or n
         return [min(cut, n - lo) for lo in range(0, n, max(1, cut))] or [0]
 
-    def submit(f, step, size) -> None:
+    def submit(f, step, pool_name: str, size: int) -> None:
         nonlocal spend, jobs
-        pool = pools[f.backend]
+        pool = pools[pool_name]
         open_ = [m for m in pool if m.in_flight < m.capacity]
         if not open_:
-            waiting[f.backend].append((f, step, size))
+            waiting[pool_name].append((f, step, pool_name, size))
             return
         shots = f.circuit.shots if f.circuit is not None else None
         (end, hold, d), member = min(((m.finish(now, size, shots, profile.overhead), m) for m in open_),
@@ -135,7 +160,13 @@ def predict(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig 
         member.busy += hold
         spend += member.p.price(size, shots) / max(1e-9, 1.0 - min(member.p.failure_rate, 0.99))
         jobs += 1
-        heapq.heappush(events, (end, next(tick), "job", f, step, member))
+        heapq.heappush(events, (end, next(tick), "job", f, step, (member, pool_name)))
+
+    def jobs_of(f, step, pool_name: str, n: int) -> None:
+        cut = parts(n)
+        remaining[(f.name, step)] = len(cut)
+        for size in cut:
+            submit(f, step, pool_name, size)
 
     while True:
         while next_step < steps and len(admitted) < window:
@@ -152,32 +183,49 @@ def predict(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig 
                         continue
                     if quantum:
                         running.add(key)
-                        cut = parts(f)
-                        remaining[key] = len(cut)
-                        for size in cut:
-                            submit(f, step, size)
+                        jobs_of(f, step, f.backend, n_rows[f.name])
                         continue
                     resource = "gpu" if f.resource == "gpu" else "cpu"
                     need = config.learners if f.kind == "learn" else 1
                     if busy[resource] + need > slots[resource]:
                         continue
                     busy[resource] += need
-                    used[resource] += need * seconds[f.name]
+                    began[key] = now
                     running.add(key)
-                    heapq.heappush(events, (now + seconds[f.name], next(tick), "task", f, step, resource))
+                    if f.name in nested:  # its own jobs, in rounds: a slice of classical work, then a job
+                        _, count, _, piece = nested[f.name]
+                        rounds[key] = count
+                        heapq.heappush(events, (now + piece + profile.overhead, next(tick), "round", f, step, resource))
+                    else:
+                        heapq.heappush(events, (now + seconds[f.name], next(tick), "task", f, step, resource))
         if not events:
             break
         now, _, kind, f, step, extra = heapq.heappop(events)
-        if kind == "task":
-            busy[extra] -= config.learners if f.kind == "learn" else 1
-        else:
-            extra.in_flight -= 1
-            if waiting[f.backend]:
-                submit(*waiting[f.backend].pop(0))
-            remaining[(f.name, step)] -= 1
-            if remaining[(f.name, step)]:
+        key = (f.name, step)
+        if kind == "round":  # a nested call's slice of classical work is done: its job goes out
+            pool_name, _, size, _ = nested[f.name]
+            jobs_of(f, step, pool_name, size)
+            continue
+        if kind == "job":
+            member, pool_name = extra
+            member.in_flight -= 1
+            if waiting[pool_name]:
+                submit(*waiting[pool_name].pop(0))
+            remaining[key] -= 1
+            if remaining[key]:
                 continue  # the step's other parts are still running
-            del remaining[(f.name, step)]
+            del remaining[key]
+            if f.name in nested:
+                rounds[key] -= 1
+                if rounds[key]:
+                    heapq.heappush(events, (now + nested[f.name][3], next(tick), "round", f, step,
+                                            "gpu" if f.resource == "gpu" else "cpu"))
+                    continue
+                kind, extra = "task", "gpu" if f.resource == "gpu" else "cpu"
+        if kind == "task":
+            need = config.learners if f.kind == "learn" else 1
+            busy[extra] -= need
+            used[extra] += need * (now - began.pop(key))
         running.discard((f.name, step))
         finished.add((f.name, step))
         while (f.name, done[f.name]) in finished:
@@ -190,7 +238,8 @@ def predict(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig 
         for m in pool:
             utilization[m.p.backend] = m.busy / (now * len(m.devices)) if now else 0.0
     cut = {name: min(n, config.rows_per_job or n) for name, n in n_rows.items()}
-    return Prediction(now, utilization, spend, _bound(order, steps, seconds, n_rows, cut, pools), jobs)
+    cut.update({name: min(n[2], config.rows_per_job or n[2]) for name, n in nested.items()})
+    return Prediction(now, utilization, spend, _bound(order, steps, seconds, n_rows, cut, pools, nested, slots), jobs)
 
 
 def calibrate(graph: Graph, spans: list, profile: Profile, config: SchedulerConfig = SchedulerConfig(), *,
@@ -211,19 +260,35 @@ def calibrate(graph: Graph, spans: list, profile: Profile, config: SchedulerConf
     return replace(profile, overhead=low)
 
 
-def _bound(order, steps: int, seconds: dict, n_rows: dict, cut: dict, pools: dict) -> float:
-    """``N * max(C, D) + min(C, Q)``: C a step's classical seconds, D its device seconds spread over the
-    pools' devices (the QPUs' throughput), Q one job's seconds (``cut`` rows), queue included (the loop's fill)."""
-    c, d, q = sum(seconds.values()), 0.0, 0.0
+def _bound(order, steps: int, seconds: dict, n_rows: dict, cut: dict, pools: dict, nested: dict,
+           slots: dict) -> float:
+    """``N * max(C, D) + min(C, Q)``: C a step's classical seconds on its busiest resource (per worker
+    slot), D its device seconds spread over the pools' devices (the QPUs' throughput), Q one job's
+    seconds (``cut`` rows), queue included (the loop's fill). A fragment's own jobs count in D and Q,
+    its seconds outside them in C."""
+    c, d, q = 0.0, 0.0, 0.0
+    per = {"cpu": 0.0, "gpu": 0.0}
+
+    def job(pool, n, k):
+        jobs = -(-n // k) if k else 1
+        best = min(pool, key=lambda m: m.p.per_job * jobs + m.p.per_row * n)
+        return ((best.p.per_job * jobs + best.p.per_row * n) / sum(len(m.devices) for m in pool),
+                min(m.p.queue + m.p.per_job + m.p.per_row * k for m in pool))
+
     for f in order:
         if f.kind == "execute":
-            pool = pools[f.backend]
-            n, k = n_rows[f.name], cut[f.name]
-            jobs = -(-n // k) if k else 1
-            best = min(pool, key=lambda m: m.p.per_job * jobs + m.p.per_row * n)
-            d += (best.p.per_job * jobs + best.p.per_row * n) / sum(len(m.devices) for m in pool)
-            q += min(m.p.queue + m.p.per_job + m.p.per_row * k for m in pool)
-    return steps * max(c, d) + min(c, q) if steps else 0.0
+            dd, qq = job(pools[f.backend], n_rows[f.name], cut[f.name])
+            d, q = d + dd, q + qq
+        elif f.name in nested:
+            pool_name, rounds, size, piece = nested[f.name]
+            dd, qq = job(pools[pool_name], size, cut[f.name])
+            c, d, q = c + piece * rounds, d + dd * rounds, q + qq
+            per["gpu" if f.resource == "gpu" else "cpu"] += piece * rounds
+        else:
+            c += seconds[f.name]
+            per["gpu" if f.resource == "gpu" else "cpu"] += seconds[f.name]
+    busiest = max(per[r] / slots[r] for r in per)
+    return steps * max(busiest, d) + min(c, q) if steps else 0.0
 
 
-__all__ = ["Prediction", "calibrate", "predict"]
+__all__ = ["Prediction", "calibrate", "pool_names", "predict"]

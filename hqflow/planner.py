@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from hqflow.ir.graph import Graph
 
-from .costmodel import Prediction, predict
+from .costmodel import Prediction, pool_names, predict
 from .profile import Profile
 from .scheduler import SchedulerConfig, run as scheduler_run
 
@@ -114,8 +114,8 @@ def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time",
     limit = _loop_staleness(graph) if max_staleness is None else max_staleness
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ValueError(f"max_staleness must be an integer >= 0, got {limit!r}")
-    pools = {f.backend: [b.backend for b in profile.backends if b.pool == f"qpu:{f.backend}"]
-             for f in graph.fragments if f.kind == "execute"}
+    pools = {name: [b.backend for b in profile.backends if b.pool == f"qpu:{name}"]
+             for name in pool_names(graph, profile)}
     for name, names in pools.items():
         if not names:
             raise ValueError(f"no profile of a backend in pool {name!r}: calibrate with a run that uses it")

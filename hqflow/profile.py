@@ -11,7 +11,8 @@ directory's ``spans.json``):
   the time is all ``per_job``: a calibration that cuts some jobs smaller tells the two apart), the share of attempts that
   failed or timed out, and the price per job fitted the same way from ``Span.cost``;
 * a :class:`FragmentProfile` per classical fragment and resource: the mean and spread of its
-  calls' seconds.
+  calls' seconds; for a fragment that submits jobs itself (``job_backends``), also its jobs per
+  call, their rows, and the seconds of a call outside them.
 
 Of three or more jobs or calls, the first is left out of the times: it warms caches, compiles
 programs and starts threads, which later ones do not.
@@ -84,6 +85,12 @@ class FragmentProfile:
     spread: float
     """standard deviation of a call's seconds"""
     calls: int
+    jobs: float = 0.0
+    """quantum jobs a call submits itself (an RL rollout's policy circuits), on average"""
+    rows: float = 0.0
+    """circuits per such job, on average"""
+    classical: float | None = None
+    """seconds of a call outside its own jobs (None: it submits none)"""
 
 
 @dataclass(frozen=True)
@@ -210,6 +217,21 @@ def _member(span: Span) -> str:
     return (span.lane or span.resource).split("/")[0]
 
 
+def _own_jobs(call: Span, jobs: list[Span]) -> list[Span]:
+    """The ok jobs that ``call`` (a classical fragment's span) submitted itself."""
+    return [s for s in jobs if s.parent_lane == call.lane and s.fragment == call.fragment and s.step == call.step
+            and s.outcome == "ok" and s.rows is not None and call.start <= s.start <= call.end]
+
+
+def _covered(jobs: list[Span]) -> float:
+    """Seconds in which at least one of ``jobs`` ran."""
+    total, end = 0.0, -math.inf
+    for s in sorted(jobs, key=lambda s: s.start):
+        total += max(0.0, s.end - max(s.start, end))
+        end = max(end, s.end)
+    return total
+
+
 def profile(spans: list[Span]) -> Profile:
     """The profiles that ``spans`` measure (see the module docstring)."""
     backends = []
@@ -225,8 +247,6 @@ def profile(spans: list[Span]) -> Profile:
         shot_rows = rows * np.array([s.shots or 0 for s in ok], dtype=float)
         queued = np.array([s.queued or 0.0 for s in ok])
         X = np.column_stack([np.ones(len(ok)), rows, shot_rows])
-        if np.ptp(rows) == 0:  # one job size: per-job and per-row time cannot be told apart; all per job
-            X[:, 1:] = 0.0
         held = np.array([s.device if s.device is not None else s.seconds - (s.queued or 0.0) for s in ok])
         per_job, per_row, per_shot = _fit(X, held)
         priced = [j for j, s in enumerate(ok) if s.cost is not None]
@@ -238,9 +258,19 @@ def profile(spans: list[Span]) -> Profile:
     fragments = []
     for name, resource in dict.fromkeys((s.fragment, s.resource) for s in spans
                                         if not is_quantum(s.resource) and s.parent_lane is None):
-        times = np.array([s.seconds for s in _warm([s for s in spans if (s.fragment, s.resource) == (name, resource)
-                                                    and s.parent_lane is None and s.outcome == "ok"])])
-        if len(times):
+        calls = _warm([s for s in spans if (s.fragment, s.resource) == (name, resource)
+                       and s.parent_lane is None and s.outcome == "ok"])
+        if not calls:
+            continue
+        times = np.array([s.seconds for s in calls])
+        own = [_own_jobs(c, jobs) for c in calls]
+        n_jobs = np.array([len(j) for j in own], dtype=float)
+        if n_jobs.sum():
+            rows = float(np.mean([s.rows for j in own for s in j]))
+            outside = float(np.mean([c.seconds - _covered(j) for c, j in zip(calls, own)]))
+            fragments.append(FragmentProfile(name, resource, float(times.mean()), float(times.std()), len(times),
+                                             float(n_jobs.mean()), rows, max(0.0, outside)))
+        else:
             fragments.append(FragmentProfile(name, resource, float(times.mean()), float(times.std()), len(times)))
     return Profile(tuple(backends), tuple(fragments))
 

@@ -15,6 +15,26 @@ def _profile(c=0.01, queue=0.0, per_job=0.02, per_row=0.0, devices=1, failure_ra
     return Profile(backends, (FragmentProfile("learn", "cpu", c, 0.0, 10),))
 
 
+def rollout(step, params):
+    return {"batch": None}
+
+
+def learn(batch, params):
+    return {"params": params}
+
+
+def _nested_graph(staleness):
+    """An RL loop's shape: a rollout that submits its own jobs to pool "qpu", then a learner."""
+    pipe = hq.Pipeline("nested")
+    pipe.input("step", "scalar")
+    pipe.preprocess(rollout, name="rollout", outputs={"batch": "any"}, job_backends=("qpu",))
+    pipe.learn(learn, outputs={"params": "any"})
+    pipe.loop("learn.params", "rollout.params", max_staleness=staleness)
+    pipe.loop("learn.params", "learn.params")
+    pipe.output("learn.params")
+    return pipe.build()
+
+
 def _graph(staleness):
     return synthetic.build_graph(synthetic.Config(staleness=staleness, backend="qpu"))
 
@@ -55,6 +75,24 @@ def test_rows_cut_into_jobs_run_side_by_side_over_a_pool():
     assert halves.makespan == pytest.approx(n * 0.042) and halves.jobs == 2 * n
     uneven = predict(_graph(0), n, prof, hq.SchedulerConfig(rows_per_job=3, prefetch=0), rows=8)  # 3 + 3, then 2
     assert uneven.makespan == pytest.approx(n * (0.032 + 0.022)) and uneven.jobs == 3 * n
+
+
+def test_a_fragments_own_jobs_run_in_rounds_and_share_the_pool():
+    backends = tuple(BackendProfile(f"qpu:q#{k}", "qpu:qpu", 0.0, 0.01, 0.0, 0.0, 0.0, None, jobs=10) for k in range(2))
+    prof = Profile(backends, (FragmentProfile("rollout", "cpu", 0.06, 0.0, 10, jobs=3.0, rows=4.0, classical=0.03),
+                              FragmentProfile("learn", "gpu", 0.02, 0.0, 10)))
+    n = 20
+    serial = predict(_nested_graph(0), n, prof, hq.SchedulerConfig(), members={"qpu": ["q#0"]})
+    assert serial.makespan == pytest.approx(n * (3 * (0.01 + 0.01) + 0.02)) and serial.jobs == 3 * n
+    assert serial.utilization["qpu:q#0"] == pytest.approx(n * 0.03 / serial.makespan)
+    # two actors at staleness 2: their classical slices overlap, and two QPUs take their jobs at once
+    one_qpu = predict(_nested_graph(2), n, prof, hq.SchedulerConfig(cpu_workers=2), members={"qpu": ["q#0"]})
+    two_qpus = predict(_nested_graph(2), n, prof, hq.SchedulerConfig(cpu_workers=2))
+    assert two_qpus.makespan < one_qpu.makespan < serial.makespan
+    assert one_qpu.makespan >= n * 0.03  # the one QPU is the bottleneck: 3 jobs of 10 ms a step
+    assert two_qpus.bound <= two_qpus.makespan and one_qpu.bound == pytest.approx(n * 0.03 + 0.01)  # + a job
+    chosen = hq.plan(_nested_graph(0), n, prof, max_staleness=2)
+    assert dict(chosen.members)["qpu"] == ("qpu:q#0", "qpu:q#1") and chosen.staleness >= 1
 
 
 def test_failures_cost_time_and_money():

@@ -72,3 +72,19 @@ def test_a_damaged_profile_is_a_one_line_error(tmp_path, content, message):
     assert "\n" not in str(info.value)
     with pytest.raises(ProfileError, match="cannot read profile"):
         Profile.load(str(tmp_path / "missing.json"))
+
+
+def test_a_fragments_own_jobs_are_counted_per_call_with_the_time_outside_them():
+    spans = []
+    for step in range(4):  # each call: 2 jobs of 3 rows, 0.01 s apart from each other, 0.05 s of own work
+        t = 1.0 * step
+        spans.append(Span("rollout", "preprocess", "cpu", step, t, t + 0.05 + 0.04, lane="cpu/0"))
+        for k in range(2):
+            start = t + 0.01 + 0.03 * k
+            spans.append(Span("rollout", "execute", "qpu:pool", step, start, start + 0.02, lane="qpu:q/0",
+                              parent_lane="cpu/0", rows=3))
+    f = profile(spans).fragment("rollout")
+    assert f.calls == 3 and f.jobs == 2.0 and f.rows == 3.0  # the first call left out
+    assert f.classical == pytest.approx(0.05) and f.seconds == pytest.approx(0.09)
+    plain = profile([Span("learn", "learn", "cpu", k, k, k + 0.1) for k in range(3)]).fragment("learn")
+    assert plain.jobs == 0.0 and plain.classical is None
