@@ -8,9 +8,22 @@
     hqflow train cartpole --backend emulated-qpu --backend-opt per_job=0.05 --pool 2 \
         --backend-opt 1:failure_rate=0.2          # two emulated QPUs, the second flaky
     hqflow train --resume runs/reinforce-cartpole-seed0
+    hqflow train --resume runs/reinforce-cartpole-seed0 --pool 3  # the rest on three such QPUs
+    hqflow train --resume RUN --distribution pipelined --staleness 0 --backend emulated-qpu --pool 2
+    hqflow train cartpole --resources pool.json --distribution sync  # the pool follows pool.json mid-run;
+        # pool.json: {"pools": {"qpu": ["emulated-qpu", ["emulated-qpu", {"per_job": 0.01}]]}}
+        # kill -HUP PID: read it now (hqflow.resources)
+
+A resumed run keeps its algorithm (ENV, --algo, --seed, --set, --episodes) and may change its pool and
+distribution: at staleness 0 on exact backends of the run's kind (another pool of emulated QPUs, sync to
+pipelined --staleness 0) it ends bit-identical to an undisturbed run, and under multi-learner up to
+floating-point summation order (float64: about 1e-10). A change that cannot keep the result (a higher
+staleness, another kind of backend) says so in one line. config.json records the latest settings (a
+later --resume takes them) and resources.jsonl each part's and each mid-run change.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -56,14 +69,15 @@ def _complete(ckpt: dict, cfg, mod) -> bool:
     return ckpt["update"] + 1 >= updates or (cfg.stop_when_solved and ckpt.get("solved_at") is not None)
 
 
-def _backend_pool(args) -> list | None:
-    """``--backend`` with ``--backend-opt`` and ``--pool`` as a pool spec ``[(name, options), ...]``
-    (None without them); each member is made once here, so a bad option is a usage error."""
+def _backend_pool(args, name: str | None = None, always: bool = False) -> list | None:
+    """``--backend`` (or ``name``) with ``--backend-opt`` and ``--pool`` as a pool spec ``[(name, options),
+    ...]`` (None without them, unless ``always``); each member is made once here, so a bad option is a
+    usage error."""
     from hqflow.backends import BackendError, get_backend
 
-    if not args.backend_opt and not args.pool:
+    if not args.backend_opt and not args.pool and not always:
         return None
-    name, size = args.backend or "compiled", args.pool or 1
+    name, size = name or args.backend or "compiled", args.pool or 1
     shared, own = {}, [{} for _ in range(size)]
     for item in args.backend_opt:
         target, key_value = shared, item
@@ -81,9 +95,106 @@ def _backend_pool(args) -> list | None:
         try:
             backend = get_backend(name, **options)
         except (BackendError, TypeError, ValueError) as exc:
-            raise UsageError(f"--backend-opt for {name!r} (member {member}): {exc}") from None
+            what = f"--backend-opt for {name!r} (member {member})" if options else "--backend"
+            raise UsageError(f"{what}: {exc}") from None
         getattr(backend, "close", lambda: None)()
     return specs
+
+
+def _watcher(args):
+    """``--resources FILE`` as a ``ResourceWatcher`` (None without it); the pool is the file's, so
+    ``--pool`` and ``--backend-opt`` are refused beside it."""
+    from .resources import ResourceError, ResourceWatcher
+
+    if args.resources is None:
+        return None
+    if args.pool or args.backend_opt:
+        raise UsageError("--resources names the pool's members: give them in the file, not with --pool or "
+                         "--backend-opt")
+    try:
+        return ResourceWatcher(args.resources)
+    except ResourceError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _file_pool(watcher, name: str | None) -> tuple[str, list]:
+    """The run's pool name and members from a resources file: ``name`` (the run's or ``--backend``),
+    or the file's one pool."""
+    pools = watcher.pools
+    if name is None:
+        if len(pools) != 1:
+            raise UsageError(f"{watcher.path} names {len(pools)} pools ({', '.join(map(repr, pools))}): give "
+                             "--backend NAME for the run's")
+        name = next(iter(pools))
+    others = sorted(set(pools) - {name})
+    if name not in pools or others:
+        raise UsageError(f"{watcher.path} must name this run's one backend pool {name!r}"
+                         + (f", not {others[0]!r}" if others else ""))
+    return name, pools[name]
+
+
+def _job_pool(runner, name: str, pool: list, what: str) -> None:
+    """A pool that runs in process is called directly by the policy, by the run's own backend name:
+    refuse one that would stand in for another, or that a resources file would change."""
+    in_process, _ = runner.backend_facts(name, {name: pool})
+    if in_process and (what == "--resources" or pool[0] != (name, {})):
+        raise UsageError(f"{what}: {pool[0][0]!r} alone runs in process, where no pool can change or stand in "
+                         f"for {name!r}: give a job backend such as emulated-qpu, or two or more members")
+
+
+def _resumed(args, meta: dict, cfg, runner, watcher):
+    """The distribution and pool the resumed part runs with (None: the run's latest), and the line that
+    says when they cannot keep the result an undisturbed run would reach (or None)."""
+    from hqflow.distribution import get_distribution
+
+    saved = get_distribution(meta.get("distribution", "sync"), **meta.get("distribution_options", {}))
+    options = {"staleness": args.staleness, "learners": args.learners, "compression": args.compression}
+    options = {k: v for k, v in options.items() if v is not None}
+    name = saved.name if args.distribution == "auto" else args.distribution
+    for flag, key in (("--learners", "learners"), ("--compression", "compression")):
+        if key in options and name != "multi-learner":
+            raise UsageError(f"{flag} needs --distribution multi-learner (the run's is {saved.name})")
+    if "staleness" in options and name == "sync":
+        raise UsageError("--staleness needs --distribution pipelined, ray-actors or multi-learner (the run's "
+                         f"is {saved.name})")
+    try:
+        policy = saved if name == saved.name else get_distribution(name)
+        policy = get_distribution(policy, **options)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    old = [tuple(m) for m in (meta.get("backends") or {}).get(cfg.backend, [(cfg.backend, {})])]
+    if watcher is not None:
+        pool = _file_pool(watcher, cfg.backend)[1]
+        if args.backend:
+            raise UsageError("--resources names the pool's members: give them in the file, not with --backend")
+    else:
+        given = args.backend or args.pool or args.backend_opt
+        pool = _backend_pool(args, args.backend or old[0][0], always=True) if given else None
+    if pool is not None:
+        _job_pool(runner, cfg.backend, pool, "--resources" if watcher is not None else "--backend")
+    why = []
+    if policy.staleness and policy != saved:
+        why.append(f"staleness {policy.staleness} lets actors use older parameters, as timing has it")
+    if getattr(policy, "compression", None) is not None and policy.compression.kind != "none":
+        why.append(f"compression {policy.compression.kind} is not exact")
+    if policy.name == "multi-learner" and policy.learners > 1 and policy != saved and cfg.dtype != "float64":
+        why.append("multi-learner sums gradients in another order, which float32 roundoff shows")
+    kinds = {_kind(m) for m in (pool or old)}
+    if not kinds <= {_kind(m) for m in old}:
+        why.append(f"the pool's backends ({', '.join(sorted(k[0] for k in kinds))}) are not the run's kind")
+    elif pool is not None and runner.backend_facts(cfg.backend, {cfg.backend: pool})[0] \
+            != runner.backend_facts(cfg.backend, {cfg.backend: old})[0]:
+        why.append("the policy's circuit runs as jobs where it ran in process, or the other way round")
+    warning = None if not why else ("hqflow: --resume: results will differ from an undisturbed run from here on: "
+                                    + "; ".join(why))
+    return (None if policy == saved else policy), pool, warning
+
+
+def _kind(spec) -> tuple:
+    """What a pool member computes with: its backend and the simulator it wraps (emulated QPUs)."""
+    name, options = spec
+    return name, json.dumps(options.get("wrapped"), sort_keys=True), \
+        json.dumps(options.get("wrapped_options"), sort_keys=True)
 
 
 class _CostReport:
@@ -141,10 +252,11 @@ def cmd_train(args) -> int:
     from .progress import Progress
 
     if args.resume:
-        if args.env or args.env_module or args.algo or args.backend or args.seed is not None \
-                or args.set or args.episodes or args.staleness is not None or args.distribution != "auto" \
-                or args.backend_opt or args.pool or args.learners is not None or args.compression is not None:  # --budget and --ray-address may change
-            raise UsageError("--resume takes the run's own settings; give only --resume RUN_DIR (and --json)")
+        if args.env or args.env_module or args.algo or args.seed is not None or args.set or args.episodes \
+                or args.run_dir:
+            raise UsageError("--resume continues the run's own algorithm and directory: ENV, --env-module, --algo, "
+                             "--seed, --set, --episodes and --run-dir cannot change (the pool, the distribution "
+                             "and --resources may)")
         try:
             meta, ckpt = runner.load_run(args.resume)
         except ValueError as exc:
@@ -152,8 +264,9 @@ def cmd_train(args) -> int:
         algo, run_dir = meta["algo"], args.resume
         mod = runner.algorithm(algo)
         cfg = mod.Config(**meta["config"])
-        distribution, pool = None, None
-        if ckpt is None:  # stopped before its first checkpoint: it starts again, with its own settings
+        watcher = _watcher(args)
+        distribution, pool, warning = _resumed(args, meta, cfg, runner, watcher)
+        if ckpt is None:  # stopped before its first checkpoint: it starts again
             print(f"hqflow: {run_dir} has no checkpoint yet: training it from the start", file=sys.stderr)
         else:
             try:
@@ -165,6 +278,8 @@ def cmd_train(args) -> int:
                   f"episodes{', solved' if ckpt.get('solved_at') else ''}): nothing to resume; "
                   f"hqflow eval {run_dir} evaluates it", file=sys.stderr)
             return 0
+        if warning and ckpt is not None:
+            print(warning, file=sys.stderr)
     else:
         if not args.env:
             raise UsageError("give an environment (cartpole, acrobot, frozenlake, a gymnasium id such as CartPole-v1, "
@@ -178,8 +293,14 @@ def cmd_train(args) -> int:
             mod = runner.algorithm(algo)
         except (ValueError, ImportError) as exc:
             raise UsageError(str(exc)) from None
+        watcher = _watcher(args)
+        if watcher is not None:
+            args.backend, pool = _file_pool(watcher, args.backend)
         cfg = _config(args, mod)
-        pool = _backend_pool(args)
+        if watcher is not None:
+            _job_pool(runner, cfg.backend, pool, "--resources")
+        else:
+            pool = _backend_pool(args)
         if args.backend and pool is None:
             try:
                 get_backend(args.backend)
@@ -214,16 +335,21 @@ def cmd_train(args) -> int:
 
     scheduler = {} if args.budget is None else {"budget": args.budget}
     if args.ray_address is not None:
-        chosen = meta.get("distribution") if args.resume else getattr(distribution, "name", distribution)
+        chosen = getattr(distribution, "name", distribution)
+        if args.resume and distribution is None:
+            chosen = meta.get("distribution")
         if chosen not in ("ray-actors", "multi-learner"):
             raise UsageError("--ray-address needs --distribution ray-actors or multi-learner (the other "
                              "distributions run in this process)")
         scheduler["ray_address"] = args.ray_address
-    with Progress(cfg.max_episodes, f"{algo} {cfg.env}") as bar:
+    with Progress(cfg.max_episodes, f"{algo} {cfg.env}") as bar, \
+            watcher.sighup() if watcher is not None else contextlib.nullcontext():
+        if watcher is not None:
+            watcher.say = bar.write  # a line above the progress bar
         try:
             out = runner.train(algo, cfg, distribution, run_dir=run_dir, resume=bool(args.resume),
                                checkpoint_every=args.checkpoint_every, progress=_CostReport(bar, mod, cfg),
-                               tensorboard=args.tensorboard,
+                               tensorboard=args.tensorboard, resources=watcher,
                                backends=None if pool is None else {cfg.backend: pool}, **scheduler)
         except RunFailed as exc:
             what = "raise --budget" if _caused_by(exc, BudgetExceeded) else "fix the backend"

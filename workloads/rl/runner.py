@@ -35,7 +35,15 @@ scratch objects cached per thread (and per process on Ray).
 ``train(algo, cfg, distribution, run_dir, resume)`` writes to ``run_dir``:
 ``config.json``, ``metrics.jsonl`` (one line per update), ``checkpoint.pt`` (every
 ``checkpoint_every`` updates and at the end, written atomically), ``spans.json`` and
-``trace.json`` (the scheduler's trace; open it in Perfetto), ``learning_curve.png``.
+``trace.json`` (the scheduler's trace; open it in Perfetto), ``learning_curve.png``, and
+``resources.jsonl``: one line per part of the run (``"event": "start"`` or ``"resume"``, with the
+distribution and pools it ran with) and per pool change while it ran (``"event": "change"``,
+``hqflow.resources``), each with ``update``, the updates complete by then.
+
+A resumed run may run under another distribution and other pools (Tenplex-style): the algorithm's
+config stays the run's own, so at staleness 0 with exact backends of the same kind it continues to
+the result the run would have reached (``multi-learner``: up to floating-point summation order).
+``config.json`` holds the settings the run runs with now, so a later resume takes the latest.
 """
 from __future__ import annotations
 
@@ -44,6 +52,7 @@ import copy
 import dataclasses
 import importlib
 import json
+import sys
 import threading
 import time
 import uuid
@@ -277,6 +286,12 @@ def _json_pools(backends) -> dict | None:
     return out
 
 
+def _log_resources(run_dir: Path, entry: dict) -> None:
+    """One line of ``resources.jsonl``: the resources a part of the run started with, or a change."""
+    with open(run_dir / "resources.jsonl", "a") as fh:
+        fh.write(json.dumps(entry) + "\n")
+
+
 class RunDirError(ValueError):
     """A run directory that cannot be resumed: damaged, or not a run; the message names the file."""
 
@@ -348,13 +363,17 @@ def _check_state(saved: dict, fresh: dict, path: Path) -> None:
 
 def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, resume: bool = False,
           checkpoint_every: int = 5, progress=None, backends: Mapping | None = None, tensorboard: bool = True,
-          **scheduler) -> dict:
+          resources=None, **scheduler) -> dict:
     """Train, writing the run directory; ``resume`` continues ``run_dir`` from its checkpoint.
 
     ``distribution``: a policy or its name; ``"auto"`` (``default_distribution``): ``sync`` on an
     in-process backend, ``pipelined`` (staleness 1) on a job backend.
     ``backends`` maps a backend name (``cfg.backend``) to a pool, as ``hq.run`` takes it;
     ``scheduler`` are ``SchedulerConfig`` fields (``max_retries``, ``job_timeout``, ...).
+    With ``resume``, the run's own config and algorithm; ``distribution`` (other than "auto") and
+    ``backends`` replace the run's for the resumed part (and are recorded for the next).
+    ``resources``: a ``hqflow.resources.ResourceWatcher`` whose file changes the pool while the
+    run goes on (a job backend's pool only); the changes go to ``resources.jsonl``.
     ``tensorboard``: also write TensorBoard event files to ``run_dir/tensorboard`` (CleanRL's tags:
     ``charts/episodic_return`` per episode, ``charts/mean_return_10``, ``losses/loss``, ``charts/spend``,
     against environment steps).
@@ -375,7 +394,8 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
     else:
         meta, ckpt = load_run(run_dir)
         algo = meta["algo"]
-        policy_ = get_distribution(meta.get("distribution", "sync"), **meta.get("distribution_options", {}))
+        policy_ = get_distribution(meta.get("distribution", "sync"), **meta.get("distribution_options", {})) \
+            if distribution in (None, "auto") else get_distribution(distribution)
         if backends is None and meta.get("backends"):
             backends = {name: [(m[0], m[1]) for m in pool] for name, pool in meta["backends"].items()}
         scheduler.setdefault("run_id", meta.get("run_id"))
@@ -383,6 +403,8 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
         cfg = mod.Config(**meta["config"])
     cfg = _pinned_encoding(cfg or mod.Config(), fresh=ckpt is None)
     in_process, devices = backend_facts(cfg.backend, backends)
+    if resources is not None and in_process:
+        raise ValueError(f"elastic resources need a pool of job backends: {cfg.backend!r} runs in process")
     if policy_ is None:
         policy_ = default_distribution(in_process) if distribution in (None, "auto") else get_distribution(distribution)
     cfg = mod.resolve(cfg, in_process, devices)
@@ -400,12 +422,16 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
             scheduler["budget"] = max(0.0, scheduler["budget"] - done["spend"])
     if run_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
+        part = {"distribution": policy_.name, "distribution_options": dataclasses.asdict(policy_),  # a placement
+                "backends": _json_pools(backends)}  # as a dict
         if ckpt is None:
             scheduler.setdefault("run_id", uuid.uuid4().hex)  # job ids derive from it; --resume reuses it
-            meta = {"algo": algo, "run_id": scheduler["run_id"], "distribution": policy_.name,
-                    "distribution_options": dataclasses.asdict(policy_),  # a placement as a dict
-                    "config": dataclasses.asdict(cfg), "backends": _json_pools(backends)}
+            meta = {"algo": algo, "run_id": scheduler["run_id"], **part, "config": dataclasses.asdict(cfg)}
             atomic_text(run_dir / "config.json", json.dumps(meta, indent=2))
+        elif json.loads(json.dumps(part)) != {k: meta.get(k) for k in part}:  # the next resume takes these
+            meta.update(part)
+            atomic_text(run_dir / "config.json", json.dumps(meta, indent=2))
+        _log_resources(run_dir, {"event": "resume" if ckpt else "start", "update": done["update"] + 1, **part})
         # a killed run may have logged updates past its checkpoint: they will be redone
         rows = done["metrics"] if ckpt is None or "metrics" in ckpt else _metrics_rows(run_dir, done["update"])
         atomic_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
@@ -489,8 +515,25 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
         from torch.utils.tensorboard import SummaryWriter
 
         board = SummaryWriter(str(run_dir / "tensorboard"), purge_step=done["env_steps"] + 1 if ckpt else None)
+    def changed(change: dict) -> None:
+        """A pool change while the run goes on: a line of resources.jsonl, and config.json's pools (a later
+        resume takes them)."""
+        if run_dir is None:
+            return
+        pools = dict(meta.get("backends") or {}, **{change["pool"]: change["backends"]})
+        stored = _json_pools({name: [tuple(m) for m in specs] for name, specs in pools.items()})  # no secrets
+        try:
+            meta["backends"] = stored
+            atomic_text(run_dir / "config.json", json.dumps(meta, indent=2))
+            _log_resources(run_dir, {"event": "change", "update": done["update"] + 1, **change,
+                                     "backends": stored[change["pool"]]})
+        except OSError as exc:
+            print(f"hqflow: resources: cannot record the change in {run_dir}: {exc.strerror}", file=sys.stderr)
+
     try:
         sched = Scheduler(graph, backends, config)
+        if resources is not None:
+            resources.attach(sched, backends or {cfg.backend: [cfg.backend]}, changed)
         result = sched.run(stream(), initial_state=state, progress=on_update)
     except hq.RunFailed as exc:
         save(exc.result.spans)  # the last completed update stays resumable
@@ -499,6 +542,8 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
         checkpoint()  # Ctrl-C: the last completed update stays resumable too
         raise
     finally:
+        if resources is not None:
+            resources.close()
         torch.set_num_threads(threads)
         if board is not None:
             board.close()
