@@ -23,8 +23,8 @@ from .jobs import BudgetExceeded, JobClient, RetriesExhausted, get_client
 from .pipeline import Pipeline
 from .reference_executor import ReferenceExecutor
 from .reference_executor import run as run_reference
-from .planner import Plan, plan, run
-from .scheduler import RunHandle, Scheduler, SchedulerConfig, start
+from .planner import Plan, plan, run, start
+from .scheduler import RunHandle, Scheduler, SchedulerConfig
 from .trace import Span
 
 __all__ = [

@@ -26,14 +26,14 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from hqflow.ir.graph import Graph
 
 from .costmodel import Prediction, pool_names, predict
 from .profile import Profile
-from .scheduler import SchedulerConfig, run as scheduler_run
+from .scheduler import RunHandle, SchedulerConfig, run as scheduler_run, start as scheduler_start
 
 OBJECTIVES = ("time", "cost")
 PREFETCH = (0, 1, 2, 4)
@@ -54,6 +54,11 @@ class Plan:
     budget: float | None
     candidates: int
     """configurations predicted in the search"""
+    profile: Profile | None = field(default=None, repr=False, compare=False)
+    """what the plan was made from (a re-plan on a resource change starts from it)"""
+    rows: int | Mapping[str, int] = field(default=1, repr=False, compare=False)
+    """circuits per step of each execute fragment, as given to :func:`plan`"""
+    steps: int = field(default=0, repr=False, compare=False)
 
     def __str__(self) -> str:
         p = self.prediction
@@ -142,7 +147,41 @@ def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time",
         raise ValueError(f"no configuration fits a budget of {budget:g}: the cheapest is predicted to spend more")
     _, staleness, cfg, members = best
     final = predict(with_staleness(graph, staleness), steps, profile, cfg, rows=rows, members=members)
-    return Plan(staleness, cfg, tuple((k, tuple(v)) for k, v in members.items()), final, objective, budget, seen)
+    return Plan(staleness, cfg, tuple((k, tuple(v)) for k, v in members.items()), final, objective, budget, seen,
+                profile, rows, steps)
+
+
+def replan(plan: Plan, graph: Graph, steps: int, members: Mapping[str, Sequence[str]],
+           profile: Profile | None = None) -> Plan:
+    """``plan`` made again for a pool that changed: ``members`` (profile names, by pool) are the pools
+    now, ``steps`` the steps left. The staleness and worker slots stay (a run does not change its
+    algorithm mid-way); prefetch and rows per job are searched again. A member the profile does not
+    know is taken to be like the pool's median member (the next profile measures it)."""
+    prof = _with_members(profile or plan.profile, members)
+    best = None
+    for ahead, cut in itertools.product(PREFETCH, _cuts(plan.rows, sum(len(m) for m in members.values()))):
+        cfg = dataclasses.replace(plan.config, prefetch=ahead, rows_per_job=cut)
+        guess = predict(with_staleness(graph, plan.staleness), min(steps, HORIZON), prof, cfg, rows=plan.rows,
+                        members=members)
+        key = (round(guess.makespan, 9), ahead, -(cut or 1 << 30))
+        if best is None or key < best[0]:
+            best = (key, cfg)
+    cfg = best[1]
+    final = predict(with_staleness(graph, plan.staleness), steps, prof, cfg, rows=plan.rows, members=members)
+    return dataclasses.replace(plan, config=cfg, members=tuple((k, tuple(v)) for k, v in members.items()),
+                               prediction=final, candidates=len(PREFETCH), profile=prof, steps=steps)
+
+
+def _with_members(profile: Profile, members: Mapping[str, Sequence[str]]) -> Profile:
+    """``profile`` with a stand-in for every member it has not measured: its pool's median member."""
+    known = {b.backend for b in profile.backends}
+    extra = []
+    for pool, names in members.items():
+        peers = sorted((b for b in profile.backends if b.pool == f"qpu:{pool}"), key=lambda b: b.seconds(1))
+        for name in names:
+            if name not in known and peers:
+                extra.append(dataclasses.replace(peers[len(peers) // 2], backend=name, jobs=0))
+    return dataclasses.replace(profile, backends=profile.backends + tuple(extra))
 
 
 def calibration(run, steps: int) -> tuple[list, list]:
@@ -186,4 +225,31 @@ def run(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping | N
     return scheduler_run(graph, stream, backends=backends, config=config, **options)  # options override the plan's
 
 
-__all__ = ["OBJECTIVES", "Plan", "apply", "calibration", "plan", "run", "with_staleness"]
+def start(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping | None = None, **options) -> RunHandle:
+    """``hqflow.start``: the scheduler's ``start``, after applying ``plan`` if one is given. With a plan,
+    every ``add_backend`` and ``remove_backend`` re-plans (:func:`replan`) for the pool as it is now and
+    the steps left, and applies the new prefetch and rows per job at once; ``handle.plans`` lists
+    the plans in force, the first one first."""
+    if plan is None:
+        return scheduler_start(graph, stream, backends=backends, **options)
+    if "config" in options:
+        raise ValueError("give a plan or a config, not both: a plan carries its SchedulerConfig")
+    planned, backends, config = apply(plan, graph, backends)
+    names: dict[str, str] = {}  # a member's lane -> its name in the plan's profile
+
+    def changed(handle: RunHandle) -> None:
+        lanes = handle.members()
+        if not names:  # the first change: the members the plan chose, in its order
+            for pool, chosen in plan.members:
+                names.update(zip(handle.initial_members.get(pool, []), chosen))
+        members = {pool: [names.get(lane, lane) for lane in now] for pool, now in lanes.items()}
+        new = replan(handle.plans[-1], planned, max(1, plan.steps - handle.steps_done()), members)
+        handle.tune(prefetch=new.config.prefetch, rows_per_job=new.config.rows_per_job)
+        handle.plans.append(new)
+
+    handle = scheduler_start(planned, stream, backends=backends, config=config, on_change=changed, **options)
+    handle.plans.append(plan)
+    return handle
+
+
+__all__ = ["OBJECTIVES", "Plan", "apply", "calibration", "plan", "replan", "run", "start", "with_staleness"]

@@ -559,10 +559,14 @@ class RunHandle:
     ran a job: with exact backends at staleness 0 it ends with the result of an undisturbed run.
     """
 
-    def __init__(self, scheduler: Scheduler, stream, initial_state=None, progress=None):
+    def __init__(self, scheduler: Scheduler, stream, initial_state=None, progress=None, on_change=None):
         self.scheduler = scheduler
         self._result, self._error, self._done = None, None, threading.Event()
         self._lock = threading.Lock()
+        self._on_change = on_change
+        self.plans: list = []
+        """the plans in force, the first first (``hqflow.planner.start`` re-plans on every change)"""
+        self.initial_members = {name: [m.lane for m in pool.members] for name, pool in scheduler.pools.items()}
         self._thread = threads.start(self._main, "hqflow-run", (stream, initial_state, progress))
 
     def _main(self, stream, initial_state, progress) -> None:
@@ -592,6 +596,7 @@ class RunHandle:
                             handle.max_in_flight + s.config.prefetch)
             index = service.add_backend(pool, member)
             s.window = max(s.window, s._auto_window())
+        self._changed()
         return index
 
     def remove_backend(self, pool: str, which: int | str) -> int:
@@ -606,7 +611,37 @@ class RunHandle:
             if not found:
                 raise ValueError(f"pool {pool!r} has no backend {which!r} in it")
             which = found[0]
-        return service.remove_backend(pool, which)  # the last one may go too: jobs wait for one to be added
+        taken = service.remove_backend(pool, which)  # the last one may go too: jobs wait for one to be added
+        self._changed()
+        return taken
+
+    def _changed(self) -> None:
+        if self._on_change is not None and not self._done.is_set():
+            self._on_change(self)
+
+    def members(self) -> dict[str, list[str]]:
+        """Each pool's members now (their lanes), in the pool's order."""
+        return {name: [m.lane for m in pool.members if not m.removed] for name, pool in self.scheduler.pools.items()}
+
+    def steps_done(self) -> int:
+        return self.scheduler.stats["completed_steps"]
+
+    def tune(self, prefetch: int | None = None, rows_per_job: int | None | str = "keep") -> None:
+        """Change, mid-run, the jobs each backend keeps ahead (``prefetch``) and the rows per job (None:
+        uncut); they hold for jobs dispatched from now on. Neither changes what the run computes."""
+        service, s = self._service(), self.scheduler
+        with service._lock:
+            if prefetch is not None:
+                if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+                    raise ValueError(f"prefetch must be an integer >= 0, got {prefetch!r}")
+                s.config = dataclasses.replace(s.config, prefetch=prefetch)
+                for pool in s.pools.values():
+                    for m in pool.members:
+                        m.capacity = m.devices + prefetch
+            if rows_per_job != "keep":
+                s.config = dataclasses.replace(s.config, rows_per_job=rows_per_job)
+                service.rows_per_job = rows_per_job
+        service._pump()
 
     def done(self) -> bool:
         return self._done.is_set()
@@ -622,9 +657,10 @@ class RunHandle:
 
 def start(graph: Graph, stream: Iterable[Mapping[str, Any]] | int, *, backends: Mapping[str, Any] | None = None,
           initial_state: Mapping[str, Any] | None = None, progress=None, config: SchedulerConfig | None = None,
-          **options) -> RunHandle:
-    """``run``, in a thread of its own: returns at once with a :class:`RunHandle`."""
-    return RunHandle(Scheduler(graph, backends, _config(config, options)), stream, initial_state, progress)
+          on_change=None, **options) -> RunHandle:
+    """``run``, in a thread of its own: returns at once with a :class:`RunHandle`. ``on_change(handle)``
+    is called after every ``add_backend`` and ``remove_backend``."""
+    return RunHandle(Scheduler(graph, backends, _config(config, options)), stream, initial_state, progress, on_change)
 
 
 def _config(config: SchedulerConfig | None, options: dict) -> SchedulerConfig:

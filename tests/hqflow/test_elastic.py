@@ -86,3 +86,28 @@ def test_bad_changes_are_one_line_errors():
     run.result(timeout=60)
     with pytest.raises(RuntimeError, match="the run has ended"):
         run.add_backend("qpu", _qpu("late"))
+
+
+def test_a_planned_run_replans_when_its_pool_changes_and_keeps_its_result():
+    from hqflow.profile import BackendProfile, FragmentProfile, Profile
+
+    cfg = synthetic.Config(staleness=0, backend="qpu", batch=12)
+    graph, stream = synthetic.build_graph(cfg), synthetic.stream(40, cfg)
+    prof = Profile((BackendProfile("qpu:a", "qpu:qpu", 0.0, 0.001, 0.001, 0.0, 0.0, None, jobs=10),),
+                   (FragmentProfile("learn", "cpu", 0.001, 0.0, 10),))
+    chosen = hq.plan(graph, 40, prof, rows=12)
+    assert chosen.config.rows_per_job is None  # one QPU: nothing to cut over
+    done = [0]
+    run = hq.start(graph, stream, backends={"qpu": [EmulatedQPU(per_job=0.001, per_circuit=0.001, name="a")]},
+                   plan=chosen, progress=lambda n, out: done.__setitem__(0, n))
+    while done[0] < 5 and not run.done():
+        time.sleep(0.002)
+    for name in ("b", "c"):
+        run.add_backend("qpu", EmulatedQPU(per_job=0.001, per_circuit=0.001, name=name))
+    res = run.result(timeout=60)
+    # three QPUs like a: the re-plan cuts a step's 12 rows over them, which changes no value
+    assert [p.config.rows_per_job for p in run.plans] == [None, 6, 4]
+    assert dict(run.plans[-1].members)["qpu"] == ("qpu:a", "qpu:b#1", "qpu:c#2")
+    ref = hq.run(graph, stream, backends={"qpu": get_backend("reference")})
+    assert res.outputs == ref.outputs
+    assert {s.rows for s in res.spans if s.kind == "execute" and s.step >= 30} == {4}
