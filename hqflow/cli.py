@@ -154,6 +154,14 @@ def _parser() -> argparse.ArgumentParser:
                     help='elastic backend pool: a JSON file {"pools": {"NAME": [member, ...]}}, each member a '
                          'backend name or [name, {options}]; the run starts with it and follows its changes '
                          '(polled every 0.5 s; SIGHUP: read it now), adding and removing backends mid-run')
+    tr.add_argument("--plan", choices=["auto"], help="auto: calibrate briefly (or read --profile), let the cost model "
+                                                    "choose the distribution, prefetch, rows per job and the pool's "
+                                                    "members, print the plan, and train with it")
+    tr.add_argument("--max-staleness", type=_natural, default=None,
+                    help="with --plan auto: how many versions old the actors' parameters may be (default: the "
+                         "default distribution's, 1 on a job backend, 0 in process)")
+    tr.add_argument("--profile", metavar="FILE", help="with --plan auto: plan from this saved profile (no calibration), "
+                                                      "and fold the run's measurements into it")
     tr.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
                     help="write TensorBoard event files to RUN_DIR/tensorboard (default: on; "
                          "tensorboard --logdir RUN_DIR to view)")

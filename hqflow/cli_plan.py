@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import statistics
 import sys
 
 from .cli_errors import UsageError
@@ -24,20 +23,6 @@ from .cli_errors import UsageError
 
 def _makespan(spans) -> float:
     return max(s.end for s in spans) - min(s.start for s in spans) if spans else 0.0
-
-
-def _rows(graph, spans) -> dict[str, int]:
-    """Circuits per step of each ``execute`` fragment, from the jobs a run sent (parts summed)."""
-    out = {}
-    for f in graph.fragments:
-        if f.kind != "execute":
-            continue
-        per_step: dict[int, int] = {}
-        for s in spans:
-            if s.fragment == f.name and s.outcome == "ok" and s.rows:
-                per_step[s.step] = per_step.get(s.step, 0) + s.rows
-        out[f.name] = int(statistics.median(per_step.values())) if per_step else 1
-    return out
 
 
 def _spans(result: dict):
@@ -88,7 +73,7 @@ def make_plan(args, module, cfg, backends, spans=None, say=print):
     """The plan for ``cfg`` (see the module docstring), and the rows per step it assumed."""
     import hqflow as hq
     from hqflow.costmodel import calibrate
-    from hqflow.planner import calibration
+    from hqflow.planner import calibration, rows_of
     from hqflow.profile import Profile, ProfileError, profile
 
     graph = module.build_graph(cfg)
@@ -98,19 +83,19 @@ def make_plan(args, module, cfg, backends, spans=None, say=print):
             saved = Profile.load(args.profile)
         except ProfileError as exc:
             raise UsageError(str(exc)) from None
-    every = spans
+    prof = None
     if spans is None and (saved is None or args.calibrate_given):
         say(f"hqflow: calibrating: {args.calibrate} steps of {module.__name__.rsplit('.', 1)[1]} on every backend")
-        spans, every = calibration(
-            lambda n, cut: _spans(module.run(dataclasses.replace(cfg, steps=n), backends=backends, rows_per_job=cut)),
-            args.calibrate)
-    rows = _rows(graph, spans) if spans else {f.name: 1 for f in graph.fragments if f.kind == "execute"}
-    prof = None
-    if spans:
-        prof = calibrate(graph, spans, profile(every), hq.SchedulerConfig(), rows=rows)
+        prof, rows = calibration(lambda n, cut: _spans(module.run(dataclasses.replace(cfg, steps=n), backends=backends,
+                                                                  rows_per_job=cut)), args.calibrate, graph)
+    elif spans:
+        rows = rows_of(graph, spans)
+        prof = calibrate(graph, spans, profile(spans), hq.SchedulerConfig(), rows=rows)
+    else:
+        rows = {f.name: 1 for f in graph.fragments if f.kind == "execute"}
     if saved is not None:
         prof = saved if prof is None else saved.merged(prof)
-    if args.profile and spans:
+    if args.profile and prof is not saved:
         prof.save(args.profile)
     if prof is None:
         raise UsageError("nothing to plan from: no calibration run, run directory or --profile")
@@ -165,7 +150,7 @@ def cmd_plan(args) -> int:
 
 
 def plan_training(algo: str, cfg, backends, *, profile_path: str | None = None, max_staleness: int | None = None,
-                  calibrate_updates: int = 2, say=print):
+                  calibrate_updates: int = 3, say=print):
     """How ``hqflow train --plan auto`` runs: ``(plan, distribution, scheduler options, backends)``.
 
     The profile is ``profile_path``'s where it exists, else that of a calibration: ``calibrate_updates``
@@ -175,10 +160,9 @@ def plan_training(algo: str, cfg, backends, *, profile_path: str | None = None, 
     job and the pool's members; the rollouts' and the learner's own jobs are modelled in rounds
     (``hqflow.costmodel``)."""
     import hqflow as hq
-    from hqflow.costmodel import calibrate
     from hqflow.distribution import get_distribution
     from hqflow.planner import apply, calibration
-    from hqflow.profile import Profile, ProfileError, profile
+    from hqflow.profile import Profile, ProfileError
     from hqflow.workloads.rl import runner
 
     mod = runner.algorithm(algo)
@@ -202,8 +186,7 @@ def plan_training(algo: str, cfg, backends, *, profile_path: str | None = None, 
             return runner.train(algo, small, default, backends=backends, tensorboard=False,
                                 rows_per_job=cut)["spans"]
 
-        first, every = calibration(run, max(2, calibrate_updates))
-        prof = calibrate(with_default(graph, default), first, profile(every), default.scheduler_config())
+        prof, _ = calibration(run, max(3, calibrate_updates), with_default(graph, default), default.scheduler_config())
         if profile_path:
             prof.save(profile_path)
     try:

@@ -26,13 +26,14 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hqflow.ir.graph import Graph
 
-from .costmodel import Prediction, pool_names, predict
-from .profile import Profile
+from .costmodel import Prediction, calibrate, pool_names, predict
+from .profile import Profile, profile
 from .scheduler import RunHandle, SchedulerConfig, run as scheduler_run, start as scheduler_start
 
 OBJECTIVES = ("time", "cost")
@@ -184,16 +185,36 @@ def _with_members(profile: Profile, members: Mapping[str, Sequence[str]]) -> Pro
     return dataclasses.replace(profile, backends=profile.backends + tuple(extra))
 
 
-def calibration(run, steps: int) -> tuple[list, list]:
-    """The spans of a calibration: ``run(steps, None)``, and where all its jobs had the same rows ``n > 1``
-    (per-job and per-row time then look alike) also ``run(max(2, steps // 2), ceil(n / 2))``: ``run(steps,
-    rows_per_job)`` runs the workload and returns its spans. Returns ``(first run's, all)``: the first
-    for ``costmodel.calibrate``, all for ``profile.profile``."""
+def rows_of(graph: Graph, spans: list) -> dict[str, int]:
+    """Circuits per step of each ``execute`` fragment of ``graph``, from a run's job spans (parts summed;
+    the median step; 1 where none ran)."""
+    out = {}
+    for f in graph.fragments:
+        if f.kind == "execute":
+            per_step: dict[int, int] = {}
+            for s in spans:
+                if s.fragment == f.name and s.kind == "execute" and s.outcome == "ok" and s.rows:
+                    per_step[s.step] = per_step.get(s.step, 0) + s.rows
+            out[f.name] = int(statistics.median(per_step.values())) if per_step else 1
+    return out
+
+
+def calibration(run, steps: int, graph: Graph, config: SchedulerConfig = SchedulerConfig()) -> tuple[Profile, dict]:
+    """A profile from calibration runs, and the rows per step they measured (:func:`rows_of`).
+    ``run(steps, rows_per_job)`` runs the workload (``graph`` under ``config``) and returns its spans.
+    The first run, ``run(steps, None)``, gives the fragments' times and the scheduler's overhead
+    (``costmodel.calibrate``). Where all its jobs had the same rows ``n > 1``, per-job and per-row
+    time look alike, so ``run(max(2, steps // 2), ceil(n / 2))`` runs too and its jobs join the
+    backends' fit."""
     first = list(run(steps, None))
-    sizes = {s.rows for s in first if s.kind == "execute" and s.outcome == "ok" and s.rows}
-    if len(sizes) != 1 or min(sizes) < 2:
-        return first, first
-    return first, first + list(run(max(2, steps // 2), -(-min(sizes) // 2)))
+    rows = rows_of(graph, first)
+    jobs = [s for s in first if s.kind == "execute" and s.outcome == "ok" and s.rows]
+    sizes = {s.rows for s in jobs}
+    fitted = profile(first)
+    if len(sizes) == 1 and min(sizes) >= 2:
+        cut = list(run(max(2, steps // 2), -(-min(sizes) // 2)))
+        fitted = dataclasses.replace(profile(first + cut), fragments=fitted.fragments)
+    return calibrate(graph, first, fitted, config, rows=rows), rows
 
 
 def apply(plan: Plan, graph: Graph, backends: Mapping | None = None) -> tuple[Graph, dict, SchedulerConfig]:
@@ -252,4 +273,4 @@ def start(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping |
     return handle
 
 
-__all__ = ["OBJECTIVES", "Plan", "apply", "calibration", "plan", "replan", "run", "start", "with_staleness"]
+__all__ = ["OBJECTIVES", "Plan", "apply", "calibration", "plan", "replan", "rows_of", "run", "start", "with_staleness"]
