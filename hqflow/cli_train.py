@@ -142,6 +142,13 @@ def _job_pool(runner, name: str, pool: list, what: str) -> None:
                          f"for {name!r}: give a job backend such as emulated-qpu, or two or more members")
 
 
+def _in_process(policy, watcher) -> None:
+    """A resources file changes the pools of this process's job service; a Ray worker keeps its own."""
+    if watcher is not None and not isinstance(policy, str) and policy.scheduler_config().executor == "ray":
+        raise UsageError(f"--resources needs a distribution that runs in this process (sync or pipelined), not "
+                         f"{policy.name} on Ray, whose workers keep the pool they started with")
+
+
 def _resumed(args, meta: dict, cfg, runner, watcher):
     """The distribution and pool the resumed part runs with (None: the run's latest), and the line that
     says when they cannot keep the result an undisturbed run would reach (or None)."""
@@ -162,6 +169,7 @@ def _resumed(args, meta: dict, cfg, runner, watcher):
         policy = get_distribution(policy, **options)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    _in_process(policy, watcher)
     old = [tuple(m) for m in (meta.get("backends") or {}).get(cfg.backend, [(cfg.backend, {})])]
     if watcher is not None:
         pool = _file_pool(watcher, cfg.backend)[1]
@@ -318,6 +326,7 @@ def cmd_train(args) -> int:
             distribution = "auto" if args.distribution == "auto" else get_distribution(args.distribution, **options)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        _in_process(distribution, watcher)
         run_dir = args.run_dir
         if run_dir is None:  # runs/ALGO-ENV-seedN, then -2, -3, ... : never over an earlier run
             base = os.path.join("runs", f"{algo}-{cfg.env.replace('/', '-')}-seed{cfg.seed}")  # a namespace/ID too

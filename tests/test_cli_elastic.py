@@ -204,6 +204,7 @@ def test_cli_pool_follows_the_file_and_sighup_to_an_undisturbed_result(tmp_path)
     ({"a": ["emulated-qpu"]}, ["--backend", "b"], "must name this run's one backend pool 'b'"),
     ({"a": ["emulated-qpu"]}, ["--pool", "2"], "--resources names the pool's members"),
     ({"a": ["nosuch"]}, [], "member 0 (nosuch): unknown backend"),
+    ({"a": ["emulated-qpu"]}, ["--distribution", "ray-actors"], "--resources needs a distribution that runs in this"),
 ])
 def test_resources_usage_errors_exit_2_with_one_line(tmp_path, capsys, pools, extra, message):
     path = tmp_path / "pool.json"

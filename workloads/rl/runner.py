@@ -373,7 +373,8 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
     With ``resume``, the run's own config and algorithm; ``distribution`` (other than "auto") and
     ``backends`` replace the run's for the resumed part (and are recorded for the next).
     ``resources``: a ``hqflow.resources.ResourceWatcher`` whose file changes the pool while the
-    run goes on (a job backend's pool only); the changes go to ``resources.jsonl``.
+    run goes on (a job backend's pool, under a distribution that runs in this process: a Ray
+    worker's job client keeps the pool it started with); the changes go to ``resources.jsonl``.
     ``tensorboard``: also write TensorBoard event files to ``run_dir/tensorboard`` (CleanRL's tags:
     ``charts/episodic_return`` per episode, ``charts/mean_return_10``, ``losses/loss``, ``charts/spend``,
     against environment steps).
@@ -407,6 +408,9 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
         raise ValueError(f"elastic resources need a pool of job backends: {cfg.backend!r} runs in process")
     if policy_ is None:
         policy_ = default_distribution(in_process) if distribution in (None, "auto") else get_distribution(distribution)
+    if resources is not None and policy_.scheduler_config().executor == "ray":
+        raise ValueError(f"elastic resources need a distribution that runs in this process, not {policy_.name} on "
+                         "Ray (its workers keep the pool they started with)")
     cfg = mod.resolve(cfg, in_process, devices)
     spec_solved = mod.solved_threshold(cfg)
     window_n = mod.solve_window(cfg)  # episodes the criterion averages

@@ -106,3 +106,14 @@ def test_an_in_process_backend_has_no_pool_to_change(tmp_path):
     with pytest.raises(ValueError, match="runs in process"):
         runner.train("reinforce", reinforce.Config(max_episodes=4, batch_episodes=2, n_layers=1),
                      resources=ResourceWatcher(path), tensorboard=False)
+
+
+def test_ray_workers_keep_their_pool_so_resources_need_a_local_distribution(tmp_path):
+    from hqflow.distribution import RayActors
+
+    path = tmp_path / "pool.json"
+    _write(path, _member("a"))
+    watcher = ResourceWatcher(path)
+    with pytest.raises(ValueError, match="runs in this process, not ray-actors on Ray"):
+        runner.train("reinforce", CFG, RayActors(staleness=0), backends=watcher.pools, resources=watcher,
+                     tensorboard=False)
