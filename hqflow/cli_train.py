@@ -8,6 +8,7 @@
     hqflow train cartpole --backend emulated-qpu --backend-opt per_job=0.05 --pool 2 \
         --backend-opt 1:failure_rate=0.2          # two emulated QPUs, the second flaky
     hqflow train --resume runs/reinforce-cartpole-seed0
+    hqflow train cartpole --backend emulated-qpu --pool 3 --plan auto --profile qpu.json   # the cost model chooses
     hqflow train --resume runs/reinforce-cartpole-seed0 --pool 3  # the rest on three such QPUs
     hqflow train --resume RUN --distribution pipelined --staleness 0 --backend emulated-qpu --pool 2
     hqflow train cartpole --resources pool.json --distribution sync  # the pool follows pool.json mid-run;
@@ -252,6 +253,21 @@ def _caused_by(exc: BaseException, kind: type) -> bool:
     return False
 
 
+def _planned(args, algo, cfg, pool, watcher, distribution):
+    """``--plan auto``: ``(distribution, pool, scheduler options)`` the cost model chooses (``hqflow plan``)."""
+    from .cli_plan import plan_training
+
+    if distribution != "auto" or args.staleness is not None:
+        raise UsageError("--plan auto chooses the distribution: give --max-staleness, not --distribution or --staleness")
+    if watcher is not None:
+        raise UsageError("--plan auto chooses the pool's members and --resources names them: give one of the two")
+    chosen, distribution, options, backends = plan_training(
+        algo, cfg, None if pool is None else {cfg.backend: pool}, profile_path=args.profile,
+        max_staleness=args.max_staleness, say=lambda m: print(m, file=sys.stderr))
+    print(f"{chosen}\n", file=sys.stderr)
+    return distribution, None if backends is None else backends.get(cfg.backend, pool), options
+
+
 def cmd_train(args) -> int:
     from hqflow.backends import BackendError, get_backend
     from hqflow.distribution import get_distribution
@@ -259,7 +275,11 @@ def cmd_train(args) -> int:
 
     from .progress import Progress
 
+    if (args.max_staleness is not None or args.profile) and not args.plan:
+        raise UsageError("--max-staleness and --profile go with --plan auto")
     if args.resume:
+        if args.plan:
+            raise UsageError("--plan auto plans a new run; to change a resumed run's pool or distribution, give them")
         if args.env or args.env_module or args.algo or args.seed is not None or args.set or args.episodes \
                 or args.run_dir:
             raise UsageError("--resume continues the run's own algorithm and directory: ENV, --env-module, --algo, "
@@ -327,6 +347,8 @@ def cmd_train(args) -> int:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         _in_process(distribution, watcher)
+        if args.plan:
+            distribution, pool, planned = _planned(args, algo, cfg, pool, watcher, distribution)
         run_dir = args.run_dir
         if run_dir is None:  # runs/ALGO-ENV-seedN, then -2, -3, ... : never over an earlier run
             base = os.path.join("runs", f"{algo}-{cfg.env.replace('/', '-')}-seed{cfg.seed}")  # a namespace/ID too
@@ -343,6 +365,8 @@ def cmd_train(args) -> int:
             raise UsageError(f"cannot create run directory {run_dir}: {exc.strerror}") from None
 
     scheduler = {} if args.budget is None else {"budget": args.budget}
+    if args.plan:
+        scheduler.update(planned)
     if args.ray_address is not None:
         chosen = getattr(distribution, "name", distribution)
         if args.resume and distribution is None:
@@ -371,6 +395,10 @@ def cmd_train(args) -> int:
             raise UsageError(str(exc)) from None
         except OSError as exc:  # a run directory that cannot be written
             raise UsageError(f"cannot write the run directory {run_dir}: {exc.strerror} ({exc.filename})") from None
+    if args.plan and args.profile:
+        from .cli_plan import fold
+
+        fold(args, out["spans"])  # every planned run updates the profile the next one plans with
     returns = out["returns"]
     figures = {"algo": algo, "env": cfg.env, "seed": cfg.seed, "distribution": out["distribution"],
                "episodes": len(returns), "episodes_to_solve": out["episodes_to_solve"],

@@ -65,3 +65,34 @@ def test_bad_usage_is_one_line_and_exit_2(argv, words, capsys, tmp_path):
 def test_a_run_directory_that_is_not_one_is_a_usage_error(tmp_path, capsys):
     assert main(["plan", str(tmp_path)]) == 2
     assert "not a run directory of hqflow run --run-dir" in capsys.readouterr().err
+
+
+TRAIN = ["train", "cartpole", "--episodes", "20", "--backend", "emulated-qpu", "--pool", "2", "--backend-opt",
+         "per_job=0.001", "--backend-opt", "per_circuit=0.00001", "--no-tensorboard", "--json"]
+
+
+def test_train_plan_auto_calibrates_plans_trains_and_folds_the_run_into_the_profile(tmp_path, capsys):
+    prof = tmp_path / "qpu.json"
+    argv = [*TRAIN, "--plan", "auto", "--profile", str(prof), "--max-staleness", "1"]
+    assert main([*argv, "--run-dir", str(tmp_path / "a")]) == 0
+    captured = capsys.readouterr()
+    assert "calibrating" in captured.err and "predicted makespan" in captured.err and "pool emulated-qpu" in captured.err
+    figures = json.loads(captured.out.strip().splitlines()[-1])
+    assert figures["episodes"] == 20 and figures["distribution"] in ("pipelined", "sync")
+    saved = Profile.load(str(prof))
+    assert {f.fragment for f in saved.fragments} == {"rollout", "learn"} and saved.fragment("rollout").jobs > 0
+    jobs = sum(b.jobs for b in saved.backends)
+    assert main([*argv, "--run-dir", str(tmp_path / "b")]) == 0  # from the saved profile: no calibration now
+    assert "calibrating" not in capsys.readouterr().err
+    assert sum(b.jobs for b in Profile.load(str(prof)).backends) > jobs
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--plan", "auto", "--distribution", "sync"], "--plan auto chooses the distribution"),
+    (["--max-staleness", "1"], "--max-staleness and --profile go with --plan auto"),
+    (["--plan", "sometimes"], "invalid choice"),
+])
+def test_train_plan_usage_errors(extra, words, capsys, tmp_path):
+    assert main([*TRAIN, "--run-dir", str(tmp_path / "r"), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err, err
