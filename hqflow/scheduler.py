@@ -467,6 +467,8 @@ class Scheduler:
         if self._idle() and self.events.empty():
             raise RuntimeError(f"scheduler stalled with steps {sorted(self.admitted)} unfinished (a bug: please report)")
         event = self.events.get()
+        if event[0] == "wake":  # the slots changed (RunHandle.set_workers): dispatch again
+            return
         if event[0] == "task":
             self._task_done(*event[1:], progress)
         else:
@@ -618,6 +620,24 @@ class RunHandle:
     def _changed(self) -> None:
         if self._on_change is not None and not self._done.is_set():
             self._on_change(self)
+
+    def set_workers(self, resource: str, workers: int) -> None:
+        """Add or remove classical worker slots of ``resource`` (``"cpu"`` or ``"gpu"``) mid-run, under the
+        ``local`` executor: a removed slot's call runs to its end first. Results do not depend on it."""
+        s = self.scheduler
+        if resource not in ("cpu", "gpu"):
+            raise ValueError(f"resource must be 'cpu' or 'gpu', got {resource!r}")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+        if resource == "gpu" and workers < s.config.learners:
+            raise ValueError(f"the run's learn steps need {s.config.learners} learner slots; keep gpu workers >= that")
+        if s.config.executor != "local":
+            raise ValueError(f"worker slots change mid-run under the local executor only, not {s.config.executor!r}")
+        self._service()
+        s.executor.pools[resource].resize(workers)
+        s.slots[resource] = workers
+        s.config = dataclasses.replace(s.config, **{f"{resource}_workers": workers})
+        s.events.put(("wake",))
 
     def members(self) -> dict[str, list[str]]:
         """Each pool's members now (their lanes), in the pool's order."""

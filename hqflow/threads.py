@@ -23,6 +23,16 @@ class DaemonPool:
         self._threads = [threads.start(self._work, f"{name}-{i}") for i in range(workers)]
         threads.on_exit(self.shutdown)
 
+    def resize(self, workers: int) -> None:
+        """Grow to ``workers`` threads at once, or shrink: a thread past the count ends after its call."""
+        alive = [t for t in self._threads if t.is_alive()]
+        name = self._threads[0].name.rsplit("-", 1)[0] if self._threads else "hqflow-worker"
+        for i in range(len(alive), workers):
+            alive.append(threads.start(self._work, f"{name}-{len(self._threads) + i}"))
+        for _ in range(len(alive) - workers):
+            self._queue.put(None)
+        self._threads = alive
+
     def submit(self, fn, /, *args) -> cf.Future:
         future: cf.Future = cf.Future()
         self._queue.put((future, fn, args))

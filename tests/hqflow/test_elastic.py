@@ -15,6 +15,27 @@ CFG = synthetic.Config(staleness=0, backend="qpu")
 STEPS = 60
 
 
+def slow_double(x):
+    time.sleep(0.01)
+    return {"y": 2 * x}
+
+
+def total(y, acc):
+    return {"acc": acc + y}
+
+
+def _worker_graph():
+    pipe = hq.Pipeline("workers")
+    pipe.input("x", "scalar")
+    pipe.preprocess(slow_double, outputs={"y": "scalar"})
+    pipe.connect("input.x", "slow_double.x")
+    pipe.learn(total, outputs={"acc": "scalar"})
+    pipe.connect("slow_double.y", "total.y")
+    pipe.loop("total.acc", "total.acc", init=0)
+    pipe.output("total.acc")
+    return pipe.build()
+
+
 def _qpu(name, per_job=0.004):
     return EmulatedQPU(per_job=per_job, name=name)
 
@@ -111,3 +132,30 @@ def test_a_planned_run_replans_when_its_pool_changes_and_keeps_its_result():
     ref = hq.run(graph, stream, backends={"qpu": get_backend("reference")})
     assert res.outputs == ref.outputs
     assert {s.rows for s in res.spans if s.kind == "execute" and s.step >= 30} == {4}
+
+
+def test_classical_workers_added_and_removed_mid_run_change_nothing():
+    stream = [{"x": k} for k in range(60)]
+    done = [0]
+    run = hq.start(_worker_graph(), stream, cpu_workers=1, progress=lambda n, out: done.__setitem__(0, n))
+    while done[0] < 10 and not run.done():
+        time.sleep(0.002)
+    run.set_workers("cpu", 3)
+    while done[0] < 40 and not run.done():
+        time.sleep(0.002)
+    run.set_workers("cpu", 1)
+    res = run.result(timeout=60)
+    assert [o["acc"] for o in res.outputs] == [k * (k + 1) for k in range(60)]  # 2 * (0 + 1 + ... + k)
+    lanes = {s.lane for s in res.spans if s.fragment == "slow_double"}
+    assert {"cpu/1", "cpu/2"} <= lanes  # the added slots took work
+    late = [s for s in res.spans if s.fragment == "slow_double" and s.start > max(
+        x.end for x in res.spans if x.fragment == "slow_double" and x.step == 45)]
+    assert all(s.lane == "cpu/0" for s in late)  # and after the removal, only the one left
+    short = hq.start(_worker_graph(), stream[:2])
+    with pytest.raises(ValueError, match="workers must be an integer >= 1"):
+        short.set_workers("cpu", 0)
+    short.result()
+    sync = hq.start(_worker_graph(), stream[:2], executor="sync")
+    with pytest.raises(ValueError, match="under the local executor only"):
+        sync.set_workers("cpu", 2)
+    sync.result()
