@@ -11,6 +11,12 @@ So threads started with :func:`start` are joined at exit, after the stop callbac
 registered with :func:`on_exit` (a pool's shutdown, a backend's close) have told them to
 end. The wait is bounded: ``EXIT_WAIT`` seconds in all, or ``HURRIED_WAIT`` after
 :func:`hurry` (an interrupted run, whose running fragment the user does not want to wait for).
+
+A thread is held here until it has ended, not weakly: its ``Thread`` object can be gone (its
+pool dropped, its run over) while the thread still clears its state, freeing its
+``threading.local`` values, such as a worker's cached policy and optimizer, inside torch; and
+``join`` waits for that. Threads started while the exit joins (a fragment still running that
+submits a job) are joined too.
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ EXIT_WAIT = 30.0
 HURRIED_WAIT = 1.0
 """the same after an interrupt (:func:`hurry`)"""
 
-_THREADS: weakref.WeakSet = weakref.WeakSet()
+_THREADS: set[threading.Thread] = set()
 _STOPS: list[weakref.WeakMethod] = []
 _LOCK = threading.Lock()
 _HURRIED = threading.Event()
@@ -34,9 +40,10 @@ _HURRIED = threading.Event()
 def start(target: Callable, name: str, args: tuple = ()) -> threading.Thread:
     """Start a daemon thread that the interpreter's exit joins (within ``EXIT_WAIT``)."""
     thread = threading.Thread(target=target, args=args, name=name, daemon=True)
-    with _LOCK:
+    with _LOCK:  # started under the lock, so that the threads dropped here have all been started
+        _THREADS.difference_update([t for t in _THREADS if not t.is_alive()])  # ended, state cleared
         _THREADS.add(thread)
-    thread.start()
+        thread.start()
     return thread
 
 
@@ -55,7 +62,7 @@ def hurry() -> None:
 @atexit.register
 def _join_at_exit() -> None:
     with _LOCK:
-        stops, threads = [s() for s in _STOPS], list(_THREADS)
+        stops = [s() for s in _STOPS]
     for stop in stops:
         if stop is not None:
             try:
@@ -63,6 +70,10 @@ def _join_at_exit() -> None:
             except Exception:  # noqa: BLE001 - best effort at exit; the join below is what matters
                 pass
     deadline = time.monotonic() + (HURRIED_WAIT if _HURRIED.is_set() else EXIT_WAIT)
-    for thread in threads:
-        if thread is not threading.current_thread():
+    while time.monotonic() < deadline:
+        with _LOCK:
+            alive = [t for t in _THREADS if t.is_alive() and t is not threading.current_thread()]
+        if not alive:
+            return
+        for thread in alive:
             thread.join(max(0.0, deadline - time.monotonic()))
