@@ -13,7 +13,9 @@ anything:
   pool member that would finish it first, among those with fewer than ``devices + prefetch`` jobs
   in flight. It waits out the member's queue in
   parallel with other jobs, then holds one of its devices for ``per_job + per_row * rows +
-  per_shot * rows * shots``, repeated ``1 / (1 - failure_rate)`` times on average (retries).
+  per_shot * rows * shots``. Where a member fails jobs, the replay is run ``REPLAYS`` times with
+  seeded draws of the failures (a failed job runs again, on another member where there is one, as
+  the job service retries it) and averaged: a step cut into jobs waits for its slowest.
 
 The prediction also carries the overlap bound of a two-stage loop, ``N * max(C, D) + min(C, Q)``:
 C a step's classical seconds, D its device seconds spread over the pool's devices, Q a job's
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -30,6 +33,10 @@ from hqflow.ir.graph import Graph
 
 from .profile import BackendProfile, Profile
 from .scheduler import SchedulerConfig
+
+
+REPLAYS = 8
+"""replays averaged where a member fails jobs: each draws its failures (a step waits for its slowest job)"""
 
 
 @dataclass(frozen=True)
@@ -54,12 +61,15 @@ class _Member:
         self.in_flight = 0
         self.busy = 0.0
 
-    def finish(self, now: float, rows: int, shots: int | None, overhead: float = 0.0) -> tuple[float, float, int]:
-        """When a job submitted ``now`` would end, the time it holds a device, and which device."""
+    def finish(self, now: float, rows: int, shots: int | None, overhead: float = 0.0,
+               retries: bool = True) -> tuple[float, float, int]:
+        """When a job submitted ``now`` would end, the time it holds a device, and which device;
+        ``retries``: with the expected retries folded in (else one attempt)."""
         hold = (self.p.per_job + self.p.per_row * rows + self.p.per_shot * rows * (shots or 0)) \
-            / max(1e-9, 1.0 - min(self.p.failure_rate, 0.99)) + overhead
+            / (max(1e-9, 1.0 - min(self.p.failure_rate, 0.99)) if retries else 1.0)
         d = min(range(len(self.devices)), key=self.devices.__getitem__)
-        return max(now + self.p.queue, self.devices[d]) + hold, hold, d
+        # the dispatch takes ``overhead``; a job sent ahead (prefetch) has it behind the running one
+        return max(now + overhead + self.p.queue, self.devices[d]) + hold, hold, d
 
 
 def _nested(graph: Graph, profile: Profile) -> dict:
@@ -108,6 +118,17 @@ def predict(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig 
     """
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
+    if not any(b.failure_rate > 0 for b in profile.backends):
+        return _replay(graph, steps, profile, config, rows, members, None)
+    runs = [_replay(graph, steps, profile, config, rows, members, random.Random(k)) for k in range(REPLAYS)]
+    return Prediction(sum(r.makespan for r in runs) / REPLAYS,
+                      {k: sum(r.utilization.get(k, 0.0) for r in runs) / REPLAYS for k in runs[0].utilization},
+                      runs[0].spend, runs[0].bound, runs[0].jobs)
+
+
+def _replay(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig, rows, members, draw) -> Prediction:
+    """One replay; ``draw``: None folds each job's expected retries into its time, a ``random.Random``
+    draws its failures (a failed job runs again, on another member where there is one)."""
     order = graph.topological_order()
     nested = _nested(graph, profile)
     pools = _pools(graph, profile, members, config.prefetch, nested)
@@ -146,21 +167,23 @@ def predict(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig 
         cut = config.rows_per_job or n
         return [min(cut, n - lo) for lo in range(0, n, max(1, cut))] or [0]
 
-    def submit(f, step, pool_name: str, size: int) -> None:
+    def submit(f, step, pool_name: str, size: int, avoid=None) -> None:
         nonlocal spend, jobs
         pool = pools[pool_name]
         open_ = [m for m in pool if m.in_flight < m.capacity]
         if not open_:
-            waiting[pool_name].append((f, step, pool_name, size))
+            waiting[pool_name].append((f, step, pool_name, size, avoid))
             return
+        open_ = [m for m in open_ if m is not avoid] or open_  # a retry goes elsewhere where it can
         shots = f.circuit.shots if f.circuit is not None else None
-        (end, hold, d), member = min(((m.finish(now, size, shots, profile.overhead), m) for m in open_),
+        (end, hold, d), member = min(((m.finish(now, size, shots, profile.overhead, draw is None), m) for m in open_),
                                      key=lambda pair: pair[0][0])
         member.devices[d], member.in_flight = end, member.in_flight + 1
         member.busy += hold
-        spend += member.p.price(size, shots) / max(1e-9, 1.0 - min(member.p.failure_rate, 0.99))
-        jobs += 1
-        heapq.heappush(events, (end, next(tick), "job", f, step, (member, pool_name)))
+        if avoid is None:  # a first attempt: its expected spend, retries included
+            spend += member.p.price(size, shots) / max(1e-9, 1.0 - min(member.p.failure_rate, 0.99))
+            jobs += 1
+        heapq.heappush(events, (end, next(tick), "job", f, step, (member, pool_name, size)))
 
     def jobs_of(f, step, pool_name: str, n: int) -> None:
         cut = parts(n)
@@ -207,10 +230,13 @@ def predict(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig 
             jobs_of(f, step, pool_name, size)
             continue
         if kind == "job":
-            member, pool_name = extra
+            member, pool_name, size = extra
             member.in_flight -= 1
             if waiting[pool_name]:
                 submit(*waiting[pool_name].pop(0))
+            if draw is not None and draw.random() < member.p.failure_rate:
+                submit(f, step, pool_name, size, member)  # failed: once more, elsewhere where it can
+                continue
             remaining[key] -= 1
             if remaining[key]:
                 continue  # the step's other parts are still running
@@ -246,10 +272,13 @@ def calibrate(graph: Graph, spans: list, profile: Profile, config: SchedulerConf
               rows: int | Mapping[str, int] = 1, members: Mapping[str, Sequence[str]] | None = None) -> Profile:
     """``profile`` with the scheduler's own overhead per dispatched job or call: the figure at which
     :func:`predict` gives the makespan that ``spans`` (a run of ``graph`` under ``config``) measured.
-    Step 0 is left out on both sides: it warms caches and compiles programs."""
-    later = [s for s in spans if s.step >= 1]
-    steps = max((s.step for s in later), default=0)
-    if steps < 1:
+    The first quarter of the steps (at least step 0) is left out on both sides: it warms caches,
+    compiles programs and starts threads."""
+    total = max((s.step for s in spans), default=-1) + 1
+    warm = max(1, total // 4)
+    later = [s for s in spans if s.step >= warm]
+    steps = total - warm
+    if steps < 1 or not later:
         return profile
     measured = max(s.end for s in later) - min(s.start for s in later)
     low, high = 0.0, 0.05
