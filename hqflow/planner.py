@@ -140,8 +140,9 @@ def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time",
         if budget is not None and spend > budget:
             continue
         primary = (spend, guess.makespan) if objective == "cost" else (guess.makespan, spend)
-        # ties: fresher parameters, fewer jobs ahead, fewer and larger jobs, fewer workers
-        key = (*(round(x, 9) for x in primary), staleness, ahead, -(cut or 1 << 30), workers)
+        # ties: fresher parameters, fewer jobs ahead, fewer and larger jobs, fewer workers, fewer QPUs
+        key = (*(round(x, 9) for x in primary), staleness, ahead, -(cut or 1 << 30), workers,
+               sum(len(m) for m in chosen))
         if best is None or key < best[0]:
             best = (key, staleness, cfg, members)
     if best is None:
