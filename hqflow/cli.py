@@ -352,7 +352,7 @@ def cmd_run(args) -> int:
             raise UsageError(f"cannot create run directory {args.run_dir}: {exc.strerror}") from None
     options = {}
     if args.pool or args.backend_opt:
-        from .cli_train import _backend_pool
+        from .cli_pool import backend_pool as _backend_pool
 
         if not hasattr(cfg, "backend"):
             raise UsageError(f"workload {args.workload!r} runs no quantum jobs for a pool")

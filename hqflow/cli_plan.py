@@ -119,7 +119,7 @@ def fold(args, spans) -> None:
 
 
 def cmd_plan(args) -> int:
-    from .cli_train import _backend_pool
+    from .cli_pool import backend_pool as _backend_pool
 
     module, name, cfg, spans = _target(args)
     if not hasattr(cfg, "backend"):

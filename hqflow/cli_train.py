@@ -31,19 +31,13 @@ import os
 import sys
 
 from .cli_errors import UsageError
+from .cli_pool import backend_pool as _backend_pool, value as _value
 from .fragments import RunFailed
 from .jobs import BudgetExceeded
 
 
 class RunStopped(RuntimeError):
     """Training failed mid-run; the message says how to resume (exit code 1, one line)."""
-
-
-def _value(text: str):
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def _config(args, mod):
@@ -68,38 +62,6 @@ def _complete(ckpt: dict, cfg, mod) -> bool:
     """Whether a checkpointed run has nothing left to do: every update made, or solved and stopped."""
     updates = -(-cfg.max_episodes // mod.episodes_per_update(cfg))
     return ckpt["update"] + 1 >= updates or (cfg.stop_when_solved and ckpt.get("solved_at") is not None)
-
-
-def _backend_pool(args, name: str | None = None, always: bool = False) -> list | None:
-    """``--backend`` (or ``name``) with ``--backend-opt`` and ``--pool`` as a pool spec ``[(name, options),
-    ...]`` (None without them, unless ``always``); each member is made once here, so a bad option is a
-    usage error."""
-    from hqflow.backends import BackendError, get_backend
-
-    if not args.backend_opt and not args.pool and not always:
-        return None
-    name, size = name or args.backend or "compiled", args.pool or 1
-    shared, own = {}, [{} for _ in range(size)]
-    for item in args.backend_opt:
-        target, key_value = shared, item
-        head, colon, rest = item.partition(":")
-        if colon and head.isdigit():
-            if int(head) >= size:
-                raise UsageError(f"--backend-opt {item!r}: member {head} but the pool has {size} (--pool)")
-            target, key_value = own[int(head)], rest
-        key, sep, text = key_value.partition("=")
-        if not sep or not key.isidentifier():
-            raise UsageError(f"--backend-opt {item!r}: expected [K:]KEY=VALUE")
-        target[key] = _value(text)
-    specs = [(name, {**shared, **own[k]}) for k in range(size)]
-    for member, (_, options) in enumerate(specs):
-        try:
-            backend = get_backend(name, **options)
-        except (BackendError, TypeError, ValueError) as exc:
-            what = f"--backend-opt for {name!r} (member {member})" if options else "--backend"
-            raise UsageError(f"{what}: {exc}") from None
-        getattr(backend, "close", lambda: None)()
-    return specs
 
 
 def _watcher(args):
