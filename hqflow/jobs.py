@@ -317,6 +317,18 @@ class JobService:
         self._pump()
         return index
 
+    def tune(self, prefetch: int | None = None, rows_per_job: int | None | str = "keep") -> None:
+        """From now on: each member keeps ``prefetch`` jobs beyond its devices, and a batch is cut into
+        jobs of at most ``rows_per_job`` rows (None: uncut; ``"keep"``: as it is)."""
+        with self._lock:
+            if prefetch is not None:
+                for p in self.pools.values():
+                    for m in p.members:
+                        m.capacity = m.devices + prefetch
+            if rows_per_job != "keep":
+                self.rows_per_job = rows_per_job
+        self._pump()
+
     def remove_backend(self, pool: str, index: int) -> int:
         """Take member ``index`` out of pool ``pool``: it gets no more jobs, and its jobs in flight are
         cancelled and queued again, first in line, for the other members (not counted as failures; a

@@ -41,7 +41,6 @@ from collections.abc import Callable, Mapping
 
 from hqflow.backends import BackendError, get_backend, threads
 
-from .dispatch import Member
 
 POLL = 0.5
 """seconds between two looks at the file's modification time"""
@@ -108,8 +107,8 @@ def read(path) -> dict[str, list[Spec]]:
 
 
 class ElasticPools:
-    """Backends join and leave a running ``Scheduler``'s pools, as ``RunHandle.add_backend`` and
-    ``remove_backend`` do, for a scheduler that runs in the caller's own thread. Apply changes only
+    """Backends join and leave a running ``Scheduler``'s pools (``Scheduler.add_backend`` and
+    ``remove_backend``, as ``RunHandle`` uses them), for a scheduler that runs in the caller's own thread. Apply changes only
     once ``scheduler.started`` is set (before that the run has no job service)."""
 
     def __init__(self, scheduler, pools: Mapping[str, list]):
@@ -142,23 +141,12 @@ class ElasticPools:
                     leave.append((index, spec))
             if not wanted and not leave:
                 continue
-            joined = [(self._add(name, spec), spec) for spec in wanted]
-            requeued = sum(self.scheduler.service.remove_backend(name, index) for index, _ in leave)
+            joined = [(self.scheduler.add_backend(name, spec), spec) for spec in wanted]
+            requeued = sum(self.scheduler.remove_backend(name, index) for index, _ in leave)
             self.members[name] = stay + joined
             changes.append({"pool": name, "backends": [list(s) for s in self.current(name)], "added": len(joined),
                             "removed": len(leave), "requeued": requeued})
         return changes
-
-    def _add(self, pool: str, spec: Spec) -> int:
-        """What ``RunHandle.add_backend`` does: a member made by the run's executor joins ``pool``."""
-        s = self.scheduler
-        handle = s.executor.backend(spec, s.config.max_in_flight)
-        lane = f"qpu:{handle.name}#{len(s.pools[pool].members)}"
-        index = s.service.add_backend(pool, Member(handle, lane, handle.max_in_flight,
-                                                   handle.max_in_flight + s.config.prefetch))
-        s.window = max(s.window, s._auto_window())  # more jobs in flight: admit more steps
-        return index
-
 
 def _backends(n: int) -> str:
     return f"{n} backend" if n == 1 else f"{n} backends"

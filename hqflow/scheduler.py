@@ -179,6 +179,7 @@ class Scheduler:
         self.incoming = {e.dst: i for i, e in enumerate(self.graph.edges)}
         self.slots = {"cpu": config.cpu_workers, "gpu": config.gpu_workers}
         self.started = threading.Event()
+        self._changing = threading.Lock()  # backends joining from other threads take their index in turn
 
     def _kept_ports(self) -> dict[str, tuple[str, ...]]:
         """Per classical fragment, the output ports that only other classical fragments read, in the same
@@ -338,6 +339,64 @@ class Scheduler:
         """Steps admitted at once: the config's, or twice the jobs the pools keep in flight, plus 2 (at least 8)."""
         in_flight = sum(m.capacity for pool in self.pools.values() for m in pool.members if not m.removed)
         return 1 if self.config.executor == "sync" else self.config.window or max(8, 2 * in_flight + 2)
+
+    # -- resources changed mid-run (RunHandle, hqflow.resources); only once ``started`` is set ----------
+    def add_backend(self, pool: str, spec) -> int:
+        """A backend (an instance, a name, or ``(name, options)``) made by the run's executor joins pool
+        ``pool``; returns its index. The window grows with the jobs the pools can keep in flight."""
+        self._check_pool(pool)
+        with self._changing:
+            handle = self.executor.backend(spec, self.config.max_in_flight)
+            member = Member(handle, f"qpu:{handle.name}#{len(self.pools[pool].members)}", handle.max_in_flight,
+                            handle.max_in_flight + self.config.prefetch)
+            index = self.service.add_backend(pool, member)
+            self.window = max(self.window, self._auto_window())
+        return index
+
+    def remove_backend(self, pool: str, which: int | str) -> int:
+        """Take member ``which`` (its index, or the first such name still in the pool) out of pool
+        ``pool``; returns how many of its jobs in flight were taken back to run elsewhere."""
+        self._check_pool(pool)
+        if isinstance(which, str):
+            found = [i for i, m in enumerate(self.pools[pool].members)
+                     if not m.removed and which in (m.handle.name, m.lane)]
+            if not found:
+                raise ValueError(f"pool {pool!r} has no backend {which!r} in it")
+            which = found[0]
+        return self.service.remove_backend(pool, which)
+
+    def tune(self, prefetch: int | None = None, rows_per_job: int | None | str = "keep") -> None:
+        """Prefetch and rows per job for the jobs dispatched from now on (``"keep"``: as they are)."""
+        if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0):
+            raise ValueError(f"prefetch must be an integer >= 0, got {prefetch!r}")
+        changes = {} if prefetch is None else {"prefetch": prefetch}
+        if rows_per_job != "keep":
+            changes["rows_per_job"] = rows_per_job
+        self.config = dataclasses.replace(self.config, **changes)
+        self.service.tune(prefetch, rows_per_job)
+
+    def check_workers(self, resource: str, workers: int) -> None:
+        """A ``ValueError`` if ``set_workers(resource, workers)`` cannot be done."""
+        if resource not in ("cpu", "gpu"):
+            raise ValueError(f"resource must be 'cpu' or 'gpu', got {resource!r}")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+        if resource == "gpu" and workers < self.config.learners:
+            raise ValueError(f"the run's learn steps need {self.config.learners} learner slots; keep gpu workers >= that")
+        if self.config.executor != "local":
+            raise ValueError(f"worker slots change mid-run under the local executor only, not {self.config.executor!r}")
+
+    def set_workers(self, resource: str, workers: int) -> None:
+        """``workers`` classical slots of ``resource`` from now on (local executor; see ``check_workers``)."""
+        self.check_workers(resource, workers)
+        self.executor.pools[resource].resize(workers)
+        self.slots[resource] = workers
+        self.config = dataclasses.replace(self.config, **{f"{resource}_workers": workers})
+        self.events.put(("wake",))  # the dispatch loop may use the new slots at once
+
+    def _check_pool(self, pool: str) -> None:
+        if pool not in self.pools:
+            raise ValueError(f"no backend pool named {pool!r}; pools: {', '.join(sorted(self.pools))}")
 
     def _reset(self, initial_state) -> None:
         self.window = self._auto_window()
@@ -564,7 +623,6 @@ class RunHandle:
     def __init__(self, scheduler: Scheduler, stream, initial_state=None, progress=None, on_change=None):
         self.scheduler = scheduler
         self._result, self._error, self._done = None, None, threading.Event()
-        self._lock = threading.Lock()
         self._on_change = on_change
         self.plans: list = []
         """the plans in force, the first first (``hqflow.planner.start`` re-plans on every change)"""
@@ -588,32 +646,16 @@ class RunHandle:
 
     def add_backend(self, pool: str, spec) -> int:
         """Add a backend (an instance, a name, or ``(name, options)``) to pool ``pool``; returns its index."""
-        service, s = self._service(), self.scheduler
-        if pool not in s.pools:
-            raise ValueError(f"no backend pool named {pool!r}; pools: {', '.join(sorted(s.pools))}")
-        with self._lock:
-            handle = s.executor.backend(spec, s.config.max_in_flight)
-            members = s.pools[pool].members
-            member = Member(handle, f"qpu:{handle.name}#{len(members)}", handle.max_in_flight,
-                            handle.max_in_flight + s.config.prefetch)
-            index = service.add_backend(pool, member)
-            s.window = max(s.window, s._auto_window())
+        self._service()
+        index = self.scheduler.add_backend(pool, spec)
         self._changed()
         return index
 
     def remove_backend(self, pool: str, which: int | str) -> int:
         """Take a backend out of pool ``pool``: its index, or its name (the first such still in the pool).
         Its jobs in flight are cancelled and run again elsewhere. Returns how many were taken back."""
-        service, s = self._service(), self.scheduler
-        if pool not in s.pools:
-            raise ValueError(f"no backend pool named {pool!r}; pools: {', '.join(sorted(s.pools))}")
-        members = s.pools[pool].members
-        if isinstance(which, str):
-            found = [i for i, m in enumerate(members) if not m.removed and which in (m.handle.name, m.lane)]
-            if not found:
-                raise ValueError(f"pool {pool!r} has no backend {which!r} in it")
-            which = found[0]
-        taken = service.remove_backend(pool, which)  # the last one may go too: jobs wait for one to be added
+        self._service()
+        taken = self.scheduler.remove_backend(pool, which)  # the last one may go too: jobs wait for one to be added
         self._changed()
         return taken
 
@@ -624,20 +666,15 @@ class RunHandle:
     def set_workers(self, resource: str, workers: int) -> None:
         """Add or remove classical worker slots of ``resource`` (``"cpu"`` or ``"gpu"``) mid-run, under the
         ``local`` executor: a removed slot's call runs to its end first. Results do not depend on it."""
-        s = self.scheduler
-        if resource not in ("cpu", "gpu"):
-            raise ValueError(f"resource must be 'cpu' or 'gpu', got {resource!r}")
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
-        if resource == "gpu" and workers < s.config.learners:
-            raise ValueError(f"the run's learn steps need {s.config.learners} learner slots; keep gpu workers >= that")
-        if s.config.executor != "local":
-            raise ValueError(f"worker slots change mid-run under the local executor only, not {s.config.executor!r}")
+        self.scheduler.check_workers(resource, workers)
         self._service()
-        s.executor.pools[resource].resize(workers)
-        s.slots[resource] = workers
-        s.config = dataclasses.replace(s.config, **{f"{resource}_workers": workers})
-        s.events.put(("wake",))
+        self.scheduler.set_workers(resource, workers)
+
+    def tune(self, prefetch: int | None = None, rows_per_job: int | None | str = "keep") -> None:
+        """Change, mid-run, the jobs each backend keeps ahead (``prefetch``) and the rows per job (None:
+        uncut); they hold for jobs dispatched from now on. Neither changes what the run computes."""
+        self._service()
+        self.scheduler.tune(prefetch, rows_per_job)
 
     def members(self) -> dict[str, list[str]]:
         """Each pool's members now (their lanes), in the pool's order."""
@@ -645,23 +682,6 @@ class RunHandle:
 
     def steps_done(self) -> int:
         return self.scheduler.stats["completed_steps"]
-
-    def tune(self, prefetch: int | None = None, rows_per_job: int | None | str = "keep") -> None:
-        """Change, mid-run, the jobs each backend keeps ahead (``prefetch``) and the rows per job (None:
-        uncut); they hold for jobs dispatched from now on. Neither changes what the run computes."""
-        service, s = self._service(), self.scheduler
-        with service._lock:
-            if prefetch is not None:
-                if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-                    raise ValueError(f"prefetch must be an integer >= 0, got {prefetch!r}")
-                s.config = dataclasses.replace(s.config, prefetch=prefetch)
-                for pool in s.pools.values():
-                    for m in pool.members:
-                        m.capacity = m.devices + prefetch
-            if rows_per_job != "keep":
-                s.config = dataclasses.replace(s.config, rows_per_job=rows_per_job)
-                service.rows_per_job = rows_per_job
-        service._pump()
 
     def done(self) -> bool:
         return self._done.is_set()
