@@ -141,8 +141,8 @@ def part_plans(args) -> dict:
         cfg = synthetic.Config(staleness=0, backend="qpu", batch=8, matrix=64,
                                repeats=synthetic.calibrate(sc["ratio"] * q * 1e3, matrix=64))
         graph = synthetic.build_graph(cfg)
-        prof, _ = calibration(lambda n, cut: hq.run(graph, synthetic.stream(n, cfg), backends={"qpu": qpus(members)},
-                                                    max_retries=50, rows_per_job=cut).spans, args.calibrate, graph)
+        prof = calibration(lambda n, cut: hq.run(graph, synthetic.stream(n, cfg), backends={"qpu": qpus(members)},
+                                                 max_retries=50, rows_per_job=cut).spans, args.calibrate, graph)
         budget = None
         if sc["budget"]:  # half-way between the cheapest member alone and every member together, retries counted
             per_job = [m[5] / (1 - m[4]) for m in members]

@@ -366,7 +366,7 @@ def cmd_run(args) -> int:
             raise UsageError("--plan auto needs a workload that runs quantum jobs, and no --dry-run")
         plan_args = argparse.Namespace(profile=args.profile, calibrate=5, calibrate_given=False, objective="time",
                                        budget=None, max_staleness=None)
-        options["plan"], _ = make_plan(plan_args, module, cfg, options.get("backends"),
+        options["plan"] = make_plan(plan_args, module, cfg, options.get("backends"),
                                        say=lambda m: print(m, file=sys.stderr))
         print(f"{options['plan']}\n", file=sys.stderr)
     with Progress(getattr(cfg, "steps", 1), args.workload) as bar:
@@ -396,15 +396,15 @@ def cmd_run(args) -> int:
 
 def _write_run_dir(folder: str, workload: str, cfg, result: dict) -> None:
     """config.json, result.json and, if the result carries ``"spans"`` (span dicts), spans.json."""
-    from .trace import Span, save_spans
+    from .cli_plan import _spans
+    from .trace import save_spans
 
     config = dataclasses.asdict(cfg)
     atomic_text(os.path.join(folder, "config.json"), json.dumps(config, indent=2, default=float))
     rest = {k: v for k, v in result.items() if k != "spans"}
     atomic_text(os.path.join(folder, "result.json"), json.dumps(rest, indent=2, default=float))
     if "spans" in result:
-        spans = [s if isinstance(s, Span) else Span.from_dict(s) for s in result["spans"]]
-        save_spans(os.path.join(folder, "spans.json"), spans, {"workload": workload, "config": config})
+        save_spans(os.path.join(folder, "spans.json"), _spans(result), {"workload": workload, "config": config})
 
 
 def cmd_trace(args) -> int:

@@ -21,10 +21,6 @@ import sys
 from .cli_errors import UsageError
 
 
-def _makespan(spans) -> float:
-    return max(s.end for s in spans) - min(s.start for s in spans) if spans else 0.0
-
-
 def _spans(result: dict):
     from .trace import Span
 
@@ -70,7 +66,7 @@ def _target(args):
 
 
 def make_plan(args, module, cfg, backends, spans=None, say=print):
-    """The plan for ``cfg`` (see the module docstring), and the rows per step it assumed."""
+    """The plan for ``cfg`` (see the module docstring)."""
     import hqflow as hq
     from hqflow.costmodel import calibrate
     from hqflow.planner import calibration, rows_of
@@ -86,25 +82,24 @@ def make_plan(args, module, cfg, backends, spans=None, say=print):
     prof = None
     if spans is None and (saved is None or args.calibrate_given):
         say(f"hqflow: calibrating: {args.calibrate} steps of {module.__name__.rsplit('.', 1)[1]} on every backend")
-        prof, rows = calibration(lambda n, cut: _spans(module.run(dataclasses.replace(cfg, steps=n), backends=backends,
-                                                                  rows_per_job=cut)), args.calibrate, graph)
+        prof = calibration(lambda n, cut: _spans(module.run(dataclasses.replace(cfg, steps=n), backends=backends,
+                                                            rows_per_job=cut)), args.calibrate, graph)
     elif spans:
-        rows = rows_of(graph, spans)
-        prof = calibrate(graph, spans, profile(spans), hq.SchedulerConfig(), rows=rows)
-    else:
-        rows = {f.name: 1 for f in graph.fragments if f.kind == "execute"}
+        measured = profile(spans)
+        prof = calibrate(graph, spans, measured, hq.SchedulerConfig(), rows=rows_of(graph, measured))
     if saved is not None:
         prof = saved if prof is None else saved.merged(prof)
-    if args.profile and prof is not saved:
-        prof.save(args.profile)
     if prof is None:
         raise UsageError("nothing to plan from: no calibration run, run directory or --profile")
+    if args.profile and prof is not saved:
+        prof.save(args.profile)
+    rows = rows_of(graph, prof)
     try:
         chosen = hq.plan(graph, cfg.steps, prof, objective=args.objective, budget=args.budget,
                          max_staleness=args.max_staleness, rows=rows)
     except (KeyError, ValueError) as exc:
         raise UsageError(str(exc).strip("'\"")) from None
-    return chosen, graph
+    return chosen
 
 
 def fold(args, spans) -> None:
@@ -128,7 +123,7 @@ def cmd_plan(args) -> int:
     backends = None if pool is None else {cfg.backend: pool}
     args.calibrate_given = args.calibrate is not None
     args.calibrate = args.calibrate or 5
-    chosen, _ = make_plan(args, module, cfg, backends, spans, say=lambda m: print(m, file=sys.stderr))
+    chosen = make_plan(args, module, cfg, backends, spans, say=lambda m: print(m, file=sys.stderr))
     figures = {"workload": name, "steps": cfg.steps, "staleness": chosen.staleness,
                "prefetch": chosen.config.prefetch, "rows_per_job": chosen.config.rows_per_job,
                "cpu_workers": chosen.config.cpu_workers, "members": dict(chosen.members),
@@ -137,8 +132,11 @@ def cmd_plan(args) -> int:
         print(f"plan for {name}, {cfg.steps} steps\n{chosen}")
     if args.measure:
         result = module.run(cfg, backends=backends, plan=chosen)
-        measured = _makespan(_spans(result))
-        fold(args, _spans(result))
+        from .trace import makespan
+
+        spans = _spans(result)
+        measured = makespan(spans)
+        fold(args, spans)
         figures.update(measured_s=round(measured, 4),
                        prediction_error=round(abs(chosen.prediction.makespan - measured) / measured, 4))
         if not args.json:
@@ -161,7 +159,7 @@ def plan_training(algo: str, cfg, backends, *, profile_path: str | None = None, 
     (``hqflow.costmodel``)."""
     import hqflow as hq
     from hqflow.distribution import get_distribution
-    from hqflow.planner import apply, calibration
+    from hqflow.planner import apply, calibration, with_staleness
     from hqflow.profile import Profile, ProfileError
     from hqflow.workloads.rl import runner
 
@@ -186,7 +184,8 @@ def plan_training(algo: str, cfg, backends, *, profile_path: str | None = None, 
             return runner.train(algo, small, default, backends=backends, tensorboard=False,
                                 rows_per_job=cut)["spans"]
 
-        prof, _ = calibration(run, max(3, calibrate_updates), with_default(graph, default), default.scheduler_config())
+        prof = calibration(run, max(3, calibrate_updates), with_staleness(graph, default.staleness),
+                           default.scheduler_config())
         if profile_path:
             prof.save(profile_path)
     try:
@@ -199,13 +198,6 @@ def plan_training(algo: str, cfg, backends, *, profile_path: str | None = None, 
     options = {"prefetch": chosen.config.prefetch, "rows_per_job": chosen.config.rows_per_job}
     _, planned, _ = apply(chosen, graph, backends)
     return chosen, distribution, options, planned or None
-
-
-def with_default(graph, distribution):
-    """``graph`` at ``distribution``'s staleness (the calibration's)."""
-    from hqflow.planner import with_staleness
-
-    return with_staleness(graph, distribution.staleness)
 
 
 __all__ = ["cmd_plan", "fold", "make_plan", "plan_training"]

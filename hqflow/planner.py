@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -186,36 +185,28 @@ def _with_members(profile: Profile, members: Mapping[str, Sequence[str]]) -> Pro
     return dataclasses.replace(profile, backends=profile.backends + tuple(extra))
 
 
-def rows_of(graph: Graph, spans: list) -> dict[str, int]:
-    """Circuits per step of each ``execute`` fragment of ``graph``, from a run's job spans (parts summed;
-    the median step; 1 where none ran)."""
-    out = {}
-    for f in graph.fragments:
-        if f.kind == "execute":
-            per_step: dict[int, int] = {}
-            for s in spans:
-                if s.fragment == f.name and s.kind == "execute" and s.outcome == "ok" and s.rows:
-                    per_step[s.step] = per_step.get(s.step, 0) + s.rows
-            out[f.name] = int(statistics.median(per_step.values())) if per_step else 1
-    return out
+def rows_of(graph: Graph, profile: Profile) -> dict[str, int]:
+    """Circuits per step of each ``execute`` fragment of ``graph``, as ``profile`` measured them (1 where
+    it measured none)."""
+    measured = dict(profile.rows)
+    return {f.name: measured.get(f.name, 1) for f in graph.fragments if f.kind == "execute"}
 
 
-def calibration(run, steps: int, graph: Graph, config: SchedulerConfig = SchedulerConfig()) -> tuple[Profile, dict]:
-    """A profile from calibration runs, and the rows per step they measured (:func:`rows_of`).
+def calibration(run, steps: int, graph: Graph, config: SchedulerConfig = SchedulerConfig()) -> Profile:
+    """A profile from calibration runs (with the rows per step they measured: :func:`rows_of`).
     ``run(steps, rows_per_job)`` runs the workload (``graph`` under ``config``) and returns its spans.
     The first run, ``run(steps, None)``, gives the fragments' times and the scheduler's overhead
     (``costmodel.calibrate``). Where all its jobs had the same rows ``n > 1``, per-job and per-row
     time look alike, so ``run(max(2, steps // 2), ceil(n / 2))`` runs too and its jobs join the
     backends' fit."""
     first = list(run(steps, None))
-    rows = rows_of(graph, first)
     jobs = [s for s in first if s.kind == "execute" and s.outcome == "ok" and s.rows]
     sizes = {s.rows for s in jobs}
     fitted = profile(first)
     if len(sizes) == 1 and min(sizes) >= 2:
         cut = list(run(max(2, steps // 2), -(-min(sizes) // 2)))
-        fitted = dataclasses.replace(profile(first + cut), fragments=fitted.fragments)
-    return calibrate(graph, first, fitted, config, rows=rows), rows
+        fitted = dataclasses.replace(profile(first + cut), fragments=fitted.fragments, rows=fitted.rows)
+    return calibrate(graph, first, fitted, config, rows=rows_of(graph, fitted))
 
 
 def apply(plan: Plan, graph: Graph, backends: Mapping | None = None) -> tuple[Graph, dict, SchedulerConfig]:

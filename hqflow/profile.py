@@ -99,6 +99,8 @@ class Profile:
     fragments: tuple[FragmentProfile, ...] = ()
     overhead: float = 0.0
     """seconds the scheduler adds to each job and call it dispatches (``hqflow.costmodel.calibrate``)"""
+    rows: tuple[tuple[str, int], ...] = ()
+    """circuits per step of each ``execute`` fragment measured (its jobs' rows summed; the median step)"""
 
     def backend(self, name: str) -> BackendProfile:
         """The profile of the pool member ``name`` (``qpu:<backend name>``; ``qpu:`` may be left out)."""
@@ -118,11 +120,12 @@ class Profile:
         """Both profiles' measurements together: each figure a mean weighted by jobs or calls."""
         return Profile(_merge(self.backends, other.backends, lambda b: b.backend, "jobs"),
                        _merge(self.fragments, other.fragments, lambda f: (f.fragment, f.resource), "calls"),
-                       other.overhead or self.overhead)
+                       other.overhead or self.overhead, tuple({**dict(self.rows), **dict(other.rows)}.items()))
 
     def to_dict(self) -> dict:
         return {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "overhead": self.overhead,
-                "backends": [asdict(b) for b in self.backends], "fragments": [asdict(f) for f in self.fragments]}
+                "backends": [asdict(b) for b in self.backends], "fragments": [asdict(f) for f in self.fragments],
+                "rows": dict(self.rows)}
 
     def save(self, path: str) -> str:
         atomic_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
@@ -149,8 +152,13 @@ class Profile:
             overhead = doc.get("overhead", 0.0)
             if isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or not 0 <= overhead < math.inf:
                 raise ValueError(f"overhead must be a number >= 0, got {overhead!r}")
+            rows = doc.get("rows", {})
+            if not isinstance(rows, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(
+                    v, bool) and v >= 1 for k, v in rows.items()):
+                raise ValueError(f"rows must map fragment names to integers >= 1, got {rows!r}")
             return Profile(tuple(_typed(BackendProfile, d) for d in doc.get("backends", [])),
-                           tuple(_typed(FragmentProfile, d) for d in doc.get("fragments", [])), float(overhead))
+                           tuple(_typed(FragmentProfile, d) for d in doc.get("fragments", [])), float(overhead),
+                           tuple(rows.items()))
         except (TypeError, ValueError) as exc:
             raise ProfileError(f"{where}: {exc}") from None
 
@@ -272,7 +280,18 @@ def profile(spans: list[Span]) -> Profile:
                                              float(n_jobs.mean()), rows, max(0.0, outside)))
         else:
             fragments.append(FragmentProfile(name, resource, float(times.mean()), float(times.std()), len(times)))
-    return Profile(tuple(backends), tuple(fragments))
+    return Profile(tuple(backends), tuple(fragments), rows=tuple(step_rows(spans).items()))
 
 
-__all__ = ["BackendProfile", "FragmentProfile", "Profile", "ProfileError", "profile"]
+def step_rows(spans: list[Span]) -> dict[str, int]:
+    """Circuits per step of each ``execute`` fragment in ``spans``: its ok jobs' rows summed per step
+    (a batch cut into parts counts whole), the median step."""
+    per: dict[str, dict[int, int]] = {}
+    for s in spans:
+        if s.kind == "execute" and s.parent_lane is None and s.outcome == "ok" and s.rows:
+            steps = per.setdefault(s.fragment, {})
+            steps[s.step] = steps.get(s.step, 0) + s.rows
+    return {name: int(np.median(list(steps.values()))) for name, steps in per.items()}
+
+
+__all__ = ["BackendProfile", "FragmentProfile", "Profile", "ProfileError", "profile", "step_rows"]

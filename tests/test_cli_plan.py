@@ -32,6 +32,7 @@ def test_a_saved_profile_is_reused_and_every_run_folds_into_it(tmp_path, capsys)
     assert main(["plan", "vqe", "--steps", "8", "--calibrate", "3", "--profile", str(prof), "--json", *POOL]) == 0
     first = Profile.load(str(prof))
     jobs = sum(b.jobs for b in first.backends)
+    assert dict(first.rows)["energy"] >= 2  # circuits per step: a plan from the saved profile alone needs them
     assert jobs >= 3 and _json(capsys)["predicted_s"] > 0
     # no calibration run now: the saved profile plans the run, and the run itself is folded in
     assert main(["run", "vqe", "--steps", "6", "--plan", "auto", "--profile", str(prof), "--json", *POOL]) == 0

@@ -88,3 +88,13 @@ def test_a_fragments_own_jobs_are_counted_per_call_with_the_time_outside_them():
     assert f.classical == pytest.approx(0.05) and f.seconds == pytest.approx(0.09)
     plain = profile([Span("learn", "learn", "cpu", k, k, k + 0.1) for k in range(3)]).fragment("learn")
     assert plain.jobs == 0.0 and plain.classical is None
+
+
+def test_circuits_per_step_are_measured_saved_and_merged(tmp_path):
+    spans = [_job(k, 4, None) for k in range(3)]
+    spans += [Span("circuit", "execute", "qpu:pool", 2, 9.0, 9.1, lane="qpu:q/0", rows=4)]  # step 2 cut in two parts
+    p = profile(spans)
+    assert dict(p.rows) == {"circuit": 4}  # the median step: 4, 4, 8
+    loaded = Profile.load(p.save(str(tmp_path / "p.json")))
+    assert loaded.rows == p.rows
+    assert dict(loaded.merged(Profile(rows=(("circuit", 6),))).rows) == {"circuit": 6}
