@@ -65,6 +65,8 @@ def _parser() -> argparse.ArgumentParser:
                                                    "plan does) and run the plan")
     r.add_argument("--profile", metavar="FILE", help="with --plan auto: plan from this saved profile, and fold "
                                                      "this run's measurements into it")
+    r.add_argument("--max-staleness", type=_natural, default=None,
+                   help="with --plan auto: how many versions old the parameters may be (default: the graph's own)")
     r.add_argument("--pool", type=_positive, default=None, help="with --backend: a pool of N such backends")
     r.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[],
                    help="a backend option (K: only the pool's K-th member), repeatable")
@@ -357,15 +359,15 @@ def cmd_run(args) -> int:
         if not hasattr(cfg, "backend"):
             raise UsageError(f"workload {args.workload!r} runs no quantum jobs for a pool")
         options["backends"] = {cfg.backend: _backend_pool(args)}
-    if args.profile and not args.plan:
-        raise UsageError("--profile goes with --plan auto")
+    if (args.profile or args.max_staleness is not None) and not args.plan:
+        raise UsageError(f"{'--profile' if args.profile else '--max-staleness'} goes with --plan auto")
     if args.plan:
         from .cli_plan import make_plan
 
         if args.dry_run or not hasattr(cfg, "backend"):
             raise UsageError("--plan auto needs a workload that runs quantum jobs, and no --dry-run")
         plan_args = argparse.Namespace(profile=args.profile, calibrate=5, calibrate_given=False, objective="time",
-                                       budget=None, max_staleness=None)
+                                       budget=None, max_staleness=args.max_staleness)
         options["plan"] = make_plan(plan_args, module, cfg, options.get("backends"),
                                        say=lambda m: print(m, file=sys.stderr))
         print(f"{options['plan']}\n", file=sys.stderr)
@@ -461,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         from hqflow.backends import threads
 
         threads.hurry()  # the exit does not wait for work still running
-        print(f"hqflow: {exc or 'interrupted'}", file=sys.stderr)
+        print(f"hqflow: {str(exc) or 'interrupted'}", file=sys.stderr)
         return 130
 
 

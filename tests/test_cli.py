@@ -284,3 +284,14 @@ def test_a_backend_suffix_that_the_backend_does_not_take_is_refused(command, cap
     argv = ["run", "qaoa"] if command == "run" else ["train", "cartpole", "--episodes", "1"]
     assert main([*argv, "--backend", "reference:x"]) == 2  # was passed on as max_qubits: a TypeError later
     assert "backend 'reference' takes no ':' suffix" in _err(capsys)
+
+
+def test_ctrl_c_during_a_command_says_interrupted_not_an_empty_message(monkeypatch, capsys):
+    import hqflow.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt  # what Ctrl-C raises: no message of its own
+
+    monkeypatch.setattr(cli, "cmd_run", interrupted)
+    assert main(["run", "vqe"]) == 130
+    assert _err(capsys) == "hqflow: interrupted"

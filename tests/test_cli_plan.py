@@ -40,6 +40,14 @@ def test_a_saved_profile_is_reused_and_every_run_folds_into_it(tmp_path, capsys)
     assert sum(b.jobs for b in Profile.load(str(prof)).backends) > jobs
 
 
+@pytest.mark.parametrize("bound", [0, 2])
+def test_run_plan_auto_takes_max_staleness_as_the_readme_says(bound, tmp_path, capsys):
+    argv = ["run", "vqe", "--steps", "4", "--plan", "auto", "--max-staleness", str(bound), "--json", *POOL]
+    assert main(argv) == 0
+    staleness = [line.split()[1] for line in capsys.readouterr().err.splitlines() if line.startswith("staleness")]
+    assert staleness and int(staleness[0]) <= bound
+
+
 def test_plan_from_a_run_directory(tmp_path, capsys):
     run_dir = tmp_path / "run"
     assert main(["run", "vqe", "--steps", "6", "--backend", "emulated-qpu", "--run-dir", str(run_dir), "--json"]) == 0
@@ -56,6 +64,8 @@ def test_plan_from_a_run_directory(tmp_path, capsys):
     (["plan", "vqe", "--budget", "-1"], "expected an amount >= 0"),
     (["plan", "vqe", "--pool", "2", "--backend-opt", "3:per_job=1"], "member 3 but the pool has 2"),
     (["run", "vqe", "--profile", "p.json"], "--profile goes with --plan auto"),
+    (["run", "vqe", "--max-staleness", "1"], "--max-staleness goes with --plan auto"),
+    (["run", "vqe", "--plan", "auto", "--max-staleness", "-1"], "expected an integer >= 0"),
 ])
 def test_bad_usage_is_one_line_and_exit_2(argv, words, capsys, tmp_path):
     assert main(argv) == 2
