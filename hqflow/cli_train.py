@@ -247,6 +247,7 @@ def cmd_train(args) -> int:
             raise UsageError("--resume continues the run's own algorithm and directory: ENV, --env-module, --algo, "
                              "--seed, --set, --episodes and --run-dir cannot change (the pool, the distribution "
                              "and --resources may)")
+        _importable_cwd()  # a MODULE:ID environment from the current directory, as a new run finds it
         try:
             meta, ckpt = runner.load_run(args.resume)
         except ValueError as exc:
@@ -384,8 +385,6 @@ def cmd_eval(args) -> int:
     from hqflow.backends import BackendError
     from hqflow.workloads.rl.trained import evaluate
 
-    if not os.path.isdir(args.run):
-        raise UsageError(f"{args.run}: no such run directory")
     _importable_cwd()  # a MODULE:ID environment from the current directory
     try:
         figures = evaluate(args.run, episodes=args.episodes, seed=args.seed, backend=args.backend, record=args.record)

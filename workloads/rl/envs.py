@@ -54,9 +54,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import functools
 import importlib
 import math
+import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -386,6 +388,39 @@ def load_plugin_envs() -> list[str]:
     return failed
 
 
+class EnvImportError(ValueError):
+    """A ``MODULE:ID`` environment whose module cannot be imported here (not a fault of the run that names it)."""
+
+
+def registered_by(module: str) -> list[str]:
+    """The gymnasium ids whose entry point lives in ``module`` (or a module under it), sorted."""
+    def of(entry) -> str:
+        if isinstance(entry, str):
+            return entry.partition(":")[0]
+        return getattr(entry, "__module__", "") or ""
+
+    return sorted(i for i, s in gym.registry.items() if of(s.entry_point) == module
+                  or of(s.entry_point).startswith(module + "."))
+
+
+def close_matches(name: str) -> list[str]:
+    """Short names and registered ids that ``name`` may have meant: the same name but for case, version and
+    separators first (short names, then the newest version), else close spellings."""
+    def bare(text: str) -> str:
+        return re.sub(r"[-_/ ]", "", re.sub(r"-v\d+$", "", text.lower().rpartition(":")[2]))
+
+    def version(text: str) -> int:
+        found = re.search(r"-v(\d+)$", text)
+        return int(found.group(1)) if found else 0
+
+    candidates = set(SPECS) | set(gym.registry)
+    exact = sorted((c for c in candidates if bare(c) == bare(name)), key=lambda c: (c not in SPECS, -version(c), c))
+    if exact:
+        return exact[:3]
+    folded = {c.lower(): c for c in sorted(candidates)}
+    return [folded[m] for m in difflib.get_close_matches(name.lower(), list(folded), n=3, cutoff=0.75)]
+
+
 @functools.lru_cache(maxsize=64)
 def _from_gym(name: str, encoding: str = "auto", kwargs: tuple = ()) -> EnvSpec:
     module, _, env_id = name.rpartition(":")
@@ -394,18 +429,26 @@ def _from_gym(name: str, encoding: str = "auto", kwargs: tuple = ()) -> EnvSpec:
         try:
             importlib.import_module(module)
         except ImportError as exc:
-            raise ValueError(f"environment {name!r}: cannot import {module!r} ({exc})") from None
+            raise EnvImportError(f"environment {name!r}: cannot import {module!r} ({exc}); run hqflow from the "
+                                 "folder that holds it, or put it on PYTHONPATH") from None
     if env_id not in gym.registry:
         failed = load_plugin_envs()  # an id a package registers through its entry point
     try:
         gym_spec = gym.spec(env_id)
     except gym.error.Error as exc:
+        if module:  # the module imported, and registered something else
+            own = registered_by(module)
+            listed = f"it registered {', '.join(own)}" if own else "it registered no gymnasium environment"
+            raise ValueError(f"unknown environment {name!r}: module {module!r} registered no id {env_id!r}; "
+                             f"{listed}") from None
         known = ", ".join(sorted(SPECS))
         hint = f" ({exc})" if "version" in str(exc).lower() else ""  # gymnasium names the current version
         if failed:
             hint += f" (the {PLUGIN_GROUP} entry point{'s' if len(failed) > 1 else ''} {'; '.join(failed)})"
-        raise ValueError(f"unknown environment {name!r}: not a short name ({known}) nor a registered gymnasium id"
-                         f"{hint}; for your own, give MODULE:ID or --env-module MODULE (MODULE registering ID), "
+        near = close_matches(name)
+        guess = f" (did you mean {' or '.join(near)}?)" if near else ""
+        raise ValueError(f"unknown environment {name!r}{guess}: not a short name ({known}) nor a registered gymnasium "
+                         f"id{hint}; for your own, give MODULE:ID or --env-module MODULE (MODULE registering ID), "
                          f"or install a package registering it through a {PLUGIN_GROUP!r} entry point") from None
     try:
         env = gym.make(name, **dict(kwargs))

@@ -72,6 +72,7 @@ from hqflow.trace import save_spans
 from hqflow.torch import ReducedGradients
 from hqflow.trace_export import write_chrome_trace
 from hqflow.workloads.rl.algorithm import Algorithm
+from hqflow.workloads.rl.envs import EnvImportError
 from hqflow.workloads.rl.policies import shard_rows
 
 ALGORITHMS = {"reinforce": "hqflow.workloads.rl.reinforce", "dqn": "hqflow.workloads.rl.dqn",
@@ -306,7 +307,9 @@ def load_run(run_dir) -> tuple[dict, dict | None]:
     except OSError as exc:  # a name too long, say: is_file() raises for all but a missing file
         raise RunDirError(f"cannot read {run_dir}: {exc.strerror}") from None
     if not is_run:
-        raise RunDirError(f"{run_dir} is not a run directory (no config.json)")
+        missing = not run_dir.exists()
+        raise RunDirError(f"{run_dir}: no such run directory" if missing else
+                          f"{run_dir} is not a run directory (no config.json)")
     try:
         meta = json.loads(path.read_bytes().decode("utf-8"))
     except OSError as exc:
@@ -321,6 +324,8 @@ def load_run(run_dir) -> tuple[dict, dict | None]:
         mod.Config(**meta["config"])
         if "distribution" in meta:  # (hqflow eval needs none)
             get_distribution(meta["distribution"], **meta.get("distribution_options", {}))
+    except EnvImportError as exc:  # the config is sound: its environment's module is not importable here
+        raise RunDirError(f"{run_dir}: {exc}") from None
     except (ValueError, TypeError, ImportError) as exc:
         raise RunDirError(f"{path} is damaged: {' '.join(str(exc).split())}") from None
     ckpt = run_dir / "checkpoint.pt"

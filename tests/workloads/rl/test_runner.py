@@ -117,7 +117,7 @@ def test_killed_run_resumes_to_the_same_result(tmp_path):
     (["cartpole", "--set", "nope=1"], "--set 'nope=1'"),
     (["cartpole", "--policy", "qvalue-pqc"], "unrecognized arguments: --policy"),  # each algorithm has one policy
     (["cartpole", "--backend", "nosuch"], "nosuch"),
-    (["--resume", "/nonexistent/run"], "is not a run directory"),
+    (["--resume", "/nonexistent/run"], "/nonexistent/run: no such run directory"),
     ([], "give an environment"),
 ])
 def test_bad_arguments_exit_2_with_one_line(argv, message, tmp_path):
