@@ -5,8 +5,13 @@ from the start, because cloud QPUs answer in seconds to minutes:
 
     job = backend.submit(batch)      # returns at once
     job.done()                       # poll
+    job.started()                    # out of the service's queue (running or finished)?
     result = job.result(timeout=30)  # block; raises TimeoutError / JobFailed
     job.cancel()                     # best effort
+
+Errors are ``BackendError``s. Most are worth another try (the runtime retries a
+failed job); a ``BackendAccessError`` (refused credentials, an unreachable
+service) is not: its ``retryable`` is False, and the runtime ends the run at once.
 
 Most local backends only implement ``run(batch) -> BatchResult`` synchronously
 and inherit ``submit`` from ``LocalBackend``, which runs jobs on a small private
@@ -21,15 +26,30 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
-from hqflow.ir.circuit import CircuitTemplate
+from hqflow.ir.circuit import CircuitTemplate, DerivedInputError
 
 
 class BackendError(RuntimeError):
     """A backend could not run a batch (bad request or backend failure)."""
 
+    retryable: bool = True
+    """whether another try may succeed: the runtime retries a failed job only when this is True"""
+
+
+class BackendAccessError(BackendError):
+    """The backend cannot be used as configured: it refused the credentials (HTTP 401, or 403 from the
+    service itself), it cannot be reached (no such host, connection refused), or it is not configured.
+    Another try would fail the same way, so it is not retried and the run ends at once."""
+
+    retryable = False
+
 
 class JobFailed(BackendError):
     """A submitted job ended in failure; ``__cause__`` holds the original error."""
+
+    metadata: dict | None = None
+    """what the failed job used, where its backend says (``cost``, ``service_jobs``, as in
+    ``BatchResult.metadata``); None where it does not"""
 
 
 class JobCancelled(BackendError):
@@ -179,16 +199,12 @@ class CircuitBatch:
 
 def _derived_columns(template: CircuitTemplate, x: np.ndarray) -> np.ndarray:
     """The template's input columns for raw rows ``x``; a derived input that is not a finite
-    number (``log`` of a negative input, say) is an error that names it and the row."""
-    with np.errstate(all="ignore"):
-        cols = template.encode(x, np)
-    bad = ~np.isfinite(cols)
-    if bad.any():
-        row, col = (int(i[0]) for i in np.nonzero(bad))
-        name = template.lowered().input_names[col]
-        raise BackendError(f"circuit {template.name!r}: derived input {name!r} is {cols[row, col]} for row {row} "
-                           f"(inputs {np.array2string(x[row], precision=6, threshold=8)})")
-    return cols
+    number (``log`` of a negative input, say) is an error that names it and the row (the template's
+    own check, ``CircuitTemplate.encode``, which every path shares)."""
+    try:
+        return template.encode(x, np)
+    except DerivedInputError as exc:
+        raise BackendError(str(exc)) from None
 
 
 def _as_float(a: Any, what: str) -> np.ndarray:
@@ -235,7 +251,13 @@ class BatchResult:
 
 @runtime_checkable
 class Job(Protocol):
+    """A submitted batch. ``started()`` says whether it has left its service's queue: the runtime's
+    ``job_timeout`` counts from then, so a job that waits in a long queue is waited for, not timed out.
+    ``cancel()`` also ends whatever the job still has running on its service, even after it failed.
+    ``FutureJob`` has the defaults (a job that cannot see a queue has started when submitted)."""
+
     def done(self) -> bool: ...
+    def started(self) -> bool: ...
     def result(self, timeout: float | None = None) -> BatchResult: ...
     def cancel(self) -> bool: ...
 
@@ -259,6 +281,12 @@ class FutureJob:
 
     def done(self) -> bool:
         return self._future.done()
+
+    def started(self) -> bool:
+        """Whether the job has left its service's queue (it runs, or has finished). This default is for
+        a job that cannot see a queue: True from submission, so ``job_timeout`` counts from then. A
+        backend whose jobs wait in a queue (a cloud QPU) overrides it."""
+        return True
 
     def status(self) -> str:
         f = self._future

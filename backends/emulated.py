@@ -21,8 +21,9 @@ at time ``t``:
 Faults: a failing job (``k in fail_jobs`` or with probability ``failure_rate``)
 takes its full latency, then raises ``JobFailed``. A hanging job (``k in
 hang_jobs`` or with probability ``timeout_rate``) stays queued until cancelled;
-hanging wins over failing. ``cancel()`` stops a job that is queued or
-hanging; one on the device runs to its end. The queue draw, jitter and fault decisions of job
+hanging wins over failing; a hanging job counts as started (``started()``) once
+its queue wait is over, as a job stuck on the device would, though it holds no
+device slot. ``cancel()`` stops a job that is queued or hanging; one on the device runs to its end. The queue draw, jitter and fault decisions of job
 ``k`` come from ``np.random.default_rng([seed, k])`` only, so they reproduce
 whatever the thread timing. A batch larger than ``max_circuits_per_job`` is
 rejected, as a cloud service would; split it with ``CircuitBatch.split``.
@@ -129,6 +130,12 @@ class EmulatedJob:
 
     def status(self) -> str:
         return self._state
+
+    def started(self) -> bool:
+        """Out of the cloud queue: on a device, finished, or hanging past its queue wait."""
+        if self._state != "queued":
+            return True
+        return self.hangs and time.perf_counter() >= self.submitted_at + self.queue_seconds
 
     def done(self) -> bool:
         return self._finished.is_set()

@@ -9,7 +9,15 @@ submits itself through its ``JobClient``:
   (parts wait in arrival order; a retried part goes first);
 * a failed part, or one past ``job_timeout`` (cancelled, its late result
   dropped), is retried on another member where one fits, up to ``max_retries``
-  times; then the future fails with :class:`RetriesExhausted`;
+  times; then the future fails with :class:`RetriesExhausted`. An error that is not
+  worth another try (``BackendError.retryable`` False: refused credentials, an
+  unreachable service) fails the future at once, with that error;
+* ``job_timeout`` counts a job's running time: from when it leaves its service's queue
+  (``Job.started()``, checked every ``job_timeout / 20``, at least 0.05 s and at most 1 s),
+  so a job queued behind others is waited for however long the queue is;
+* when the service closes (the run ends, fails or is interrupted) every job still in
+  flight is cancelled, and so are failed attempts, which ends any service jobs they
+  left running for a retry to reuse;
 * every attempt is a ``Span`` on its device slot's lane, with its parent: the
   fragment, step and lane that asked for it, and its cost where the backend prices jobs;
 * each part carries its identity (``CircuitBatch.key``: run, fragment, step) and its
@@ -17,7 +25,7 @@ submits itself through its ``JobClient``:
 * with a ``budget``, a part whose estimated cost (``backend.estimate_cost``) would take
   the run's spend past it is refused: the request fails with :class:`BudgetExceeded`,
   not retried. Spend counts each attempt's estimate until the job reports its actual
-  cost (``BatchResult.metadata["cost"]``).
+  cost (``BatchResult.metadata["cost"]``, or a failed job's ``JobFailed.metadata``).
 
 The service is thread-safe: fragments on worker threads submit while backends
 complete jobs on their own threads. ``get_client()`` gives a running fragment
@@ -85,7 +93,7 @@ class _Attempt:
     slot: int
     start: float
     job: Any = None
-    deadline: float | None = None
+    running: float | None = None  # when the job was first seen out of its service's queue (job_timeout's start)
     estimate: float | None = None  # the attempt's estimated cost, counted as spend until it reports its own
 
 
@@ -106,7 +114,8 @@ class JobService:
         self._waiting: deque[tuple[_Request, int]] = deque()
         self._live: dict[int, _Attempt] = {}
         self._tokens = itertools.count()
-        self._deadlines: list[tuple[float, int]] = []
+        self._deadlines: list[tuple[float, int]] = []  # (when to look at the attempt again, its token)
+        self._spent: list = []  # jobs of failed attempts: cancelled at close, for what they left running
         self._wake = threading.Condition(self._lock)
         self._closed = False
         self._watchdog: threading.Thread | None = None
@@ -169,15 +178,14 @@ class JobService:
             try:
                 job = handle.submit(part)
             except Exception as exc:  # refused at submission: counts as a failed attempt
-                self._failed(token, f"error: {exc}")
+                self._failed(token, f"error: {exc}", exc)
                 continue
             with self._lock:
                 if token not in self._live:
                     continue
                 att.job = job
-                if self.job_timeout:
-                    att.deadline = att.start + self.job_timeout
-                    heapq.heappush(self._deadlines, (att.deadline, token))
+                if self.job_timeout:  # the watchdog asks at once whether it has started
+                    heapq.heappush(self._deadlines, (att.start, token))
                     self._start_watchdog()
                     self._wake.notify()
             if getattr(self.ledger, "blocking", False):  # Ray: never block Ray's callback thread
@@ -225,18 +233,16 @@ class JobService:
         try:
             result: BatchResult = att.job.result(timeout=0)
         except Exception as exc:
-            self._failed(token, f"error: {exc}")
+            self._failed(token, f"error: {exc}", exc)
             return
-        actual = result.metadata.get("cost")
-        if att.estimate is not None and isinstance(actual, (int, float)) and actual == actual:
-            self.ledger.adjust(float(actual) - att.estimate)  # the job's own figure replaces the estimate
-            att.estimate = float(actual)
+        self._account(att, result.metadata.get("cost"))
         finish = None
         with self._lock:
             if self._live.pop(token, None) is None:
                 return
             req = att.request
-            self._span(att, "ok", result.metadata.get("queue_seconds"), result.metadata.get("device_seconds"))
+            self._span(att, "ok", result.metadata.get("queue_seconds"), result.metadata.get("device_seconds"),
+                       result.metadata.get("service_jobs"))
             req.pool.finish(att.member, att.slot, True, req.parts[att.part].size)
             req.results[att.part] = result
             req.left -= 1
@@ -246,19 +252,28 @@ class JobService:
             req.future.set_result(finish)
         self._pump()
 
-    def _failed(self, token: int, outcome: str) -> None:
+    def _failed(self, token: int, outcome: str, error: BaseException | None = None) -> None:
+        """An attempt failed (``error``, or timed out): retry it, or fail its request when it ran out of
+        retries or its error is not worth another try (``BackendError.retryable``)."""
+        used = getattr(error, "metadata", None) if isinstance(error, JobFailed) else None
+        used = used if isinstance(used, dict) else {}
         give_up = None
         with self._lock:
             att = self._live.pop(token, None)
             if att is None:
                 return
             req, j = att.request, att.part
-            self._span(att, outcome)
+            self._account(att, used.get("cost"))
+            self._span(att, outcome, service_jobs=used.get("service_jobs"))
             req.pool.finish(att.member, att.slot, False, req.parts[att.part].size)
             self.stats["failed_jobs"] += 1
+            if att.job is not None:
+                self._spent.append(att.job)
             req.attempts[j] += 1
             req.avoid[j].add(att.member)
-            if req.attempts[j] - req.withdrawn[j] > self.max_retries:
+            if isinstance(error, BackendError) and not error.retryable:
+                give_up = error
+            elif req.attempts[j] - req.withdrawn[j] > self.max_retries:
                 give_up = RetriesExhausted(f"quantum job failed {req.attempts[j]} times on pool {req.pool.name!r}; "
                                            f"last: {outcome}")
             else:
@@ -268,16 +283,24 @@ class JobService:
             req.future.set_exception(give_up)
         self._pump()
 
-    def _span(self, att: _Attempt, outcome: str, queued=None, device=None) -> None:
+    def _account(self, att: _Attempt, actual) -> None:
+        """The job's own figure for its cost replaces the attempt's estimate in the spend."""
+        if att.estimate is not None and isinstance(actual, (int, float)) and actual == actual:
+            self.ledger.adjust(float(actual) - att.estimate)
+            att.estimate = float(actual)
+
+    def _span(self, att: _Attempt, outcome: str, queued=None, device=None, service_jobs=None) -> None:
         p, req = att.request.parent, att.request
         part = req.parts[att.part]
         queued, device = (float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t < math.inf
                           else None for t in (queued, device))
+        service_jobs = int(service_jobs) if isinstance(service_jobs, int) and not isinstance(service_jobs, bool) \
+            and service_jobs >= 0 else None
         self.record(Span(p.fragment, "execute", req.pool.resource, p.step, att.start - self.t0,
                          time.perf_counter() - self.t0, outcome, p.version, req.pool.lane(att.member, att.slot),
                          p.lane if p.submitted else None, att.estimate,
                          getattr(req.pool.members[att.member].handle, "node", None), part.size, part.shots, queued,
-                         device))
+                         device, service_jobs))
 
     # -- timeouts ----------------------------------------------------------------------
     def _start_watchdog(self) -> None:
@@ -286,26 +309,48 @@ class JobService:
             self._watchdog.start()
 
     def _watch(self) -> None:
+        """Each attempt's entry comes due: an attempt not yet out of its service's queue is asked again a
+        tick later; one that is gets ``job_timeout`` from when it was first seen out; past that it is
+        cancelled and retried."""
+        tick = min(max(self.job_timeout / 20, 0.05), 1.0)
         while True:
-            overdue = []
+            due = []
             with self._lock:
                 if self._closed:
                     return
                 now = time.perf_counter()
                 while self._deadlines and self._deadlines[0][0] <= now:
                     _, token = heapq.heappop(self._deadlines)
-                    if token in self._live and self._live[token].job is not None:
-                        overdue.append(token)
-                if not overdue:
+                    att = self._live.get(token)
+                    if att is not None and att.job is not None:
+                        due.append((token, att))
+                if not due:
                     self._wake.wait(self._deadlines[0][0] - now if self._deadlines else None)
                     continue
-            for token in overdue:
+            overdue = []
+            for token, att in due:
+                if att.running is not None:
+                    overdue.append((token, att))
+                    continue
+                try:
+                    started = bool(att.job.started())
+                except Exception:  # noqa: BLE001 - a job that cannot say is timed from now
+                    started = True
                 with self._lock:
-                    att = self._live.get(token)
+                    if token not in self._live:
+                        continue
+                    if started:  # first seen out of the queue: from submission when that is at once
+                        att.running = att.start if now - att.start < tick else now
+                        heapq.heappush(self._deadlines, (att.running + self.job_timeout, token))
+                    else:
+                        heapq.heappush(self._deadlines, (now + tick, token))
+            for token, att in overdue:
+                with self._lock:
+                    if token not in self._live:
+                        continue
                     self.stats["timeouts"] += 1
-                if att is not None:
-                    self._failed(token, "timeout")  # first: its cancellation's callback then finds nothing
-                    att.job.cancel()
+                self._failed(token, "timeout")  # first: its cancellation's callback then finds nothing
+                att.job.cancel()  # and ends what it has on its service
 
     # -- elastic pools ------------------------------------------------------------------
     def add_backend(self, pool: str, member: Member) -> int:
@@ -358,15 +403,19 @@ class JobService:
 
     # -- the end -----------------------------------------------------------------------
     def close(self) -> None:
-        """Cancel every unfinished job; pending futures fail. Returns at once."""
+        """Cancel every unfinished job, and every failed attempt's job (a cloud job ends the service jobs
+        it left running for a retry); pending futures fail."""
         with self._lock:
             self._closed = True
             live, self._live = list(self._live.values()), {}
             waiting, self._waiting = list(self._waiting), deque()
+            spent, self._spent = self._spent, []
             self._wake.notify_all()
-        for att in live:
-            if att.job is not None:
-                att.job.cancel()
+        for job in [att.job for att in live if att.job is not None] + spent:
+            try:
+                job.cancel()
+            except Exception:  # noqa: BLE001 - best effort: the run is over either way
+                pass
         for req in [a.request for a in live] + [r for r, _ in waiting]:
             if not req.future.done():
                 req.future.set_exception(BackendError("the run ended before this job finished"))

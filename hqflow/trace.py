@@ -30,7 +30,8 @@ from dataclasses import asdict, dataclass, fields
 from .files import atomic_text
 
 SPANS_FORMAT = "hqflow.spans"
-SPANS_VERSION = 4  # 2 added ``parent_lane``, 3 ``cost``, 4 ``rows``, ``shots``, ``queued``, ``device``; all are read
+SPANS_VERSION = 5  # 2 added ``parent_lane``, 3 ``cost``, 4 ``rows``, ``shots``, ``queued``, ``device``, 5
+# ``service_jobs``; all are read
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,10 @@ class Span:
     (``queue_seconds`` in the result's metadata); None where it does not"""
     device: float | None = None
     """seconds the job held a device, where the backend says (``device_seconds``); None where it does not"""
+    service_jobs: int | None = None
+    """the jobs a cloud backend created on its service for this job (``service_jobs`` in the result's
+    metadata, or a failed job's ``JobFailed.metadata``: rows x measurement groups, and retried rows), each
+    priced; None where the backend does not say"""
 
     @property
     def seconds(self) -> float:
@@ -273,6 +278,13 @@ def summary(spans: list[Span]) -> dict:
     }
 
 
+def service_jobs(spans: list[Span]) -> int:
+    """The service jobs the spans' quantum jobs created: each span's ``service_jobs``, or 1 for a job
+    whose backend does not say (one backend job, one service job)."""
+    return sum(1 if s.service_jobs is None else s.service_jobs for s in spans if is_quantum(s.resource)
+               and s.kind == "execute")
+
+
 def format_table(spans: list[Span]) -> str:
     """A utilization table: one line per resource, its lanes indented below it.
 
@@ -302,7 +314,8 @@ def format_table(spans: list[Span]) -> str:
     lines.append("outcomes  " + ", ".join(f"{n} {k}" for k, n in outcomes))
     priced = [x for x in spans if x.cost is not None]
     if priced:
-        lines.append(f"spend     {sum(x.cost for x in priced):.4f} over {len(priced)} priced jobs")
+        lines.append(f"spend     {sum(x.cost for x in priced):.4f} over {service_jobs(priced)} priced service jobs "
+                     f"in {len(priced)} batches")
     return "\n".join(lines)
 
 
@@ -314,7 +327,7 @@ def write_json_atomic(path: str, obj) -> None:
 
 
 def save_spans(path: str, spans: list[Span], meta: dict | None = None) -> str:
-    """Write ``{"format": "hqflow.spans", "version": 4, "meta": ..., "spans": [...]}`` atomically."""
+    """Write ``{"format": "hqflow.spans", "version": 5, "meta": ..., "spans": [...]}`` atomically."""
     write_json_atomic(path, {"format": SPANS_FORMAT, "version": SPANS_VERSION, "meta": dict(meta or {}),
                              "spans": [s.to_dict() for s in spans]})
     return path
@@ -324,8 +337,9 @@ _FIELD_TYPES = {"fragment": str, "kind": str, "resource": str, "step": int, "sta
                 "end": (int, float), "outcome": str, "version": (int, type(None)), "lane": str,
                 "parent_lane": (str, type(None)), "cost": (int, float, type(None)), "node": (str, type(None)),
                 "rows": (int, type(None)), "shots": (int, type(None)), "queued": (int, float, type(None)),
-                "device": (int, float, type(None))}
-_OPTIONAL = ("outcome", "version", "lane", "parent_lane", "cost", "node", "rows", "shots", "queued", "device")
+                "device": (int, float, type(None)), "service_jobs": (int, type(None))}
+_OPTIONAL = ("outcome", "version", "lane", "parent_lane", "cost", "node", "rows", "shots", "queued", "device",
+             "service_jobs")
 _REQUIRED = [f.name for f in fields(Span) if f.name not in _OPTIONAL]
 
 
@@ -391,7 +405,7 @@ def load_spans(path: str) -> tuple[list[Span], dict]:
         raise TraceError(f"{path}: not a spans file (JSON nested too deeply or numbers too long)") from None
     if not isinstance(doc, dict) or doc.get("format") != SPANS_FORMAT:
         raise TraceError(f"{path}: not an {SPANS_FORMAT} file (no \"format\": \"{SPANS_FORMAT}\")")
-    if doc.get("version") not in (1, 2, 3, SPANS_VERSION) or isinstance(doc.get("version"), bool):
+    if doc.get("version") not in (1, 2, 3, 4, SPANS_VERSION) or isinstance(doc.get("version"), bool):
         raise TraceError(f"{path}: unsupported {SPANS_FORMAT} version {doc.get('version')!r}")
     if not isinstance(doc.get("spans"), list) or not isinstance(doc.get("meta", {}), dict):
         raise TraceError(f"{path}: \"spans\" must be a list and \"meta\" an object")

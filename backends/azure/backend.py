@@ -1,7 +1,7 @@
 """``azure:<target>``: an Azure Quantum target on the backend protocol, over the azure-quantum SDK.
 
     backend = get_backend("azure:ionq.simulator", subscription_id=..., resource_group=...,
-                          name=..., location=..., key=...)       # or credential=, or the SDK's env vars
+                          name=..., location=...)     # the key: AZURE_QUANTUM_API_KEY, or az login
     job = backend.submit(batch)        # B rows x G measurement groups -> B*G service jobs
     backend.estimate_cost(batch)       # before submitting: Cost(amount, currency, ...)
 
@@ -9,11 +9,29 @@ A batch of ``B`` rows becomes ``B * G`` service jobs (``G`` measurement groups),
 created, polled and downloaded concurrently on the backend's threads (at most
 ``max_concurrency`` at once). Job ids are UUIDs derived from the run's job key
 (``CircuitBatch.key``: run, fragment, step), the batch's content, the row, the
-group and the attempt, so resubmitting after a crash or a timeout finds the
-service job that already ran instead of running it again. Transient failures
-(HTTP 429/5xx, dropped connections, an expired SAS) are retried with the same
-id; a service job that fails fails the batch, and the runtime's retry
-(``CircuitBatch.attempt`` + 1) reuses every row that succeeded.
+group, the attempt and the try, so resubmitting after a crash or a timeout finds the
+service job that already ran instead of running it again.
+
+What fails, and what happens then:
+
+* a transient HTTP failure (429, 5xx, a dropped connection, an expired SAS) is
+  retried with the same id;
+* a service job that ends ``Failed`` (or is cancelled by someone else) is retried
+  alone, with the next try's id, up to ``job_tries`` service jobs for that row and
+  group; its sibling jobs run on untouched. Only a row that fails ``job_tries``
+  times fails the batch: the rows still running then stay on the service, and the
+  runtime's retry (``CircuitBatch.attempt`` + 1) finds them, and every row that
+  succeeded, by their ids;
+* refused credentials (401, or 403 from the workspace) and an endpoint that cannot
+  be reached (no such host, connection refused) raise ``BackendAccessError`` at
+  once: another try would fail the same way, so the runtime ends the run;
+* ``AzureJob.cancel()`` cancels the batch's service jobs not known to have ended
+  (also after the batch failed), and ``close()`` cancels every service job this
+  backend started that has not ended: the end of a run leaves nothing running.
+
+``AzureJob.started()`` is True once one of the batch's service jobs has left the
+service's queue (``Waiting``): the runtime's ``job_timeout`` counts running time from
+then, so a batch in a long queue is waited for.
 
 Options follow the SDK's ``Workspace``: ``subscription_id``, ``resource_group``,
 ``name``, ``location``, ``resource_id``, ``credential`` (an azure-identity
@@ -22,37 +40,53 @@ job service's URL). Unset ones come from the SDK's environment variables
 (``AZURE_QUANTUM_SUBSCRIPTION_ID``, ``AZURE_QUANTUM_WORKSPACE_RG``,
 ``AZURE_QUANTUM_WORKSPACE_NAME``, ``AZURE_QUANTUM_WORKSPACE_LOCATION``,
 ``AZURE_QUANTUM_CONNECTION_STRING``) and hqflow's ``AZURE_QUANTUM_API_KEY`` and
-``AZURE_QUANTUM_ENDPOINT``.
+``AZURE_QUANTUM_ENDPOINT``; without a key, the SDK's default credential (``az login``).
+Keep the key in the environment: an option on a command line shows in ``ps``.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
 import hashlib
 import os
+import socket
 import threading
 import time
 import uuid
+import weakref
 from dataclasses import dataclass
+from urllib.parse import urlparse
 
 import numpy as np
 
-from ..base import BackendError, BatchResult, Capabilities, CircuitBatch, FutureJob, JobFailed
+from ..base import BackendAccessError, BackendError, BatchResult, Capabilities, CircuitBatch, FutureJob, JobCancelled, \
+    JobFailed
 from .cost import PRICES, Cost, gate_counts, job_cost, load_prices
 from .results import counts_of, estimate
 from .translate import Format, Payloads, format_for
 
 _NAMESPACE = uuid.UUID("6b1f3c2e-8d1a-4c55-9a57-0d6c2f6f1a11")
 _TERMINAL = {"Succeeded", "Completed", "Failed", "Cancelled"}
+_QUEUED = {"Queued", "Waiting"}
 _SECRETS = ("key", "credential", "connection_string")
-_TRIES = 6
+_TRIES = 6  # tries of one HTTP call that fails transiently
+_TRANSIENT = (408, 409, 429, 500, 502, 503, 504)
+_CANCEL_TRANSIENT = (408, 429, 500, 502, 503, 504)  # a 409 to a cancel: the job has ended
+_UNREACHABLE = ("connection refused", "name or service not known", "failed to resolve", "nodename nor servname",
+                "getaddrinfo failed", "no address associated", "temporary failure in name resolution")
 
 
-class AzureUnauthorized(BackendError):
+class AzureUnauthorized(BackendAccessError):
     """The workspace refused the credentials."""
 
 
-class _Cancelled(Exception):
-    pass
+class _Stopped(Exception):
+    """A row's work ended early: its batch was cancelled or failed, or the backend closed."""
+
+
+def _status(sj) -> str:
+    """A service job's status as the service spells it (the SDK gives an enum or a string)."""
+    status = sj.details.status
+    return str(getattr(status, "value", status))
 
 
 @dataclass
@@ -78,20 +112,19 @@ class AzureBackend:
                  resource_group: str | None = None, name: str | None = None, location: str | None = None,
                  resource_id: str | None = None, endpoint: str | None = None, key: str | None = None,
                  credential=None, connection_string: str | None = None, shots: int = 500,
-                 max_concurrency: int = 64, session: bool = False, job_failure_policy: str = "Abort",
-                 input_format: str | None = None, poll_interval: float = 0.05, max_poll_interval: float = 5.0,
-                 prices: str = PRICES, workspace=None):
+                 max_concurrency: int = 64, job_tries: int = 4, session: bool = False,
+                 job_failure_policy: str = "Abort", input_format: str | None = None, poll_interval: float = 0.05,
+                 max_poll_interval: float = 5.0, prices: str = PRICES, workspace=None):
         if not target:
             raise BackendError("name an Azure Quantum target: azure:<target>, e.g. azure:ionq.simulator")
-        if not isinstance(shots, (int, np.integer)) or shots < 1:
-            raise BackendError(f"shots must be a positive integer, got {shots!r}")
-        if not isinstance(max_concurrency, (int, np.integer)) or max_concurrency < 1:
-            raise BackendError(f"max_concurrency must be a positive integer, got {max_concurrency!r}")
+        for option, value in (("shots", shots), ("max_concurrency", max_concurrency), ("job_tries", job_tries)):
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+                raise BackendError(f"{option} must be a positive integer, got {value!r}")
         if job_failure_policy not in ("Abort", "Continue"):
             raise BackendError(f"job_failure_policy must be 'Abort' or 'Continue', got {job_failure_policy!r}")
         self.target, self.name = target, f"azure:{target}"
         self.format: Format = format_for(target, input_format)
-        self.shots, self.session = int(shots), bool(session)
+        self.shots, self.session, self.job_tries = int(shots), bool(session), int(job_tries)
         self.job_failure_policy = job_failure_policy
         self.poll_interval, self.max_poll_interval = float(poll_interval), float(max_poll_interval)
         self.prices = prices
@@ -107,6 +140,8 @@ class AzureBackend:
         self.max_concurrency = int(max_concurrency)
         self._pool: cf.ThreadPoolExecutor | None = None  # started at the first submit, stopped by close()
         self._closing = threading.Event()  # set by close() for the threads still running
+        self._open: dict[str, object] = {}  # id -> SDK job: service jobs started here, not seen to end
+        self._jobs: weakref.WeakSet = weakref.WeakSet()  # batches in flight (close() wakes their threads)
         self._prepared: dict[str, _Prepared] = {}
 
     # -- the protocol --------------------------------------------------------------------
@@ -128,10 +163,10 @@ class AzureBackend:
                 self._closing = threading.Event()
                 self._pool = cf.ThreadPoolExecutor(self.max_concurrency, thread_name_prefix=f"hqflow-{self.name}")
             pool, closing = self._pool, self._closing
+            self._jobs.add(job)
         for r, row in enumerate(bodies):
             for g, body in enumerate(row):
-                ids = [str(uuid.uuid5(_NAMESPACE, f"{key}|{digest}|{r}|{g}|{a}")) for a in range(batch.attempt + 1)]
-                job.add(pool.submit(self._run_one, job, ids, body, r, g, closing))
+                job.add(pool.submit(self._run_one, job, f"{key}|{digest}|{r}|{g}", body, r, g, closing))
         return job
 
     def estimate_cost(self, batch: CircuitBatch) -> Cost:
@@ -156,11 +191,19 @@ class AzureBackend:
             raise self._error(exc, "list targets") from None
 
     def close(self) -> None:
-        """Close the run's session, if one was opened, and stop the threads."""
+        """Cancel every service job started here that has not ended, close the run's session, if one
+        was opened, and stop the threads. The backend stays usable: a later submit starts afresh."""
         with self._lock:
             sid, self._session_id = self._session_id, None
             pool, self._pool = self._pool, None
-            self._closing.set()
+            self._closing.set()  # threads create nothing more, and cancel what they were creating
+            left, self._open = list(self._open.values()), {}
+            jobs = list(self._jobs)
+        for job in jobs:
+            job.wake()
+        if left:
+            with cf.ThreadPoolExecutor(min(len(left), self.max_concurrency, 16)) as cancels:
+                cf.wait([cancels.submit(self._cancel, sj) for sj in left], timeout=120)
         if sid is not None:
             try:
                 from azure.quantum import Session
@@ -225,44 +268,77 @@ class AzureBackend:
                 self._session_id = s.id
             return self._session_id
 
-    def _run_one(self, job: AzureJob, ids: list[str], body: bytes, row: int, group: int,
+    def _run_one(self, job: AzureJob, base: str, body: bytes, row: int, group: int,
                  closing: threading.Event) -> tuple:
-        """One row's job for one group: reuse an earlier attempt that ran, else create it; poll; download."""
+        """One row's service job for one group: reuse one of an earlier attempt that ran or runs, else
+        create this attempt's; a failed one is followed by the next try, up to ``job_tries``."""
         from azure.core.exceptions import ResourceNotFoundError
 
-        ws, last = self.workspace(), "never ran"
-        for a, jid in enumerate(ids):
-            if job.cancelled:
-                raise _Cancelled()
-            created = False
-            if a < len(ids) - 1:  # an earlier attempt: use it if it ran or is running
+        ws, failures = self.workspace(), []
+        attempt = job.batch.attempt
+
+        def jid(a: int, t: int) -> str:  # try 0 keeps the ids of hqflow before per-row tries
+            return str(uuid.uuid5(_NAMESPACE, f"{base}|{a}" + (f"|{t}" if t else "")))
+
+        for a in range(attempt):  # an earlier attempt's tries, in order, until one was never made
+            for t in range(self.job_tries):
+                self._stop_check(job, closing)
                 try:
-                    sj = self._retry(lambda: ws.get_job(jid), "look up a job")
+                    sj = self._retry(lambda: ws.get_job(jid(a, t)), "look up a job")
                 except ResourceNotFoundError:
-                    continue
-            else:
-                if closing.is_set():
-                    raise _Cancelled()  # the run ended: create nothing more
-                sj = self._retry(lambda: self._create(ws, jid, body, job), "submit a job")
-                created = sj.details.status not in _TERMINAL
-            job.track(sj, created, group)
-            if job.cancelled:  # cancelled while this job was being created: cancel it too
-                job.cancel_service_job(sj)
-                raise _Cancelled()
-            self._wait(sj, job)
-            if sj.details.status in ("Succeeded", "Completed"):
-                uri = sj.details.output_data_uri or _output_blob(sj.details.container_uri)
-                raw = self._retry(lambda: sj.download_data(uri), "download a result")
-                seed = job.batch.seed
-                rng = np.random.default_rng([seed, row, group] if seed is not None else uuid.UUID(jid).int % 2**63)
-                sample = "simulator" in self.target or ".sim." in self.target
-                return row, group, counts_of(self.format, raw, job.batch.template.n_qubits, job.shots, rng, sample)
-            err = sj.details.error_data
-            last = f"{sj.details.status}: {getattr(err, 'message', None) or err or 'no reason given'}"
-        raise JobFailed(f"Azure job for row {row} on {self.target} {last}")
+                    break
+                done = self._follow(sj, False, job, row, group, closing, failures)
+                if done is not None:
+                    return done
+        for t in range(self.job_tries):
+            self._stop_check(job, closing)
+            sj = self._retry(lambda: self._create(ws, jid(attempt, t), body, job), "submit a job")
+            done = self._follow(sj, _status(sj) not in _TERMINAL, job, row, group, closing, failures)
+            if done is not None:
+                return done
+        raise JobFailed(f"Azure job for row {row} on {self.target} failed {len(failures)} times "
+                        f"(job_tries={self.job_tries}); last: {failures[-1]}")
+
+    @staticmethod
+    def _stop_check(job: AzureJob, closing: threading.Event) -> None:
+        if job.stopped or closing.is_set():
+            raise _Stopped("the batch was cancelled or failed, or the backend closed")
+
+    def _follow(self, sj, created: bool, job: AzureJob, row: int, group: int, closing: threading.Event,
+                failures: list) -> tuple | None:
+        """Track ``sj``, wait for it to end and download its result: ``(row, group, counts)``, or None
+        (the reason added to ``failures``) when it failed. Raises ``_Stopped`` when the batch stops."""
+        job.track(sj, created, group)
+        live = _status(sj) not in _TERMINAL
+        with self._lock:  # registered before the checks below: close() and cancel() see it, or it sees them
+            if live:
+                self._open[sj.id] = sj
+            ended = closing.is_set() or job.cancelled
+        if ended:  # the run ended, or the batch was cancelled, while this job was being created
+            if live:
+                self._cancel(sj)
+            raise _Stopped("cancelled")
+        self._wait(sj, job, closing)
+        status = _status(sj)
+        if status in ("Succeeded", "Completed"):
+            uri = sj.details.output_data_uri or _output_blob(sj.details.container_uri)
+            raw = self._retry(lambda: sj.download_data(uri), "download a result")
+            seed = job.batch.seed
+            rng = np.random.default_rng([seed, row, group] if seed is not None else uuid.UUID(sj.id).int % 2**63)
+            sample = "simulator" in self.target or ".sim." in self.target
+            if not created:
+                job.count("reused")
+            return row, group, counts_of(self.format, raw, job.batch.template.n_qubits, job.shots, rng, sample)
+        if status == "Cancelled" and (job.cancelled or closing.is_set()):
+            raise _Stopped("cancelled")
+        err = sj.details.error_data
+        failures.append(f"{status}: {getattr(err, 'message', None) or err or 'no reason given'}")
+        job.count("failed")
+        return None
 
     def _create(self, ws, jid: str, body: bytes, job: AzureJob):
-        """Upload the input (kept if an earlier try uploaded it) and create the job (PUT: idempotent)."""
+        """Upload the input (kept if an earlier try uploaded it) and create the job (PUT with our id; one
+        that exists already is the job as it is, whether the service answers it or says 409)."""
         from azure.core.exceptions import ResourceExistsError
         from azure.quantum import Job
         from azure.quantum.storage import remove_sas_token
@@ -277,35 +353,56 @@ class AzureBackend:
         except ResourceExistsError:  # a try before this one got that far
             base, _, _ = remove_sas_token(container).partition("?")
             input_uri = base.rstrip("/") + "/inputData"
-        return Job.from_storage_uri(ws, name=f"hqflow-{job.batch.template.name}", target=self.target,
-                                    input_data_uri=input_uri, provider_id=self.target.split(".", 1)[0],
-                                    input_data_format=fmt.input_data_format,
-                                    output_data_format=fmt.output_data_format, container_uri=container,
-                                    job_id=jid, input_params=params, session_id=self._session())
+        try:
+            return Job.from_storage_uri(ws, name=f"hqflow-{job.batch.template.name}", target=self.target,
+                                        input_data_uri=input_uri, provider_id=self.target.split(".", 1)[0],
+                                        input_data_format=fmt.input_data_format,
+                                        output_data_format=fmt.output_data_format, container_uri=container,
+                                        job_id=jid, input_params=params, session_id=self._session())
+        except ResourceExistsError:
+            return ws.get_job(jid)
 
-    def _wait(self, sj, job: AzureJob) -> None:
-        """Poll until the job ends: first when jobs have been taking to finish, then backing off."""
+    def _wait(self, sj, job: AzureJob, closing: threading.Event) -> None:
+        """Poll until the job ends: first when jobs have been taking to finish, then backing off. Raises
+        ``_Stopped`` when the batch stops or the backend closes (the service job runs on)."""
         start = time.perf_counter()
         with self._lock:
             typical = self._typical
         first = min(max(self.poll_interval, 0.9 * typical), self.max_poll_interval) if typical else None
         delay = self.poll_interval
-        while sj.details.status not in _TERMINAL:
-            if job.cancelled:
-                raise _Cancelled()
+        while _status(sj) not in _TERMINAL:
+            if _status(sj) not in _QUEUED:
+                job.mark_started()
+            if job.stopped or closing.is_set():
+                raise _Stopped("stopped")
             if first is not None:
-                time.sleep(first)
+                job.sleep(first)
                 first = None
             else:
-                time.sleep(delay)
+                job.sleep(delay)
                 delay = min(delay * 1.5, self.max_poll_interval)
+            if job.stopped or closing.is_set():
+                raise _Stopped("stopped")
             self._retry(sj.refresh, "poll a job")
+        job.mark_started()
+        with self._lock:
+            self._open.pop(sj.id, None)
         took = time.perf_counter() - start
         with self._lock:  # a moving average of how long jobs take to finish, for the first poll
             self._typical = took if self._typical is None else 0.8 * self._typical + 0.2 * took
 
-    def _retry(self, fn, what: str):
-        """``fn()``, again on transient failures (throttling, 5xx, dropped connections, expired SAS)."""
+    def _cancel(self, sj) -> None:
+        """Cancel a service job (best effort: it may have ended meanwhile); it is no longer ours to end."""
+        try:
+            self._retry(lambda: self.workspace().cancel_job(sj), "cancel a job", transient=_CANCEL_TRANSIENT)
+        except Exception:  # noqa: BLE001 - ended already (409), or the service is gone: nothing left to do
+            pass
+        with self._lock:
+            self._open.pop(sj.id, None)
+
+    def _retry(self, fn, what: str, transient: tuple[int, ...] = _TRANSIENT):
+        """``fn()``, again on transient failures (throttling, 5xx, dropped connections, an expired SAS);
+        refused credentials and an unreachable endpoint raise ``BackendAccessError`` at once."""
         from azure.core.exceptions import (ClientAuthenticationError, HttpResponseError, ResourceNotFoundError,
                                            ServiceRequestError, ServiceResponseError)
 
@@ -314,29 +411,54 @@ class AzureBackend:
                 return fn()
             except ResourceNotFoundError:
                 raise
-            except ClientAuthenticationError as exc:
-                if exc.status_code == 401:
-                    raise self._error(exc, what) from None
-                err = exc  # 403 from storage: an expired SAS; a new one is asked for on retry
             except HttpResponseError as exc:
-                if exc.status_code not in (408, 409, 429, 500, 502, 503, 504):
+                refused = isinstance(exc, ClientAuthenticationError) or exc.status_code in (401, 403)
+                if refused and not _sas_refused(exc):
+                    raise self._error(exc, what) from None
+                if not refused and exc.status_code not in transient:
+                    raise self._error(exc, what) from None
+                err = exc  # an expired SAS is asked for again; throttling and 5xx pass
+            except ServiceRequestError as exc:
+                if _unreachable(exc):
                     raise self._error(exc, what) from None
                 err = exc
-            except (ServiceRequestError, ServiceResponseError, ConnectionError) as exc:
+            except (ServiceResponseError, ConnectionError) as exc:
                 err = exc
             time.sleep(min(0.05 * 2**attempt, 1.0))
         raise self._error(err, what) from None
 
     def _error(self, exc: Exception, what: str) -> BackendError:
+        """One line that names the workspace, what was being done and why it failed."""
+        from azure.core.exceptions import ClientAuthenticationError, ServiceRequestError
+
         status = getattr(exc, "status_code", None)
         ws = self._connect.get("name") or "(from the environment)"
-        if status == 401:
-            return AzureUnauthorized(f"Azure Quantum workspace {ws!r} refused the credentials (401 Unauthorized) "
-                                     f"while trying to {what}; check the key or credential")
+        first = str(getattr(exc, "message", exc)).strip().splitlines()
+        msg = first[0][:200] if first else type(exc).__name__
+        if status in (401, 403) and not _sas_refused(exc):
+            word = "Unauthorized" if status == 401 else "Forbidden"
+            return AzureUnauthorized(f"Azure Quantum workspace {ws!r} refused the credentials ({status} {word}) "
+                                     f"while trying to {what}; check the key (AZURE_QUANTUM_API_KEY) or credential "
+                                     "(az login) and the workspace's access")
+        if isinstance(exc, ClientAuthenticationError) and status is None:
+            return AzureUnauthorized(f"Azure Quantum workspace {ws!r}: no credential to {what} with ({msg}); set "
+                                     "AZURE_QUANTUM_API_KEY or sign in with az login")
+        if isinstance(exc, ServiceRequestError) and _unreachable(exc):
+            why = "no such host" if "resol" in str(exc).lower() or "name" in str(exc).lower() else \
+                "connection refused"
+            return BackendAccessError(f"Azure Quantum workspace {ws!r}: cannot reach {self._endpoint()} ({why}) "
+                                      f"while trying to {what}; check the endpoint and location")
         reason = getattr(exc, "reason", None) or type(exc).__name__
-        msg = str(getattr(exc, "message", exc)).splitlines()[0][:200]
         return BackendError(f"Azure Quantum workspace {ws!r}: could not {what} on {self.target}: "
                             f"{status or ''} {reason}: {msg}".replace("  ", " "))
+
+    def _endpoint(self) -> str:
+        """The job service's host, as configured (for messages)."""
+        endpoint = self._connect.get("endpoint") or os.environ.get("AZURE_QUANTUM_ENDPOINT")
+        if endpoint:
+            return urlparse(endpoint).netloc or endpoint
+        location = self._connect.get("location") or os.environ.get("AZURE_QUANTUM_WORKSPACE_LOCATION") or "?"
+        return f"{location}.quantum.azure.com"
 
 
 class AzureJob(FutureJob):
@@ -346,10 +468,14 @@ class AzureJob(FutureJob):
         super().__init__(cf.Future(), backend.name)
         self._future.set_running_or_notify_cancel()
         self.backend_obj, self.batch, self.prep, self.shots = backend, batch, prep, shots
-        self.cancelled = False
+        self.cancelled = False  # cancel() was called: what is created from now on is cancelled at once
+        self.stopped = False  # the batch ended early (cancelled, or failed): its threads stop
+        self._wake = threading.Event()  # set when stopped: sleeping threads wake
         self._parts: list[cf.Future] = []
         self._service_jobs: list = []
         self._cost = 0.0
+        self._created = self._reused = self._failed = 0
+        self._started = False
         self._lock = threading.Lock()
         self._left = 0
 
@@ -360,28 +486,67 @@ class AzureJob(FutureJob):
         fut.add_done_callback(self._part_done)
 
     def track(self, service_job, created: bool, group: int) -> None:
+        """A service job of this batch: ``created`` by it (and charged), or found from an earlier try."""
         with self._lock:
             self._service_jobs.append(service_job)
             if created:
+                self._created += 1
                 self._cost += self.prep.job_cost(group, self.shots)
+            if _status(service_job) not in _QUEUED:
+                self._started = True
+
+    def count(self, outcome: str) -> None:
+        """One more service job that ``"failed"``, or that an earlier try ran and this batch ``"reused"``."""
+        with self._lock:
+            if outcome == "failed":
+                self._failed += 1
+            else:
+                self._reused += 1
+
+    def mark_started(self) -> None:
+        self._started = True
+
+    def started(self) -> bool:
+        """Whether one of the batch's service jobs has left the service's queue (or the batch has ended)."""
+        return self._started or self._future.done()
+
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds``, or until the batch stops or its backend closes."""
+        self._wake.wait(seconds)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _halt(self) -> None:
+        self.stopped = True
+        self._wake.set()
 
     @property
     def job_ids(self) -> list[str]:
         with self._lock:
             return [sj.id for sj in self._service_jobs]
 
+    def _used(self) -> dict:
+        """What the batch has used so far: ``BatchResult.metadata``'s figures."""
+        with self._lock:
+            return {"backend": self.backend, "cost": self._cost, "service_jobs": self._created,
+                    "reused_jobs": self._reused, "failed_jobs": self._failed,
+                    "currency": (self.backend_obj._entry or {}).get("currency", "USD"), "shots": self.shots}
+
     def _part_done(self, fut: cf.Future) -> None:
         if self._future.done():
             return
         exc = None if fut.cancelled() else fut.exception()
-        if exc is not None and not isinstance(exc, _Cancelled):
-            self.cancelled = True  # the other rows stop polling; their service jobs run on, for the retry
+        if (fut.cancelled() or isinstance(exc, _Stopped)) and not self.stopped:  # the backend closed under it
+            exc = JobCancelled(f"{self.backend} was closed before this job finished")
+        if exc is not None and not isinstance(exc, _Stopped):
+            self._halt()  # the other rows stop; their service jobs run on, for the retry to find
             self._fail(exc)
             return
         with self._lock:
             self._left -= 1
             last = self._left == 0
-        if last and not self.cancelled:
+        if last and not self.stopped:
             try:
                 self._future.set_result(self._assemble())
             except Exception as e:  # a malformed output
@@ -390,6 +555,8 @@ class AzureJob(FutureJob):
     def _fail(self, exc: BaseException) -> None:
         if not self._future.done():
             err = exc if isinstance(exc, BackendError) else JobFailed(f"{self.backend}: {type(exc).__name__}: {exc}")
+            if isinstance(err, JobFailed):
+                err.metadata = self._used()
             try:
                 self._future.set_exception(err)
             except cf.InvalidStateError:
@@ -401,43 +568,61 @@ class AzureJob(FutureJob):
         for f in self._parts:
             r, g, c = f.result()
             counts[r][g] = c
-        meta = {"backend": self.backend, "cost": self._cost, "service_jobs": len(self._parts),
-                "currency": (self.backend_obj._entry or {}).get("currency", "USD"), "shots": self.shots}
+        meta = self._used()
         if not t.observables:
             return BatchResult(counts=[row[0] for row in counts], metadata=meta)
         est = [estimate(t, groups, row) for row in counts]
         return BatchResult(values=np.stack([v for v, _ in est]), stderr=np.stack([e for _, e in est]), metadata=meta)
 
     def cancel(self) -> bool:
-        """Stop polling and cancel every service job not yet finished."""
-        if self._future.done():
-            return False
+        """Stop, and cancel every service job of the batch not known to have ended: also after the batch
+        failed, for the rows it left running for a retry. True if the batch had not finished."""
+        unfinished = not self._future.done()
         self.cancelled = True
+        self._halt()
         for f in self._parts:
             f.cancel()
+        backend = self.backend_obj
         with self._lock:
-            created = list(self._service_jobs)
-        for sj in created:
-            self.cancel_service_job(sj)
-        try:
-            self._future.cancel()
-        except cf.InvalidStateError:
-            pass
-        if not self._future.cancelled():  # a running future cannot be cancelled: fail it as cancelled
-            from ..base import JobCancelled
-
+            mine = list(self._service_jobs)
+        with backend._lock:
+            left = [sj for sj in mine if sj.id in backend._open]
+        for sj in left:
+            backend._cancel(sj)
+        if unfinished:
             self._fail(JobCancelled(f"job on {self.backend} was cancelled"))
-        return True
-
-    def cancel_service_job(self, sj) -> None:
-        if sj.details.status not in _TERMINAL:
-            try:
-                self.backend_obj.workspace().cancel_job(sj)
-            except Exception:
-                pass  # best effort: it may have finished meanwhile
+        return unfinished
 
     def status(self) -> str:
         return "cancelled" if self.cancelled else super().status()
+
+
+def _sas_refused(exc) -> bool:
+    """A 403 from blob storage for a SAS-signed request (an expired SAS: a new one is asked for)."""
+    if getattr(exc, "status_code", None) != 403:
+        return False
+    try:
+        url = str(exc.response.request.url)
+    except AttributeError:
+        return False
+    return "sig=" in urlparse(url).query
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """A request that could not reach the endpoint at all: no such host, or the connection refused."""
+    seen, todo = set(), [exc]
+    while todo:
+        e = todo.pop()
+        if not isinstance(e, BaseException) or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, (ConnectionRefusedError, socket.gaierror)):
+            return True
+        if any(word in str(e).lower() for word in _UNREACHABLE):
+            return True
+        todo += [getattr(e, "inner_exception", None), getattr(e, "reason", None), e.__cause__, e.__context__]
+        todo += [a for a in getattr(e, "args", ()) if isinstance(a, BaseException)]
+    return False
 
 
 def _output_blob(container_uri: str | None) -> str:
@@ -463,7 +648,7 @@ def connect(*, subscription_id=None, resource_group=None, name=None, location=No
         from azure.core.credentials import AzureKeyCredential
         from azure.quantum import Workspace
     except ImportError:
-        raise BackendError("Azure Quantum needs the azure extra: pip install 'hqflow[azure]'") from None
+        raise BackendAccessError("Azure Quantum needs the azure extra: pip install 'hqflow[azure]'") from None
     key = key or os.environ.get("AZURE_QUANTUM_API_KEY")
     endpoint = endpoint or os.environ.get("AZURE_QUANTUM_ENDPOINT")
     if credential is None and key:
@@ -477,7 +662,7 @@ def connect(*, subscription_id=None, resource_group=None, name=None, location=No
             return Workspace.from_connection_string(connection_string)
         return Workspace(credential=credential, user_agent="hqflow", **kw)
     except ValueError as exc:
-        raise BackendError(
+        raise BackendAccessError(
             "Azure Quantum workspace not configured: pass subscription_id, resource_group, name and location "
             "with key or credential (or set AZURE_QUANTUM_CONNECTION_STRING, or the AZURE_QUANTUM_* variables); "
             f"see README 'Run on Azure Quantum' ({str(exc).split(chr(10))[0].strip() or 'incomplete'})") from None
