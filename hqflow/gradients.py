@@ -16,7 +16,11 @@ share few distinct weight rows (the unshifted one, and one per shifted weight
 occurrence), which a simulator can batch by (``compiled`` does). Shift rules come
 from the gate table (two-term for rotations, four-term for controlled rotations).
 Derived inputs (``CircuitTemplate.derived``) are shifted as input columns, and the
-input jacobian follows the chain rule back to the raw inputs.
+input jacobian follows the chain rule back to the raw inputs. Where that chain rule
+breaks down although the values are smooth (an amplitude encoding's all-zero block
+of features), the batch also holds two probe rows per such row and input, the row
+with that input moved by a tiny ``±h``, and the derivative there is the mean of the
+probes' (``CircuitTemplate.derivative_probes``).
 """
 from __future__ import annotations
 
@@ -26,8 +30,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hqflow.backends.base import BatchResult, CircuitBatch
-from hqflow.ir.circuit import Angle, CircuitTemplate, Op
+from hqflow.backends.base import BackendError, BatchResult, CircuitBatch
+from hqflow.ir.circuit import Angle, CircuitTemplate, DerivedInputError, Op
 from hqflow.ir.gates import GATES, SHIFT_RULES
 
 
@@ -98,10 +102,21 @@ def param_shift(
     base = CircuitBatch.make(template, inputs, weights, shots=shots, seed=seed)
     if not template.observables:
         raise ValueError(f"circuit {template.name!r} has no observables to differentiate")
+    kinds = _WRT[wrt]
+    rows, probes = base.size, None  # rows: the caller's; probe rows (if any) follow them in the batch
+    if "input" in kinds and template.derived:
+        try:
+            probes = template.derivative_probes(base.raw_inputs)
+        except DerivedInputError as exc:
+            raise BackendError(str(exc)) from None
+        if probes is not None:
+            w = base.weights
+            w = w if w.ndim == 1 else np.concatenate([w, np.repeat(w[probes.rows], 2, axis=0)])
+            base = CircuitBatch.make(template, np.concatenate([base.raw_inputs, probes.points]), w,
+                                     shots=base.shots, seed=seed)
     lowered = base.template  # derived inputs are columns here; their chain rule comes last
     expanded, occ = _expand(lowered)
     angles = _occurrence_angles(base, occ)  # [B, n_occ]
-    kinds = _WRT[wrt]
     shifts = [(k, s) for k, o in enumerate(occ) if o.kind in kinds for _, shift in o.rule for s in (shift, -shift)]
     B, R = base.size, 1 + len(shifts)
     block = np.repeat(angles[:, None, :], R, axis=1)  # [B, R, n_occ]
@@ -122,11 +137,15 @@ def param_shift(
             for coeff, _ in o.rule:
                 jac[o.kind][:, :, o.index] += o.scale * coeff * (vals[:, r] - vals[:, r + 1])
                 r += 2
-        stderr = None if result.stderr is None else result.stderr.reshape(B, R, -1)[:, 0]
+        stderr = None if result.stderr is None else result.stderr.reshape(B, R, -1)[:rows, 0]
         if "input" in kinds and template.derived:  # d/d inputs = d/d columns . d columns/d inputs
             jac["input"] = np.einsum("boc,bci->boi", jac["input"], template.encode_jacobian(base.raw_inputs))
-        return Gradient(vals[:, 0], jac["weight"] if "weight" in kinds else None, stderr,
-                        jac["input"] if "input" in kinds else None)
+            if probes is not None:  # where the chain rule breaks down: the mean over the probe rows
+                k = np.repeat(np.arange(len(probes.rows)), 2)
+                at = jac["input"][rows + np.arange(2 * len(probes.rows)), :, probes.inputs[k]]  # [2m, n_obs]
+                jac["input"][probes.rows, :, probes.inputs] = probes.combine(at)
+        return Gradient(vals[:rows, 0], jac["weight"][:rows] if "weight" in kinds else None, stderr,
+                        jac["input"][:rows] if "input" in kinds else None)
 
     return batch, postprocess
 

@@ -40,6 +40,15 @@ class CircuitError(ValueError):
         super().__init__(one_line(str(message)))
 
 
+class DerivedInputError(ValueError):
+    """Raw input rows at which a derived input is not a finite number (``log`` of 0, an all-zero amplitude
+    vector), or at which a derivative with respect to an input does not exist. The message is one line and
+    names the row; backends raise it as their ``BackendError`` with the same message."""
+
+    def __init__(self, message: object = ""):
+        super().__init__(one_line(str(message)))
+
+
 @dataclass(frozen=True)
 class Angle:
     """A gate angle: ``scale * symbol + offset``, or the constant ``offset``.
@@ -235,18 +244,45 @@ class CircuitTemplate:
             self._memo["lowered"] = _replace(self, ops=ops, input_names=names, derived=())
         return self._memo["lowered"]
 
-    def encode(self, x, xp=None):
+    def encode(self, x, xp=None, check: bool = True):
         """Raw input rows ``[..., n_inputs]`` -> the lowered template's input columns (numpy, or
-        torch with ``xp=torch``: the autograd graph is kept)."""
+        torch with ``xp=torch``: the autograd graph is kept).
+
+        Every path that runs a template computes its columns here, so every path refuses the same
+        rows: with ``check``, a column that is not a finite number raises ``DerivedInputError``
+        naming the derived input, the row and why (``'log of 0'``). Values that cannot be read
+        (inside ``jax.jit``) are not checked."""
         if not self.derived:
             return x
         if xp is None:
             import numpy as xp
-        cols = [x[..., i] for i in self._direct()] + [ex.evaluate(e, x, xp) for e in self.derived]
-        return xp.stack(cols, -1)
+        import numpy as np
+
+        with np.errstate(all="ignore"):
+            cols = xp.stack([x[..., i] for i in self._direct()] + [ex.evaluate(e, x, xp) for e in self.derived], -1)
+        if check:
+            self._check_columns(x, cols)
+        return cols
+
+    def _check_columns(self, x, cols) -> None:
+        import numpy as np
+
+        values = _concrete(cols)
+        if values is None or np.isfinite(values).all():
+            return
+        values = values.reshape(-1, values.shape[-1])
+        row, col = (int(i[0]) for i in np.nonzero(~np.isfinite(values)))
+        raw = _concrete(x).reshape(-1, self.n_inputs)[row]
+        direct = len(self._direct())
+        why = ("the input is not a finite number" if col < direct else
+               ex.undefined_reason(self.derived[col - direct], raw, self.input_names))
+        raise DerivedInputError(
+            f"circuit {_clip(self.name)}: derived input {_clip(self.lowered().input_names[col], 80)} is "
+            f"{values[row, col]} for row {row} (inputs {np.array2string(raw, precision=6, threshold=8)}): {why}")
 
     def encode_jacobian(self, x):
-        """``d encode(x) / d x`` per row: ``[B, n_lowered_inputs, n_inputs]`` (numpy)."""
+        """``d encode(x) / d x`` per row: ``[B, n_lowered_inputs, n_inputs]`` (numpy). Entries where the chain
+        rule breaks down (``singular_inputs``) are not finite numbers."""
         import numpy as np
 
         x = np.asarray(x, dtype=float)
@@ -256,9 +292,73 @@ class CircuitTemplate:
         if "derivatives" not in self._memo:  # differentiated once per template, evaluated per batch
             self._memo["derivatives"] = [(len(direct) + k, i, ex.derivative(e, kind, i))
                                          for k, e in enumerate(self.derived) for kind, i in sorted(e.symbols())]
-        for row, i, d in self._memo["derivatives"]:
-            jac[:, row, i] = d.value if d.is_const else ex.evaluate(d, x, np)
+        with np.errstate(all="ignore"):
+            for row, i, d in self._memo["derivatives"]:
+                jac[:, row, i] = d.value if d.is_const else ex.evaluate(d, x, np)
         return jac
+
+    def singular_inputs(self, x):
+        """``[B, n_inputs]`` booleans (numpy ``x`` ``[B, n_inputs]``): the rows and inputs at which the chain
+        rule through the derived inputs breaks down (``hqflow.ir.expr.singular_inputs``), such as the
+        features of an amplitude encoding's all-zero block. Its values are smooth there; see
+        ``derivative_probes``."""
+        import numpy as np
+
+        out = np.zeros(np.shape(x), dtype=bool)
+        for e in self.derived:
+            out |= ex.singular_inputs(e, x)
+        return out
+
+    def derivative_probes(self, x) -> DerivativeProbes | None:
+        """How to differentiate with respect to the inputs where the chain rule breaks down, or None
+        where it holds for every row of the numpy ``x`` ``[B, n_inputs]``.
+
+        For each singular row and input (``singular_inputs``) there are two probe rows: the row with that
+        input moved by ``±h`` (``h`` is ``2**-20`` times the largest input its derived inputs use, or
+        ``2**-20``), at which the chain rule holds. The derivative there is the mean of the derivatives
+        at the probes: where the values are differentiable it is their derivative (to ``O(h**2)``),
+        and at a kink the mean of the one-sided slopes, as ``abs`` has slope 0 at 0. A derived input
+        that is undefined on one side (``sqrt(x)`` at 0) or has no finite derivative near the row
+        raises ``DerivedInputError``: the derivative does not exist there."""
+        import numpy as np
+
+        x = np.asarray(x, dtype=float).reshape(-1, self.n_inputs)
+        self.encode(x, np)  # the rows' own values first: a row where they are undefined is that error
+        singular = np.zeros(x.shape, dtype=bool)
+        scale = np.zeros(x.shape[0])
+        for e in self.derived:
+            here = ex.singular_inputs(e, x)
+            rows = np.flatnonzero(here.any(axis=1))
+            if rows.size:
+                singular |= here
+                used = sorted(i for _, i in e.symbols())
+                scale[rows] = np.maximum(scale[rows], np.abs(x[np.ix_(rows, used)]).max(axis=1))
+        if not singular.any():
+            return None
+        rows, inputs = np.nonzero(singular)
+        steps = 2.0**-20 * np.where(scale[rows] > 0, scale[rows], 1.0)
+        points = np.repeat(x[rows], 2, axis=0)
+        k = np.arange(rows.size)
+        points[2 * k, inputs] += steps
+        points[2 * k + 1, inputs] -= steps
+        cols = self.encode(points, np, check=False)
+        undefined = ~np.isfinite(cols).all(axis=1)
+        still = self.singular_inputs(points)[np.arange(points.shape[0]), np.repeat(inputs, 2)]
+        failed = np.flatnonzero(undefined | still)
+        if failed.size:
+            p = int(failed[0])
+            r, i = int(rows[p // 2]), int(inputs[p // 2])
+            name = self.input_names[i]
+            where = f"{name} = {x[r, i]:.6g}"
+            if undefined[p]:
+                bad = int(np.flatnonzero(~np.isfinite(cols[p]))[0])
+                why = (f"derived input {_clip(self.lowered().input_names[bad], 80)} is not defined on both sides of "
+                       f"{where}")
+            else:
+                why = f"the derived inputs have no finite derivative near {where}"
+            raise DerivedInputError(f"circuit {_clip(self.name)}: the derivative with respect to input {name!r} does "
+                                    f"not exist for row {r}: {why}")
+        return DerivativeProbes(rows, inputs, points)
 
     def with_observables(self, observables: Iterable[ObservableLike]) -> CircuitTemplate:
         obs = tuple(Observable.coerce(o) for o in observables)
@@ -413,6 +513,36 @@ class CircuitTemplate:
         for j, o in enumerate(self.observables):
             lines.append(f"  <O{j}> = {o}")
         return "\n".join(lines)
+
+
+@dataclass(frozen=True, eq=False)
+class DerivativeProbes:
+    """From ``CircuitTemplate.derivative_probes``: for the ``k``-th singular pair (row ``rows[k]``, input
+    ``inputs[k]``), ``points[2k]`` and ``points[2k + 1]`` are that row with the input moved up and down."""
+
+    rows: object  # numpy [m]
+    inputs: object  # numpy [m]
+    points: object  # numpy [2m, n_inputs]
+
+    def combine(self, slopes):
+        """The derivatives at the singular pairs ``[m, ...]`` from those at the probes ``[2m, ...]`` (each
+        with respect to its pair's input): their mean."""
+        return 0.5 * (slopes[0::2] + slopes[1::2])
+
+
+def _concrete(a):
+    """``a`` as a float numpy array (numpy, torch, autograd), or None when its values cannot be read
+    (a traced jax value)."""
+    import numpy as np
+
+    while hasattr(a, "_value"):  # autograd's ArrayBox
+        a = a._value
+    if hasattr(a, "detach"):
+        a = a.detach().cpu()
+    try:
+        return np.asarray(a, dtype=float)
+    except Exception:  # abstract values (jax tracing) and the like: nothing to check
+        return None
 
 
 def _clip(text: str, limit: int = 60) -> str:

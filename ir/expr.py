@@ -11,6 +11,15 @@ work unchanged, and gradients with respect to the raw inputs follow the chain ru
 An ``Expr`` is plain data: an operation name, its arguments, and for leaves a value
 (``const``) or an index (``input``/``weight``; templates only keep ``input``
 leaves: ``weight`` leaves exist while converters trace, to tell mixed angles apart).
+Besides arithmetic and numpy's functions, ``guard(v, c)`` is ``v`` where ``c != 0``
+and undefined (NaN) where ``c == 0``: an amplitude encoding's angles exist only for
+a vector that is not zero.
+
+Where an operation has no finite derivative (``sqrt`` of 0, ``arctan2`` at (0, 0))
+the chain rule fails even when a circuit's values are smooth; ``singular_inputs``
+says where, so that callers differentiate there another way
+(``CircuitTemplate.derivative_probes``). ``undefined_reason`` says why a value is
+not a number (``'log of 0'``).
 
     e = mul(const(2.0), add(const(math.pi), mul(const(-1.0), input(0))), ...)
     evaluate(e, x, np)            # x [B, n_inputs] -> [B]; torch works too: evaluate(e, t, torch)
@@ -32,7 +41,7 @@ _SCALAR = {
     "arctan": math.atan, "exp": math.exp, "log": math.log, "sqrt": math.sqrt, "abs": abs,
     "sign": lambda v: float((v > 0) - (v < 0)),
 }
-_ARITY = {"add": None, "mul": None, "pow": 2, "arctan2": 2, **{f: 1 for f in FUNCTIONS}}
+_ARITY = {"add": None, "mul": None, "pow": 2, "arctan2": 2, "guard": 2, **{f: 1 for f in FUNCTIONS}}
 MAX_DEPTH, MAX_NODES = 64, 100_000  # bounds on expressions read from documents
 
 
@@ -188,6 +197,10 @@ def _scalar(op: str, vals: list[float]) -> float:
             return out
         if op == "arctan2":
             return math.atan2(vals[0], vals[1])
+        if op == "guard":
+            if vals[1] == 0.0:
+                raise ValueError
+            return vals[0]
         return float(_SCALAR[op](vals[0]))
     except (ValueError, OverflowError, ZeroDivisionError):
         raise ExprError(f"{op} of the constant(s) {vals} is not a real number") from None
@@ -206,7 +219,11 @@ def evaluate(e: Expr, x: Any, xp: Any, w: Any = None) -> Any:
         return x[..., e.index]
     if op == "weight":
         return w[..., e.index]
-    vals = [evaluate(a, x, xp, w) for a in e.args]
+    return _apply(op, [evaluate(a, x, xp, w) for a in e.args], xp)
+
+
+def _apply(op: str, vals: list, xp: Any) -> Any:
+    """One operation on its arguments' values."""
     if op == "add":
         out = vals[0]
         for v in vals[1:]:
@@ -222,6 +239,9 @@ def evaluate(e: Expr, x: Any, xp: Any, w: Any = None) -> Any:
     if op == "arctan2":
         y, xx = vals
         return xp.arctan2(*_like(xp, y, xx))
+    if op == "guard":
+        v, c = _like(xp, *vals)
+        return xp.where(c != 0, v, c * 0.0 + math.nan)  # NaN where c is 0 (its gradient: none)
     return getattr(xp, op)(vals[0])
 
 
@@ -259,6 +279,8 @@ def derivative(e: Expr, kind: str, index: int) -> Expr:
         y, x = args
         return mul(add(mul(x, d[0]), neg(mul(y, d[1]))), power(add(power(x, const(2.0)), power(y, const(2.0))),
                                                                  const(-1.0)))
+    if op == "guard":  # the guarded value's derivative where it is defined
+        return d[0]
     one = const(1.0)
     inner = {
         "sin": lambda: apply("cos", a),
@@ -274,6 +296,93 @@ def derivative(e: Expr, kind: str, index: int) -> Expr:
         "sign": lambda: const(0.0),
     }[op]()
     return mul(inner, d[0])
+
+
+# --- where the chain rule breaks down, and why a value is undefined ---------------------------
+
+
+def singular_inputs(e: Expr, x: Any) -> Any:
+    """``[B, n_inputs]`` booleans: the rows and inputs at which ``derivative(e, "input", i)`` breaks down.
+
+    Some operation on the way from input ``i`` has no finite derivative there (``sqrt`` or a fractional
+    power of 0, ``arctan2`` at (0, 0), ``arcsin``/``arccos`` at ±1), so the chain rule meets 0/0 or ∞,
+    even where a circuit's values are smooth in the inputs (an amplitude encoding with a zero block of
+    features). ``x`` is a numpy ``[B, n_inputs]`` array; only input leaves are expected."""
+    import numpy as np
+
+    out = np.zeros(x.shape, dtype=bool)
+
+    def walk(node: Expr) -> Any:
+        if node.op == "const":
+            return node.value
+        if node.op == "input":
+            return x[:, node.index]
+        vals = [walk(a) for a in node.args]
+        value = _apply(node.op, vals, np)
+        rows = np.flatnonzero(np.broadcast_to(np.logical_not(_finite_slope(node.op, vals, value, np)), (x.shape[0],)))
+        if rows.size:
+            out[np.ix_(rows, sorted(i for kind, i in node.symbols() if kind == "input"))] = True
+        return value
+
+    with np.errstate(all="ignore"):
+        walk(e)
+    return out
+
+
+def _finite_slope(op: str, vals: list, value: Any, np: Any) -> Any:
+    """Whether the operation's own partial derivatives are finite at ``vals`` (per row)."""
+    if op in ("sqrt", "log"):
+        return np.isfinite(1.0 / (value if op == "sqrt" else vals[0]))
+    if op in ("arcsin", "arccos"):
+        return np.isfinite((1.0 - vals[0] * vals[0]) ** -0.5)
+    if op == "tan":
+        return np.isfinite(value * value)
+    if op == "exp":
+        return np.isfinite(value)
+    if op == "arctan2":
+        return np.isfinite(1.0 / (vals[0] * vals[0] + vals[1] * vals[1]))
+    if op == "pow":
+        base, exponent = vals
+        slope = np.isfinite(exponent * base ** (exponent - 1.0))
+        return slope if isinstance(exponent, float) else slope & np.isfinite(value * np.log(base))
+    return True  # add, mul, sin, cos, arctan, abs, sign, guard
+
+
+def undefined_reason(e: Expr, x: Any, names: tuple = ()) -> str:
+    """Why ``e`` is not a finite number at one row ``x`` (a numpy ``[n_inputs]``): the innermost operation
+    whose arguments are finite and whose value is not, e.g. ``'log of 0'`` or ``'arcsin of 1.5'``."""
+    import numpy as np
+
+    found: list[str] = []
+
+    def walk(node: Expr) -> Any:
+        if node.op == "const":
+            return node.value
+        if node.op == "input":
+            return float(x[node.index])
+        vals = [walk(a) for a in node.args]
+        value = float(_apply(node.op, [np.float64(v) for v in vals], np))
+        if not found and not math.isfinite(value) and all(math.isfinite(v) for v in vals):
+            found.append(_why(node, vals, names))
+        return value
+
+    with np.errstate(all="ignore"):
+        walk(e)
+    return found[0] if found else "a value on the way is not a finite number"
+
+
+def _why(node: Expr, vals: list, names: tuple) -> str:
+    if node.op == "guard":
+        return f"it is undefined where {_clip(node.args[1].format(names), 60)} is 0"
+    if node.op == "pow":
+        return f"{vals[0]:.6g} ** {vals[1]:.6g} is not a real number"
+    if node.op in ("add", "mul"):
+        return f"a {'sum' if node.op == 'add' else 'product'} overflows"
+    return f"{node.op} of {vals[0]:.6g}"
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # --- text --------------------------------------------------------------------------------------

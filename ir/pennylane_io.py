@@ -164,22 +164,11 @@ def _fit_angles(
     measurements of the base and check traces.
     """
     label, n_inputs = tracer.label, tracer.n_inputs
-    rng = np.random.default_rng(7)
-    base = _dyadic(rng, len(symbols), 0.25, 1.25)
-    steps = _dyadic(rng, len(symbols), 0.5, 1.0)
-    check = _dyadic(rng, len(symbols), -1.25, -0.25)
-
-    gates, measurements = tracer.trace(base, first=True)
+    base, steps, check, gates, measurements, slopes = _probe(tracer, symbols)
     angles0 = _angle_vector(gates)
-    slopes = np.zeros((len(symbols), angles0.size))
-    for k in range(len(symbols)):
-        probe = base.copy()
-        probe[k] += steps[k]
-        moved, _ = tracer.trace(probe, same_as=gates, moved=symbols[k])
-        slopes[k] = (_angle_vector(moved) - angles0) / steps[k]
     depends = np.abs(slopes) * steps[:, None] > 1e-10 * (1.0 + np.abs(angles0))
-    moved, moved_measurements = tracer.trace(check, same_as=gates, moved="the inputs and weights")
-    actual = _angle_vector(moved)
+    checks = _CheckPoints(tracer, gates, [check, base + steps / 2])
+    actual, moved_measurements = checks.primary()
 
     flat = [(g, j) for g in gates for j in range(len(g.params))]
     angles: list[Angle | None] = []
@@ -192,7 +181,7 @@ def _fit_angles(
         scale = slopes[k, i]
         offset = angles0[i] - scale * base[k]
         a = Angle.input(k, scale, offset) if k < n_inputs else Angle.weight(k - n_inputs, scale, offset)
-        fits = len(uses) == 1 and abs(_evaluate(a, check, n_inputs) - actual[i]) <= 1e-8 * (1.0 + abs(actual[i]))
+        fits = len(uses) == 1 and abs(_evaluate(a, checks.point, n_inputs) - actual[i]) <= 1e-8 * (1.0 + abs(actual[i]))
         angles.append(a if fits else None)  # None: not affine in one symbol; traced symbolically below
 
     traced = _symbolic_trace(tracer, base, gates, symbols)
@@ -203,11 +192,105 @@ def _fit_angles(
         for i, e in zip(other, formulas):
             gate, j = flat[i]
             where = f"circuit {label!r}, {gate.where}: angle {j}"
-            _check_formula(e, where, symbols, n_inputs, check, actual[i])
+            _check_formula(e, where, symbols, n_inputs, checks, i)
             if e not in derived:
                 derived.append(e)
             angles[i] = Angle.input(n_inputs + derived.index(e))
     return gates, angles, derived, (measurements, moved_measurements)
+
+
+# Probe families, each (base, step, check) ranges: the first serves most functions; the others are tried
+# in turn where an angle is not a finite number at the first's probes (arcsin(x) needs |x| <= 1, log(x - 1)
+# needs x > 1, log(-x) needs x < 0, log(x0 - x1) needs x0 > x1).
+_FAMILIES = (
+    ((0.25, 1.25), (0.5, 1.0), (-1.25, -0.25)),
+    ((0.0625, 0.3125), (0.03125, 0.125), (-0.3125, -0.0625)),
+    ((1.25, 2.5), (0.25, 0.5), (-2.5, -1.25)),
+    ((-1.25, -0.25), (0.0625, 0.1875), (0.25, 1.25)),
+    ((2.5, 5.0), (0.25, 0.5), (-5.0, -2.5)),
+    ((-2.0, 2.0), (0.0625, 0.125), (-2.0, 2.0)),
+    ((-2.0, 2.0), (0.0625, 0.125), (-2.0, 2.0)),
+    ((-2.0, 2.0), (0.0625, 0.125), (-2.0, 2.0)),
+)
+
+
+def _probe(tracer: _Tracer, symbols: tuple[str, ...]) -> tuple:
+    """The base point, steps and check point of the first probe family at which every angle is a finite
+    number, with the gates and measurements traced at the base and the slopes ``[n_symbols, n_angles]``
+    (finite differences of one symbol at a time)."""
+    failed = None
+    for family, ranges in enumerate(_FAMILIES):
+        rng = np.random.default_rng(7 + family)
+        base, steps, check = (_dyadic(rng, len(symbols), lo, hi) for lo, hi in ranges)
+        try:
+            gates, measurements = tracer.trace(base, first=True)
+            angles0 = _angle_vector(gates)
+            slopes = np.zeros((len(symbols), angles0.size))
+            bad = _nonfinite(angles0, base)
+            for k in range(len(symbols)):
+                if bad is not None:
+                    break
+                probe = base.copy()
+                probe[k] += steps[k]
+                moved, _ = tracer.trace(probe, same_as=gates, moved=symbols[k])
+                bad = _nonfinite(_angle_vector(moved), probe)
+                slopes[k] = (_angle_vector(moved) - angles0) / steps[k]
+        except CircuitError:
+            if family == 0:  # the function fails, or changes its gates, at the first family's probes
+                raise
+            continue
+        if bad is None:
+            return base, steps, check, gates, measurements, slopes
+        failed = failed or (gates, *bad)
+    gates, i, point = failed
+    flat = [(g, j) for g in gates for j in range(len(g.params))]
+    gate, j = flat[i]
+    shown = np.array2string(point[: tracer.n_inputs], precision=4, threshold=6)
+    raise CircuitError(
+        f"circuit {tracer.label!r}, {gate.where}: angle {j} is not a finite number at the sample inputs hqflow "
+        f"traces the function at (such as {shown}, and others in [-5, 5]); compute that feature classically "
+        "and pass it in as an input")
+
+
+def _nonfinite(angles: np.ndarray, point: np.ndarray) -> tuple[int, np.ndarray] | None:
+    bad = np.flatnonzero(~np.isfinite(angles))
+    return None if bad.size == 0 else (int(bad[0]), point)
+
+
+class _CheckPoints:
+    """Points away from the base, traced on demand, at which fitted angles and traced formulas are compared
+    with the function: the family's check point first (on the other side of zero, where branches on
+    values show), then the middle of the base and step probes (inside the domain that the probes found:
+    ``log(x)`` has no value at the check point)."""
+
+    def __init__(self, tracer: _Tracer, gates: list[_Gate], points: list[np.ndarray]):
+        self.tracer, self.gates, self.points = tracer, gates, points
+        self._traced: dict[int, tuple[np.ndarray, list] | CircuitError] = {}
+        self.index = 0
+
+    def angles(self, k: int) -> tuple[np.ndarray, list] | None:
+        """The angles and measurements traced at point ``k``, or None where calling the function there fails."""
+        if k not in self._traced:
+            try:
+                moved, measured = self.tracer.trace(self.points[k], same_as=self.gates, moved="the inputs and weights")
+                self._traced[k] = (_angle_vector(moved), measured)
+            except _CallFailed as exc:
+                self._traced[k] = exc
+        got = self._traced[k]
+        return None if isinstance(got, CircuitError) else got
+
+    def primary(self) -> tuple[np.ndarray, list]:
+        """The angles and measurements at the first point where calling the function works."""
+        for k in range(len(self.points)):
+            got = self.angles(k)
+            if got is not None:
+                self.index = k
+                return got
+        raise self._traced[0]
+
+    @property
+    def point(self) -> np.ndarray:
+        return self.points[self.index]
 
 
 def _symbolic_trace(tracer: _Tracer, base: np.ndarray, gates: list[_Gate],
@@ -251,9 +334,10 @@ def _symbolic_angles(tracer: _Tracer, gates: list[_Gate], traced: tuple[list[_Ga
     return [_Traced.lift(where[id(g)].params[j]).expr for g, j in wanted]
 
 
-def _check_formula(e: ex.Expr, where: str, symbols: tuple[str, ...], n_inputs: int, point: np.ndarray,
-                   actual: float) -> None:
-    """A traced formula is a function of the inputs alone, and gives the traced angle at ``point``."""
+def _check_formula(e: ex.Expr, where: str, symbols: tuple[str, ...], n_inputs: int, checks: _CheckPoints,
+                   i: int) -> None:
+    """A traced formula is a function of the inputs alone, and gives the traced angle ``i`` at the first check
+    point where both are finite numbers (the formula ``log(x)`` is checked where ``x > 0``)."""
     kinds = {kind for kind, _ in e.symbols()}
     names = ", ".join(symbols[i if kind == "input" else n_inputs + i] for kind, i in sorted(e.symbols()))
     if "weight" in kinds and "input" in kinds:
@@ -264,13 +348,23 @@ def _check_formula(e: ex.Expr, where: str, symbols: tuple[str, ...], n_inputs: i
     if "weight" in kinds or not kinds:
         raise CircuitError(f"{where} is not affine in weight(s) {names}; a weight must enter as a*w + b "
                            "(functions of the inputs are fine: they become derived inputs)")
-    with np.errstate(all="ignore"):
-        got = float(ex.evaluate(e, point[None, :n_inputs], np)[0])
-    if not abs(got - actual) <= 1e-8 * (1.0 + abs(actual)):
-        raise CircuitError(
-            f"{where} depends on the inputs ({names}) in a way that changes with their values (branches or "
-            f"rounding on values?): the traced formula {e.format(symbols[:n_inputs])} gives {got} where the "
-            f"function gives {actual}; compute that feature classically and pass it in as an input")
+    for k, point in enumerate(checks.points):
+        traced = checks.angles(k)
+        with np.errstate(all="ignore"):
+            got = float(ex.evaluate(e, point[None, :n_inputs], np)[0])
+        if traced is None or not (np.isfinite(got) and np.isfinite(traced[0][i])):
+            continue  # outside the formula's or the function's domain: the next point
+        actual = float(traced[0][i])
+        if not abs(got - actual) <= 1e-8 * (1.0 + abs(actual)):
+            raise CircuitError(
+                f"{where} depends on the inputs ({names}) in a way that changes with their values (branches or "
+                f"rounding on values?): the traced formula {e.format(symbols[:n_inputs])} gives {got} where the "
+                f"function gives {actual}; compute that feature classically and pass it in as an input")
+        return
+    raise CircuitError(
+        f"{where}: the traced formula {e.format(symbols[:n_inputs])} cannot be checked: it or the function is "
+        "not a finite number at every sample input hqflow tried; compute that feature classically and pass "
+        "it in as an input")
 
 
 def _without_common_scale(amps: list[_Traced]) -> list[_Traced]:
@@ -411,6 +505,10 @@ class _Traced:
     def arctan2(self, o):
         return self._op("arctan2", o, fn=np.arctan2)
 
+    def guard(self, c):
+        """Itself where ``c`` is not 0 (``hqflow.ir.expr``'s ``guard``)."""
+        return self._op("guard", c, fn=lambda v, cv: v if cv != 0 else float("nan"))
+
 
 def _traced_function(name: str) -> Callable[[_Traced], _Traced]:
     scalar = getattr(np, name)
@@ -429,6 +527,10 @@ def _register_traced() -> None:
 
 
 _register_traced()
+
+
+class _CallFailed(CircuitError):
+    """The user's function raised at sample inputs (a check point may lie outside its domain)."""
 
 
 class _Gate:
@@ -455,7 +557,7 @@ class _Tracer:
     ) -> tuple[list[_Gate], list]:
         x, w = values[: self.n_inputs].copy(), values[self.n_inputs :].copy()
         symbolic = values.dtype == object
-        with PENNYLANE_LOCK:
+        with PENNYLANE_LOCK, np.errstate(all="ignore"):  # sample inputs may lie outside a function's domain
             try:
                 tape = qml.tape.make_qscript(self.qfunc)(x, w)
             except CircuitError:
@@ -465,8 +567,8 @@ class _Tracer:
                     raise
                 hint = ("; hqflow traces the function at sample inputs that are not normalized: use "
                         "AmplitudeEmbedding(..., normalize=True)" if "norm" in str(exc) else "")
-                raise CircuitError(f"circuit {self.label!r}: calling it with sample inputs and weights failed: "
-                                   f"{type(exc).__name__}: {_one_line(exc)}{hint}") from None
+                raise _CallFailed(f"circuit {self.label!r}: calling it with sample inputs and weights failed: "
+                                  f"{type(exc).__name__}: {_one_line(exc)}{hint}") from None
             if first:
                 for item in list(tape.operations) + list(tape.measurements):
                     self.check_wires(item.wires, getattr(item, "name", type(item).__name__))
@@ -546,7 +648,7 @@ class _Tracer:
                                "supported; hqflow prepares real amplitude vectors")
         if symbolic:
             amps = _without_common_scale(amps)
-            gates = amplitude_gates(amps, wires, lambda a: a.sqrt(), lambda y, x: y.arctan2(x))
+            gates = amplitude_gates(amps, wires, lambda a: a.sqrt(), lambda y, x: y.arctan2(x), lambda v, c: v.guard(c))
         else:
             gates = amplitude_gates(amps, wires, np.sqrt, np.arctan2)
         here = f"{where}: amplitude encoding"

@@ -9,8 +9,10 @@ Qiskit qubit ``i`` becomes hqflow wire ``i``; ops keep their wire roles
 ``hqflow.ir.gates.GATES`` are decomposed with Qiskit's transpiler, barriers and
 final measurements (``measure_all()`` included) are dropped: a template's
 observables say what is measured, and a template without observables is sampled
-on every wire. The global phase is ignored, and a parameter that appears only in
-it is left out of the template (with a warning when it was listed).
+on every wire. The global phase (``qc.global_phase``, ``GlobalPhaseGate``) is
+ignored: a template has none. A parameter that appears only there need not be
+listed; listing it in ``inputs`` or ``weights`` is an error (the template would
+not take the values the caller means to pass).
 ``PauliEvolutionGate`` is decomposed by Qiskit's transpiler: terms that do not
 commute become one first-order Trotter step, as the transpiler's default
 synthesis makes them, which differs from the exact exponential ``Statevector``
@@ -28,7 +30,6 @@ from __future__ import annotations
 import base64
 import io
 import struct
-import warnings
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -45,7 +46,7 @@ from qiskit.circuit import (
     ParameterVector,
     Reset,
 )
-from qiskit.circuit.library import get_standard_gate_name_mapping
+from qiskit.circuit.library import GlobalPhaseGate, get_standard_gate_name_mapping
 from qiskit.circuit.parametertable import ParameterView
 from qiskit.quantum_info import Pauli, SparsePauliOp
 
@@ -78,13 +79,11 @@ def from_qiskit(
     name = qc.name if name is None else name
     input_names, weight_names = _names(inputs, "inputs"), _names(weights, "weights")
     phase_only = _phase_only(qc)
-    if phase_only:
-        listed = [n for n in input_names + weight_names if n in phase_only]
-        if listed:
-            warnings.warn(f"circuit {name!r}: parameter(s) {listed} appear only in the global phase, on which no "
-                          "expectation value or probability depends; the template leaves them out", stacklevel=2)
-        input_names = [n for n in input_names if n not in phase_only]
-        weight_names = [n for n in weight_names if n not in phase_only]
+    listed = [n for n in input_names + weight_names if n in phase_only]
+    if listed:
+        raise CircuitError(f"circuit {name!r}: parameter(s) {listed} appear only in the global phase, on which no "
+                           "expectation value or probability depends, and a template has no global phase: leave "
+                           "them out of inputs and weights")
     _check_parameters(qc, input_names, weight_names, name, phase_only)
     symbols = {n: ("input", i) for i, n in enumerate(input_names)}
     symbols.update({n: ("weight", j) for j, n in enumerate(weight_names)})
@@ -253,13 +252,18 @@ def _names(items: Iterable, what: str) -> list[str]:
 
 
 def _phase_only(qc: QuantumCircuit) -> set[str]:
-    """Names of the parameters that appear in the global phase and in no gate."""
+    """Names of the parameters that appear in the global phase (or a ``GlobalPhaseGate``) and in no gate."""
     phase = qc.global_phase
-    if not isinstance(phase, ParameterExpression):
-        return set()
-    in_gates = {p.name for inst in qc.data for v in getattr(inst.operation, "params", ())
-                if isinstance(v, ParameterExpression) for p in v.parameters}
-    return {p.name for p in phase.parameters} - in_gates
+    in_phase = {p.name for p in phase.parameters} if isinstance(phase, ParameterExpression) else set()
+    in_gates = set()
+    for inst in qc.data:
+        names = {p.name for v in getattr(inst.operation, "params", ()) if isinstance(v, ParameterExpression)
+                 for p in v.parameters}
+        if isinstance(inst.operation, GlobalPhaseGate):
+            in_phase |= names
+        else:
+            in_gates |= names
+    return in_phase - in_gates
 
 
 def _check_parameters(qc: QuantumCircuit, input_names: list[str], weight_names: list[str], name: str,
@@ -354,21 +358,82 @@ def _expression(value: ParameterExpression, symbols: dict, where: str) -> ex.Exp
         if isinstance(exc, CircuitError):
             raise
         raise CircuitError(f"{where}: cannot read angle {value}: {exc}") from None
-    # the same value as Qiskit's at a probe point (guards the conversion itself)
-    params = sorted(value.parameters, key=lambda p: p.name)
-    point = {p: 0.3 + 0.17 * k for k, p in enumerate(params)}
-    expected = complex(value.bind(point).numeric()).real
-    n = max((index for kind, index in symbols.values()), default=-1) + 1
-    x, w = np.zeros((1, n)), np.zeros((1, n))
-    for p, v in point.items():
-        kind, index = symbols[p.name]
-        (x if kind == "input" else w)[0, index] = v
-    with np.errstate(all="ignore"):
-        got = float(np.reshape(ex.evaluate(e, x, np, w), -1)[0])
-    if not np.isclose(got, expected, rtol=1e-9, atol=1e-9):
-        raise CircuitError(f"{where}: cannot convert angle {value} (hqflow reads {e}, which gives {got} where "
-                           f"Qiskit gives {expected})")
+    _check_expression(value, e, symbols, where)
     return e
+
+
+def _probe_points(n: int) -> list[np.ndarray]:
+    """Fixed points at which a converted angle is compared with Qiskit's: the first that lies inside the
+    expression's domain serves (``log(x - 1)`` needs ``x > 1``, ``arcsin(x + 1)`` needs ``x`` in [-2, 0])."""
+    k = np.arange(n)
+    points = [sign * (lo + step * k) for lo, step in ((0.3, 0.17), (0.05, 0.03), (1.3, 0.17), (2.7, 0.31),
+                                                      (10.3, 1.7), (100.3, 17.0)) for sign in (1.0, -1.0)]
+    rng = np.random.default_rng(22)
+    return points + [rng.uniform(-3.0, 3.0, n) for _ in range(8)]
+
+
+def _check_expression(value: ParameterExpression, e: ex.Expr, symbols: dict, where: str) -> None:
+    """``e`` gives Qiskit's value of the angle (guards the conversion itself): at the first probe point
+    inside the expression's domain, or, where none is, symbolically."""
+    params = sorted(value.parameters, key=lambda p: p.name)
+    n = max((index for kind, index in symbols.values()), default=-1) + 1
+    for point in _probe_points(len(params)):
+        x, w = np.zeros((1, n)), np.zeros((1, n))
+        for p, v in zip(params, point):
+            kind, index = symbols[p.name]
+            (x if kind == "input" else w)[0, index] = v
+        with np.errstate(all="ignore"):
+            got = float(np.reshape(ex.evaluate(e, x, np, w), -1)[0])
+        if not np.isfinite(got):
+            continue  # outside the domain: another point
+        try:
+            expected = complex(value.bind(dict(zip(params, map(float, point)))).numeric())
+        except Exception:  # Qiskit refuses the point (NaN, a complex intermediate): another point
+            continue
+        if abs(expected.imag) <= 1e-9 * (1.0 + abs(expected)) and np.isclose(got, expected.real, rtol=1e-9, atol=1e-9):
+            return
+        raise CircuitError(f"{where}: cannot convert angle {value} (hqflow reads {e}, which gives {got} where "
+                           f"Qiskit gives {expected.real if not expected.imag else expected})")
+    if not _same_symbolically(value, e, symbols):
+        raise CircuitError(f"{where}: cannot convert angle {value} (hqflow reads {e}, and no probe point lies "
+                           "inside the domain of both to compare them)")
+
+
+def _same_symbolically(value: ParameterExpression, e: ex.Expr, symbols: dict) -> bool:
+    """Whether ``e``, written back as a sympy expression, equals Qiskit's: both evaluated in complex numbers
+    (where a real value is undefined, the complex one still compares the formulas) at the probe points."""
+    import sympy
+
+    names = {(kind, index): name for name, (kind, index) in symbols.items()}
+    functions = {ours: getattr(sympy, theirs) for theirs, ours in _SYMPY_FUNCTIONS.items()}
+    functions["sqrt"] = sympy.sqrt
+
+    def back(node: ex.Expr):
+        if node.op == "const":
+            return sympy.Float(node.value)
+        if node.op in ("input", "weight"):
+            return sympy.Symbol(names[(node.op, node.index)])
+        args = [back(a) for a in node.args]
+        if node.op == "add":
+            return sympy.Add(*args)
+        if node.op == "mul":
+            return sympy.Mul(*args)
+        if node.op == "pow":
+            return sympy.Pow(*args)
+        return functions[node.op](*args)
+
+    try:
+        theirs = value.sympify()
+        ours = back(e).subs({sympy.Symbol(s.name): s for s in theirs.free_symbols})
+        free = sorted(theirs.free_symbols, key=lambda s: s.name)
+        for point in _probe_points(len(free))[:3]:
+            at = dict(zip(free, map(float, point)))
+            a, b = complex(theirs.subs(at).evalf()), complex(ours.subs(at).evalf())
+            if not abs(a - b) <= 1e-9 * (1.0 + abs(a)):
+                return False
+        return True
+    except Exception:  # sympy could not evaluate them
+        return False
 
 
 def _real(value, where: str) -> float:
@@ -398,7 +463,7 @@ def _unitary_part(qc: QuantumCircuit, symbols: dict) -> QuantumCircuit:
     measured: set[int] = set()
     for inst in qc.data:
         op, wires = inst.operation, [qc.find_bit(q).index for q in inst.qubits]
-        if isinstance(op, (Barrier, Delay)):
+        if isinstance(op, (Barrier, Delay, GlobalPhaseGate)):
             continue
         if isinstance(op, Measure):
             measured.update(wires)

@@ -13,6 +13,11 @@ The gate sequence depends only on ``k``; the angles are computed with whatever
 scalars ``s`` holds, so the same code gives numbers or expressions
 (``hqflow.ir.expr``). The state need not be normalized: every angle is a ratio.
 Wire ``wires[0]`` is the most significant bit of the amplitude index.
+
+A zero vector has no state: ``guard(angle, |s|**2)``, when given, marks the first
+angle as undefined where ``|s|**2`` is 0 (``hqflow.ir.expr``'s ``guard``), so that a
+zero row is refused rather than prepared as ``|0...0>``. The other angles of a block
+whose amplitudes are all zero are 0 (``arctan2(0, 0)``): they rotate nothing.
 """
 from __future__ import annotations
 
@@ -21,9 +26,11 @@ from typing import Any
 
 
 def amplitude_gates(
-    s: Sequence[Any], wires: Sequence[int], sqrt: Callable[[Any], Any], atan2: Callable[[Any, Any], Any]
+    s: Sequence[Any], wires: Sequence[int], sqrt: Callable[[Any], Any], atan2: Callable[[Any, Any], Any],
+    guard: Callable[[Any, Any], Any] | None = None,
 ) -> list[tuple[str, tuple[int, ...], tuple[Any, ...]]]:
-    """``(gate, wires, angles)`` triples that map ``|0...0>`` to ``s / |s|`` on ``wires``."""
+    """``(gate, wires, angles)`` triples that map ``|0...0>`` to ``s / |s|`` on ``wires`` (``guard``: see the
+    module docstring)."""
     k = len(wires)
     if len(s) != 2**k:
         raise ValueError(f"an amplitude vector for {k} wire(s) has {2**k} entries, got {len(s)}")
@@ -41,7 +48,7 @@ def amplitude_gates(
             thetas.append(2 * atan2(high, low))
         target = wires[level]
         if level == 0:
-            out.append(("ry", (target,), (thetas[0],)))
+            out.append(("ry", (target,), (thetas[0] if guard is None else guard(thetas[0], _sum_squares(s)),)))
             continue
         n = 2**level
         gray = [i ^ (i >> 1) for i in range(n)]

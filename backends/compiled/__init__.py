@@ -46,13 +46,17 @@ ops in every mode (``simulate``: ``_simulate``, ``_FusedSim``). ``torch.compile`
 not used: Inductor has no complex-number code generation, and on CPU the compiled
 program was slower than eager.
 
+A template with derived inputs compiles its lowered form; ``compile_template`` then
+gives an ``EncodedProgram`` that takes the raw inputs and computes the derived columns
+in torch (checked, and differentiable through to the raw inputs).
+
 Modules: ``config`` (constants and tunables, patched there), ``lower``, ``fuse``,
 ``affine``, ``cost``, ``plan``, ``perm``, ``readout``, ``simulate``, ``program``
-(``CompiledProgram``, ``compile_template`` and its cache), ``backend``
+(``CompiledProgram``, ``EncodedProgram``, ``compile_template`` and its cache), ``backend``
 (``CompiledBackend``).
 """
 from .backend import CompiledBackend
 from .config import MAX_QUBITS
-from .program import CompiledProgram, clear_cache, compile_template
+from .program import CompiledProgram, EncodedProgram, clear_cache, compile_template
 
-__all__ = ["MAX_QUBITS", "CompiledBackend", "CompiledProgram", "clear_cache", "compile_template"]
+__all__ = ["MAX_QUBITS", "CompiledBackend", "CompiledProgram", "EncodedProgram", "clear_cache", "compile_template"]

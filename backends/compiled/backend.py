@@ -9,6 +9,7 @@ from ..base import BackendError, BatchResult, Capabilities, CircuitBatch, LocalB
 from . import config
 from .program import (
     CompiledProgram,
+    EncodedProgram,
     _check_fusion,
     _resolve_device,
     _resolve_dtype,
@@ -47,12 +48,12 @@ class CompiledBackend(LocalBackend):
     def capabilities(self) -> Capabilities:
         return self._caps
 
-    def program(self, template: CircuitTemplate, dtype=None) -> CompiledProgram:
+    def program(self, template: CircuitTemplate, dtype=None) -> CompiledProgram | EncodedProgram:
         """The torch program of ``template`` (``gradient="autograd"``): ``(inputs, weights) -> values``,
-        differentiable; ``dtype`` (a complex torch dtype) overrides the backend's precision."""
-        prog = compile_template(template.lowered(), self.dtype if dtype is None else _resolve_dtype(dtype),
-                                self.device, self.fusion)
-        return _Encoded(template, prog) if template.derived else prog
+        differentiable; ``dtype`` (a complex torch dtype) overrides the backend's precision. A template
+        with derived inputs takes its raw inputs (``EncodedProgram``)."""
+        return compile_template(template, self.dtype if dtype is None else _resolve_dtype(dtype), self.device,
+                                self.fusion)
 
     def run(self, batch: CircuitBatch) -> BatchResult:
         t = batch.template
@@ -85,40 +86,6 @@ class CompiledBackend(LocalBackend):
                 return BatchResult(values=prog(batch.inputs, batch.weights).double().cpu().numpy())
             exact = prog.term_values(batch.inputs, batch.weights).double().cpu().numpy()  # [B, n_terms]
         return _sample_terms(t, exact, batch.shots, rng)
-
-
-class _Encoded:
-    """A program of a template with derived inputs: raw inputs in, the derived columns computed
-    in torch (so autograd carries the chain rule back to the raw inputs), then the lowered program."""
-
-    def __init__(self, template: CircuitTemplate, prog: CompiledProgram):
-        self.template, self.program = template, prog
-
-    def _columns(self, inputs):
-        t, n = self.template, self.template.n_inputs
-        if inputs is None:
-            raise BackendError(f"circuit {t.name!r} needs inputs of shape [B, {n}]")
-        x = inputs if isinstance(inputs, torch.Tensor) else torch.as_tensor(np.asarray(inputs, dtype=float))
-        x = x.to(device=self.program.device, dtype=self.program.real_dtype)
-        if x.ndim == 1:
-            x = x[None]
-        if x.ndim != 2 or x.shape[1] != n:
-            raise BackendError(f"inputs for {t.name!r} must have shape [B, {n}], got {list(x.shape)}")
-        return t.encode(x, torch)
-
-    def __call__(self, inputs=None, weights=None) -> torch.Tensor:
-        return self.program(self._columns(inputs), weights)
-
-    def term_values(self, inputs=None, weights=None) -> torch.Tensor:
-        return self.program.term_values(self._columns(inputs), weights)
-
-    def probs(self, inputs=None, weights=None) -> torch.Tensor:
-        return self.program.probs(self._columns(inputs), weights)
-
-    def __getattr__(self, name):  # device, dtype, describe(), ... of the lowered program
-        if name in ("program", "template"):
-            raise AttributeError(name)
-        return getattr(self.program, name)
 
 
 def _by_shared_weights(batch: CircuitBatch):

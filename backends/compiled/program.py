@@ -5,7 +5,7 @@ import threading
 
 import numpy as np
 import torch
-from hqflow.ir.circuit import CircuitTemplate
+from hqflow.ir.circuit import CircuitTemplate, DerivedInputError
 from hqflow.ir.passes import light_cone
 
 from ..base import BackendError
@@ -251,14 +251,113 @@ class CompiledProgram:
         return f"<CompiledProgram {self.template.name!r} {self.template.n_qubits}q {self.dtype} {self.device}>"
 
 
+class EncodedProgram:
+    """The program of a template with derived inputs (what ``compile_template`` gives for one): raw inputs
+    ``[B, n_inputs]`` in. Their columns are computed in float64 torch, so autograd carries the chain rule
+    back to the raw inputs, and checked (``CircuitTemplate.encode``: a row where a derived input is not a
+    finite number is a ``BackendError`` naming it, the message every path gives); then ``program``, the
+    lowered template's ``CompiledProgram``, runs them.
+
+    Where the chain rule breaks down although the values are smooth in the inputs (an amplitude encoding's
+    all-zero block of features; ``CircuitTemplate.derivative_probes``), the gradient with respect to those
+    inputs is the mean of the gradients at two probe rows next to the row, which run in the same call, as
+    parameter shift does (``hqflow.gradients``); the values are those of the rows themselves."""
+
+    def __init__(self, template: CircuitTemplate, program: CompiledProgram):
+        self.template, self.program = template, program
+
+    def __call__(self, inputs=None, weights=None) -> torch.Tensor:
+        """Expectation values ``[B, n_obs]`` (real, differentiable)."""
+        return self._run("__call__", inputs, weights)
+
+    def term_values(self, inputs=None, weights=None) -> torch.Tensor:
+        return self._run("term_values", inputs, weights)
+
+    def probs(self, inputs=None, weights=None) -> torch.Tensor:
+        return self._run("probs", inputs, weights)
+
+    def __getattr__(self, name):  # device, dtype, describe(), ... of the lowered program
+        if name in ("program", "template"):
+            raise AttributeError(name)
+        return getattr(self.program, name)
+
+    def __repr__(self) -> str:
+        return f"<EncodedProgram {self.template.name!r}: {self.program!r}>"
+
+    def _raw(self, inputs) -> torch.Tensor:
+        t, n = self.template, self.template.n_inputs
+        if inputs is None:
+            raise BackendError(f"circuit {t.name!r} needs inputs of shape [B, {n}]")
+        if not isinstance(inputs, torch.Tensor):
+            try:
+                inputs = torch.as_tensor(np.asarray(inputs, dtype=float))
+            except (TypeError, ValueError):
+                raise BackendError(f"inputs must be numeric arrays, got {type(inputs).__name__}") from None
+        x = inputs.to(device=self.program.device)
+        if x.ndim == 1:
+            x = x[None]
+        if x.ndim != 2 or x.shape[1] != n:
+            raise BackendError(f"inputs for {t.name!r} must have shape [B, {n}], got {list(x.shape)}")
+        return x
+
+    def _columns(self, x: torch.Tensor) -> torch.Tensor:
+        try:
+            cols = self.template.encode(x.to(torch.float64), torch)
+        except DerivedInputError as exc:
+            raise BackendError(str(exc)) from None
+        out = cols.to(self.program.real_dtype)
+        if out.dtype != cols.dtype and not bool(torch.isfinite(out).all()):
+            row, col = (int(i[0]) for i in torch.nonzero(~torch.isfinite(out), as_tuple=True))
+            raise BackendError(f"circuit {self.template.name!r}: derived input "
+                               f"{self.template.lowered().input_names[col]!r} is {float(cols[row, col]):.6g} for "
+                               f"row {row}, beyond {str(self.program.dtype).replace('torch.', '')}'s range: use "
+                               "dtype='complex128'")
+        return out
+
+    def _run(self, method: str, inputs, weights) -> torch.Tensor:
+        run = getattr(self.program, method)
+        x = self._raw(inputs)
+        if not (torch.is_grad_enabled() and x.requires_grad):
+            return run(self._columns(x), weights)
+        try:
+            probes = self.template.derivative_probes(x.detach().double().cpu().numpy())
+        except DerivedInputError as exc:
+            raise BackendError(str(exc)) from None
+        if probes is None:
+            return run(self._columns(x), weights)
+        # the rows themselves, without a gradient where the chain rule breaks down (torch.where drops its NaN)
+        dev = x.device
+        singular = torch.zeros(x.shape, dtype=torch.bool, device=dev)
+        singular[torch.as_tensor(probes.rows, device=dev), torch.as_tensor(probes.inputs, device=dev)] = True
+        out = run(self._columns(torch.where(singular, x.detach(), x)), weights)
+        # the probe rows: each carries the gradient of its one input
+        rows = torch.as_tensor(np.repeat(probes.rows, 2), device=dev)
+        cols = torch.as_tensor(np.repeat(probes.inputs, 2), device=dev)
+        points = torch.as_tensor(probes.points, dtype=x.dtype, device=dev)
+        moved = torch.zeros(points.shape, dtype=torch.bool, device=dev)
+        moved[torch.arange(points.shape[0], device=dev), cols] = True
+        carried = x[rows, cols] - x[rows, cols].detach()  # zero, with the gradient of x[row, input]
+        points = torch.where(moved, points + carried[:, None], points)
+        w = weights
+        if w is not None:
+            w = (w if isinstance(w, torch.Tensor) else torch.as_tensor(np.asarray(w, dtype=float))).detach()
+            w = w.to(dev)[rows] if w.ndim == 2 else w
+        at = run(self._columns(points), w)
+        slope = probes.combine(at - at.detach())  # zero; its gradient is the probes' mean
+        return out.index_add(0, torch.as_tensor(probes.rows, device=dev), slope.to(out.dtype))
+
+
 _CACHE: dict = {}
 _CACHE_LOCK = threading.Lock()
 
 
 def compile_template(template: CircuitTemplate, dtype=torch.complex64, device="cpu",
                      fusion: int | None = None, adjoint: bool = False, gradient: str | None = None,
-                     lightcone: bool = True) -> CompiledProgram:
+                     lightcone: bool = True) -> CompiledProgram | EncodedProgram:
     """The compiled program for ``template``, memoized by (fingerprint, dtype, device, fusion, gradient).
+
+    A template with derived inputs (a feature map, an amplitude encoding) gives an ``EncodedProgram``:
+    it takes the raw inputs, computes the derived columns and runs the lowered template's program.
 
     ``gradient``: ``"fused"`` (default: one autograd node with a hand-written
     backward that keeps the forward states, switching to the adjoint method by
@@ -276,6 +375,9 @@ def compile_template(template: CircuitTemplate, dtype=torch.complex64, device="c
     if adjoint and gradient not in (None, "adjoint"):
         raise BackendError(f"adjoint=True contradicts gradient={gradient!r}")
     gradient = gradient or ("adjoint" if adjoint else "fused")
+    if template.derived:
+        return EncodedProgram(template, compile_template(template.lowered(), dt, dev, fusion, gradient=gradient,
+                                                         lightcone=lightcone))
     key = (template.fingerprint(), dt, str(dev), fusion, gradient, bool(lightcone))
     with _CACHE_LOCK:
         prog = _CACHE.get(key)

@@ -477,3 +477,24 @@ def test_per_row_weights_with_few_distinct_rows_run_grouped_and_match_reference(
     ref = get_backend("reference").submit(batch).result()
     assert got.metadata.get("groups") == 3
     np.testing.assert_allclose(got.values, ref.values, atol=1e-10)
+
+
+def test_compile_template_takes_a_template_with_derived_inputs(reference):  # 22.5
+    from qiskit.circuit.library import zz_feature_map
+
+    from hqflow.ir import from_qiskit
+
+    fmap = zz_feature_map(2)
+    t = from_qiskit(fmap, inputs=fmap.parameters, observables=["Z0 Z1", "X0"])
+    x = torch.rand(3, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    expected = _exact(reference, t, x.numpy(), None).values
+    assert compile_template(t)(torch.rand(3, 2), torch.zeros(0)).shape == (3, 2)  # the README's call
+    prog = compile_template(t, dtype="complex128")
+    np.testing.assert_allclose(prog(x, torch.zeros(0)).numpy(), expected, atol=1e-12)
+    np.testing.assert_allclose(prog.term_values(x.numpy()).numpy(), expected, atol=1e-12)
+    xt = x.clone().requires_grad_()
+    prog(xt).sum().backward()  # through the derived inputs to the raw ones
+    batch, post = param_shift(t, x.numpy(), None, wrt="inputs")
+    np.testing.assert_allclose(xt.grad.numpy(), post(reference.submit(batch).result()).input_jacobian.sum(1), atol=1e-9)
+    with pytest.raises(BackendError, match=r"inputs for .* must have shape \[B, 2\], got \[3, 3\]"):
+        prog(torch.rand(3, 3))

@@ -2,6 +2,7 @@
 default.qubit, through every backend, gradients by the chain rule, serialization and the Expr itself."""
 import json
 import math
+import re
 
 import numpy as np
 import pennylane as qml
@@ -13,6 +14,7 @@ from qiskit.quantum_info import SparsePauliOp, Statevector
 
 import hqflow as hq
 from hqflow.backends import BackendError, CircuitBatch, get_backend
+from hqflow.backends.compiled import compile_template
 from hqflow.gradients import param_shift
 from hqflow.ir import CircuitError, Graph, from_pennylane, from_qiskit, to_pennylane, to_qiskit
 from hqflow.ir import expr as ex
@@ -209,6 +211,105 @@ def test_a_derived_input_that_is_not_a_number_names_itself_and_the_row():
     t = from_qiskit(qc, inputs=x, observables=["Z0"])
     with pytest.raises(BackendError, match=r"derived input 'log\(x\[0\]\*x\[1\]\)' is nan for row 1"):
         CircuitBatch.make(t, [[1.0, 2.0], [-1.0, 2.0]])
+
+
+# --------------------------------------------------------------------------- issue 22: zeros and domains
+
+
+def _amplitude_template(n_qubits=2, n_features=4, pad=None):
+    def circuit(inputs, weights):
+        qml.AmplitudeEmbedding(inputs, wires=range(n_qubits), normalize=True, pad_with=pad)
+        qml.RY(weights[0], wires=0)
+        if n_qubits > 1:
+            qml.CNOT([0, n_qubits - 1])
+        return qml.expval(qml.Z(0)), qml.expval(qml.X(n_qubits - 1))
+
+    return from_pennylane(circuit, n_qubits, n_inputs=n_features, n_weights=1)
+
+
+# features with zeros: a block of two (rows 0, 1), one alone (row 2), both (row 3)
+ZERO_FEATURES = np.array([[1.7, -0.85, 0.0, 0.0], [0.0, 0.0, 0.6, -0.2], [0.5, 0.0, -0.3, 0.8], [0.0, 0.3, 0.0, 0.0]])
+
+
+@pytest.mark.parametrize("backend, opts", BACKENDS)
+def test_amplitude_embedding_input_gradients_at_zero_features_match_finite_differences(backend, opts):  # 22.1
+    t, w = _amplitude_template(), np.array([0.4])
+    fd = _finite_difference_inputs(t, ZERO_FEATURES, w)  # the values are smooth in the features
+    batch, post = param_shift(t, ZERO_FEATURES, w, wrt="both")
+    g = post(get_backend(backend, **opts).submit(batch).result())
+    np.testing.assert_allclose(g.input_jacobian, fd, atol=1e-6)
+    np.testing.assert_allclose(g.values, _run(t, ZERO_FEATURES, w), atol=1e-6)
+    assert g.jacobian.shape == (4, 2, 1) and np.isfinite(g.jacobian).all()
+
+
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+def test_torch_layer_input_gradients_at_zero_features_match_finite_differences(backend):  # 22.1
+    t, w = _amplitude_template(3, 7, pad=0.0), np.array([-0.7])
+    x = np.array([[1.7, -0.85, 0, 0, 0.3, 0, 0], [0, 0, 0, 0, 0, 0, 1.0], [0.2, 0, -1, 0.5, 0, 0.1, 0.3]])
+    layer = QuantumLayer(t, backend=backend).double()
+    with torch.no_grad():
+        layer.weights.copy_(torch.tensor(w))
+    xt = torch.tensor(x, requires_grad=True)
+    out = layer(xt)
+    out.sum().backward()
+    np.testing.assert_allclose(out.detach().numpy(), _run(t, x, w), atol=1e-9)
+    np.testing.assert_allclose(xt.grad.numpy(), _finite_difference_inputs(t, x, w).sum(1), atol=1e-6)
+    assert np.isfinite(layer.weights.grad.numpy()).all()
+
+
+def _one_input_circuit(expression):
+    from qiskit import QuantumCircuit
+
+    x = ParameterVector("x", 1)
+    qc = QuantumCircuit(1)
+    qc.ry(expression(x[0]), 0)
+    return from_qiskit(qc, inputs=x, observables=["Z0"])
+
+
+def _error_on_every_path(t, rows, w=()):
+    """The message each path gives for ``rows``: jobs, param shift, torch layers, compiled programs."""
+    def job():
+        _run(t, rows, w)
+
+    def shift():
+        param_shift(t, rows, w, wrt="inputs")
+
+    def layer(backend, dtype):
+        QuantumLayer(t, backend=backend, weights=w).to(dtype)(torch.tensor(rows, dtype=dtype, requires_grad=True))
+
+    def program(dtype):
+        compile_template(t, dtype=dtype)(torch.tensor(rows), torch.tensor(w))
+
+    paths = [job, shift, lambda: layer("compiled", torch.float32), lambda: layer("compiled", torch.float64),
+             lambda: layer("reference", torch.float64), lambda: program("complex64"), lambda: program("complex128")]
+    messages = []
+    for path in paths:
+        with pytest.raises(BackendError) as info:
+            path()
+        messages.append(str(info.value))
+    return messages
+
+
+@pytest.mark.parametrize("expression, good, bad, value", [
+    (lambda x: x.log(), 1.0, 0.0, "-inf"), (lambda x: (x - 0.5).log(), 1.0, 0.0, "nan"),
+    (lambda x: (x + 0.5).arcsin(), 0.0, 1.0, "nan"), (lambda x: (x * 1000).exp(), 0.1, 1.0, "inf"),
+])
+def test_an_undefined_derived_input_is_the_same_one_line_error_on_every_path(expression, good, bad, value):  # 22.2
+    t = _one_input_circuit(expression)
+    messages = _error_on_every_path(t, [[good], [bad]])
+    assert len(set(messages)) == 1 and "\n" not in messages[0], messages
+    assert re.search(rf"derived input '.*' is {value} for row 1 \(inputs \[{bad:.0f}\.\]\)", messages[0]), messages[0]
+
+
+@pytest.mark.parametrize("n_qubits, n_features, pad", [(1, 2, None), (2, 4, None), (2, 3, 0.0), (3, 8, None)])
+def test_an_all_zero_amplitude_vector_is_a_one_line_error_naming_the_row(n_qubits, n_features, pad):  # 22.3
+    t = _amplitude_template(n_qubits, n_features, pad)
+    rows = np.zeros((3, n_features))
+    rows[0, 0] = rows[2, -1] = 1.0
+    messages = _error_on_every_path(t, rows, [0.3])
+    assert len(set(messages)) == 1 and "\n" not in messages[0], messages
+    assert re.search(r"is nan for row 1 \(inputs \[0\. .*\]\): it is undefined where x\[0\]\*x\[0\] \+ .* is 0$",
+                     messages[0]), messages[0]
 
 
 # --------------------------------------------------------------------------- the template as data

@@ -215,6 +215,34 @@ def test_a_branch_on_an_input_beyond_the_probe_points_is_rejected():
         from_pennylane(f, 2, n_inputs=1)
 
 
+@pytest.mark.parametrize("function, rows", [
+    (np.log, [0.2, 3.0]), (np.sqrt, [0.0, 0.3, 4.0]), (np.arcsin, [-1.0, -0.3, 0.99]), (np.arccos, [0.2, 1.0]),
+    (lambda v: np.log(v - 1), [1.5, 3.0]), (lambda v: np.log(-v), [-0.5, -3.0]),
+    (lambda v: np.arcsin(v + 1), [-1.5, -0.2]), (lambda v: np.sqrt(v * v - 4), [-3.0, 2.5]),
+])
+def test_functions_with_a_domain_convert_and_match_pennylane_inside_it(function, rows):  # 22.6
+    def f(inputs, weights):
+        qml.Hadamard(0)
+        qml.RY(function(inputs[0]), wires=0)
+        qml.RX(weights[0], wires=0)
+        return qml.expval(qml.Z(0)), qml.expval(qml.X(0))
+
+    t = from_pennylane(f, 1, n_inputs=1, n_weights=1)
+    assert len(t.derived) == 1
+    x, w = np.array(rows)[:, None], np.array([0.3])
+    np.testing.assert_allclose(reference_values(t, x, w), pennylane_values(f, x, w), atol=1e-12)
+
+
+def test_a_function_defined_at_no_sample_input_is_a_one_line_error_that_says_so():  # 22.6
+    def f(inputs, weights):
+        qml.RY(np.log(-inputs[0] * inputs[0] - 1), wires=0)
+        return qml.expval(qml.Z(0))
+
+    with pytest.raises(CircuitError, match=r"angle 0 is not a finite number at the sample inputs") as info:
+        from_pennylane(f, 1, n_inputs=1)
+    assert "\n" not in str(info.value) and "branches" not in str(info.value)
+
+
 def test_value_dependent_gate_sequence_is_rejected():
     def branchy(inputs, weights):
         if weights[0] < 0:

@@ -317,14 +317,45 @@ def test_qpy_whose_header_declares_more_than_it_holds_is_refused_before_loading(
     assert refused > 20 and time.perf_counter() - start < 20
 
 
-def test_a_parameter_only_in_the_global_phase_is_accepted_listed_or_not():
+def test_a_parameter_only_in_the_global_phase_need_not_be_listed_and_listing_it_is_one_line_error():  # 22.4
+    from qiskit.circuit.library import GlobalPhaseGate
+
     a, t = Parameter("a"), Parameter("t")
+    for how in ("attribute", "gate"):
+        qc = QuantumCircuit(1)
+        qc.rx(a, 0)
+        if how == "attribute":
+            qc.global_phase = t + a
+        else:
+            qc.append(GlobalPhaseGate(t), [])
+        template = from_qiskit(qc, weights=[a], observables=["Z0"])
+        assert template.weight_names == ("a",)
+        value = ReferenceBackend().submit(CircuitBatch.make(template, None, [0.4])).result().values[0, 0]
+        assert value == pytest.approx(np.cos(0.4))
+        for inputs, weights in (([], [a, t]), ([t], [a])):
+            with pytest.raises(CircuitError, match=r"\['t'\] appear only in the global phase.*leave them out") as info:
+                from_qiskit(qc, inputs=inputs, weights=weights, observables=["Z0"])
+            assert "\n" not in str(info.value)
+
+
+def _one_input(expression) -> tuple[QuantumCircuit, Parameter]:
+    x = Parameter("x")
     qc = QuantumCircuit(1)
-    qc.rx(a, 0)
-    qc.global_phase = t + a
-    assert from_qiskit(qc, weights=[a], observables=["Z0"]).weight_names == ("a",)
-    with pytest.warns(UserWarning, match=r"\['t'\] appear only in the global phase"):
-        template = from_qiskit(qc, weights=[a, t], observables=["Z0"])
-    assert template.weight_names == ("a",)
-    value = ReferenceBackend().submit(CircuitBatch.make(template, None, [0.4])).result().values[0, 0]
-    assert value == pytest.approx(np.cos(0.4))
+    qc.h(0)
+    qc.ry(expression(x), 0)
+    return qc, x
+
+
+@pytest.mark.parametrize("expression, rows", [
+    (lambda x: (x - 1).log(), [1.5, 3.0]),
+    (lambda x: (x + 1).arcsin(), [-1.9, -0.4, 0.0]),
+    (lambda x: (x - 3).arccos(), [2.5, 3.9]),
+    (lambda x: (x - 1000).log() * 0.5, [1000.5, 1200.0]),  # no probe point inside: checked symbolically
+    (lambda x: (2 - x) ** 0.5, [-3.0, 1.0, 2.0]),
+])
+def test_expressions_are_checked_inside_their_domain(expression, rows):  # 22.7
+    qc, x = _one_input(expression)
+    template = from_qiskit(qc, inputs=[x], observables=["Z0", "X0"])
+    for row in rows:
+        expected = qiskit_values(qc, {x: row}, [[("Z", 1.0)], [("X", 1.0)]])
+        np.testing.assert_allclose(reference_values(template, [row], None), expected, atol=1e-12)
