@@ -7,7 +7,10 @@
     hqflow trace RUN [--out DIR]         utilization table, Chrome trace and Gantt chart of a run
     hqflow train ENV [options]           train a variational quantum policy with RL (cartpole, ...)
 
-Bad usage or bad input exits with status 2 and a one-line message on stderr.
+Bad usage or bad input, found before any job runs, exits with status 2 and a one-line message on
+stderr. A run that fails exits with status 1 and one line: a fragment's error, a job out of
+retries, or a backend that refused the credentials or could not be reached (those end the
+run at once, untried again).
 """
 from __future__ import annotations
 
@@ -235,12 +238,15 @@ def cmd_backends(args) -> int:
 
 
 def _options(items: list[str], flag: str) -> dict:
+    from .cli_pool import warn_secrets
+
     out = {}
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or not key.isidentifier():
             raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
         out[key] = text
+    warn_secrets(out, flag)
     return out
 
 
@@ -358,7 +364,8 @@ def cmd_run(args) -> int:
 
         if not hasattr(cfg, "backend"):
             raise UsageError(f"workload {args.workload!r} runs no quantum jobs for a pool")
-        options["backends"] = {cfg.backend: _backend_pool(args)}
+        # under --dry-run every member is a dry-run:<backend> with the member's options: priced, never submitted
+        options["backends"] = {cfg.backend: _backend_pool(args, name=cfg.backend if args.dry_run else None)}
     if (args.profile or args.max_staleness is not None) and not args.plan:
         raise UsageError(f"{'--profile' if args.profile else '--max-staleness'} goes with --plan auto")
     if args.plan:
@@ -453,11 +460,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hqflow: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except RuntimeError as exc:
-        from .cli_train import RunStopped
+        from hqflow.backends import BackendError
+        from hqflow.ir.text import one_line
 
-        if not isinstance(exc, RunStopped):
-            raise
-        print(f"hqflow: {exc}", file=sys.stderr)
+        from .cli_train import RunStopped
+        from .fragments import FragmentError
+
+        if not isinstance(exc, (RunStopped, FragmentError, BackendError)):
+            raise  # a bug: its traceback
+        print(f"hqflow: {one_line(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:  # a command that can be continued says how
         from hqflow.backends import threads

@@ -1,10 +1,27 @@
 """Command-line pool specs, shared by ``hqflow run``, ``plan`` and ``train``: ``--backend NAME``,
-``--pool N`` and ``--backend-opt [K:]KEY=VALUE`` as ``[(name, options), ...]``."""
+``--pool N`` and ``--backend-opt [K:]KEY=VALUE`` as ``[(name, options), ...]``.
+
+A secret given as an option (``key``, ``connection_string``) is taken, with a one-line warning
+on stderr: the command line shows in ``ps`` and in the shell's history, so the key is better in
+the environment (``AZURE_QUANTUM_API_KEY``, ``AZURE_QUANTUM_CONNECTION_STRING``) or replaced by a
+credential (``az login``). Run directories never store secrets."""
 from __future__ import annotations
 
 import json
+import sys
 
 from .cli_errors import UsageError
+
+SECRETS = ("key", "api_key", "connection_string", "credential", "password", "token", "secret")
+
+
+def warn_secrets(keys, flag: str) -> None:
+    """One line on stderr when ``keys`` (options given on the command line) hold a secret."""
+    given = sorted({k for k in keys if k in SECRETS})
+    if given:
+        print(f"hqflow: warning: {flag} {given[0]}=... puts a secret on the command line, where ps and the shell's "
+              "history show it; set AZURE_QUANTUM_API_KEY (or AZURE_QUANTUM_CONNECTION_STRING) in the environment, "
+              "or sign in with az login, instead", file=sys.stderr)
 
 
 def value(text: str):
@@ -36,6 +53,7 @@ def backend_pool(args, name: str | None = None, always: bool = False) -> list | 
         if not sep or not key.isidentifier():
             raise UsageError(f"--backend-opt {item!r}: expected [K:]KEY=VALUE")
         target[key] = value(text)
+    warn_secrets([k for options in [shared, *own] for k in options], "--backend-opt")
     specs = [(name, {**shared, **own[k]}) for k in range(size)]
     for member, (_, options) in enumerate(specs):
         try:

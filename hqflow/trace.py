@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 from .files import atomic_text
 
@@ -83,6 +83,14 @@ class Span:
     @staticmethod
     def from_dict(d: dict) -> Span:
         return Span(**d)
+
+
+def after(spans: list[Span], offset: float, step: int | None = None) -> list[Span]:
+    """The spans of a run that followed another, in that run's time: moved ``offset`` seconds later (the
+    first run's length), and given ``step`` where one is named (a workload's final evaluation after its
+    last step)."""
+    return [replace(s, start=s.start + offset, end=s.end + offset, step=s.step if step is None else step)
+            for s in spans]
 
 
 class TraceError(ValueError):

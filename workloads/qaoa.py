@@ -10,8 +10,10 @@ parameter-shift transform sums their shifts. Training starts from a linear ramp
     cost (execute, param-shift) --values, jacobian--> adam (learn)
     adam.weights ~> cost.weights, adam.weights;  adam.opt ~> adam.opt   (loop-carried)
 
-Afterwards a second graph samples the trained circuit (``shots`` counts) and a
-postprocess fragment picks the best sampled cut.
+Afterwards a second graph evaluates ``<C>`` at the trained weights and samples the
+trained circuit (``shots`` counts), and a postprocess fragment picks the best sampled
+cut; it runs on the same backends with the same options, so a pool, ``--backend-opt``
+and ``--dry-run`` cover it too, and its jobs are among the spans.
 
     from hqflow.workloads import qaoa
     print(qaoa.run(qaoa.Config(nodes=8, layers=4)))
@@ -22,8 +24,9 @@ from dataclasses import asdict, dataclass
 
 import networkx as nx
 import numpy as np
-from hqflow.backends import DEFAULT_BACKEND, CircuitBatch, get_backend
+from hqflow.backends import DEFAULT_BACKEND
 from hqflow.ir import Circuit, CircuitTemplate, Graph
+from hqflow.trace import after
 from hqflow.workloads.optim import adam_init, adam_step
 
 import hqflow as hq
@@ -121,10 +124,12 @@ def build_graph(cfg: Config) -> Graph:
 
 
 def build_sample_graph(cfg: Config) -> Graph:
-    """Trained weights in (a stream field), the best sampled cut out."""
+    """Trained weights in (a stream field); the expected cut and the best sampled cut out."""
     edges = [list(e) for e in make_graph(cfg).edges]
     pipe = hq.Pipeline("qaoa_sample")
     pipe.input("weights", "array")
+    pipe.execute("final_cost", qaoa_circuit(cfg.nodes, edges, cfg.layers), backend=cfg.backend)
+    pipe.output("final_cost.values", "expected_cut")
     pipe.execute("sample", qaoa_circuit(cfg.nodes, edges, cfg.layers, False, cfg.shots), backend=cfg.backend)
     pipe.postprocess(best_sample, outputs=("most_likely", "best_bits", "best_cut"), params={"edges": edges})
     for port in ("most_likely", "best_bits", "best_cut"):
@@ -133,20 +138,23 @@ def build_sample_graph(cfg: Config) -> Graph:
 
 
 def run(cfg: Config = Config(), progress=None, **options) -> dict:
-    """The workload's run; ``options`` go to ``hq.run`` (``backends=`` a pool, ``plan=``, scheduler fields)."""
+    """The workload's run; ``options`` go to ``hq.run`` (``backends=`` a pool, ``plan=``, scheduler fields),
+    the final evaluation's too (all but ``plan``)."""
     edges = list(make_graph(cfg).edges)
     max_cut = brute_force_max_cut(cfg.nodes, edges)
     result = hq.run(build_graph(cfg), cfg.steps, seed=cfg.seed, progress=progress, **options)
     history = [float(c) for c in result.column("expected_cut")]  # <C> before each update
     weights = np.asarray(result.state["adam.weights"], dtype=float)
-    template = qaoa_circuit(cfg.nodes, edges, cfg.layers)
-    expected = float(get_backend(cfg.backend).submit(CircuitBatch.make(template, None, weights)).result().values[0, 0])
-    sampled = hq.run(build_sample_graph(cfg), [{"weights": weights}], seed=cfg.seed).outputs[0]
+    final = hq.run(build_sample_graph(cfg), [{"weights": weights}], seed=cfg.seed,
+                   **{k: v for k, v in options.items() if k != "plan"})
+    sampled = final.outputs[0]
+    expected = float(np.asarray(sampled["expected_cut"])[0, 0])
+    spans = result.spans + after(final.spans, result.seconds, cfg.steps)
     return {
         "workload": "qaoa", "config": asdict(cfg), "edges": [list(e) for e in edges],
         "expected_cut": expected, "max_cut": max_cut, "approximation_ratio": expected / max_cut,
         "best_cut": int(sampled["best_cut"]), "best_bits": sampled["best_bits"],
         "most_likely": sampled["most_likely"], "sampled_ratio": sampled["best_cut"] / max_cut,
         "gammas": weights[: cfg.layers].tolist(), "betas": weights[cfg.layers:].tolist(),
-        "steps": cfg.steps, "seconds": result.seconds, "history": history, "spans": [s.to_dict() for s in result.spans],
+        "steps": cfg.steps, "seconds": result.seconds, "history": history, "spans": [s.to_dict() for s in spans],
     }

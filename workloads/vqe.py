@@ -10,6 +10,10 @@ as eight commuting Pauli rotations (``double_excitation`` below). The graph:
     adam.weights  ~>  energy.weights, adam.weights      (loop-carried)
     adam.opt      ~>  adam.opt                          (loop-carried Adam moments)
 
+Then a second, one-step graph evaluates the energy at the trained angle
+(``build_energy_graph``), on the same backends with the same options, so a pool,
+``--backend-opt`` and ``--dry-run`` cover it too, and its job is among the spans.
+
     from hqflow.workloads import vqe
     print(vqe.run(vqe.Config(steps=60)))
 """
@@ -19,8 +23,9 @@ import functools
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from hqflow.backends import DEFAULT_BACKEND, CircuitBatch, get_backend
+from hqflow.backends import DEFAULT_BACKEND
 from hqflow.ir import Circuit, CircuitTemplate, Graph, Observable, PauliTerm
+from hqflow.trace import after
 from hqflow.workloads.optim import adam_init, adam_step
 
 import hqflow as hq
@@ -132,18 +137,31 @@ def build_graph(cfg: Config) -> Graph:
     return pipe.build()
 
 
+def build_energy_graph(cfg: Config) -> Graph:
+    """The energy at given weights (a stream field): one gradient-free evaluation."""
+    observable, _, _ = hamiltonian(cfg.bond_length)
+    pipe = hq.Pipeline("vqe_h2_energy")
+    pipe.input("weights", "array")
+    pipe.execute("final_energy", ansatz(observable), backend=cfg.backend)
+    pipe.output("final_energy.values", "energy")
+    return pipe.build()
+
+
 def run(cfg: Config = Config(), progress=None, **options) -> dict:
-    """The workload's run; ``options`` go to ``hq.run`` (``backends=`` a pool, ``plan=``, scheduler fields)."""
+    """The workload's run; ``options`` go to ``hq.run`` (``backends=`` a pool, ``plan=``, scheduler fields),
+    the final evaluation's too (all but ``plan``)."""
     observable, e_exact, e_hf = hamiltonian(cfg.bond_length)
     result = hq.run(build_graph(cfg), cfg.steps, seed=cfg.seed, progress=progress, **options)
     history = [float(e) for e in result.column("energy")]  # energy before each step's update
     theta = float(np.asarray(result.state["adam.weights"])[0])
-    # Energy at the final angle: one more (gradient-free) evaluation of the circuit.
-    backend = get_backend(cfg.backend)
-    energy = float(backend.submit(CircuitBatch.make(ansatz(observable), None, [theta])).result().values[0, 0])
+    # Energy at the final angle: one more (gradient-free) evaluation, on the run's own backends
+    final = hq.run(build_energy_graph(cfg), [{"weights": np.array([theta])}], seed=cfg.seed,
+                   **{k: v for k, v in options.items() if k != "plan"})
+    energy = float(np.asarray(final.outputs[0]["energy"])[0, 0])
+    spans = result.spans + after(final.spans, result.seconds, cfg.steps)
     return {
         "workload": "vqe", "config": asdict(cfg),
         "energy": energy, "exact_energy": e_exact, "hf_energy": e_hf,
         "error_mha": 1000.0 * (energy - e_exact), "theta": theta,
-        "steps": cfg.steps, "seconds": result.seconds, "history": history, "spans": [s.to_dict() for s in result.spans],
+        "steps": cfg.steps, "seconds": result.seconds, "history": history, "spans": [s.to_dict() for s in spans],
     }

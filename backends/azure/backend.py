@@ -142,6 +142,7 @@ class AzureBackend:
         self._closing = threading.Event()  # set by close() for the threads still running
         self._open: dict[str, object] = {}  # id -> SDK job: service jobs started here, not seen to end
         self._jobs: weakref.WeakSet = weakref.WeakSet()  # batches in flight (close() wakes their threads)
+        self._row_locks = [threading.Lock() for _ in range(512)]  # by row (hashed): creating vs. looking up
         self._prepared: dict[str, _Prepared] = {}
 
     # -- the protocol --------------------------------------------------------------------
@@ -280,20 +281,25 @@ class AzureBackend:
         def jid(a: int, t: int) -> str:  # try 0 keeps the ids of hqflow before per-row tries
             return str(uuid.uuid5(_NAMESPACE, f"{base}|{a}" + (f"|{t}" if t else "")))
 
+        # The row's lock: an earlier attempt's thread still creating this row's job (it checked before its
+        # batch failed) finishes before this one looks for it, so no row runs twice
+        lock = self._row_locks[hash(base) % len(self._row_locks)]
         for a in range(attempt):  # an earlier attempt's tries, in order, until one was never made
             for t in range(self.job_tries):
                 self._stop_check(job, closing)
                 try:
-                    sj = self._retry(lambda: ws.get_job(jid(a, t)), "look up a job")
+                    with lock:
+                        sj = self._retry(lambda: ws.get_job(jid(a, t)), "look up a job")
                 except ResourceNotFoundError:
                     break
                 done = self._follow(sj, False, job, row, group, closing, failures)
                 if done is not None:
                     return done
         for t in range(self.job_tries):
-            self._stop_check(job, closing)
-            sj = self._retry(lambda: self._create(ws, jid(attempt, t), body, job), "submit a job")
-            done = self._follow(sj, _status(sj) not in _TERMINAL, job, row, group, closing, failures)
+            with lock:
+                self._stop_check(job, closing)
+                sj, created = self._retry(lambda: self._create(ws, jid(attempt, t), body, job), "submit a job")
+            done = self._follow(sj, created, job, row, group, closing, failures)
             if done is not None:
                 return done
         raise JobFailed(f"Azure job for row {row} on {self.target} failed {len(failures)} times "
@@ -336,9 +342,11 @@ class AzureBackend:
         job.count("failed")
         return None
 
-    def _create(self, ws, jid: str, body: bytes, job: AzureJob):
-        """Upload the input (kept if an earlier try uploaded it) and create the job (PUT with our id; one
-        that exists already is the job as it is, whether the service answers it or says 409)."""
+    def _create(self, ws, jid: str, body: bytes, job: AzureJob) -> tuple:
+        """``(job, created)``: upload the input and create the job (PUT with our id). An input already
+        there means a try before this one (a crash, a lost answer) got that far, and the job may exist:
+        it is then the job as it is (whether the service answers it or says 409), created here only if
+        it has not ended."""
         from azure.core.exceptions import ResourceExistsError
         from azure.quantum import Job
         from azure.quantum.storage import remove_sas_token
@@ -348,19 +356,22 @@ class AzureBackend:
         if fmt.kind == "qir":
             params.update(count=job.shots, items=[{"entryPoint": "ENTRYPOINT__main", "arguments": []}])
         container = ws.get_container_uri(job_id=jid)
+        fresh = True
         try:
             input_uri = Job.upload_input_data(container, body, content_type=fmt.content_type, blob_name="inputData")
         except ResourceExistsError:  # a try before this one got that far
             base, _, _ = remove_sas_token(container).partition("?")
             input_uri = base.rstrip("/") + "/inputData"
+            fresh = False
         try:
-            return Job.from_storage_uri(ws, name=f"hqflow-{job.batch.template.name}", target=self.target,
-                                        input_data_uri=input_uri, provider_id=self.target.split(".", 1)[0],
-                                        input_data_format=fmt.input_data_format,
-                                        output_data_format=fmt.output_data_format, container_uri=container,
-                                        job_id=jid, input_params=params, session_id=self._session())
+            sj = Job.from_storage_uri(ws, name=f"hqflow-{job.batch.template.name}", target=self.target,
+                                      input_data_uri=input_uri, provider_id=self.target.split(".", 1)[0],
+                                      input_data_format=fmt.input_data_format,
+                                      output_data_format=fmt.output_data_format, container_uri=container,
+                                      job_id=jid, input_params=params, session_id=self._session())
         except ResourceExistsError:
-            return ws.get_job(jid)
+            return ws.get_job(jid), False
+        return sj, fresh or _status(sj) not in _TERMINAL
 
     def _wait(self, sj, job: AzureJob, closing: threading.Event) -> None:
         """Poll until the job ends: first when jobs have been taking to finish, then backing off. Raises

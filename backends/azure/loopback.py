@@ -2,15 +2,16 @@
 
 It speaks the REST calls the azure-quantum SDK makes (jobs, sessions, storage SAS URIs,
 provider status, quotas; state in ``loopback_state``), keeps its blobs in Azurite, runs
-circuits on hqflow's reference simulator (``loopback_run``) and injects faults: failed and slow jobs, HTTP 429 and 503
-answers, expired SAS URIs and dropped connections. It runs in its own process, so it never
+circuits on hqflow's reference simulator (``loopback_run``) and injects faults: failed, slow (queued
+longer) and hung (running until cancelled) jobs, HTTP 429 and 503 answers, expired SAS URIs and dropped
+connections. It runs in its own process, so it never
 shares the client's interpreter lock:
 
     with Azurite.start() as azurite, LoopbackService.start(storage=azurite.connection_string,
                                                            key="secret") as svc:
         ws = Workspace(**..., credential=AzureKeyCredential(key), _quantum_endpoint=svc.endpoint)
-        svc.configure(latency=0.2, job_failure=0.2)   # delays and faults, any time
-        svc.stats()                                   # jobs, runs per job id, faults, ...
+        svc.configure(latency=0.2, job_failure=0.2)   # queue wait, faults, any time
+        svc.stats()                                   # jobs, cancelled, left running, runs per job id, ...
 
     python -m hqflow.backends.azure.loopback --storage CONNSTR --key KEY   # prints its endpoint
 
@@ -244,12 +245,15 @@ class LoopbackService:
             raise ValueError(json.loads(exc.read()).get("error", {}).get("message", str(exc))) from None
 
     def configure(self, **settings) -> dict:
-        """Change ``latency``, ``slow_seconds``, ``seed`` and fault probabilities (others keep their
+        """Change ``latency`` (seconds a job waits in the queue), ``run_seconds`` (seconds it then runs),
+        ``slow_seconds`` (a slow job's extra wait), ``seed`` and fault probabilities (others keep their
         values); ``reset=True`` first zeroes them all and clears jobs, sessions and counters."""
         return self._admin("/_loopback/config", settings)
 
     def stats(self) -> dict:
-        """jobs, executions, duplicated, by_status, faults, requests, runs (per job id), sessions, settings."""
+        """jobs (created), executions, duplicated (ids run twice), reruns (inputs that succeeded twice),
+        by_status, left (still Waiting or Executing), cancelled_waiting, cancelled_executing, faults,
+        requests, runs (per job id), sessions, settings."""
         return self._admin("/_loopback/stats")
 
     def output(self) -> str:

@@ -1,9 +1,9 @@
 """The loopback service's state: jobs and their runs, sessions, SAS URIs into Azurite, settings,
 injected faults and counters. ``loopback`` puts HTTP in front of it; ``loopback_run`` runs the circuits.
 
-Job lifecycle: ``Waiting`` (``latency`` seconds, more for a slow job) -> ``Executing`` ->
-``Succeeded`` (``rawOutputData`` uploaded into the job's container, ``outputDataUri`` set) |
-``Failed`` (``errorData``) | ``Cancelled``. Sessions: ``Waiting`` -> ``Executing`` with their first
+Job lifecycle: ``Waiting`` (``latency`` seconds, the queue; more for a slow job) -> ``Executing``
+(``run_seconds``; until cancelled for a hung job) -> ``Succeeded`` (``rawOutputData`` uploaded into
+the job's container, ``outputDataUri`` set) | ``Failed`` (``errorData``) | ``Cancelled``. Sessions: ``Waiting`` -> ``Executing`` with their first
 job; a failed job makes an ``Abort`` session ``Failed`` (closed, its queued jobs fail) and a
 ``Continue`` one ``Failure(s)``; closing makes it ``Succeeded``, or ``Failed`` after failures.
 """
@@ -24,8 +24,8 @@ import numpy as np
 TARGETS = {"ionq": {"ionq.simulator": 29, "ionq.qpu.aria-1": 25, "ionq.qpu.forte-1": 36},
            "quantinuum": {"quantinuum.sim.h2-1sc": 56, "quantinuum.sim.h2-1e": 56, "quantinuum.qpu.h2-1": 56},
            "rigetti": {"rigetti.sim.qvm": 20, "rigetti.qpu.ankaa-3": 84}}
-FAULTS = ("job_failure", "http_503", "http_429", "slow_job", "expired_sas", "drop_connection")
-DEFAULTS = {"latency": 0.0, "slow_seconds": 2.0, **{f: 0.0 for f in FAULTS}}
+FAULTS = ("job_failure", "http_503", "http_429", "slow_job", "hang_job", "expired_sas", "drop_connection")
+DEFAULTS = {"latency": 0.0, "slow_seconds": 2.0, "run_seconds": 0.0, **{f: 0.0 for f in FAULTS}}
 _TERMINAL = ("Succeeded", "Failed", "Cancelled")
 _FIELDS = {"Name": "name", "ItemType": "itemType", "JobType": "jobType", "ProviderId": "providerId",
            "Target": "target", "State": "status", "CreationTime": "creationTime"}
@@ -74,6 +74,8 @@ class Service:
             if reset:
                 self.settings, self.jobs, self.sessions = dict(DEFAULTS), {}, {}
                 self.runs, self.faults, self.requests = collections.Counter(), dict.fromkeys(FAULTS, 0), 0
+                self.cancelled = {"Waiting": 0, "Executing": 0}  # jobs cancelled, by the status they had
+                self.inputs = collections.Counter()  # succeeded jobs per input (target, format, params, data)
             self.seed = int(kw.pop("seed", self.seed))
             self.settings.update(kw)
             self.rng = np.random.default_rng(self.seed)
@@ -85,10 +87,18 @@ class Service:
             return hit
 
     def stats(self) -> dict:
+        """Counters: ``jobs`` created, ``executions``, ``duplicated`` (job ids run more than once),
+        ``reruns`` (succeeded jobs whose input had succeeded before under another id: work paid twice),
+        ``by_status``, ``left`` (jobs still Waiting or Executing), ``cancelled_waiting`` and
+        ``cancelled_executing`` (jobs cancelled in that status), faults, requests, runs, sessions, settings."""
         with self.lock:
+            by_status = collections.Counter(j["status"] for j in self.jobs.values())
             return {"jobs": len(self.jobs), "executions": sum(self.runs.values()),
                     "duplicated": sum(1 for c in self.runs.values() if c > 1),
-                    "by_status": dict(collections.Counter(j["status"] for j in self.jobs.values())),
+                    "reruns": sum(c - 1 for c in self.inputs.values()),
+                    "left": by_status["Waiting"] + by_status["Executing"],
+                    "cancelled_waiting": self.cancelled["Waiting"], "cancelled_executing": self.cancelled["Executing"],
+                    "by_status": dict(by_status),
                     "faults": dict(self.faults), "requests": self.requests, "runs": dict(self.runs),
                     "sessions": {k: s["status"] for k, s in self.sessions.items()},
                     "settings": dict(self.settings, seed=self.seed)}
@@ -152,7 +162,8 @@ class Service:
         return 201, self._public(job)
 
     def _execute(self, job_id: str) -> None:
-        """Wait ``latency`` seconds (the queue), then run the job unless it was cancelled meanwhile."""
+        """Wait ``latency`` seconds (the queue), then run the job unless it was cancelled meanwhile: for
+        ``run_seconds``, or, hung, until it is cancelled."""
         from . import loopback_run
 
         with self.lock:
@@ -169,6 +180,15 @@ class Service:
             session = self.sessions.get(job.get("sessionId"))
             if session and session["status"] == "Waiting":
                 session["status"] = "Executing"
+        hung = self.fault("hang_job")
+        with self.lock:
+            running = self.settings["run_seconds"]
+        end = time.perf_counter() + running
+        while hung or time.perf_counter() < end:  # on the device; a cancellation ends it
+            time.sleep(min(0.05, max(end - time.perf_counter(), 0.0)) if not hung else 0.05)
+            with self.lock:
+                if self.jobs.get(job_id) is not job or job["status"] != "Executing":
+                    return
         try:
             if self.fault("job_failure"):
                 raise RuntimeError("injected fault: the device reported an error")
@@ -176,12 +196,13 @@ class Service:
             shots = params.get("shots", params.get("count", 100))
             seed = int.from_bytes(hashlib.sha256(f"{self.seed}|{job_id}".encode()).digest()[:8], "big")
             data = self._blob(job["inputDataUri"]).download_blob().readall()
+            what = hashlib.sha256(json.dumps([job["target"], job.get("inputDataFormat"), params]).encode() + data)
             out = loopback_run.run(job.get("inputDataFormat"), data, job["target"], shots,
                                    np.random.default_rng(seed))
             container = urlparse(job["containerUri"]).path.split("/")[2]
             blob = self.blobs.get_blob_client(container, "rawOutputData")
             blob.upload_blob(json.dumps(out).encode(), overwrite=True)
-            update = {"status": "Succeeded", "outputDataUri": blob.url}
+            update = {"status": "Succeeded", "outputDataUri": blob.url, "_input": what.hexdigest()}
         except loopback_run.BadInput as exc:
             update = {"status": "Failed", "errorData": {"code": "InvalidInputData", "message": str(exc)[:500]}}
         except Exception as exc:  # noqa: BLE001 (an injected fault, or storage trouble)
@@ -191,6 +212,8 @@ class Service:
             if job["status"] != "Executing":
                 return  # cancelled while it ran: the result is dropped
             job.update(update, endExecutionTime=_now(), lastUpdatedTime=_now())
+            if "_input" in update:
+                self.inputs[update["_input"]] += 1
             if update["status"] == "Failed" and job.get("sessionId") in self.sessions:
                 self._session_failed(self.sessions[job["sessionId"]], job_id)
 
@@ -210,6 +233,7 @@ class Service:
             if job is None:
                 return 404, error("JobNotFound", f"job {job_id} does not exist")
             if job["status"] not in _TERMINAL:
+                self.cancelled[job["status"]] = self.cancelled.get(job["status"], 0) + 1
                 job.update(status="Cancelled", cancellationTime=_now(), endExecutionTime=_now())
             return 204, None  # what the service answers (the SDK takes it)
 
