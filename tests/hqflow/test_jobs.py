@@ -1,14 +1,18 @@
 """Jobs that a classical fragment submits itself go through the run's pools (retries, failover,
 spans with their parent); pools explore and rest failing members; a failed run keeps its results."""
+import concurrent.futures as cf
 import json
+import threading
 import time
 
 import numpy as np
 import pytest
 
 import hqflow as hq
-from hqflow.backends import BackendError, CircuitBatch, get_backend
+from hqflow.backends import BackendError, Capabilities, CircuitBatch, FutureJob, JobFailed, LocalBackend, get_backend
+from hqflow.backends.base import BackendAccessError
 from hqflow.dispatch import Member, Pool
+from hqflow.jobs import JobService, Parent, RetriesExhausted
 from hqflow.ir import Circuit
 from hqflow.trace import load_spans, overlap_seconds, save_spans
 
@@ -242,3 +246,104 @@ def test_a_failed_fragment_job_is_retried_under_ray():
     assert sum(s.outcome == "ok" for s in jobs) == 6
     outer = {s.step: s for s in result.spans if s.kind == "preprocess"}
     assert all(s.parent_lane == outer[s.step].row for s in jobs)
+
+
+class _Queued(FutureJob):
+    """A job that leaves its service's queue when the test says, and then never finishes."""
+
+    def __init__(self):
+        super().__init__(cf.Future(), "queued")
+        self.out, self.cancelled = threading.Event(), threading.Event()
+
+    def started(self) -> bool:
+        return self.out.is_set()
+
+    def cancel(self) -> bool:
+        self.cancelled.set()
+        return self._future.cancel()
+
+
+class _QueuedBackend:
+    name, max_in_flight = "queued", 1
+
+    def __init__(self, make=_Queued):
+        self.jobs, self.make = [], make
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities("queued", 4)
+
+    def submit(self, batch):
+        self.jobs.append(self.make())
+        return self.jobs[-1]
+
+
+def _service(backend, **options) -> JobService:
+    return JobService({"qpu": Pool("qpu", [Member(backend, "qpu:queued", 1, 1)])}, **options)
+
+
+def test_a_queued_job_is_waited_for_and_timed_out_on_its_running_time():
+    """22.21: job_timeout counted from submission, so a long queue timed every attempt out."""
+    backend = _QueuedBackend()
+    service = _service(backend, job_timeout=0.2, max_retries=0)
+    future = service.submit("qpu", CircuitBatch.make(TEMPLATE, [[0.1]], [0.2]), Parent("actor", 0, "cpu/0"))
+    job = backend.jobs[0]
+    time.sleep(1.0)  # five timeouts long, in the queue: not hung
+    assert service.stats["timeouts"] == 0 and not job.cancelled.is_set() and not future.done()
+    job.out.set()  # it runs now, and never ends
+    assert job.cancelled.wait(60)  # timed out on its running time, and cancelled
+    with pytest.raises(RetriesExhausted, match="timeout"):
+        future.result(60)
+    assert service.stats["timeouts"] == 1 and len(backend.jobs) == 1
+    service.close()
+
+
+class _Refused(LocalBackend):
+    name = "refused"
+
+    def __init__(self, error):
+        super().__init__()
+        self.error, self.calls = error, 0
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities("refused", 4)
+
+    def run(self, batch):
+        self.calls += 1
+        raise self.error
+
+
+def test_an_error_that_is_not_worth_retrying_fails_the_request_at_once():
+    """22.23: refused credentials were retried max_retries times; a transient failure still is."""
+    refused = _Refused(BackendAccessError("workspace 'w' refused the credentials (401 Unauthorized)"))
+    service = _service(refused, max_retries=3)
+    future = service.submit("qpu", CircuitBatch.make(TEMPLATE, [[0.1]], [0.2]), Parent("actor", 0, "cpu/0"))
+    with pytest.raises(BackendAccessError, match="401"):
+        future.result(60)
+    assert refused.calls == 1 and service.stats["retries"] == 0
+    flaky = _Refused(JobFailed("the device reported an error"))
+    service = _service(flaky, max_retries=3)
+    future = service.submit("qpu", CircuitBatch.make(TEMPLATE, [[0.1]], [0.2]), Parent("actor", 0, "cpu/0"))
+    with pytest.raises(RetriesExhausted):
+        future.result(60)
+    assert flaky.calls == 4 and service.stats["retries"] == 3
+
+
+def test_closing_the_service_cancels_what_failed_attempts_left_running():
+    """22.20: a cloud batch that fails leaves its healthy rows running for the retry; when the run ends
+    instead, cancelling the failed job ends them."""
+
+    class _Failing(_Queued):
+        def __init__(self):
+            super().__init__()
+            self._future.set_exception(JobFailed("row 3 failed 4 times"))
+
+    backend = _QueuedBackend(_Failing)
+    service = _service(backend, max_retries=1)
+    future = service.submit("qpu", CircuitBatch.make(TEMPLATE, [[0.1]], [0.2]), Parent("actor", 0, "cpu/0"))
+    with pytest.raises(RetriesExhausted):
+        future.result(60)
+    assert len(backend.jobs) == 2 and not any(j.cancelled.is_set() for j in backend.jobs)
+    service.close()
+    assert all(j.cancelled.is_set() for j in backend.jobs)

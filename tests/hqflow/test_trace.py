@@ -159,3 +159,23 @@ def test_load_errors(tmp_path, content, message):
     with pytest.raises(TraceError, match=message) as exc:
         load_spans(str(path))
     assert isinstance(exc.value, ValueError) and "\n" not in str(exc.value)
+
+
+def test_spend_counts_service_jobs_not_batches(tmp_path):
+    """22.24: a cloud batch of 35 rows x 5 groups is 175 service jobs; the table said "over 3 priced jobs"."""
+    spans = [qpu(0, 1, cost=10.0, service_jobs=85), qpu(1, 2, cost=10.0, service_jobs=85),
+             qpu(2, 3, cost=0.5, service_jobs=5), qpu(3, 4), cpu(4, 5)]
+    assert "spend     20.5000 over 175 priced service jobs in 3 batches" in format_table(spans)
+    path = str(tmp_path / "spans.json")
+    save_spans(path, spans)
+    assert load_spans(path)[0] == spans and json.loads(open(path).read())["version"] == 5
+    doc = json.loads(open(path).read())  # a version 4 file: no service_jobs; each priced job counts once
+    doc["version"] = 4
+    for d in doc["spans"]:
+        d.pop("service_jobs")
+    path4 = tmp_path / "v4.json"
+    path4.write_text(json.dumps(doc))
+    old, _ = load_spans(str(path4))
+    assert "over 3 priced service jobs in 3 batches" in format_table(old)
+    events = [e for e in to_chrome_trace(spans)["traceEvents"] if e["ph"] == "X"]
+    assert [e["args"].get("service_jobs") for e in events] == [85, 85, 5, None, None]
