@@ -85,10 +85,13 @@ class Span:
         return Span(**d)
 
 
-def after(spans: list[Span], offset: float, step: int | None = None) -> list[Span]:
-    """The spans of a run that followed another, in that run's time: moved ``offset`` seconds later (the
-    first run's length), and given ``step`` where one is named (a workload's final evaluation after its
-    last step)."""
+def after(spans: list[Span], earlier: list[Span], step: int | None = None) -> list[Span]:
+    """The spans of a run that followed another, in the first run's time: moved to begin where
+    ``earlier`` (the first run's spans) ends, and given ``step`` where one is named (a workload's
+    final evaluation after its last step)."""
+    if not spans:
+        return []
+    offset = max((s.end for s in earlier), default=0.0) - min(s.start for s in spans)
     return [replace(s, start=s.start + offset, end=s.end + offset, step=s.step if step is None else step)
             for s in spans]
 

@@ -13,7 +13,8 @@ parameter-shift transform sums their shifts. Training starts from a linear ramp
 Afterwards a second graph evaluates ``<C>`` at the trained weights and samples the
 trained circuit (``shots`` counts), and a postprocess fragment picks the best sampled
 cut; it runs on the same backends with the same options, so a pool, ``--backend-opt``
-and ``--dry-run`` cover it too, and its jobs are among the spans.
+and ``--dry-run`` cover it too. Its spans follow the training run's among the
+result's ``spans``, as step ``steps``.
 
     from hqflow.workloads import qaoa
     print(qaoa.run(qaoa.Config(nodes=8, layers=4)))
@@ -149,12 +150,12 @@ def run(cfg: Config = Config(), progress=None, **options) -> dict:
                    **{k: v for k, v in options.items() if k != "plan"})
     sampled = final.outputs[0]
     expected = float(np.asarray(sampled["expected_cut"])[0, 0])
-    spans = result.spans + after(final.spans, result.seconds, cfg.steps)
     return {
         "workload": "qaoa", "config": asdict(cfg), "edges": [list(e) for e in edges],
         "expected_cut": expected, "max_cut": max_cut, "approximation_ratio": expected / max_cut,
         "best_cut": int(sampled["best_cut"]), "best_bits": sampled["best_bits"],
         "most_likely": sampled["most_likely"], "sampled_ratio": sampled["best_cut"] / max_cut,
         "gammas": weights[: cfg.layers].tolist(), "betas": weights[cfg.layers:].tolist(),
-        "steps": cfg.steps, "seconds": result.seconds, "history": history, "spans": [s.to_dict() for s in spans],
+        "steps": cfg.steps, "seconds": result.seconds, "history": history,
+        "spans": [s.to_dict() for s in result.spans + after(final.spans, result.spans, cfg.steps)],
     }

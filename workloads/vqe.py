@@ -12,7 +12,8 @@ as eight commuting Pauli rotations (``double_excitation`` below). The graph:
 
 Then a second, one-step graph evaluates the energy at the trained angle
 (``build_energy_graph``), on the same backends with the same options, so a pool,
-``--backend-opt`` and ``--dry-run`` cover it too, and its job is among the spans.
+``--backend-opt`` and ``--dry-run`` cover it too. Its spans follow the training run's
+among the result's ``spans``, as step ``steps``.
 
     from hqflow.workloads import vqe
     print(vqe.run(vqe.Config(steps=60)))
@@ -158,10 +159,10 @@ def run(cfg: Config = Config(), progress=None, **options) -> dict:
     final = hq.run(build_energy_graph(cfg), [{"weights": np.array([theta])}], seed=cfg.seed,
                    **{k: v for k, v in options.items() if k != "plan"})
     energy = float(np.asarray(final.outputs[0]["energy"])[0, 0])
-    spans = result.spans + after(final.spans, result.seconds, cfg.steps)
     return {
         "workload": "vqe", "config": asdict(cfg),
         "energy": energy, "exact_energy": e_exact, "hf_energy": e_hf,
         "error_mha": 1000.0 * (energy - e_exact), "theta": theta,
-        "steps": cfg.steps, "seconds": result.seconds, "history": history, "spans": [s.to_dict() for s in spans],
+        "steps": cfg.steps, "seconds": result.seconds, "history": history,
+        "spans": [s.to_dict() for s in result.spans + after(final.spans, result.spans, cfg.steps)],
     }
