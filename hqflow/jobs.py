@@ -267,7 +267,7 @@ class JobService:
             self._span(att, outcome, service_jobs=used.get("service_jobs"))
             req.pool.finish(att.member, att.slot, False, req.parts[att.part].size)
             self.stats["failed_jobs"] += 1
-            if att.job is not None:
+            if att.job is not None and error is not None:  # (a timed-out one is cancelled by the watchdog)
                 self._spent.append(att.job)
             req.attempts[j] += 1
             req.avoid[j].add(att.member)
