@@ -111,7 +111,7 @@ def param_shift(
             raise BackendError(str(exc)) from None
         if probes is not None:
             w = base.weights
-            w = w if w.ndim == 1 else np.concatenate([w, np.repeat(w[probes.rows], 2, axis=0)])
+            w = w if w.ndim == 1 else np.concatenate([w, w[probes.point_rows]])
             base = CircuitBatch.make(template, np.concatenate([base.raw_inputs, probes.points]), w,
                                      shots=base.shots, seed=seed)
     lowered = base.template  # derived inputs are columns here; their chain rule comes last
@@ -139,11 +139,17 @@ def param_shift(
                 r += 2
         stderr = None if result.stderr is None else result.stderr.reshape(B, R, -1)[:rows, 0]
         if "input" in kinds and template.derived:  # d/d inputs = d/d columns . d columns/d inputs
-            jac["input"] = np.einsum("boc,bci->boi", jac["input"], template.encode_jacobian(base.raw_inputs))
-            if probes is not None:  # where the chain rule breaks down: the mean over the probe rows
-                k = np.repeat(np.arange(len(probes.rows)), 2)
-                at = jac["input"][rows + np.arange(2 * len(probes.rows)), :, probes.inputs[k]]  # [2m, n_obs]
-                jac["input"][probes.rows, :, probes.inputs] = probes.combine(at)
+            columns = template.encode_jacobian(base.raw_inputs)
+            if probes is not None:  # derived inputs constant along an input add nothing (not 0/0)
+                d = len(template.direct_inputs())
+                fixed = ~probes.probed
+                columns[probes.rows[fixed], d:, probes.inputs[fixed]] = 0
+                given = np.flatnonzero(np.isfinite(probes.slopes).all(axis=1))  # probes with slopes of their own
+                columns[rows + given, d:, probes.point_inputs[given]] = probes.slopes[given]
+            jac["input"] = np.einsum("boc,bci->boi", jac["input"], columns)
+            if probes is not None and probes.probed.any():  # where the chain rule breaks down: the probes' mean
+                at = jac["input"][rows + np.arange(len(probes.points)), :, probes.point_inputs]  # [2p, n_obs]
+                jac["input"][probes.rows[probes.probed], :, probes.inputs[probes.probed]] = probes.combine(at)
         return Gradient(vals[:rows, 0], jac["weight"][:rows] if "weight" in kinds else None, stderr,
                         jac["input"][:rows] if "input" in kinds else None)
 

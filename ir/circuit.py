@@ -218,6 +218,10 @@ class CircuitTemplate:
             self._memo["derived_names"] = tuple(names)
         return self._memo["derived_names"]
 
+    def direct_inputs(self) -> tuple[int, ...]:
+        """The inputs that gates read themselves, in order: the lowered template's first input columns."""
+        return self._direct()
+
     def _direct(self) -> tuple[int, ...]:
         """The inputs that gates read themselves (the others feed derived inputs only)."""
         if "direct" not in self._memo:
@@ -249,36 +253,50 @@ class CircuitTemplate:
         torch with ``xp=torch``: the autograd graph is kept).
 
         Every path that runs a template computes its columns here, so every path refuses the same
-        rows: with ``check``, a column that is not a finite number raises ``DerivedInputError``
-        naming the derived input, the row and why (``'log of 0'``). Values that cannot be read
-        (inside ``jax.jit``) are not checked."""
+        rows: with ``check``, a row where a derived input, or any value on the way to it, is not a
+        finite number (``log(0)``; ``1 / 0`` inside ``arctan``) raises ``DerivedInputError`` naming the
+        derived input, the row and why (``'log of 0'``). Values that cannot be read (inside
+        ``jax.jit``) are not checked."""
         if not self.derived:
             return x
         if xp is None:
             import numpy as xp
         import numpy as np
 
+        direct = [x[..., i] for i in self._direct()]
+        if check and xp is np:  # numpy: the values and their check in one pass
+            derived, bad = zip(*(ex.evaluate_checked(e, x) for e in self.derived))
+            cols = np.stack(direct + list(derived), -1)
+            self._refuse(x, cols, np.stack(bad, -1))
+            return cols
         with np.errstate(all="ignore"):
-            cols = xp.stack([x[..., i] for i in self._direct()] + [ex.evaluate(e, x, xp) for e in self.derived], -1)
-        if check:
-            self._check_columns(x, cols)
+            cols = xp.stack(direct + [ex.evaluate(e, x, xp) for e in self.derived], -1)
+        raw = _concrete(x) if check else None
+        if raw is not None:
+            self._refuse(x, cols, np.stack([ex.evaluate_checked(e, raw)[1] for e in self.derived], -1))
         return cols
 
-    def _check_columns(self, x, cols) -> None:
+    def _refuse(self, x, cols, bad) -> None:
+        """Raise ``DerivedInputError`` for the first row where a raw input, a derived input or a value on the
+        way to one (``bad[..., k]`` for derived input ``k``) is not a finite number."""
         import numpy as np
 
         values = _concrete(cols)
-        if values is None or np.isfinite(values).all():
-            return
-        values = values.reshape(-1, values.shape[-1])
-        row, col = (int(i[0]) for i in np.nonzero(~np.isfinite(values)))
-        raw = _concrete(x).reshape(-1, self.n_inputs)[row]
+        n_cols = len(self._direct()) + len(self.derived)
+        values = values.reshape(-1, n_cols)
         direct = len(self._direct())
+        bad = np.concatenate([~np.isfinite(values[:, :direct]), np.reshape(bad, (-1, len(self.derived)))], 1)
+        if not bad.any():
+            return
+        row, col = (int(i[0]) for i in np.nonzero(bad))
+        raw = _concrete(x).reshape(-1, self.n_inputs)[row]
+        value = values[row, col]
         why = ("the input is not a finite number" if col < direct else
                ex.undefined_reason(self.derived[col - direct], raw, self.input_names))
         raise DerivedInputError(
             f"circuit {_clip(self.name)}: derived input {_clip(self.lowered().input_names[col], 80)} is "
-            f"{values[row, col]} for row {row} (inputs {np.array2string(raw, precision=6, threshold=8)}): {why}")
+            f"{value if not np.isfinite(value) else 'undefined'} for row {row} "
+            f"(inputs {np.array2string(raw, precision=6, threshold=8)}): {why}")
 
     def encode_jacobian(self, x):
         """``d encode(x) / d x`` per row: ``[B, n_lowered_inputs, n_inputs]`` (numpy). Entries where the chain
@@ -317,20 +335,23 @@ class CircuitTemplate:
         input moved by ``±h`` (``h`` is ``2**-20`` times the largest input its derived inputs use, or
         ``2**-20``), at which the chain rule holds. The derivative there is the mean of the derivatives
         at the probes: where the values are differentiable it is their derivative (to ``O(h**2)``),
-        and at a kink the mean of the one-sided slopes, as ``abs`` has slope 0 at 0. A derived input
-        that is undefined on one side (``sqrt(x)`` at 0) or has no finite derivative near the row
-        raises ``DerivedInputError``: the derivative does not exist there."""
+        and at a kink the mean of the one-sided slopes, as ``abs`` has slope 0 at 0. Where the derived
+        inputs do not change at all along that input (``sqrt(x0 * x1)`` at ``x1 = 0``), they add nothing to
+        the derivative (no probes); where the chain rule still breaks down at a probe, because a singular
+        operation's argument stays put along the input (``x0 + sqrt(x0 * x1)`` at ``x1 = 0``), central
+        differences of the derived inputs give their slope there (``DerivativeProbes.slopes``). A derived input that is undefined on one side (``sqrt(x)`` at 0) or has no finite
+        derivative near the row raises ``DerivedInputError``: the derivative does not exist there."""
         import numpy as np
 
         x = np.asarray(x, dtype=float).reshape(-1, self.n_inputs)
-        self.encode(x, np)  # the rows' own values first: a row where they are undefined is that error
+        here = self.encode(x, np)  # the rows' own values first: a row where they are undefined is that error
         singular = np.zeros(x.shape, dtype=bool)
         scale = np.zeros(x.shape[0])
         for e in self.derived:
-            here = ex.singular_inputs(e, x)
-            rows = np.flatnonzero(here.any(axis=1))
+            found = ex.singular_inputs(e, x)
+            rows = np.flatnonzero(found.any(axis=1))
             if rows.size:
-                singular |= here
+                singular |= found
                 used = sorted(i for _, i in e.symbols())
                 scale[rows] = np.maximum(scale[rows], np.abs(x[np.ix_(rows, used)]).max(axis=1))
         if not singular.any():
@@ -341,24 +362,37 @@ class CircuitTemplate:
         k = np.arange(rows.size)
         points[2 * k, inputs] += steps
         points[2 * k + 1, inputs] -= steps
-        cols = self.encode(points, np, check=False)
-        undefined = ~np.isfinite(cols).all(axis=1)
+        cols, bad = zip(*(ex.evaluate_checked(e, points) for e in self.derived))
+        cols, bad = np.stack(cols, -1), np.stack(bad, -1)
+        undefined = bad.any(axis=1)
         still = self.singular_inputs(points)[np.arange(points.shape[0]), np.repeat(inputs, 2)]
-        failed = np.flatnonzero(undefined | still)
+        unmoved = (cols == np.repeat(here[rows, len(self._direct()):], 2, axis=0)).all(axis=1)
+        constant = (unmoved[0::2] & unmoved[1::2])  # the derived inputs do not change along the input
+        slopes = np.full(cols.shape, np.nan)  # derived inputs' slopes at probes where the chain rule still fails
+        rough = np.flatnonzero(still & ~undefined & ~np.repeat(constant, 2))
+        if rough.size:  # a singular operation whose argument does not move along the input (sqrt(x0 * x1), x1 = 0)
+            near = np.repeat(points[rough], 2, axis=0)
+            moved, tiny = np.repeat(inputs[rough // 2], 2), np.repeat(steps[rough // 2] / 64, 2)
+            near[np.arange(near.shape[0]), moved] += np.tile([1.0, -1.0], rough.size) * tiny
+            ends, ends_bad = zip(*(ex.evaluate_checked(e, near) for e in self.derived))
+            ends, ends_bad = np.stack(ends, -1), np.stack(ends_bad, -1).any(axis=1)
+            slopes[rough] = (ends[0::2] - ends[1::2]) / (2 * tiny[0::2, None])
+            still[rough] = ends_bad[0::2] | ends_bad[1::2] | ~np.isfinite(slopes[rough]).all(axis=1)
+        failed = np.flatnonzero((undefined | still) & ~np.repeat(constant, 2))
         if failed.size:
             p = int(failed[0])
             r, i = int(rows[p // 2]), int(inputs[p // 2])
             name = self.input_names[i]
             where = f"{name} = {x[r, i]:.6g}"
             if undefined[p]:
-                bad = int(np.flatnonzero(~np.isfinite(cols[p]))[0])
-                why = (f"derived input {_clip(self.lowered().input_names[bad], 80)} is not defined on both sides of "
-                       f"{where}")
+                column = self.derived_names()[int(np.flatnonzero(bad[p])[0])]
+                why = f"derived input {_clip(column, 80)} is not defined on both sides of {where}"
             else:
                 why = f"the derived inputs have no finite derivative near {where}"
             raise DerivedInputError(f"circuit {_clip(self.name)}: the derivative with respect to input {name!r} does "
                                     f"not exist for row {r}: {why}")
-        return DerivativeProbes(rows, inputs, points)
+        keep = np.repeat(~constant, 2)
+        return DerivativeProbes(rows, inputs, points[keep], ~constant, slopes[keep])
 
     def with_observables(self, observables: Iterable[ObservableLike]) -> CircuitTemplate:
         obs = tuple(Observable.coerce(o) for o in observables)
@@ -517,16 +551,37 @@ class CircuitTemplate:
 
 @dataclass(frozen=True, eq=False)
 class DerivativeProbes:
-    """From ``CircuitTemplate.derivative_probes``: for the ``k``-th singular pair (row ``rows[k]``, input
-    ``inputs[k]``), ``points[2k]`` and ``points[2k + 1]`` are that row with the input moved up and down."""
+    """From ``CircuitTemplate.derivative_probes``: the singular pairs (row ``rows[k]``, input ``inputs[k]``).
+    A pair with ``probed[k]`` has two probe rows in ``points`` (in pair order), its row with the input moved
+    up and down, and its derivative is their mean (``combine``); along the input of any other pair the
+    derived inputs do not change, so only the inputs that gates read themselves contribute to it."""
 
     rows: object  # numpy [m]
     inputs: object  # numpy [m]
-    points: object  # numpy [2m, n_inputs]
+    points: object  # numpy [2p, n_inputs], p = probed.sum()
+    probed: object  # numpy bool [m]
+    slopes: object = None
+    """numpy [2p, n_derived]: the derived inputs' slopes along the input at probe rows where the chain rule
+    still breaks down (a singular operation whose argument stays put: ``sqrt(x0 * x1)`` at ``x1 = 0``),
+    from central differences; NaN rows elsewhere (differentiate there as usual)"""
+
+    @property
+    def point_rows(self):
+        """The row each probe row stands in for ``[2p]``."""
+        import numpy as np
+
+        return np.repeat(self.rows[self.probed], 2)
+
+    @property
+    def point_inputs(self):
+        """The input each probe row moves ``[2p]``."""
+        import numpy as np
+
+        return np.repeat(self.inputs[self.probed], 2)
 
     def combine(self, slopes):
-        """The derivatives at the singular pairs ``[m, ...]`` from those at the probes ``[2m, ...]`` (each
-        with respect to its pair's input): their mean."""
+        """The derivatives of the probed pairs ``[p, ...]`` from those at their probe rows ``[2p, ...]``, each
+        with respect to its pair's input: the mean of the two."""
         return 0.5 * (slopes[0::2] + slopes[1::2])
 
 

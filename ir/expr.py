@@ -222,6 +222,27 @@ def evaluate(e: Expr, x: Any, xp: Any, w: Any = None) -> Any:
     return _apply(op, [evaluate(a, x, xp, w) for a in e.args], xp)
 
 
+def evaluate_checked(e: Expr, x: Any) -> tuple[Any, Any]:
+    """``evaluate(e, x, numpy)`` (the same arithmetic), and per row whether any value on the way is not a
+    finite number: ``arctan(1 / x)`` at 0 is π/2 to numpy, but ``1 / 0`` is not a real number."""
+    import numpy as np
+
+    bad = [np.zeros(np.shape(x)[:-1], dtype=bool)]
+
+    def walk(node: Expr) -> Any:
+        if node.op == "const":
+            return node.value
+        if node.op == "input":
+            return x[..., node.index]
+        value = _apply(node.op, [walk(a) for a in node.args], np)
+        bad[0] = bad[0] | ~np.isfinite(value)
+        return value
+
+    with np.errstate(all="ignore"):
+        value = walk(e)
+    return value, np.broadcast_to(bad[0], np.shape(x)[:-1])
+
+
 def _apply(op: str, vals: list, xp: Any) -> Any:
     """One operation on its arguments' values."""
     if op == "add":
@@ -304,10 +325,11 @@ def derivative(e: Expr, kind: str, index: int) -> Expr:
 def singular_inputs(e: Expr, x: Any) -> Any:
     """``[B, n_inputs]`` booleans: the rows and inputs at which ``derivative(e, "input", i)`` breaks down.
 
-    Some operation on the way from input ``i`` has no finite derivative there (``sqrt`` or a fractional
-    power of 0, ``arctan2`` at (0, 0), ``arcsin``/``arccos`` at ±1), so the chain rule meets 0/0 or ∞,
-    even where a circuit's values are smooth in the inputs (an amplitude encoding with a zero block of
-    features). ``x`` is a numpy ``[B, n_inputs]`` array; only input leaves are expected."""
+    Some operation on the way from input ``i`` has no finite derivative there (``sqrt`` of 0, ``arctan2``
+    at (0, 0), ``arcsin``/``arccos`` at ±1) or is at the edge of its domain (a fractional power of 0), so
+    the chain rule meets 0/0 or ∞, or gives a one-sided slope, even where a circuit's values are smooth in
+    the inputs (an amplitude encoding with a zero block of features). ``x`` is a numpy ``[B, n_inputs]``
+    array; only input leaves are expected."""
     import numpy as np
 
     out = np.zeros(x.shape, dtype=bool)
@@ -344,7 +366,9 @@ def _finite_slope(op: str, vals: list, value: Any, np: Any) -> Any:
     if op == "pow":
         base, exponent = vals
         slope = np.isfinite(exponent * base ** (exponent - 1.0))
-        return slope if isinstance(exponent, float) else slope & np.isfinite(value * np.log(base))
+        if isinstance(exponent, float):  # a fractional power of 0 is at the edge of its domain
+            return slope & ((base != 0) | (exponent == round(exponent)))
+        return slope & np.isfinite(value * np.log(base))
     return True  # add, mul, sin, cos, arctan, abs, sign, guard
 
 
@@ -364,7 +388,7 @@ def undefined_reason(e: Expr, x: Any, names: tuple = ()) -> str:
         value = float(_apply(node.op, [np.float64(v) for v in vals], np))
         if not found and not math.isfinite(value) and all(math.isfinite(v) for v in vals):
             found.append(_why(node, vals, names))
-        return value
+        return value if math.isfinite(value) else math.nan  # later operations can hide it (arctan(inf))
 
     with np.errstate(all="ignore"):
         walk(e)
@@ -378,6 +402,8 @@ def _why(node: Expr, vals: list, names: tuple) -> str:
         return f"{vals[0]:.6g} ** {vals[1]:.6g} is not a real number"
     if node.op in ("add", "mul"):
         return f"a {'sum' if node.op == 'add' else 'product'} overflows"
+    if node.op in ("exp", "tan"):
+        return f"{node.op} of {vals[0]:.6g} overflows"
     return f"{node.op} of {vals[0]:.6g}"
 
 

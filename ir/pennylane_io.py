@@ -26,7 +26,11 @@ with the values (control flow, values used as bits) is rejected.
 Angles that are other functions of the inputs (``IQPEmbedding``'s products
 ``x_i x_j``, ``sin(x)``, sums of several inputs) become derived inputs
 (``CircuitTemplate.derived``): the function is traced once more with symbolic
-inputs and weights, and the formula it records is checked against the probes. An
+inputs and weights, and the formula it records is checked against the function
+at a probe point where both are defined. So does an angle that is affine only
+where it is defined (``x + 0 * log(x)``): its rows outside the domain are refused.
+Probe points come in families (small, large, negative, ...): the first family at
+which every angle is a number serves, so ``arcsin(x)`` and ``log(x - 1)`` convert. An
 angle that mixes inputs and weights (``w * x``), or is not affine in a weight, is
 rejected. ``AmplitudeEmbedding`` (and ``StatePrep`` of inputs) on wires that no
 gate has touched yet is prepared by a real-amplitude ``RY`` tree
@@ -185,6 +189,11 @@ def _fit_angles(
         angles.append(a if fits else None)  # None: not affine in one symbol; traced symbolically below
 
     traced = _symbolic_trace(tracer, base, gates, symbols)
+    if traced[0] is not None:  # affine where defined, but not everywhere: a derived input refuses the other rows
+        plain = [i for i, a in enumerate(angles) if a is not None and a.kind != "weight"]
+        for i, e in zip(plain, _symbolic_angles(tracer, gates, traced, [flat[i] for i in plain])):
+            if _restricted(e) and {kind for kind, _ in e.symbols()} == {"input"}:
+                angles[i] = None
     derived: list[ex.Expr] = []
     other = [i for i, a in enumerate(angles) if a is None]
     if other:
@@ -318,6 +327,19 @@ def _symbolic_trace(tracer: _Tracer, base: np.ndarray, gates: list[_Gate],
             "(control flow on the values of inputs or weights); a template needs a gate sequence that does not "
             "depend on the values: compute such choices classically, outside the circuit")
     return sym_gates, None
+
+
+def _restricted(e: ex.Expr) -> bool:
+    """Whether the formula uses a function that is undefined somewhere (``log``, ``sqrt``, ``arcsin``, a
+    division, ...): then an angle that the probes found affine (``x + 0 * log(x)``, ``x / x``) is affine only
+    where it is defined."""
+    if e.op in ("log", "sqrt", "arcsin", "arccos", "tan", "guard"):
+        return True
+    if e.op == "pow":
+        exponent = e.args[1]
+        if not exponent.is_const or exponent.value < 0 or exponent.value != round(exponent.value):
+            return True
+    return any(_restricted(a) for a in e.args)
 
 
 def _symbolic_angles(tracer: _Tracer, gates: list[_Gate], traced: tuple[list[_Gate] | None, Exception | None],

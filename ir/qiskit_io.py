@@ -300,9 +300,13 @@ def _angle(value, gate: str, wires: list[int], symbols: dict, derived: list[ex.E
     if len(params) == 1:
         (p,) = params
         scale = value.gradient(p)
-        if not isinstance(scale, ParameterExpression):
+        try:  # the offset: the value at 0, where the expression may be undefined ((x - x)**-1)
+            offset = None if isinstance(scale, ParameterExpression) else complex(value.bind({p: 0}).numeric())
+        except (ArithmeticError, RuntimeError, ValueError, TypeError):
+            offset = None
+        if offset is not None and np.isfinite(offset):
             kind, index = symbols[p.name]
-            return Angle(kind, index, _real(scale, where), _real(value.bind({p: 0}).numeric(), where))
+            return Angle(kind, index, _real(scale, where), _real(offset, where))
     e = _expression(value, symbols, where)
     if e.is_const:  # x - x, say
         return Angle.const(e.value)
@@ -336,7 +340,10 @@ def _expression(value: ParameterExpression, symbols: dict, where: str) -> ex.Exp
             kind, index = symbols[s.name]
             return ex.Expr(kind, index=index)
         if s.is_number:
-            return ex.const(_real(complex(s), where))
+            number = _real(complex(s), where)
+            if not np.isfinite(number):
+                raise CircuitError(f"{where}: angle {value} has the constant {s}, which is not a finite number")
+            return ex.const(number)
         args = [convert(a) for a in s.args]
         if s.is_Add:
             return ex.add(*args)

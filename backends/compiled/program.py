@@ -325,26 +325,43 @@ class EncodedProgram:
             raise BackendError(str(exc)) from None
         if probes is None:
             return run(self._columns(x), weights)
-        # the rows themselves, without a gradient where the chain rule breaks down (torch.where drops its NaN)
+        # the rows themselves: no gradient through the derived inputs where the chain rule breaks down
+        # (torch.where drops its NaN), none at all where probe rows carry the whole derivative
         dev = x.device
-        singular = torch.zeros(x.shape, dtype=torch.bool, device=dev)
-        singular[torch.as_tensor(probes.rows, device=dev), torch.as_tensor(probes.inputs, device=dev)] = True
-        out = run(self._columns(torch.where(singular, x.detach(), x)), weights)
+        hold, hide = (torch.zeros(x.shape, dtype=torch.bool, device=dev) for _ in range(2))
+        hold[torch.as_tensor(probes.rows, device=dev), torch.as_tensor(probes.inputs, device=dev)] = True
+        probed = np.flatnonzero(probes.probed)
+        hide[torch.as_tensor(probes.rows[probed], device=dev), torch.as_tensor(probes.inputs[probed], device=dev)] = True
+        cols = self._columns(torch.where(hold, x.detach(), x))
+        direct = list(self.template.direct_inputs())
+        if direct:
+            cols = torch.cat([torch.where(hide, x.detach(), x)[:, direct].to(cols.dtype), cols[:, len(direct):]], 1)
+        out = run(cols, weights)
+        if not len(probes.points):
+            return out
         # the probe rows: each carries the gradient of its one input
-        rows = torch.as_tensor(np.repeat(probes.rows, 2), device=dev)
-        cols = torch.as_tensor(np.repeat(probes.inputs, 2), device=dev)
+        rows = torch.as_tensor(probes.point_rows, device=dev)
+        cols = torch.as_tensor(probes.point_inputs, device=dev)
         points = torch.as_tensor(probes.points, dtype=x.dtype, device=dev)
         moved = torch.zeros(points.shape, dtype=torch.bool, device=dev)
         moved[torch.arange(points.shape[0], device=dev), cols] = True
         carried = x[rows, cols] - x[rows, cols].detach()  # zero, with the gradient of x[row, input]
-        points = torch.where(moved, points + carried[:, None], points)
+        given = torch.as_tensor(np.isfinite(probes.slopes).all(axis=1), device=dev)  # slopes of their own
+        points = torch.where(moved & ~given[:, None], points + carried[:, None], points)
+        pcols = self._columns(points)
+        if bool(given.any()):  # there the derived inputs move along their slopes (autograd would meet 0/0)
+            d = len(direct)
+            slopes = torch.as_tensor(np.nan_to_num(probes.slopes), dtype=pcols.dtype, device=dev)
+            linear = pcols[:, d:].detach() + carried[:, None].to(pcols.dtype) * slopes
+            pcols = torch.cat([torch.where(moved & given[:, None], points + carried[:, None], points)[:, direct]
+                               .to(pcols.dtype), torch.where(given[:, None], linear, pcols[:, d:])], 1)
         w = weights
         if w is not None:
             w = (w if isinstance(w, torch.Tensor) else torch.as_tensor(np.asarray(w, dtype=float))).detach()
             w = w.to(dev)[rows] if w.ndim == 2 else w
-        at = run(self._columns(points), w)
+        at = run(pcols, w)
         slope = probes.combine(at - at.detach())  # zero; its gradient is the probes' mean
-        return out.index_add(0, torch.as_tensor(probes.rows, device=dev), slope.to(out.dtype))
+        return out.index_add(0, torch.as_tensor(probes.rows[probed], device=dev), slope.to(out.dtype))
 
 
 _CACHE: dict = {}

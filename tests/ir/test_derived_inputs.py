@@ -293,6 +293,7 @@ def _error_on_every_path(t, rows, w=()):
 @pytest.mark.parametrize("expression, good, bad, value", [
     (lambda x: x.log(), 1.0, 0.0, "-inf"), (lambda x: (x - 0.5).log(), 1.0, 0.0, "nan"),
     (lambda x: (x + 0.5).arcsin(), 0.0, 1.0, "nan"), (lambda x: (x * 1000).exp(), 0.1, 1.0, "inf"),
+    (lambda x: (1 / x).arctan(), 1.0, 0.0, "undefined"),  # arctan(inf) is a number, 1 / 0 is not
 ])
 def test_an_undefined_derived_input_is_the_same_one_line_error_on_every_path(expression, good, bad, value):  # 22.2
     t = _one_input_circuit(expression)
@@ -310,6 +311,55 @@ def test_an_all_zero_amplitude_vector_is_a_one_line_error_naming_the_row(n_qubit
     assert len(set(messages)) == 1 and "\n" not in messages[0], messages
     assert re.search(r"is nan for row 1 \(inputs \[0\. .*\]\): it is undefined where x\[0\]\*x\[0\] \+ .* is 0$",
                      messages[0]), messages[0]
+
+
+@pytest.mark.parametrize("expression, row", [
+    (lambda x: (x[0] * x[1]) ** 0.5, [0.0, 0.0]),  # constant along each input there
+    (lambda x: x[0] + (x[0] * x[1]) ** 0.5, [0.0, 0.0]),  # sqrt(0) stays put along x[0]
+    (lambda x: (x[0] ** 2 + x[1] ** 2) ** 0.5, [0.0, 0.0]),  # a cone: the mean of the two slopes
+    (lambda x: (x[0] ** 2) ** 0.75 + x[1], [0.0, 0.5]),
+])
+def test_input_gradients_where_the_chain_rule_meets_0_over_0_match_finite_differences(expression, row):  # 22.1
+    from qiskit import QuantumCircuit
+
+    x = ParameterVector("x", 2)
+    qc = QuantumCircuit(2)
+    qc.ry(x[0], 0)
+    qc.rx(expression(x), 1)
+    qc.cx(1, 0)
+    t = from_qiskit(qc, inputs=x, observables=["Z0", "Y1", "X0 Z1"])
+    rows = np.array([row])
+    fd = _finite_difference_inputs(t, rows, None)
+    batch, post = param_shift(t, rows, None, wrt="inputs")
+    np.testing.assert_allclose(post(get_backend("reference").submit(batch).result()).input_jacobian, fd, atol=1e-6)
+    xt = torch.tensor(rows, requires_grad=True)
+    compile_template(t, dtype="complex128")(xt).sum().backward()
+    np.testing.assert_allclose(xt.grad.numpy(), fd.sum(1), atol=1e-6)
+
+
+@pytest.mark.parametrize("expression, row, where", [
+    (lambda x: x[0] ** 0.5 + x[1], [0.0, 1.0], r"derived input .* is not defined on both sides of x\[0\] = 0"),
+    (lambda x: (x[0] * x[1]).arcsin(), [1.0, 1.0], r"derived input .* not defined on both sides of x\[0\] = 1"),
+    (lambda x: x[0] ** 1.5 + x[1], [0.0, 1.0], r"derived input .* not defined on both sides of x\[0\] = 0"),
+])
+def test_a_derivative_at_the_edge_of_a_domain_is_a_one_line_error_on_every_path(expression, row, where):  # 22.1
+    from qiskit import QuantumCircuit
+
+    x = ParameterVector("x", 2)
+    qc = QuantumCircuit(1)
+    qc.rx(expression(x), 0)
+    t = from_qiskit(qc, inputs=x, observables=["Y0"])
+    messages = []
+    for path in (lambda: param_shift(t, [row], None, wrt="inputs"),
+                 lambda: compile_template(t)(torch.tensor([row], requires_grad=True)),
+                 lambda: QuantumLayer(t, backend="reference")(torch.tensor([row], requires_grad=True)).sum().backward()):
+        with pytest.raises(BackendError) as info:
+            path()
+        messages.append(str(info.value))
+    assert len(set(messages)) == 1 and "\n" not in messages[0], messages
+    assert re.search(rf"the derivative with respect to input 'x\[0\]' does not exist for row 0: {where}", messages[0]), \
+        messages[0]
+    np.testing.assert_allclose(_run(t, [row], None), _run(t, [row], None))  # the values themselves exist
 
 
 # --------------------------------------------------------------------------- the template as data

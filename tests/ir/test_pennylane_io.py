@@ -3,7 +3,7 @@ import numpy as np
 import pennylane as qml
 import pytest
 
-from hqflow.backends.base import CircuitBatch
+from hqflow.backends.base import BackendError, CircuitBatch
 from hqflow.backends.reference import ReferenceBackend
 from hqflow.ir import Angle, Circuit, CircuitError, GATES, Observable, from_pennylane, gate_matrix
 from hqflow.ir.pennylane_io import (
@@ -231,6 +231,18 @@ def test_functions_with_a_domain_convert_and_match_pennylane_inside_it(function,
     assert len(t.derived) == 1
     x, w = np.array(rows)[:, None], np.array([0.3])
     np.testing.assert_allclose(reference_values(t, x, w), pennylane_values(f, x, w), atol=1e-12)
+
+
+def test_an_angle_affine_only_where_it_is_defined_refuses_the_other_rows():  # 22.6
+    def f(inputs, weights):
+        qml.RY(inputs[0] * np.log(inputs[0]) / np.log(inputs[0]), wires=0)  # x where it is defined
+        return qml.expval(qml.Z(0))
+
+    t = from_pennylane(f, 1, n_inputs=1)
+    assert len(t.derived) == 1
+    np.testing.assert_allclose(reference_values(t, [[0.5], [2.0]], None), pennylane_values(f, [[0.5], [2.0]], []))
+    with pytest.raises(BackendError, match=r"is nan for row 1 \(inputs \[1\.\]\): 0 \*\* -1 is not a real number"):
+        reference_values(t, [[0.5], [1.0]], None)
 
 
 def test_a_function_defined_at_no_sample_input_is_a_one_line_error_that_says_so():  # 22.6

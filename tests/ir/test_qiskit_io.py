@@ -359,3 +359,13 @@ def test_expressions_are_checked_inside_their_domain(expression, rows):  # 22.7
     for row in rows:
         expected = qiskit_values(qc, {x: row}, [[("Z", 1.0)], [("X", 1.0)]])
         np.testing.assert_allclose(reference_values(template, [row], None), expected, atol=1e-12)
+
+
+def test_an_angle_that_is_a_number_nowhere_is_a_one_line_error():  # 22.7
+    x = Parameter("x")
+    qc = QuantumCircuit(1)
+    qc.rz(x, 0)
+    qc.rx((x - x) ** -1.0, 0)
+    with pytest.raises(CircuitError, match="not a finite number") as info:
+        from_qiskit(qc, inputs=[x], observables=["Z0"])
+    assert "\n" not in str(info.value)
