@@ -24,6 +24,14 @@ function of the *inputs* (products such as ``ZZFeatureMap``'s ``2 (π - x0)(π -
 sums of several inputs, ``sin``/``cos``/``exp``/powers, ...) becomes a derived
 input (``CircuitTemplate.derived``), computed classically per row. A weight must
 enter its angles affinely and alone: ``θ * x`` or ``sin(θ)`` is an error.
+
+A derived input is the real function of the expression as sympy writes it
+(``value.sympify()``; the conversion is checked against Qiskit's value at a probe
+point inside the expression's domain, or symbolically where no probe point is). A
+row where it is not a real number (``log(x - 1)`` at ``x = 1``) is refused in one
+line. Qiskit's own binding differs at some such rows: it takes ``log`` and powers
+of negative numbers through complex numbers, and sympy simplifies ``sin(asin(x))``
+to ``x``.
 """
 from __future__ import annotations
 
