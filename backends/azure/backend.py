@@ -71,8 +71,9 @@ _SECRETS = ("key", "credential", "connection_string")
 _TRIES = 6  # tries of one HTTP call that fails transiently
 _TRANSIENT = (408, 409, 429, 500, 502, 503, 504)
 _CANCEL_TRANSIENT = (408, 429, 500, 502, 503, 504)  # a 409 to a cancel: the job has ended
-_UNREACHABLE = ("connection refused", "name or service not known", "failed to resolve", "nodename nor servname",
-                "getaddrinfo failed", "no address associated", "temporary failure in name resolution")
+# what a refused connection or an unknown host says (not "temporary failure in name resolution": that passes)
+_UNREACHABLE = ("connection refused", "name or service not known", "nodename nor servname", "getaddrinfo failed",
+                "no address associated")
 
 
 class AzureUnauthorized(BackendAccessError):
@@ -376,7 +377,7 @@ class AzureBackend:
     def _wait(self, sj, job: AzureJob, closing: threading.Event) -> None:
         """Poll until the job ends: first when jobs have been taking to finish, then backing off. Raises
         ``_Stopped`` when the batch stops or the backend closes (the service job runs on)."""
-        start = time.perf_counter()
+        start, waited = time.perf_counter(), _status(sj) not in _TERMINAL
         with self._lock:
             typical = self._typical
         first = min(max(self.poll_interval, 0.9 * typical), self.max_poll_interval) if typical else None
@@ -396,11 +397,11 @@ class AzureBackend:
                 raise _Stopped("stopped")
             self._retry(sj.refresh, "poll a job")
         job.mark_started()
+        took = time.perf_counter() - start
         with self._lock:
             self._open.pop(sj.id, None)
-        took = time.perf_counter() - start
-        with self._lock:  # a moving average of how long jobs take to finish, for the first poll
-            self._typical = took if self._typical is None else 0.8 * self._typical + 0.2 * took
+            if waited:  # (not one found ended) a moving average of how long jobs take to finish, for the first poll
+                self._typical = took if self._typical is None else 0.8 * self._typical + 0.2 * took
 
     def _cancel(self, sj) -> None:
         """Cancel a service job (best effort: it may have ended meanwhile); it is no longer ours to end."""
@@ -627,7 +628,7 @@ def _unreachable(exc: BaseException) -> bool:
         if not isinstance(e, BaseException) or id(e) in seen:
             continue
         seen.add(id(e))
-        if isinstance(e, (ConnectionRefusedError, socket.gaierror)):
+        if isinstance(e, ConnectionRefusedError) or (isinstance(e, socket.gaierror) and e.errno == socket.EAI_NONAME):
             return True
         if any(word in str(e).lower() for word in _UNREACHABLE):
             return True
