@@ -11,7 +11,8 @@ observables' values ``[B, n_obs]`` (or ``[n_obs]``), differentiable with respect
 the inputs and the circuit's weights (``layer.weights``, an ``nn.Parameter``):
 
 * on a backend with a torch program (``gradient="autograd"``, such as ``compiled``), the
-  program runs in the autograd graph, and ``torch.compile`` sees through it;
+  program runs in the autograd graph, and ``torch.compile`` sees through it (a template with
+  derived inputs breaks the graph where its rows are checked);
 * on any other backend, the forward pass is one job and the backward pass is one
   batched parameter-shift job (``hqflow.gradients.param_shift``) for every row, with
   respect to what needs a gradient; ``torch.compile`` runs it with a graph break.

@@ -301,17 +301,11 @@ class EncodedProgram:
         return x
 
     def _columns(self, x: torch.Tensor) -> torch.Tensor:
-        try:
-            cols = self.template.encode(x.to(torch.float64), torch)
-        except DerivedInputError as exc:
-            raise BackendError(str(exc)) from None
+        _check_rows(self.template, x)
+        cols = self.template.encode(x.to(torch.float64), torch, check=False)
         out = cols.to(self.program.real_dtype)
-        if out.dtype != cols.dtype and not bool(torch.isfinite(out).all()):
-            row, col = (int(i[0]) for i in torch.nonzero(~torch.isfinite(out), as_tuple=True))
-            raise BackendError(f"circuit {self.template.name!r}: derived input "
-                               f"{self.template.lowered().input_names[col]!r} is {float(cols[row, col]):.6g} for "
-                               f"row {row}, beyond {str(self.program.dtype).replace('torch.', '')}'s range: use "
-                               "dtype='complex128'")
+        if out.dtype != cols.dtype:
+            _check_range(self.template, cols, out, self.program.dtype)
         return out
 
     def _run(self, method: str, inputs, weights) -> torch.Tensor:
@@ -319,10 +313,7 @@ class EncodedProgram:
         x = self._raw(inputs)
         if not (torch.is_grad_enabled() and x.requires_grad):
             return run(self._columns(x), weights)
-        try:
-            probes = self.template.derivative_probes(x.detach().double().cpu().numpy())
-        except DerivedInputError as exc:
-            raise BackendError(str(exc)) from None
+        probes = _probes(self.template, x)
         if probes is None:
             return run(self._columns(x), weights)
         # the rows themselves: no gradient through the derived inputs where the chain rule breaks down
@@ -362,6 +353,41 @@ class EncodedProgram:
         at = run(pcols, w)
         slope = probes.combine(at - at.detach())  # zero; its gradient is the probes' mean
         return out.index_add(0, torch.as_tensor(probes.rows[probed], device=dev), slope.to(out.dtype))
+
+
+# The checks read values, so they run outside torch.compile's graph (a graph break, as a job is).
+
+
+@torch.compiler.disable
+def _check_rows(template: CircuitTemplate, x: torch.Tensor) -> None:
+    """The template's own check of the rows (``CircuitTemplate.encode``), as a ``BackendError``."""
+    try:
+        template.encode(_numpy(x), np)
+    except DerivedInputError as exc:
+        raise BackendError(str(exc)) from None
+
+
+@torch.compiler.disable
+def _probes(template: CircuitTemplate, x: torch.Tensor):
+    """``template.derivative_probes`` of the rows, or its error as a ``BackendError``."""
+    try:
+        return template.derivative_probes(_numpy(x))
+    except DerivedInputError as exc:
+        raise BackendError(str(exc)) from None
+
+
+@torch.compiler.disable
+def _check_range(template: CircuitTemplate, cols: torch.Tensor, out: torch.Tensor, dtype: torch.dtype) -> None:
+    """Derived inputs too large for the program's precision (finite in float64, not in float32)."""
+    if not bool(torch.isfinite(out).all()):
+        row, col = (int(i[0]) for i in torch.nonzero(~torch.isfinite(out), as_tuple=True))
+        raise BackendError(f"circuit {template.name!r}: derived input {template.lowered().input_names[col]!r} is "
+                           f"{float(cols[row, col]):.6g} for row {row}, beyond {str(dtype).replace('torch.', '')}'s "
+                           "range: use dtype='complex128'")
+
+
+def _numpy(x: torch.Tensor) -> np.ndarray:
+    return x.detach().to("cpu", torch.float64).numpy()
 
 
 _CACHE: dict = {}

@@ -85,6 +85,32 @@ def test_torch_compile_gives_the_same_values_and_gradients(backend):
     np.testing.assert_allclose(cw.numpy(), gw.numpy(), atol=1e-9)
 
 
+def test_torch_compile_runs_a_layer_with_derived_inputs_and_zero_features():  # issue 22.1, 22.2
+    import pennylane as qml
+
+    from hqflow.backends import BackendError
+    from hqflow.ir import from_pennylane
+
+    def embed(inputs, weights):
+        qml.AmplitudeEmbedding(inputs, wires=range(2), normalize=True)
+        qml.RY(weights[0], wires=0)
+        return qml.expval(qml.Z(0)), qml.expval(qml.X(1))
+
+    layer = QuantumLayer(from_pennylane(embed, 2, n_inputs=4, n_weights=1), "compiled", seed=2, dtype=torch.float64)
+    x = torch.tensor([[1.7, -0.85, 0.0, 0.0], [0.0, 0.0, 0.6, -0.2], [0.3, 0.1, -0.2, 0.4]], requires_grad=True)
+    eager = layer(x).sum()
+    gx, gw = torch.autograd.grad(eager, [x, layer.weights])
+    compiled = torch.compile(lambda v: layer(v).sum(), backend="eager")
+    again = compiled(x)
+    cx, cw = torch.autograd.grad(again, [x, layer.weights])
+    assert float(again) == pytest.approx(float(eager), abs=1e-12)
+    assert np.isfinite(gx.numpy()).all()
+    np.testing.assert_allclose(cx.numpy(), gx.numpy(), atol=1e-12)
+    np.testing.assert_allclose(cw.numpy(), gw.numpy(), atol=1e-12)
+    with pytest.raises(BackendError, match=r"is nan for row 1 .*undefined where"):
+        compiled(torch.tensor([[1.0, 0, 0, 0], [0, 0, 0, 0]], dtype=torch.float64))
+
+
 def test_one_row_no_inputs_and_shots():
     t = _template()
     layer = QuantumLayer(t, "compiled", seed=0)
