@@ -367,7 +367,7 @@ def _finite_slope(op: str, vals: list, value: Any, np: Any) -> Any:
         base, exponent = vals
         slope = np.isfinite(exponent * base ** (exponent - 1.0))
         if isinstance(exponent, float):  # a fractional power of 0 is at the edge of its domain
-            return slope & ((base != 0) | (exponent == round(exponent)))
+            return slope & ((base != 0) | float(exponent).is_integer())
         return slope & np.isfinite(value * np.log(base))
     return True  # add, mul, sin, cos, arctan, abs, sign, guard
 

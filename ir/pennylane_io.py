@@ -337,7 +337,7 @@ def _restricted(e: ex.Expr) -> bool:
         return True
     if e.op == "pow":
         exponent = e.args[1]
-        if not exponent.is_const or exponent.value < 0 or exponent.value != round(exponent.value):
+        if not exponent.is_const or exponent.value < 0 or not float(exponent.value).is_integer():
             return True
     return any(_restricted(a) for a in e.args)
 
