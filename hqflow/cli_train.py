@@ -193,13 +193,13 @@ def _importable_cwd() -> None:
 
 def _with_module(env: str, module: str) -> str:
     """``ENV`` with ``--env-module MODULE``: ``MODULE:ENV``, the form every process imports MODULE from."""
-    from hqflow.workloads.rl.envs import SPECS
+    from hqflow.workloads.rl.envs import SHORT_NAMES
 
     if not all(part.isidentifier() for part in module.split(".")):
         raise UsageError(f"--env-module {module!r}: expected a module name such as mypkg.envs")
     if ":" in env:
         raise UsageError(f"--env-module {module!r} with {env!r}: give the module once, as MODULE:ID or --env-module")
-    if env in SPECS:
+    if env in SHORT_NAMES:
         raise UsageError(f"--env-module is for an id that MODULE registers, not the short name {env!r}")
     return f"{module}:{env}"
 

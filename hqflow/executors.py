@@ -25,7 +25,9 @@ or ``(name, options)``.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import dataclasses
+import logging
 import pickle
 import re
 import threading
@@ -398,6 +400,19 @@ class _RayHandle:
             self.restarts += 1
 
 
+@contextlib.contextmanager
+def _quiet_ray_auth():
+    """Ray's notice that it enabled token authentication (its secure default, kept) is not the user's business:
+    its logger says only errors meanwhile."""
+    log = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 class RayExecutor:
     """Classical slots as long-lived Ray actors (``cpu`` slots hold one CPU each; ``gpu`` slots a
     GPU when the cluster has one), backends as Ray actors that reserve no CPU (they wait on devices).
@@ -422,11 +437,12 @@ class RayExecutor:
         if not ray.is_initialized():  # workers import what this process can (a user's env module, say)
             env = {"env_vars": {"PYTHONPATH": _import_path()}}
             try:
-                if address is None:  # "local": a Ray of its own, even where another runs on this machine
-                    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                             configure_logging=False, runtime_env=env)
-                else:
-                    ray.init(address=address, log_to_driver=False, configure_logging=False, runtime_env=env)
+                with _quiet_ray_auth():
+                    if address is None:  # "local": a Ray of its own, even where another runs on this machine
+                        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                                 configure_logging=False, runtime_env=env)
+                    else:
+                        ray.init(address=address, log_to_driver=False, configure_logging=False, runtime_env=env)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 where = "a local Ray" if address is None else f"the Ray cluster at {address}"
                 raise RayFailure(f"cannot start or reach {where}: {one_line(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}") from None

@@ -37,3 +37,6 @@ class Algorithm:
     """``(cfg) -> int``: the episodes that mean is over"""
     resolve: Callable
     """``(cfg, in_process, devices) -> cfg``: the config for where the circuit runs (``auto`` settings)"""
+    within_budget: Callable
+    """``(batch, cfg, episodes) -> batch``: the batch cut to complete at most ``episodes`` (>= 1) episodes, as if
+    the actor had stopped there (the run's episode budget is exact)"""

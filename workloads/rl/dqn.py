@@ -75,7 +75,7 @@ ENV_DEFAULTS = {
 @dataclass(frozen=True)
 class Config:
     env: str = "cartpole"
-    """environment short name (``hqflow.workloads.rl.envs.SPECS``)"""
+    """environment short name (``hqflow.workloads.rl.envs.SHORT_NAMES``, or a gymnasium id)"""
     obs_encoding: str = "auto"
     """how observations become circuit features: "auto" (the short name's own, else by the space), "box",
     "running" (running statistics where a Box is unbounded: actor state, carried and checkpointed), "binary"
@@ -386,5 +386,10 @@ def resolve(cfg: Config, in_process: bool, devices: int = 1) -> Config:
     return cfg
 
 
+def within_budget(batch, cfg: Config, episodes: int):
+    """The batch as it is: the actor never completes more episodes than the budget leaves (``n`` per update)."""
+    return batch
+
+
 ALGORITHM = Algorithm("dqn", Config, make_policy, make_optimizer, make_envs, init_carry, init_extra, act, learn,
-                      episodes_per_update, solved_threshold, solve_window, resolve)
+                      episodes_per_update, solved_threshold, solve_window, resolve, within_budget)

@@ -23,8 +23,9 @@ Encodings (``EnvSpec.encode``; the policy then multiplies each feature by its tr
   binary on 4 qubits (Skolik et al. 2022), most significant bit on qubit 0; bit b becomes
   the feature π·b, so with λ = 1 the encoding RX flips the qubit exactly where b = 1.
 
-Any other registered gymnasium id works too (``CartPole-v1``, ``MountainCar-v0``, ...), and
-so does a user's own, in every process that makes the env (Ray's workers too):
+These three short names (``SHORT_NAMES``) are fixed. Any other registered gymnasium id works too
+(``CartPole-v1``, ``MountainCar-v0``, ...), and so does a user's own, registered with gymnasium
+(``gymnasium.register``), in every process that makes the env (Ray's workers too):
 
 * ``"mypkg.envs:MyEnv-v0"`` imports ``mypkg.envs`` (which registers it) first, as
   ``gymnasium.make`` does (``hqflow train MyEnv-v0 --env-module mypkg.envs`` says the same);
@@ -60,8 +61,9 @@ import importlib
 import math
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import gymnasium as gym
 import numpy as np
@@ -152,13 +154,16 @@ class EnvSpec:
         return gym.spec(self.gym_id.rpartition(":")[2]).max_episode_steps
 
 
-SPECS: dict[str, EnvSpec] = {
+_SHORT: Mapping[str, EnvSpec] = MappingProxyType({
     "cartpole": EnvSpec("cartpole", "CartPole-v1", (), 4, 4, 2, 500.0, _cartpole),
     "acrobot": EnvSpec("acrobot", "Acrobot-v1", (), 6, 6, 3, -100.0, _acrobot),
     # the lake is deterministic, so a solved policy reaches the goal (reward 1) every episode
     "frozenlake": EnvSpec("frozenlake", "FrozenLake-v1", (("map_name", "4x4"), ("is_slippery", False)),
                           4, 4, 4, 1.0, _frozenlake),
-}
+})
+SHORT_NAMES: tuple[str, ...] = tuple(sorted(_SHORT))
+"""hqflow's own short names, each with its encoding (fixed: an environment of your own is registered with
+gymnasium and named ``MODULE:ID``, which every process, Ray's workers too, imports for itself)"""
 
 
 OBS_ENCODINGS = ("auto", "box", "running", "binary", "onehot")
@@ -180,10 +185,10 @@ def get_spec(name: str, encoding: str = "auto") -> EnvSpec:
         raise ValueError(f"an environment is a short name or a gymnasium id, got {name!r}")
     if encoding not in OBS_ENCODINGS:
         raise ValueError(f"unknown observation encoding {encoding!r}; known: {', '.join(OBS_ENCODINGS)}")
-    if encoding == "auto" and name in SPECS:
-        return SPECS[name]
-    if name in SPECS:  # a short name with another encoding: its environment, encoded by the space
-        base = SPECS[name]
+    if encoding == "auto" and name in _SHORT:
+        return _SHORT[name]
+    if name in _SHORT:  # a short name with another encoding: its environment, encoded by the space
+        base = _SHORT[name]
         spec = _from_gym(base.gym_id, encoding, base.kwargs)
         return dataclasses.replace(spec, name=name, solved=base.solved)
     return _from_gym(name, encoding)
@@ -200,7 +205,7 @@ def _bounded(low, high) -> np.ndarray:
 def legacy_encoding(name: str, encoding: str) -> str:
     """The encoding a run recorded as ``encoding`` was trained with: "auto" from before runs recorded the
     encoding it stood for meant "box" for a Box that is not a short name's, whatever "auto" means now."""
-    if encoding != "auto" or name in SPECS:
+    if encoding != "auto" or name in _SHORT:
         return encoding
     return "box" if get_spec(name).obs_encoding in ("box", "running") else encoding
 
@@ -413,8 +418,8 @@ def close_matches(name: str) -> list[str]:
         found = re.search(r"-v(\d+)$", text)
         return int(found.group(1)) if found else 0
 
-    candidates = set(SPECS) | set(gym.registry)
-    exact = sorted((c for c in candidates if bare(c) == bare(name)), key=lambda c: (c not in SPECS, -version(c), c))
+    candidates = set(_SHORT) | set(gym.registry)
+    exact = sorted((c for c in candidates if bare(c) == bare(name)), key=lambda c: (c not in _SHORT, -version(c), c))
     if exact:
         return exact[:3]
     folded = {c.lower(): c for c in sorted(candidates)}
@@ -441,7 +446,7 @@ def _from_gym(name: str, encoding: str = "auto", kwargs: tuple = ()) -> EnvSpec:
             listed = f"it registered {', '.join(own)}" if own else "it registered no gymnasium environment"
             raise ValueError(f"unknown environment {name!r}: module {module!r} registered no id {env_id!r}; "
                              f"{listed}") from None
-        known = ", ".join(sorted(SPECS))
+        known = ", ".join(sorted(_SHORT))
         hint = f" ({exc})" if "version" in str(exc).lower() else ""  # gymnasium names the current version
         if failed:
             hint += f" (the {PLUGIN_GROUP} entry point{'s' if len(failed) > 1 else ''} {'; '.join(failed)})"
@@ -573,5 +578,5 @@ class FreshEnvs:
         self.vector.close()
 
 
-__all__ = ["AUTO_BOX", "OBS_ENCODINGS", "PLUGIN_GROUP", "SPECS", "EnvSpec", "FreshEnvs", "ObsEncoder", "ObsStats",
+__all__ = ["AUTO_BOX", "OBS_ENCODINGS", "PLUGIN_GROUP", "SHORT_NAMES", "EnvSpec", "FreshEnvs", "ObsEncoder", "ObsStats",
            "get_spec", "load_plugin_envs", "make_env", "reset_finished", "vector_env"]

@@ -102,7 +102,31 @@ class _ParamShift(torch.autograd.Function):
         return gx, gw, None, None, None
 
 
-class _PQC(nn.Module):
+class Acting:
+    """``act(obs)``: the greedy action of a policy for one raw observation, as the environment takes it.
+
+    Every policy says what its greedy choice is (``greedy(features)``, per row of encoded features); ``act`` first
+    encodes the observation with ``env_spec`` (the environment's encoding, which ``load_policy`` sets, running
+    statistics included) and ends with the environment's action (an index, or a point of a Box)."""
+
+    env_spec = None  # an ``envs.EnvSpec``; set by ``load_policy``
+
+    def greedy(self, features) -> np.ndarray:  # pragma: no cover - every policy defines it
+        raise NotImplementedError
+
+    def act(self, obs):
+        """The environment's action for one raw observation ``obs`` (greedy: no exploration)."""
+        if self.env_spec is None:
+            raise ValueError("act(obs) needs the environment's encoding: use the policy that "
+                             "hqflow.workloads.rl.load_policy(run_dir) returns, or set policy.env_spec")
+        return self.env_spec.env_action(self.greedy(self.env_spec.encode(obs))[0])
+
+    @torch.no_grad()
+    def _outputs(self, features) -> torch.Tensor:
+        return self(torch.as_tensor(np.asarray(features), dtype=torch.float32))
+
+
+class _PQC(Acting, nn.Module):
     """The shared body: scaled, encoded states -> expectation values [B, n_obs]."""
 
     def __init__(self, n_qubits, n_layers, observables, encoding, backend, seed, dtype):
@@ -217,6 +241,10 @@ class SoftmaxPQC(_PQC):
         """log π(a|s) for every action: [B, n_actions]."""
         return torch.log_softmax(self.logits(states), dim=-1)
 
+    def greedy(self, features) -> np.ndarray:
+        """The most probable action per row: [B] indices."""
+        return self._outputs(features).argmax(dim=-1).cpu().numpy()
+
 
 class QValuePQC(_PQC):
     """Q(s, a) = w_a · (1 + <O_a>) / 2 over a re-uploading circuit (Skolik et al.); w starts at ones."""
@@ -234,6 +262,10 @@ class QValuePQC(_PQC):
     def forward(self, states: torch.Tensor) -> torch.Tensor:
         """Q-values [B, n_actions]."""
         return self.output[None] * (1.0 + self.expectations(states)) / 2.0
+
+    def greedy(self, features) -> np.ndarray:
+        """The action of the largest Q-value per row: [B] indices."""
+        return self._outputs(features).argmax(dim=-1).cpu().numpy()
 
 
 class GaussianPQC(_PQC):
@@ -253,6 +285,10 @@ class GaussianPQC(_PQC):
     def forward(self, states: torch.Tensor) -> torch.Tensor:
         """The mean action [B, n_actions] (what a greedy policy takes)."""
         return self.output[None] * self.expectations(states)
+
+    def greedy(self, features) -> np.ndarray:
+        """The mean action per row: [B, n_actions] in [-1, 1]^d (the environment scales it onto its Box)."""
+        return self._outputs(features).cpu().numpy()
 
     def dist(self, states: torch.Tensor) -> torch.distributions.Distribution:
         """π(·|s): independent normals, [B] batch of d-dimensional actions."""

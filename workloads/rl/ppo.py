@@ -56,7 +56,7 @@ from hqflow.config import check_fields
 from hqflow.workloads.rl.algorithm import Algorithm
 from hqflow.workloads.rl.bounds import BOUNDS
 from hqflow.workloads.rl.envs import EnvSpec, ObsEncoder, get_spec, reset_finished, vector_env
-from hqflow.workloads.rl.policies import ENCODINGS, GaussianPQC, SoftmaxPQC
+from hqflow.workloads.rl.policies import ENCODINGS, Acting, GaussianPQC, SoftmaxPQC
 from torch import nn
 
 
@@ -76,7 +76,7 @@ def setting(cfg, name: str):
 @dataclass(frozen=True)
 class Config:
     env: str = "cartpole"
-    """environment short name (``hqflow.workloads.rl.envs.SPECS``)"""
+    """environment short name (``hqflow.workloads.rl.envs.SHORT_NAMES``, or a gymnasium id)"""
     obs_encoding: str = "auto"
     """how observations become circuit features: "auto" (the short name's own, else by the space), "box",
     "running" (running statistics where a Box is unbounded: actor state, carried and checkpointed), "binary"
@@ -97,10 +97,10 @@ class Config:
     """steps per env per rollout; keep it above the env's time limit (500 for CartPole and
     Acrobot) or no episode of a good agent completes within a rollout"""
     max_episodes: int = 1000
-    """episode budget: the run makes ``max_updates(cfg)`` = ⌈max_episodes / episodes_per_update(cfg)⌉
-    updates, where ``episodes_per_update`` = num_envs · max(1, num_steps // time limit) is the
-    fewest episodes a rollout completes when num_steps >= the time limit; so at least
-    ``max_episodes`` episodes complete (many more while episodes are short)"""
+    """episode budget: the run stops when ``max_episodes`` episodes have completed, the last rollout cut on the
+    step that ended the last of them (``within_budget``); it makes at most ``max_updates(cfg)`` =
+    ⌈max_episodes / episodes_per_update(cfg)⌉ updates, where ``episodes_per_update`` = num_envs · max(1,
+    num_steps // time limit) is the fewest episodes a rollout completes when num_steps >= the time limit"""
     gamma: float = 0.99
     """discount factor"""
     gae_lambda: float = 0.95
@@ -160,8 +160,9 @@ class Config:
 
 # --- the agent -------------------------------------------------------------------------------
 
-class ActorCritic(nn.Module):
-    """The quantum actor π(a|s) (``SoftmaxPQC``) and a classical critic V(s), as one module.
+class ActorCritic(Acting, nn.Module):
+    """The quantum actor π(a|s) (``SoftmaxPQC``; ``GaussianPQC`` for continuous actions) and a classical
+    critic V(s), as one module: ``forward`` gives (log-probabilities, or the mean action, and V(s)).
 
     The critic is CleanRL's: Linear(F, h) - tanh - Linear(h, h) - tanh - Linear(h, 1) on the
     encoded state (F features, h = ``hidden``), orthogonal weights with gain √2 (last layer
@@ -190,6 +191,10 @@ class ActorCritic(nn.Module):
             return self.actor(states), self.value(states)
         return self.actor.log_probs(states), self.value(states)
 
+    def greedy(self, features) -> np.ndarray:
+        """The actor's greedy actions (``SoftmaxPQC.greedy``, ``GaussianPQC.greedy``); the critic is not asked."""
+        return self.actor.greedy(features)
+
     def param_groups(self, lr_in: float, lr_var: float, lr_out: float, lr_critic: float) -> list[dict]:
         """Optimizer groups: the actor's λ, θ, w (``SoftmaxPQC.param_groups``), then the critic."""
         return self.actor.param_groups(lr_in, lr_var, lr_out) + [
@@ -214,10 +219,39 @@ class Batch:
     last_values: np.ndarray  # [N] float32: V_old of each env's state after the last step
     episode_returns: np.ndarray  # returns of the episodes completed in the rollout, in the order they ended
     circuit_evals: int  # actor rows evaluated while acting + the rows the learner evaluates on this batch
+    kept: np.ndarray | None = None  # [N] int: the steps of each env the learner takes (None: all T; within_budget)
+    steps_taken: int = -1  # env steps the actor took (-1: n_steps; more in a rollout cut at the budget)
 
     @property
     def n_steps(self) -> int:
-        return self.actions.size
+        return self.rewards.size if self.kept is None else int(self.kept.sum())
+
+    def mask(self) -> np.ndarray:
+        """``[T, N]`` bool: the steps the learner takes."""
+        kept = np.full(self.rewards.shape[1], len(self.rewards)) if self.kept is None else self.kept
+        return np.arange(len(self.rewards))[:, None] < kept[None]
+
+
+def within_budget(batch: Batch, cfg: Config, episodes: int) -> Batch:
+    """The batch as if the rollout had stopped on the step that ended its ``episodes``-th episode (``episodes``
+    >= 1), so that a run completes exactly its episode budget: every env's steps up to that one, the
+    unfinished episodes cut there (bootstrapped from V, as a rollout's end cuts them). An episode of
+    another env that ended on that same step beyond the budget loses the step (cut just before it)."""
+    if len(batch.episode_returns) <= episodes:
+        return batch
+    ends = np.argwhere(batch.dones)  # (step, env), in the order the rollout recorded the episodes' ends
+    t = int(ends[episodes - 1][0])
+    kept = np.full(batch.dones.shape[1], t + 1)
+    late = ends[episodes:]
+    kept[late[late[:, 0] == t, 1]] = t
+    after = batch.values[t + 1] if t + 1 < len(batch.values) else batch.last_values
+    bootstrap = np.where(kept == t + 1, after, batch.values[t]).astype(batch.last_values.dtype)
+    dropped = batch.rewards.size - int(kept.sum())
+    cut = [a[:t + 1] for a in (batch.states, batch.actions, batch.log_probs, batch.rewards, batch.dones, batch.values)]
+    return Batch(*cut, bootstrap, batch.episode_returns[:episodes],
+                 batch.circuit_evals - setting(cfg, "update_epochs") * dropped,  # rows the learner no longer runs
+                 None if (kept == t + 1).all() else kept,
+                 batch.steps_taken if batch.steps_taken >= 0 else batch.rewards.size)
 
 
 # --- the actor -------------------------------------------------------------------------------
@@ -294,6 +328,20 @@ def gae(rewards, values, dones, last_values, gamma: float, lam: float) -> tuple[
     return advantages, advantages + values
 
 
+def _advantages(batch: Batch, cfg: Config) -> tuple[np.ndarray, np.ndarray]:
+    """``gae`` of the batch; of a batch whose envs keep different numbers of steps (``kept``), env by env
+    over its own steps (the rest zero)."""
+    if batch.kept is None:
+        return gae(batch.rewards, batch.values, batch.dones, batch.last_values, cfg.gamma, cfg.gae_lambda)
+    advantages, returns = np.zeros(batch.rewards.shape), np.zeros(batch.rewards.shape)
+    for i, k in enumerate(batch.kept):
+        cols = slice(i, i + 1)
+        advantages[:k, cols], returns[:k, cols] = gae(batch.rewards[:k, cols], batch.values[:k, cols],
+                                                      batch.dones[:k, cols], batch.last_values[cols], cfg.gamma,
+                                                      cfg.gae_lambda)
+    return advantages, returns
+
+
 def clipped_objective(new_log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
                       clip_coef: float) -> torch.Tensor:
     """PPO's policy loss: mean of max(-A · ρ, -A · clip(ρ, 1-ε, 1+ε)), ρ = π/π_old (minimized)."""
@@ -303,15 +351,19 @@ def clipped_objective(new_log_probs: torch.Tensor, old_log_probs: torch.Tensor, 
 
 def update(policy: ActorCritic, optimizer: torch.optim.Optimizer, batch: Batch, cfg: Config, seed) -> dict:
     """GAE, then ``update_epochs`` shuffled passes of ``num_minibatches`` Adam steps; the mean metrics."""
-    advantages, returns = gae(batch.rewards, batch.values, batch.dones, batch.last_values, cfg.gamma, cfg.gae_lambda)
+    advantages, returns = _advantages(batch, cfg)
+    mask = batch.mask()
+
+    def flat(a: np.ndarray) -> np.ndarray:  # time-major rows [T * N, ...] of the steps the learner takes
+        return a.reshape(-1, *a.shape[2:]) if batch.kept is None else a[mask]
+
     dtype = policy.actor.output.dtype
-    states = torch.from_numpy(batch.states.reshape(-1, batch.states.shape[-1]))
+    states = torch.from_numpy(flat(batch.states))
     continuous = getattr(policy, "continuous", False)
-    actions = torch.from_numpy(batch.actions.reshape(-1, batch.actions.shape[-1]) if continuous
-                               else batch.actions.reshape(-1))
-    old_log_probs = torch.from_numpy(batch.log_probs.reshape(-1)).to(dtype)
-    advantages = torch.as_tensor(advantages.reshape(-1), dtype=dtype)
-    returns = torch.as_tensor(returns.reshape(-1), dtype=dtype)
+    actions = torch.from_numpy(flat(batch.actions))
+    old_log_probs = torch.from_numpy(flat(batch.log_probs)).to(dtype)
+    advantages = torch.as_tensor(flat(advantages), dtype=dtype)
+    returns = torch.as_tensor(flat(returns), dtype=dtype)
     rng = np.random.default_rng(seed)
     sums, n_updates = {}, 0
     for _ in range(setting(cfg, "update_epochs")):
@@ -369,6 +421,7 @@ def train(cfg: Config = Config(), progress=None) -> dict:
         t0 = time.perf_counter()
         for k in range(max_updates(cfg)):
             batch, carry = act(policy, envs, cfg, k, carry)
+            batch = within_budget(batch, cfg, cfg.max_episodes - len(returns))
             metrics = update(policy, optimizer, batch, cfg, seed=[cfg.seed, k, 1])
             returns += batch.episode_returns.tolist()
             env_steps += batch.n_steps
@@ -380,7 +433,7 @@ def train(cfg: Config = Config(), progress=None) -> dict:
             if progress is not None:
                 progress(len(returns), metrics)
             if (solved_at is not None and cfg.stop_when_solved) or len(returns) >= cfg.max_episodes:
-                break  # the episode budget is spent: rollouts that end mid-episode do not stretch the run
+                break  # the episode budget is spent (the last rollout stops on it: within_budget)
         seconds = time.perf_counter() - t0
         envs.close()
     finally:
@@ -463,7 +516,7 @@ def learn(policy: ActorCritic, optimizer, batch: Batch, cfg: Config, extra, step
 
 __all__ = ["ActorCritic", "Batch", "Config", "act", "clipped_objective", "episodes_per_update", "gae", "init_carry",
            "learn", "make_envs", "make_optimizer", "make_policy", "max_updates", "rollout", "sample", "snapshot",
-           "solved_threshold", "train", "update"]
+           "solved_threshold", "train", "update", "within_budget"]
 
 
 def solve_window(cfg: Config) -> int:
@@ -476,4 +529,4 @@ def resolve(cfg: Config, in_process: bool, devices: int = 1) -> Config:
 
 
 ALGORITHM = Algorithm("ppo", Config, make_policy, make_optimizer, make_envs, init_carry, init_extra, act, learn,
-                      episodes_per_update, solved_threshold, solve_window, resolve)
+                      episodes_per_update, solved_threshold, solve_window, resolve, within_budget)

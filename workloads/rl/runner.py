@@ -13,7 +13,9 @@ The algorithm is written once (``reinforce``, ``dqn``, ``ppo``), as a module wit
   backend (``groups``, ``num_envs``, ``autoreset``), fixed once before the run so the
   run directory records them;
 * ``learn(policy, optimizer, batch, cfg, extra, step) -> (metrics, extra)`` (the learner;
-  ``metrics["circuit_evals"]``, if given, counts the circuit rows it ran).
+  ``metrics["circuit_evals"]``, if given, counts the circuit rows it ran);
+* ``within_budget(batch, cfg, episodes) -> batch``: the batch cut to the episodes the budget leaves
+  (the learner counts the run's episodes, so ``max_episodes`` is exact).
 
 Each iteration (one stream item, ``{"step": k}``) is two fragments::
 
@@ -146,6 +148,12 @@ def learn(batch, params, opt, extra, step, algo, config):
     differentiates its share of every batched circuit call and the gradients are reduced at the end
     of each backward pass: every replica applies the whole batch's update, as one learner would.
     """
+    mod, cfg = algorithm(algo), _config(algo, config)
+    left = cfg.max_episodes - extra["episodes"]
+    if left < 1:  # admitted before the run stopped at its episode budget: nothing of it is part of the run
+        return {"params": params, "opt": opt, "extra": extra, "returns": [], "env_steps": 0, "env_steps_taken": 0,
+                "circuit_evals": 0, "loss": float("nan")}
+    batch = mod.within_budget(batch, cfg, left)  # the budget's last rollout stops on its last episode
     policy, optimizer, _ = _scratch(algo, config, "learner")
     _load(policy, params)
     optimizer.load_state_dict(copy.deepcopy(opt))
@@ -153,12 +161,12 @@ def learn(batch, params, opt, extra, step, algo, config):
     sharded = shard_rows(policy, *((rep.rank, rep.size) if rep is not None else (None,)))
     try:
         with ReducedGradients(policy, sharded) if rep is not None else contextlib.nullcontext():
-            metrics, extra = algorithm(algo).learn(policy, optimizer, batch, _config(algo, config), extra["value"],
-                                                   int(step))
+            metrics, value = mod.learn(policy, optimizer, batch, cfg, extra["value"], int(step))
     finally:
         shard_rows(policy, None)
     learner_evals = int(metrics.pop("circuit_evals", 0))  # rows the learner's own forward passes ran
-    return {"params": _params(policy), "opt": copy.deepcopy(optimizer.state_dict()), "extra": {"value": extra},
+    return {"params": _params(policy), "opt": copy.deepcopy(optimizer.state_dict()),
+            "extra": {"value": value, "episodes": extra["episodes"] + len(batch.episode_returns)},
             "returns": [float(r) for r in batch.episode_returns], "env_steps": int(batch.n_steps),
             "env_steps_taken": int(batch.n_steps if getattr(batch, "steps_taken", -1) < 0 else batch.steps_taken),
             "circuit_evals": int(batch.circuit_evals) + learner_evals, "loss": float(metrics.get("loss", float("nan")))}
@@ -194,7 +202,8 @@ def initial_state(algo: str, cfg) -> dict:
     policy = mod.make_policy(cfg)
     optimizer = mod.make_optimizer(policy, cfg)
     state = {"learn.params": _params(policy), "learn.opt": copy.deepcopy(optimizer.state_dict()),
-             "learn.extra": {"value": mod.init_extra(cfg, policy)}}  # boxed: None is a value here
+             "learn.extra": {"value": mod.init_extra(cfg, policy), "episodes": 0}}  # boxed: None is a value here;
+    # "episodes": those the updates so far completed (the learner's, in order: the budget's count)
     if _carries(mod, cfg):
         state["rollout.carry"] = {"value": mod.init_carry(cfg)}
     return state
@@ -339,6 +348,9 @@ def load_run(run_dir) -> tuple[dict, dict | None]:
         raise RunDirError(f"{ckpt} is damaged ({type(exc).__name__}): truncated, or not a checkpoint") from None
     if not isinstance(data, dict) or not isinstance(data.get("state"), dict) or not isinstance(data.get("update"), int):
         raise RunDirError(f"{ckpt} is damaged: it holds no training state")
+    extra = data["state"].get("learn.extra")
+    if isinstance(extra, dict) and "episodes" not in extra:  # a checkpoint from before the learner counted them
+        extra["episodes"] = len(data.get("returns", ()))
     return meta, data
 
 

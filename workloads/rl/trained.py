@@ -3,13 +3,21 @@
     from hqflow.workloads.rl import load_policy, evaluate
 
     policy = load_policy("runs/reinforce-cartpole-seed0")   # an nn.Module, parameters of the last checkpoint
-    probs = policy(features)                                 # features: policy.env_spec.encode(observations)
+    action = policy.act(obs)                                 # one raw observation -> the env's greedy action
+    out = policy(features)                                   # features: policy.env_spec.encode(observations)
     figures = evaluate("runs/reinforce-cartpole-seed0", episodes=20, seed=100)
     # {"episodes": 20, "mean_return": ..., "std_return": ..., "returns": [...]}
 
-Greedy: the action with the largest output (probability, Q-value or log-probability), or
-the mean action of a Gaussian (continuous) policy.
-``hqflow eval RUN_DIR`` prints the same.
+What the policy is, by algorithm (``policy(features)`` gives its own outputs; ``act`` is the same for all):
+
+* ``reinforce``: ``SoftmaxPQC``; ``policy(features)`` is the action probabilities ``[B, n_actions]``;
+* ``dqn``: ``QValuePQC``; the Q-values ``[B, n_actions]``;
+* ``ppo``: ``ppo.ActorCritic``; ``(log-probabilities [B, n_actions], V(s) [B])``, or with continuous actions
+  (a ``GaussianPQC`` actor) ``(mean action [B, d] in [-1, 1]^d, V(s) [B])``.
+
+Greedy (``policy.greedy(features)``, ``policy.act(obs)``): the most probable action, the largest Q-value,
+or the mean action of a Gaussian policy (scaled onto the env's Box by ``act``).
+``hqflow eval RUN_DIR`` runs greedy episodes.
 """
 from __future__ import annotations
 
@@ -17,7 +25,6 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
-import torch
 from torch import nn
 
 from hqflow.workloads.rl.envs import get_spec, legacy_encoding
@@ -25,7 +32,8 @@ from hqflow.workloads.rl.envs import get_spec, legacy_encoding
 
 def load_policy(run_dir, backend: str | None = None) -> nn.Module:
     """The policy of a run directory at its last checkpoint, in eval mode (``backend``: run its
-    circuit elsewhere than the run did, e.g. ``"compiled"`` for a run trained on a QPU).
+    circuit elsewhere than the run did, e.g. ``"compiled"`` for a run trained on a QPU): the algorithm's
+    module (the module docstring says which), with ``policy.act(obs)`` for any of them.
     ``policy.env_spec`` encodes observations (with a ``running`` encoding, by the running statistics of the
     checkpoint, frozen: ``policy.obs_stats``); ``policy.config`` is the run's algorithm config."""
     from hqflow.workloads.rl.runner import _load, algorithm, load_run
@@ -50,17 +58,6 @@ def load_policy(run_dir, backend: str | None = None) -> nn.Module:
     return policy
 
 
-def greedy(policy: nn.Module, features) -> np.ndarray:
-    """The action with the largest policy output, per row of ``features`` ``[B, n_features]``."""
-    with torch.no_grad():
-        out = policy(torch.as_tensor(np.asarray(features), dtype=torch.float32))
-    if isinstance(out, tuple):  # an actor-critic: (log-probabilities, values), or (mean action, values)
-        out = out[0]
-    if getattr(policy, "continuous", False):
-        return out.cpu().numpy()  # the mean action, in [-1, 1]^d before the env's scaling
-    return out.argmax(dim=-1).cpu().numpy()
-
-
 def evaluate(run_dir, episodes: int = 10, seed: int = 10_000, backend: str | None = None,
              max_steps: int | None = None, record: str | None = None) -> dict:
     """Greedy episodes of the run's policy, environment seeds ``seed``, ``seed + 1``, ...: returns and their
@@ -77,8 +74,7 @@ def evaluate(run_dir, episodes: int = 10, seed: int = 10_000, backend: str | Non
             obs, _ = env.reset(seed=int(seed) + k)
             total, steps, done = 0.0, 0, False
             while not done and (max_steps is None or steps < max_steps):
-                action = spec.env_action(greedy(policy, spec.encode(obs))[0])
-                obs, reward, terminated, truncated, _ = env.step(action)
+                obs, reward, terminated, truncated, _ = env.step(policy.act(obs))
                 total, steps, done = total + float(reward), steps + 1, terminated or truncated
             returns.append(total)
     finally:

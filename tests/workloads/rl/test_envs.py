@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 import gymnasium as gym
-from hqflow.workloads.rl.envs import SPECS, FreshEnvs, get_spec, make_env, reset_finished, vector_env
+from hqflow.workloads.rl.envs import SHORT_NAMES, FreshEnvs, get_spec, make_env, reset_finished, vector_env
 
 
 def test_cartpole_encoding():
@@ -30,8 +30,8 @@ def test_frozenlake_binary_encoding():
 
 
 def test_every_spec_matches_its_env():
-    for name, spec in SPECS.items():
-        env = make_env(name, seed=1)
+    for name in SHORT_NAMES:
+        spec, env = get_spec(name), make_env(name, seed=1)
         obs, _ = env.reset(seed=1)
         assert spec.encode(obs).shape == (1, spec.n_features) and env.action_space.n == spec.n_actions
         env.close()
@@ -67,3 +67,12 @@ def test_finished_envs_restart_with_seeds_from_the_generator():
     seed = int(np.random.default_rng(0).integers(0, 2**31 - 1))
     assert np.array_equal(obs[[0, 2]], first[[0, 2]])
     assert np.array_equal(obs[1], make_env("cartpole").reset(seed=seed)[0])
+
+
+def test_short_names_are_fixed_and_own_environments_go_through_gymnasium():
+    from hqflow.workloads.rl import envs
+
+    assert SHORT_NAMES == ("acrobot", "cartpole", "frozenlake") and "SPECS" not in envs.__all__
+    assert not hasattr(envs, "SPECS")  # no half-working registry: what a driver added, Ray's workers never saw
+    with pytest.raises(TypeError):
+        envs._SHORT["mine"] = envs._SHORT["cartpole"]

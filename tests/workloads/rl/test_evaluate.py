@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from hqflow.workloads.rl import dqn, load_policy, evaluate, reinforce, runner
+from hqflow.workloads.rl import dqn, load_policy, evaluate, ppo, reinforce, runner
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +104,29 @@ def test_record_saves_videos_or_says_what_is_missing(trained, tmp_path):
         pytest.skip("videos need gymnasium's other extra (moviepy); the error without it is checked")
     figures = evaluate(run, episodes=2, record=str(tmp_path / "videos"))
     assert len(figures["videos"]) == 2
+
+
+@pytest.mark.parametrize("algo, cfg", [
+    ("reinforce", reinforce.Config(n_layers=1, batch_episodes=2, max_episodes=2, seed=0)),
+    ("dqn", dqn.Config(env="frozenlake", n_layers=1, max_episodes=2, seed=0)),
+    ("ppo", ppo.Config(env="cartpole", n_layers=1, num_envs=1, num_steps=32, max_episodes=1, seed=0)),
+    ("ppo", ppo.Config(env="Pendulum-v1", n_layers=1, num_envs=1, num_steps=200, max_episodes=1, seed=0)),
+], ids=["reinforce", "dqn", "ppo", "ppo-continuous"])
+def test_one_act_for_every_algorithms_policy(algo, cfg, tmp_path):
+    runner.train(algo, cfg, "sync", run_dir=tmp_path / "run", checkpoint_every=1, tensorboard=False)
+    policy = load_policy(tmp_path / "run")
+    env = policy.env_spec.make()
+    obs, _ = env.reset(seed=3)
+    action = policy.act(obs)  # a raw observation in, what env.step takes out
+    assert env.action_space.contains(action)
+    env.step(action)
+    features = policy.env_spec.encode(obs)
+    if algo == "ppo" and policy.continuous:
+        mean, value = policy(torch.as_tensor(features))
+        np.testing.assert_allclose(policy.greedy(features)[0], mean[0].detach().numpy())
+    else:
+        out = policy(torch.as_tensor(features))
+        out = out[0] if isinstance(out, tuple) else out  # ppo: (log-probabilities, V)
+        assert action == int(out.argmax())
+    with pytest.raises(ValueError, match="load_policy"):
+        type(policy).act(type(policy).__new__(type(policy)), obs)  # a bare module knows no encoding

@@ -95,9 +95,10 @@ def test_smoke_and_determinism():
         seen = []
         a = P.train(cfg, progress=lambda n, m, seen=seen: seen.append(m))
         n = a["updates"]
-        assert n == P.max_updates(cfg) == 2 or (n == 1 and len(a["returns"]) >= 4)  # or the budget is spent
-        assert a["env_steps"] == 128 * n and len(seen) == n
-        assert a["circuit_evals"] == n * 128 * (1 + P.setting(cfg, "update_epochs"))
+        assert n == P.max_updates(cfg) == 2 or (n == 1 and len(a["returns"]) == 4)  # or the budget is spent
+        assert len(a["returns"]) <= 4 and a["env_steps"] <= 128 * n and len(seen) == n
+        # the actor evaluated every step it took; the learner the steps it kept (fewer when the budget cut them)
+        assert a["circuit_evals"] == n * 128 + a["env_steps"] * P.setting(cfg, "update_epochs")
         assert {"loss", "pg_loss", "v_loss", "entropy", "approx_kl", "clipfrac"} <= set(seen[0])
         if env == "cartpole":  # (a random Acrobot episode outlasts a 64-step rollout)
             assert len(a["returns"]) > 0
@@ -140,3 +141,58 @@ def test_acrobot_has_its_own_epochs_and_critic_rate_unless_set():
     assert (P.setting(P.Config(env="acrobot"), "update_epochs"), P.setting(P.Config(env="acrobot"), "lr_critic")) == (8, 1e-2)
     assert (P.setting(P.Config(), "update_epochs"), P.setting(P.Config(), "lr_critic")) == (4, 3e-3)
     assert P.setting(P.Config(env="acrobot", update_epochs=2), "update_epochs") == 2
+
+
+def _rollout(cfg, steps=None, seed=(3, 0)):
+    policy, envs = P.make_policy(cfg), P.make_envs(cfg)
+    spec = P.get_spec(cfg.env)
+    return P.rollout(policy, envs, spec, steps or cfg.num_steps, seed=list(seed)), policy
+
+
+def test_a_rollout_cut_at_the_budget_is_the_rollout_that_stopped_there():
+    cfg = P.Config(env="cartpole", **SMALL)
+    full, _ = _rollout(cfg)
+    ends = np.argwhere(full.dones)
+    assert len(ends) >= 3
+    k = next(k for k in range(1, len(ends)) if ends[k][0] != ends[k - 1][0])  # the k-th end is alone on its step
+    t = int(ends[k - 1][0])
+    cut = P.within_budget(full, cfg, k)
+    short, _ = _rollout(cfg, steps=t + 1)  # the same seed: the same first t + 1 steps
+    assert cut.kept is None and len(cut.episode_returns) == k
+    np.testing.assert_array_equal(cut.episode_returns, short.episode_returns)
+    for name in ("states", "actions", "log_probs", "rewards", "dones", "values"):
+        np.testing.assert_array_equal(getattr(cut, name), getattr(short, name))
+    np.testing.assert_allclose(cut.last_values, short.last_values, rtol=1e-5, atol=1e-6)
+    assert cut.n_steps == (t + 1) * cfg.num_envs and cut.steps_taken == full.n_steps
+    assert P.within_budget(full, cfg, len(full.episode_returns)) is full  # nothing to cut
+
+
+def test_an_episode_that_ends_on_the_budgets_step_beyond_it_loses_that_step():
+    # two envs end episodes on the same step; the budget leaves room for the first only
+    T, N = 4, 2
+    dones = np.zeros((T, N), bool)
+    dones[1, 0] = dones[2, 0] = dones[2, 1] = True
+    values = np.arange(T * N, dtype=np.float32).reshape(T, N)
+    batch = P.Batch(np.zeros((T, N, 3), np.float32), np.zeros((T, N), np.int64), np.zeros((T, N), np.float32),
+                    np.ones((T, N)), dones, values, np.array([100.0, 200.0], np.float32), np.array([2.0, 3.0, 3.0]),
+                    T * N * 5)
+    cfg = P.Config(env="cartpole", **SMALL)
+    cut = P.within_budget(batch, cfg, 2)  # episodes end at (1, 0), (2, 0), (2, 1): keep the first two
+    assert list(cut.kept) == [3, 2] and cut.n_steps == 5 and list(cut.episode_returns) == [2.0, 3.0]
+    # env 0 ended its episode on step 2 (no bootstrap needed); env 1 is cut before step 2: V(s_2) bootstraps it
+    assert cut.last_values[1] == values[2, 1] and cut.last_values[0] == values[3, 0]
+    assert cut.circuit_evals == T * N * 5 - P.setting(cfg, "update_epochs") * (T * N - 5)
+    adv, ret = P._advantages(cut, cfg)
+    a1, _ = P.gae(batch.rewards[:2, 1:], values[:2, 1:], dones[:2, 1:], values[2, 1:], cfg.gamma, cfg.gae_lambda)
+    np.testing.assert_allclose(adv[:2, 1:], a1)
+    assert adv[2, 1] == 0 and cut.mask().sum() == 5
+
+
+@pytest.mark.parametrize("budget", [3, 7])
+def test_the_episode_budget_is_a_budget(budget):
+    from hqflow.workloads.rl import runner
+
+    cfg = P.Config(env="cartpole", **SMALL, max_episodes=budget, seed=1)
+    out = runner.train("ppo", cfg, "sync", tensorboard=False)
+    assert len(out["returns"]) == budget  # early CartPole episodes are short: rollouts complete many
+    assert P.train(cfg)["returns"] == out["returns"]
