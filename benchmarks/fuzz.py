@@ -12,14 +12,23 @@ Families (``--family``, all by default):
   backends), valid and garbage flags and values, ``--set KEY=VALUE`` with every config key,
   paths that are missing, too long, binary, folders or real files, in a scratch folder. The work
   itself (training, a workload's run, evaluation episodes) is a stub that returns at once: the
-  family checks what happens before work starts, where a bad input must be refused.
+  family checks what happens before work starts, where a bad input must be refused;
+* ``numbers``: huge numbers (integers past a float's range, of thousands of digits, infinities,
+  the smallest subnormal) put anywhere in graph documents, in circuits built in Python (angles,
+  wires, qubits, shots, coefficients) and in command-line values;
+* ``text``: text no output can write or show as it is (lone surrogates, as JSON's ``\\ud800`` escapes
+  and Linux's undecodable arguments make them; control and bidirectional characters) in every
+  string of graph documents, in circuit, parameter and observable names, and in command-line
+  values and files that are not UTF-8.
+
+Output goes to strict UTF-8 streams, as on a terminal: a message that cannot be printed is a crash.
 
 A case is *accepted* (no error; for ``cli``: exit 0), *rejected* (``GraphError``/``CircuitError``/
 ``ExprError`` with a one-line message free of control characters; for ``cli``: exit 2 with one such
 line on stderr) or a *crash* (anything else: another exception, another exit code, a message that
 breaks those rules, a case that takes over 20 s). Crashes are printed with their input.
 
-    python benchmarks/fuzz.py [--quick] [--cases N] [--family graph,circuit,cli] [--seed S]
+    python benchmarks/fuzz.py [--quick] [--cases N] [--family graph,circuit,cli,numbers,text] [--seed S]
 
 The last line printed is one JSON object: ``cases``, ``accepted``, ``rejected``, ``crashes``
 (totals) and the same per family.
@@ -235,6 +244,89 @@ def _build_circuit(case) -> None:
     c.build(observables=[obs])
 
 
+# --- hostile numbers and text -----------------------------------------------------------------------
+
+HUGE = [10**80, -(10**80), 10**309, -(10**400), int("9" * 4000), float("inf"), -float("inf"), 1e308, 5e-324]
+HOSTILE_TEXT = ["\ud800", "a\udcffb", "\udfff" * 3, "\ud83d", "x\x00y", "\x1b[31mred", "\u202eevil", "\ufffe",
+                "line\nbreak"]
+
+
+def _leaves(doc, kind, path=()):
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _leaves(v, kind, path + (k,))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _leaves(v, kind, path + (i,))
+    elif isinstance(doc, kind) and not isinstance(doc, bool):
+        yield path
+
+
+def _hostile_graph(rng: random.Random, seeds: list[str], kind, values) -> str:
+    doc = json.loads(rng.choice(seeds))
+    paths = [p for p in _leaves(doc, kind) if p[-1] != "qpy"]
+    for path in rng.sample(paths, min(len(paths), rng.randint(1, 3))):
+        doc = _set(doc, path, rng.choice(values))
+    return json.dumps(doc, allow_nan=True)
+
+
+def _hostile_circuit(rng: random.Random, values) -> tuple:
+    """``(n, calls, obs, shots, names)``: a well-formed circuit with one or two hostile values in it."""
+    n, calls, obs = _random_circuit(random.Random(rng.random()))
+    n, calls = 3, [("ry", ["x0", 0]), ("rz", ["w0", 1]), ("cx", [0, 2])]
+    shots, names = None, {"circuit": "c", "input": "x", "weight": "w", "obs": "Z0 Z1"}
+    for _ in range(rng.randint(1, 2)):
+        where, value = rng.choice(["n", "angle", "wire", "shots", "coeff", "name"]), rng.choice(values)
+        if where == "n":
+            n = value
+        elif where == "angle":
+            calls.append(("rx", [value, rng.randrange(3)]))
+        elif where == "wire":
+            calls.append(("h", [value]))
+        elif where == "shots":
+            shots = value
+        elif where == "coeff":
+            names["obs"] = [(value, "Z0")]
+        else:
+            names[rng.choice(["circuit", "input", "weight", "obs"])] = value
+    return n, calls, [names["obs"]], shots, names
+
+
+def _build_hostile_circuit(case) -> None:
+    n, calls, obs, shots, names = case
+    c = Circuit(n, name=names["circuit"])
+    x, w = c.inputs(names["input"], 1), c.weights(names["weight"], 1)
+    for gate, args in calls:
+        getattr(c, gate)(*[{"x0": x[0], "w0": w[0]}.get(a, a) if isinstance(a, str) else a for a in args])
+    t = c.build(observables=obs, shots=shots)
+    _print(str(t))
+
+
+def _print(text: str) -> None:
+    """What printing ``text`` to a UTF-8 terminal does: a lone surrogate cannot be written."""
+    text.encode("utf-8")
+
+
+def _hostile(kind, values, argv_values):
+    def make(rng: random.Random, seeds: list[str]):
+        r = rng.random()
+        if r < 0.5:
+            return "graph", _hostile_graph(rng, seeds, kind, values)
+        if r < 0.75:
+            return "circuit", _hostile_circuit(rng, values)
+        argv = _random_argv(rng, _KEYS or _KEYS.extend(_config_keys()) or _KEYS)
+        spots = [i for i, a in enumerate(argv) if i > 0 and not a.startswith("--")] or [len(argv)]
+        i = rng.choice(spots)
+        argv[i:i + 1] = [rng.choice(argv_values)]
+        return "cli", argv
+
+    def run(case) -> None:
+        what, data = case
+        {"graph": _load_graph, "circuit": _build_hostile_circuit, "cli": _run_cli}[what](data)
+
+    return make, run
+
+
 # --- command lines ------------------------------------------------------------------------------
 
 CLI_VALUES = ["", "-1", "0", "1", "2", "3", "1.5", "abc", "NaN", "nan", "inf", "-inf", "1e309", "10**30", "9" * 40,
@@ -302,6 +394,8 @@ class _Cli:
             fh.write(_seed_documents()[0])
         with open("binary.pt", "wb") as fh:
             fh.write(b"\x80\x02}q\x00(X\x05\x00\xff\xfe")
+        with open("latin1.json", "wb") as fh:  # text, but not UTF-8
+            fh.write(_seed_documents()[0].replace('"fuzz"', '"caf\u00e9"').encode("latin-1"))
         with open("spans.json", "w") as fh:
             json.dump([{"fragment": "f", "kind": "learn", "resource": "cpu", "step": 0, "start": 0.0, "end": 1.0,
                         "outcome": "ok"}], fh)
@@ -329,14 +423,17 @@ class _Cli:
 
         from hqflow.cli import main
 
-        err = io.StringIO()
+        out, err = (io.TextIOWrapper(io.BytesIO(), encoding="utf-8", newline="") for _ in range(2))  # a terminal's
         start = time.perf_counter()
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 code = main(list(argv))
             except SystemExit as exc:  # argparse: --help (0) and its own usage errors (2)
                 code = exc.code
-        text = err.getvalue().strip()
+            except UnicodeEncodeError as exc:  # a message a terminal cannot show
+                raise _CliCrash(f"UnicodeEncodeError: {exc}") from None
+        err.flush()
+        text = err.buffer.getvalue().decode("utf-8").strip()
         if time.perf_counter() - start > 20:
             raise _CliCrash(f"took {time.perf_counter() - start:.0f} s")
         if code not in (0, 2):
@@ -369,6 +466,8 @@ FAMILIES = {
     "graph": (_mutate_graph, _load_graph),
     "circuit": (lambda rng, seeds: _random_circuit(rng), _build_circuit),
     "cli": (lambda rng, seeds: _random_argv(rng, _KEYS or _KEYS.extend(_config_keys()) or _KEYS), _run_cli),
+    "numbers": _hostile((int, float), HUGE, [str(v) for v in HUGE[:5]] + ["1e400", "-1e999", "9" * 5000]),
+    "text": _hostile(str, HOSTILE_TEXT, HOSTILE_TEXT + ["latin1.json", "caf\udce9.json"]),
 }
 _KEYS: list[str] = []
 

@@ -15,11 +15,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 from typing import Any
 
 from .circuit import Angle, CircuitError, CircuitTemplate, Observable, Op, PauliTerm
 from .expr import Expr
 from .graph import Edge, Fragment, Graph, GraphError, Port
+from .text import one_line
 
 FORMAT, VERSION = "hqflow.graph", 2  # 2: circuits carry their gates as plain data ("ops")
 MAX_CHARS = 64 * 2**20  # a graph document's size limit
@@ -164,6 +166,32 @@ def _read_end(e: dict, key: str, where: str) -> tuple[str | None, str]:
     return end[0], end[1]
 
 
+def _check_values(doc: Any) -> None:
+    """Every string of the document is Unicode text (JSON's ``\\ud800`` escapes can hold a lone surrogate,
+    which no output can write) and every integer fits a float (an angle, a coefficient or a count: hqflow
+    computes with them as floats); one ``GraphError`` naming the first that is not."""
+    stack = [(doc, "document")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise GraphError(f"graph JSON: {where}: the text holds {value[exc.start]!r}, a lone surrogate, "
+                                 "which is not Unicode text") from None
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > _LARGEST:
+            raise GraphError(f"graph JSON: {where}: the integer of {len(str(abs(value)))} digits is out of range "
+                             f"(at most {_LARGEST:.3g} in magnitude)")
+        elif isinstance(value, dict):  # (pushed in reverse: the first in the document is named)
+            stack.extend(reversed([x for k, v in value.items()
+                                   for x in ((k, f"{where} (a key)"), (v, f"{where}.{one_line(str(k))[:40]}"))]))
+        elif isinstance(value, list):
+            stack.extend(reversed([(v, f"{where}[{i}]") for i, v in enumerate(value)]))
+
+
+_LARGEST = int(sys.float_info.max)
+
+
 def graph_from_json(text: str) -> Graph:
     if not isinstance(text, str):
         raise GraphError(f"a graph document is text (str), got {type(text).__name__}")
@@ -177,6 +205,7 @@ def graph_from_json(text: str) -> Graph:
         raise GraphError("graph JSON is nested too deeply") from None
     except ValueError as exc:  # an integer literal past Python's digit limit, say
         raise GraphError(f"not valid JSON: {' '.join(str(exc).split())[:120]}") from None
+    _check_values(doc)
     fmt = _get(doc, "format", "document", str, FORMAT)
     if fmt != FORMAT:
         raise GraphError(f"graph JSON: format is {fmt!r}, expected {FORMAT!r}")

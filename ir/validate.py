@@ -28,7 +28,8 @@ from .graph import (
 
 
 def problems(graph: Graph, backends: Mapping[str, Any] | None = None, resolve: bool = True) -> list[str]:
-    out: list[str] = []
+    out: list[str] = [f"{what} {name!r} is not Unicode text (it holds a lone surrogate)"
+                      for what, name in _names(graph) if not _is_text(name)]
     names = [f.name for f in graph.fragments]
     for name, n in Counter(names).items():
         if n > 1:
@@ -42,6 +43,28 @@ def problems(graph: Graph, backends: Mapping[str, Any] | None = None, resolve: b
     if _toposort(graph) is None:
         out.append(_cycle_message(graph))
     return out
+
+
+def _names(graph: Graph):
+    """``(what, name)`` of every name in the graph: its own, its fragments' and their ports'."""
+    yield "graph name", graph.name
+    for p in graph.inputs + graph.outputs:
+        yield "graph port", p.name
+    for f in graph.fragments:
+        yield "fragment name", f.name
+        for p in f.inputs + f.outputs:
+            yield f"fragment {f.name!r}: port", p.name
+
+
+def _is_text(name) -> bool:
+    """Whether ``name`` is a string any output can write (no lone surrogate)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    except AttributeError:  # not a string: other checks name that
+        pass
+    return True
 
 
 def _fragment_problems(f, backends, resolve) -> list[str]:

@@ -340,3 +340,103 @@ def test_tuple_init_and_params_round_trip():
     r1, r2 = hq.run(g, 2), hq.run(g2, 2)
     np.testing.assert_array_equal(np.asarray(r1.column("w")[1]), np.asarray(r2.column("w")[1]))
     same_graph(g, g2)
+
+
+# --- hostile values: numbers no float holds, text no output can write ----------------------------
+
+HUGE = [10**400, -(10**400), int("9" * 309)]
+
+
+def _numbers(doc, path=()):
+    """Paths to every number in a document (bools aside)."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _numbers(v, path + (k,))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _numbers(v, path + (i,))
+    elif isinstance(doc, (int, float)) and not isinstance(doc, bool):
+        yield path
+
+
+def _strings(doc, path=()):
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _strings(v, path + (k,))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _strings(v, path + (i,))
+    elif isinstance(doc, str):
+        yield path
+
+
+def _with(doc, path, value):
+    doc = json.loads(json.dumps(doc))
+    node = doc
+    for p in path[:-1]:
+        node = node[p]
+    node[path[-1]] = value
+    return json.dumps(doc)
+
+
+def _one_clean_line(exc) -> str:
+    text = str(exc)
+    assert "\n" not in text
+    text.encode("utf-8")  # printable: no lone surrogate
+    return text
+
+
+@pytest.mark.parametrize("huge", HUGE, ids=["1e400", "-1e400", "309 nines"])
+def test_a_number_too_large_for_a_float_anywhere_is_one_clear_error(huge):
+    doc = json.loads(training_graph().to_json())
+    paths = list(_numbers(doc))
+    assert len(paths) > 20
+    for path in paths:
+        with pytest.raises(GraphError) as err:
+            Graph.from_json(_with(doc, path, huge))
+        assert "digits is out of range" in _one_clean_line(err.value), path
+
+
+def test_an_angle_offset_of_80_digits_is_read_as_the_float_it_is():
+    doc = json.loads(training_graph().to_json())
+    doc["fragments"][1]["circuit"]["ops"][0][2][0][3] = -(10**79)
+    graph = Graph.from_json(json.dumps(doc))
+    assert graph.fragments[1].circuit.ops[0].angles[0].offset == -1e79
+
+
+@pytest.mark.parametrize("bad", ["\ud800", "a\udcffb"])
+def test_text_with_a_lone_surrogate_anywhere_is_one_clear_error(bad):
+    doc = json.loads(training_graph().to_json())
+    paths = [p for p in _strings(doc) if p[-1] != "qpy"]
+    assert len(paths) > 20
+    for path in paths:
+        with pytest.raises(GraphError) as err:
+            Graph.from_json(_with(doc, path, bad))
+        assert "lone surrogate" in _one_clean_line(err.value), path
+
+
+def test_a_graph_built_with_a_lone_surrogate_in_a_name_does_not_validate():
+    pipe = hq.Pipeline("p\ud800")
+    pipe.input("x", "array")
+    pipe.preprocess(encode, name="enc\udcff", params={"scale": 1.0}, outputs={"out": "array"})
+    pipe.connect("input.x", "enc\udcff.batch")
+    with pytest.raises(GraphError) as err:
+        pipe.build()
+    text = _one_clean_line(err.value)
+    assert "graph name 'p\\ud800' is not Unicode text" in text and "fragment name 'enc\\udcff'" in text
+
+
+@pytest.mark.parametrize("mutate, words", [
+    (lambda d: d["fragments"][0].__setitem__("name", "\ud800"), "lone surrogate"),
+    (lambda d: d["edges"][0].__setitem__("max_staleness", 10**400), "digits is out of range"),
+])
+def test_hqflow_inspect_says_so_in_one_line(mutate, words, tmp_path, capsys):
+    from hqflow.cli import main
+
+    doc = json.loads(training_graph().to_json())
+    mutate(doc)
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(doc))
+    assert main(["inspect", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err, err
