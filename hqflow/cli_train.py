@@ -338,6 +338,12 @@ def cmd_train(args) -> int:
             raise UsageError("--ray-address needs --distribution ray-actors or multi-learner (the other "
                              "distributions run in this process)")
         scheduler["ray_address"] = args.ray_address
+    backends = None if pool is None else {cfg.backend: pool}
+    if not runner.backend_facts(cfg.backend, backends)[0]:  # the circuit runs as jobs: say what a step costs
+        circuits, parameters = runner.circuits_per_env_step(algo, cfg)
+        print(f"hqflow: an environment step runs about {circuits:.4g} circuits on {cfg.backend} (acting, and "
+              f"{algo}'s parameter-shift gradients over the policy circuit's {parameters} parameters); on a cloud "
+              "target each is a service job per measurement group", file=sys.stderr)
     with Progress(cfg.max_episodes, f"{algo} {cfg.env}") as bar, \
             watcher.sighup() if watcher is not None else contextlib.nullcontext():
         if watcher is not None:
@@ -345,8 +351,7 @@ def cmd_train(args) -> int:
         try:
             out = runner.train(algo, cfg, distribution, run_dir=run_dir, resume=bool(args.resume),
                                checkpoint_every=args.checkpoint_every, progress=_CostReport(bar, mod, cfg),
-                               tensorboard=args.tensorboard, resources=watcher,
-                               backends=None if pool is None else {cfg.backend: pool}, **scheduler)
+                               tensorboard=args.tensorboard, resources=watcher, backends=backends, **scheduler)
         except RunFailed as exc:
             what = "raise --budget" if _caused_by(exc, BudgetExceeded) else "fix the backend"
             raise RunStopped(f"training stopped: {exc} (the last completed update is checkpointed: "

@@ -122,3 +122,32 @@ def test_a_missing_run_directory_is_one_message_for_resume_and_eval(argv, tmp_pa
 def test_a_folder_that_is_no_run_is_one_message_for_resume_and_eval(argv, tmp_path, capsys):
     assert main([a.format(folder=tmp_path) for a in argv]) == 2
     assert _one_line(capsys) == f"hqflow: error: {tmp_path} is not a run directory (no config.json)"
+
+
+@pytest.mark.parametrize("algo, config", [
+    ("reinforce", {"n_layers": 1, "batch_episodes": 2, "max_episodes": 2}),
+    ("ppo", {"n_layers": 1, "num_envs": 1, "num_steps": 16, "max_episodes": 1, "update_epochs": 2}),
+])
+def test_the_circuits_an_environment_step_costs_come_from_the_template_and_hold(algo, config):
+    from hqflow.workloads.rl import runner
+
+    mod = runner.algorithm(algo)
+    cfg = mod.Config(backend="emulated-qpu", seed=0, **config)
+    circuits, parameters = runner.circuits_per_env_step(algo, cfg)
+    assert parameters == 4 + 24  # 1 layer on 4 qubits: 4 encoding angles, 3 rotations x 4 qubits x 2 layers
+    out = runner.train(algo, cfg, "sync", tensorboard=False)
+    rows = sum(s.rows or 0 for s in out["spans"] if s.kind == "execute")
+    assert rows / out["env_steps"] == pytest.approx(circuits, rel=0.1)  # measured: the jobs the run sent
+
+
+def test_the_readme_and_hqflow_train_say_what_an_environment_step_costs(tmp_path, monkeypatch, capsys):
+    from hqflow.workloads.rl import reinforce, runner
+
+    default = runner.circuits_per_env_step("reinforce", reinforce.Config())
+    small = runner.circuits_per_env_step("reinforce", reinforce.Config(n_layers=1))
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    assert f"{default[0]:.0f} for the default CartPole policy" in readme and f"{small[0]:.0f} with" in readme
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "cartpole", "--backend", "emulated-qpu", "--set", "n_layers=1", "--set",
+                 "batch_episodes=1", "--episodes", "1", "--json"]) == 0
+    assert f"an environment step runs about {small[0]:.0f} circuits on emulated-qpu" in capsys.readouterr().err

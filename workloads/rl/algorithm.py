@@ -37,6 +37,9 @@ class Algorithm:
     """``(cfg) -> int``: the episodes that mean is over"""
     resolve: Callable
     """``(cfg, in_process, devices) -> cfg``: the config for where the circuit runs (``auto`` settings)"""
+    circuits_per_step: Callable
+    """``(cfg, gradient_rows) -> float``: circuits an environment step costs where the circuit runs as jobs
+    (acting, and the learner's parameter-shift gradients of ``gradient_rows`` circuits per state)"""
     within_budget: Callable
     """``(batch, cfg, episodes) -> batch``: the batch cut to complete at most ``episodes`` (>= 1) episodes, as if
     the actor had stopped there (the run's episode budget is exact)"""

@@ -386,10 +386,16 @@ def resolve(cfg: Config, in_process: bool, devices: int = 1) -> Config:
     return cfg
 
 
+def circuits_per_step(cfg: Config, gradient_rows: int) -> float:
+    """At most one circuit to act (greedy steps), and every ``train_every`` steps a gradient step: Q(s) with its
+    gradient and the target's Q(s') for ``batch_size`` transitions."""
+    return 1 + cfg.batch_size * (gradient_rows + 1) / setting(cfg, "train_every")
+
+
 def within_budget(batch, cfg: Config, episodes: int):
     """The batch as it is: the actor never completes more episodes than the budget leaves (``n`` per update)."""
     return batch
 
 
 ALGORITHM = Algorithm("dqn", Config, make_policy, make_optimizer, make_envs, init_carry, init_extra, act, learn,
-                      episodes_per_update, solved_threshold, solve_window, resolve, within_budget)
+                      episodes_per_update, solved_threshold, solve_window, resolve, circuits_per_step, within_budget)

@@ -232,6 +232,11 @@ class Batch:
         return np.arange(len(self.rewards))[:, None] < kept[None]
 
 
+def circuits_per_step(cfg: Config, gradient_rows: int) -> float:
+    """One circuit to act, and the gradient at every state in each of ``update_epochs`` passes."""
+    return 1 + setting(cfg, "update_epochs") * gradient_rows
+
+
 def within_budget(batch: Batch, cfg: Config, episodes: int) -> Batch:
     """The batch as if the rollout had stopped on the step that ended its ``episodes``-th episode (``episodes``
     >= 1), so that a run completes exactly its episode budget: every env's steps up to that one, the
@@ -529,4 +534,4 @@ def resolve(cfg: Config, in_process: bool, devices: int = 1) -> Config:
 
 
 ALGORITHM = Algorithm("ppo", Config, make_policy, make_optimizer, make_envs, init_carry, init_extra, act, learn,
-                      episodes_per_update, solved_threshold, solve_window, resolve, within_budget)
+                      episodes_per_update, solved_threshold, solve_window, resolve, circuits_per_step, within_budget)

@@ -362,10 +362,15 @@ def solve_window(cfg: Config) -> int:
     return cfg.solve_window
 
 
+def circuits_per_step(cfg: Config, gradient_rows: int) -> float:
+    """One circuit to act, and the gradient at every state of the episodes: ``1 + gradient_rows``."""
+    return 1 + gradient_rows
+
+
 def within_budget(batch, cfg: Config, episodes: int):
     """The batch as it is: the actor never completes more episodes than the budget leaves (``n`` per update)."""
     return batch
 
 
 ALGORITHM = Algorithm("reinforce", Config, make_policy, make_optimizer, make_envs, init_carry, init_extra, act, learn,
-                      episodes_per_update, solved_threshold, solve_window, resolve, within_budget)
+                      episodes_per_update, solved_threshold, solve_window, resolve, circuits_per_step, within_budget)

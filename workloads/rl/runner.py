@@ -221,6 +221,20 @@ def _pinned_encoding(cfg, fresh: bool):
     return cfg if name == "auto" else dataclasses.replace(cfg, obs_encoding=name)
 
 
+def circuits_per_env_step(algo: str, cfg) -> tuple[float, int]:
+    """``(circuits, parameters)``: what an environment step costs in circuits where the policy's circuit runs
+    as jobs (each one service job per measurement group on a cloud target), from the policy's template and
+    the algorithm (``Algorithm.circuits_per_step``), and the circuit's parameters (inputs and weights)."""
+    from hqflow.gradients import param_shift
+    from hqflow.workloads.rl.policies import _PQC
+
+    mod = algorithm(algo)
+    policy = mod.make_policy(dataclasses.replace(cfg, backend="reference"))  # the template is the backend's own
+    template = next(m.template for m in policy.modules() if isinstance(m, _PQC))
+    batch, _ = param_shift(template, np.zeros((1, template.n_inputs)), np.zeros(template.n_weights), wrt="both")
+    return mod.circuits_per_step(cfg, batch.size), template.n_inputs + template.n_weights
+
+
 def default_distribution(in_process: bool):
     """``sync`` on a backend that runs in process (nothing to hide: threads would cost more than they
     overlap); on a job backend ``pipelined`` with staleness 1 and one actor, so the learner's work and
