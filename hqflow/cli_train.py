@@ -204,6 +204,19 @@ def _with_module(env: str, module: str) -> str:
     return f"{module}:{env}"
 
 
+def _kept(run_dir: str) -> str:
+    """What a stopped run keeps: its last completed update, or nothing yet (a resume starts it afresh)."""
+    from hqflow.workloads.rl import runner
+
+    try:
+        update = runner.load_run(run_dir)[1]["update"]
+    except (ValueError, TypeError):  # no checkpoint (None), or none readable
+        update = -1
+    if update >= 0:
+        return f"the last completed update ({update + 1}) is checkpointed"
+    return "no update had completed, so none is checkpointed and a resume starts from the beginning"
+
+
 def _caused_by(exc: BaseException, kind: type) -> bool:
     """Whether ``kind`` is in ``exc``'s chain of causes (a fragment's error wraps its job's)."""
     seen = set()
@@ -354,11 +367,11 @@ def cmd_train(args) -> int:
                                tensorboard=args.tensorboard, resources=watcher, backends=backends, **scheduler)
         except RunFailed as exc:
             what = "raise --budget" if _caused_by(exc, BudgetExceeded) else "fix the backend"
-            raise RunStopped(f"training stopped: {exc} (the last completed update is checkpointed: "
-                             f"{what}, then hqflow train --resume {run_dir})") from None
+            raise RunStopped(f"training stopped: {exc} ({_kept(run_dir)}: {what}, then hqflow train --resume "
+                             f"{run_dir})") from None
         except KeyboardInterrupt:
-            raise KeyboardInterrupt(f"interrupted; the last completed update is checkpointed: continue with "
-                                    f"hqflow train --resume {run_dir}") from None
+            raise KeyboardInterrupt(f"interrupted; {_kept(run_dir)}: continue with hqflow train --resume "
+                                    f"{run_dir}") from None
         except runner.RunDirError as exc:  # a damaged run directory; the message names the file
             raise UsageError(str(exc)) from None
         except OSError as exc:  # a run directory that cannot be written

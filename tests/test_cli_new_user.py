@@ -151,3 +151,13 @@ def test_the_readme_and_hqflow_train_say_what_an_environment_step_costs(tmp_path
     assert main(["train", "cartpole", "--backend", "emulated-qpu", "--set", "n_layers=1", "--set",
                  "batch_episodes=1", "--episodes", "1", "--json"]) == 0
     assert f"an environment step runs about {small[0]:.0f} circuits on emulated-qpu" in capsys.readouterr().err
+
+
+def test_a_run_that_fails_before_its_first_update_does_not_claim_a_checkpoint(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    argv = ["train", "cartpole", "--backend", "emulated-qpu", "--backend-opt", "failure_rate=1.0", "--set",
+            "n_layers=1", "--set", "batch_episodes=1", "--episodes", "2", "--run-dir", "run"]
+    assert main(argv) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "training stopped" in last and "no update had completed, so none is checkpointed" in last, last
+    assert "the last completed update" not in last

@@ -1,6 +1,7 @@
 """The RL runner: the algorithm as fragments under distribution policies, run directories, kill and resume."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -161,8 +162,8 @@ def test_ctrl_c_checkpoints_and_says_how_to_continue(tmp_path):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-2000:]
     last = err.strip().splitlines()[-1]
-    assert last == f"hqflow: interrupted; the last completed update is checkpointed: continue with " \
-                   f"hqflow train --resume {run}"
+    assert re.fullmatch(rf"hqflow: interrupted; the last completed update \(\d+\) is checkpointed: continue with "
+                        rf"hqflow train --resume {re.escape(str(run))}", last), last
     rows = (run / "metrics.jsonl").read_text().splitlines()
     resumed = _cli("--resume", str(run), "--json", cwd=tmp_path)
     out, err = resumed.communicate(timeout=600)
