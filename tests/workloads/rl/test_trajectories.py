@@ -38,5 +38,8 @@ def test_pinned_ppo_with_continuous_actions():
     """PPO's rollouts autoreset (Pendulum's episodes are cut at 200 steps) and act in a Box."""
     cfg = ppo.Config(env="Pendulum-v1", max_episodes=4, seed=3, num_steps=200, n_layers=1)
     out = runner.train("ppo", cfg, "sync", tensorboard=False)
+    # float32 circuits: CPUs with and without AVX-512 round the last bit of an action differently, and a
+    # continuous action carries it into the returns (5e-8 relative between two such machines); a change of
+    # the algorithm moves them by far more
     assert out["returns"] == pytest.approx([-1409.060391184201, -1312.3074043615618, -1065.4427165075492,
-                                            -1088.991218983758], rel=1e-9, abs=0)
+                                            -1088.991218983758], rel=1e-6, abs=0)
