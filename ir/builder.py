@@ -6,7 +6,8 @@
     c.ry(x[0], 0).ry(2 * x[1] + 0.1, 1).cz(0, 1).rz(w[0], 0).rx(w[1], 1)
     template = c.build(observables=["Z0 Z1"])
 
-Angles may be numbers or affine expressions ``a * symbol + b`` of one symbol.
+Angles may be numbers or affine expressions ``a * symbol + b`` of one symbol. Every number becomes a float
+where it is given: one that is not a real number, or an integer past a float's range, is a ``CircuitError``.
 """
 from __future__ import annotations
 
@@ -16,8 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .circuit import Angle, CircuitError, CircuitTemplate, Observable, Op
+from .circuit import Angle, CircuitError, CircuitTemplate, Observable, Op, as_float
 from .gates import GATES
+from .text import number, shown
+
+MAX_SYMBOLS = 2**20  # inputs or weights one call declares (a name each)
 
 
 @dataclass(frozen=True)
@@ -32,27 +36,31 @@ class Sym:
     def __mul__(self, k: float) -> Sym:
         if isinstance(k, Sym):
             raise CircuitError("an angle must be affine in one symbol; a product of symbols is not")
-        return Sym(self.kind, self.index, self.scale * float(k), self.offset * float(k))
+        k = as_float(k, "angle expression: factor")
+        return Sym(self.kind, self.index, self.scale * k, self.offset * k)
 
     __rmul__ = __mul__
 
     def __add__(self, k: float) -> Sym:
         if isinstance(k, Sym):
             raise CircuitError("an angle may depend on one symbol only (affine in one input or weight)")
-        return Sym(self.kind, self.index, self.scale, self.offset + float(k))
+        return Sym(self.kind, self.index, self.scale, self.offset + as_float(k, "angle expression: term"))
 
     __radd__ = __add__
 
     def __sub__(self, k: float) -> Sym:
         if isinstance(k, Sym):
             raise CircuitError("an angle may depend on one symbol only (affine in one input or weight)")
-        return self + (-float(k))
+        return self + (-as_float(k, "angle expression: term"))
 
     def __rsub__(self, k: float) -> Sym:
         return (-self) + k
 
     def __truediv__(self, k: float) -> Sym:
-        return self * (1.0 / float(k))
+        k = as_float(k, "angle expression: divisor")
+        if k == 0.0:
+            raise CircuitError("angle expression: division by 0")
+        return self * (1.0 / k)
 
     def __neg__(self) -> Sym:
         return self * -1.0
@@ -71,35 +79,43 @@ class Circuit:
         self._weights: list[str] = []
 
     def inputs(self, prefix: str, n: int) -> list[Sym]:
-        start = len(self._inputs)
-        self._inputs += [f"{prefix}[{i}]" for i in range(n)]
-        return [Sym("input", start + i) for i in range(n)]
+        """``n`` per-sample symbols named ``prefix[0]``, ``prefix[1]``, ..."""
+        return self._symbols("input", self._inputs, prefix, n)
 
     def weights(self, prefix: str, n: int) -> list[Sym]:
-        start = len(self._weights)
-        self._weights += [f"{prefix}[{i}]" for i in range(n)]
-        return [Sym("weight", start + i) for i in range(n)]
+        """``n`` trainable symbols named ``prefix[0]``, ``prefix[1]``, ..."""
+        return self._symbols("weight", self._weights, prefix, n)
+
+    def _symbols(self, kind: str, names: list[str], prefix: str, n: int) -> list[Sym]:
+        if not isinstance(prefix, str):
+            raise CircuitError(f"{kind}s({shown(prefix)}, {shown(n)}): the name must be a string")
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= n <= MAX_SYMBOLS:
+            raise CircuitError(f"{kind}s({shown(prefix)}, n): n must be an integer from 0 to {MAX_SYMBOLS:,}, "
+                               f"got {number(n)}")
+        start = len(names)
+        names += [f"{prefix}[{i}]" for i in range(n)]
+        return [Sym(kind, start + i) for i in range(n)]
 
     def gate(self, name: str, wires: Iterable[int], *angles: float | Sym) -> Circuit:
-        if name not in GATES:
-            raise CircuitError(f"unknown gate {name!r}; known gates: {', '.join(sorted(GATES))}")
+        if not isinstance(name, str) or name not in GATES:
+            raise CircuitError(f"unknown gate {shown(name)}; known gates: {', '.join(sorted(GATES))}")
         spec = GATES[name]
         wires = tuple(wires)
         for w in wires:
             if isinstance(w, bool) or not isinstance(w, (int, np.integer)):
                 order = f"{name}({', '.join(['angle'] * spec.num_params + ['wire'] * spec.num_wires)})"
-                raise CircuitError(f"gate {name!r}: wire {w!r} is not an integer (the arguments are {order})")
+                raise CircuitError(f"gate {name!r}: wire {shown(w)} is not an integer (the arguments are {order})")
         coerced = []
         for a in angles:
             if isinstance(a, Sym):
                 coerced.append(a.angle())
                 continue
             if isinstance(a, bool) or not isinstance(a, (int, float, np.integer, np.floating)):
-                raise CircuitError(f"gate {name!r}: angle {a!r} is not a number or a symbol expression")
-            coerced.append(Angle.const(a))
+                raise CircuitError(f"gate {name!r}: angle {shown(a)} is not a number or a symbol expression")
+            coerced.append(Angle.const(as_float(a, f"gate {name!r} on wire(s) {_wires(wires)}: angle")))
         for a in coerced:
             if not (math.isfinite(a.scale) and math.isfinite(a.offset)):
-                raise CircuitError(f"gate {name!r} on wire(s) {list(wires)}: angle {_angle_text(a)} is not finite")
+                raise CircuitError(f"gate {name!r} on wire(s) {_wires(wires)}: angle {_angle_text(a)} is not finite")
         self._ops.append(Op(name, tuple(int(w) for w in wires), tuple(coerced)))
         return self
 
@@ -125,6 +141,10 @@ class Circuit:
             shots,
             self.name,
         ).check()
+
+
+def _wires(wires: tuple) -> str:
+    return f"[{', '.join(number(w) for w in wires[:5])}{', ...' if len(wires) > 5 else ''}]"
 
 
 def _angle_text(a: Angle) -> str:

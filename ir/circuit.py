@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from . import expr as ex
 from .expr import Expr
 from .gates import GATES
-from .text import one_line
+from .text import lone_surrogate, number, one_line, shown
 
 
 class CircuitError(ValueError):
@@ -64,15 +64,28 @@ class Angle:
 
     @staticmethod
     def const(value: float) -> Angle:
-        return Angle("const", -1, 0.0, float(value))
+        return Angle("const", -1, 0.0, as_float(value, "angle"))
 
     @staticmethod
     def input(index: int, scale: float = 1.0, offset: float = 0.0) -> Angle:
-        return Angle("input", int(index), float(scale), float(offset))
+        return Angle("input", int(index), as_float(scale, "angle scale"), as_float(offset, "angle offset"))
 
     @staticmethod
     def weight(index: int, scale: float = 1.0, offset: float = 0.0) -> Angle:
-        return Angle("weight", int(index), float(scale), float(offset))
+        return Angle("weight", int(index), as_float(scale, "angle scale"), as_float(offset, "angle offset"))
+
+
+def as_float(value: object, what: str) -> float:
+    """``value``, a real number, as a float; ``CircuitError`` naming ``what`` for text, a value that is not a
+    real number, or an integer past a float's range. Whether it is finite is the caller's check."""
+    if isinstance(value, (str, bytes)):
+        raise CircuitError(f"{what} {shown(value)} is not a real number")
+    try:
+        return float(value)
+    except OverflowError:
+        raise CircuitError(f"{what} {number(value)} is past a float's range") from None
+    except (TypeError, ValueError):
+        raise CircuitError(f"{what} {shown(value)} is not a real number") from None
 
 
 @dataclass(frozen=True)
@@ -98,7 +111,7 @@ class PauliTerm:
     def parse(text: str, coeff: float = 1.0) -> PauliTerm:
         """Parse ``"Z0 Z1"`` (or ``"Z0Z1"``, ``"X2"``, ``""`` for identity)."""
         if not isinstance(text, str):
-            raise CircuitError(f"a Pauli term must be a string like 'Z0 Z1', got {text!r}")
+            raise CircuitError(f"a Pauli term must be a string like 'Z0 Z1', got {shown(text)}")
         compact = text.replace(" ", "").replace("*", "")
         found = _TERM.findall(compact)
         if "".join(p + w for p, w in found) != compact:
@@ -111,13 +124,10 @@ class PauliTerm:
         counts = collections.Counter(wires)
         repeated = sorted(w for w, k in counts.items() if k > 1)
         if repeated:
-            raise CircuitError(f"Pauli term {text!r} names wire {repeated[0]} twice")
-        try:
-            c = float(coeff)
-        except (TypeError, ValueError, OverflowError):
-            raise CircuitError(f"Pauli term {text!r}: coefficient {coeff!r} is not a real number") from None
+            raise CircuitError(f"Pauli term {_clip(text)} names wire {repeated[0]} twice")
+        c = as_float(coeff, f"Pauli term {_clip(text)}: coefficient")
         if not math.isfinite(c):
-            raise CircuitError(f"Pauli term {text!r}: coefficient {coeff!r} is not finite")
+            raise CircuitError(f"Pauli term {_clip(text)}: coefficient {number(coeff)} is not finite")
         return PauliTerm(c, tuple(sorted((int(w), p) for p, w in found if p != "I")))
 
     @property
@@ -126,7 +136,8 @@ class PauliTerm:
 
     def __str__(self) -> str:
         body = " ".join(f"{p}{w}" for w, p in self.paulis) or "I"
-        return f"{self.coeff:+g}*{body}"
+        coeff = f"{self.coeff:+g}" if _finite(self.coeff) or isinstance(self.coeff, float) else number(self.coeff)
+        return f"{coeff}*{body}"
 
 
 @dataclass(frozen=True)
@@ -162,6 +173,8 @@ class Observable:
     def __str__(self) -> str:
         return " ".join(str(t) for t in self.terms)
 
+
+MAX_SHOTS = 2**63 - 1  # numpy's random generators draw at most this many samples (int64)
 
 ObservableLike = "Observable | PauliTerm | str | Sequence[tuple[float, str]]"
 
@@ -412,8 +425,16 @@ class CircuitTemplate:
 
     def _find_problems(self) -> list[str]:
         out: list[str] = []
-        if not isinstance(self.n_qubits, int) or self.n_qubits < 1:
-            return [f"circuit {_clip(self.name)}: n_qubits must be a positive integer, got {self.n_qubits!r}"]
+        if not _integer(self.n_qubits) or self.n_qubits < 1:
+            return [f"circuit {_clip(self.name)}: n_qubits must be a positive integer, got {number(self.n_qubits)}"]
+        for what, names in (("name", (self.name,)), ("input name", self.input_names),
+                            ("weight name", self.weight_names)):
+            for why, bad in (("is not a string", [n for n in names if not isinstance(n, str)]),
+                             ("is not Unicode text (it holds a lone surrogate, which no output can write)",
+                              [n for n in names if lone_surrogate(n) is not None])):
+                if bad:
+                    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+                    out.append(f"circuit {_clip(self.name)}: {what} {_clip(bad[0])}{more} {why}")
         for names, what in ((self.input_names, "input"), (self.weight_names, "weight")):
             if len(set(names)) != len(names):
                 out.append(f"circuit {_clip(self.name)}: duplicate {what} names in {list(names)}")
@@ -422,32 +443,33 @@ class CircuitTemplate:
             out.append(f"circuit {_clip(self.name)}: parameters {sorted(clash)} are both inputs and weights")
         used = {"input": set(), "weight": set()}
         for k, op in enumerate(self.ops):
-            where = f"circuit {_clip(self.name)}, op {k} ({op.name})"
-            spec = GATES.get(op.name)
+            where = f"circuit {_clip(self.name)}, op {k} ({op.name if isinstance(op.name, str) else shown(op.name)})"
+            spec = GATES.get(op.name) if isinstance(op.name, str) else None
             if spec is None:
-                out.append(f"{where}: unknown gate {op.name!r}; known gates: {', '.join(sorted(GATES))}")
+                out.append(f"{where}: unknown gate {shown(op.name)}; known gates: {', '.join(sorted(GATES))}")
                 continue
             if len(op.wires) != spec.num_wires:
-                out.append(f"{where}: acts on {spec.num_wires} wire(s), got {list(op.wires)}")
-            if not all(isinstance(w, int) and not isinstance(w, bool) for w in op.wires):
-                out.append(f"{where}: wires must be integers, got {list(op.wires)}")
+                out.append(f"{where}: acts on {spec.num_wires} wire(s), got {_few(list(op.wires))}")
+            if not all(_integer(w) for w in op.wires):
+                out.append(f"{where}: wires must be integers, got {_few(list(op.wires))}")
                 continue
             if len(set(op.wires)) != len(op.wires):
-                out.append(f"{where}: repeated wire in {list(op.wires)}")
+                out.append(f"{where}: repeated wire in {_few(list(op.wires))}")
             bad = [w for w in op.wires if not 0 <= w < self.n_qubits]
             if bad:
-                out.append(f"{where}: wire(s) {bad} outside the circuit's {self.n_qubits} qubits")
+                out.append(f"{where}: wire(s) {_few(bad)} outside the circuit's {number(self.n_qubits)} qubits")
             if len(op.angles) != spec.num_params:
                 out.append(f"{where}: takes {spec.num_params} angle(s), got {len(op.angles)}")
             for a in op.angles:
                 if not (isinstance(a, Angle) and _finite(a.scale) and _finite(a.offset)):
-                    out.append(f"{where}: angle {a!r} is not a finite number or affine symbol")
+                    out.append(f"{where}: angle {shown(a, 160)} is not a finite number or affine symbol")
                     continue
                 if a.kind == "const":
                     continue
                 count = self.n_columns if a.kind == "input" else self.n_weights
                 if a.kind not in used or not 0 <= a.index < count:
-                    out.append(f"{where}: unbound parameter ({a.kind} #{a.index}) is not declared")
+                    out.append(f"{where}: unbound parameter ({a.kind if isinstance(a.kind, str) else shown(a.kind)} "
+                               f"#{number(a.index)}) is not declared")
                 else:
                     used[a.kind].add(a.index)
         n_in = self.n_inputs
@@ -479,10 +501,13 @@ class CircuitTemplate:
             if bad:
                 out.append(
                     f"circuit {_clip(self.name)}: observable {j} ({text}) acts on qubit(s) {_few(bad)} "
-                    f"but the circuit has only {self.n_qubits} qubits"
+                    f"but the circuit has only {number(self.n_qubits)} qubits"
                 )
-        if self.shots is not None and (not isinstance(self.shots, int) or self.shots < 1):
-            out.append(f"circuit {_clip(self.name)}: shots must be a positive integer or None, got {self.shots!r}")
+        if self.shots is not None and not (_integer(self.shots) and self.shots >= 1):
+            out.append(f"circuit {_clip(self.name)}: shots must be a positive integer or None, got {shown(self.shots)}")
+        elif self.shots is not None and self.shots > MAX_SHOTS:
+            out.append(f"circuit {_clip(self.name)}: shots {number(self.shots)} are more than any backend takes "
+                       "(at most 2**63 - 1: random generators count in 64-bit integers)")
         return out
 
     def check(self) -> CircuitTemplate:
@@ -514,13 +539,15 @@ class CircuitTemplate:
         return CircuitTemplate(
             n_qubits=int(d["n_qubits"]),
             ops=tuple(
-                Op(name, tuple(wires), tuple(Angle(k, int(i), float(s), float(o)) for k, i, s, o in angs))
+                Op(name, tuple(wires), tuple(Angle(k, int(i), as_float(s, "angle scale"), as_float(o, "angle offset"))
+                                             for k, i, s, o in angs))
                 for name, wires, angs in d["ops"]
             ),
             input_names=tuple(d.get("inputs", ())),
             weight_names=tuple(d.get("weights", ())),
             observables=tuple(
-                Observable(tuple(PauliTerm(float(c), tuple((int(w), p) for w, p in ps)) for c, ps in o))
+                Observable(tuple(PauliTerm(as_float(c, "coefficient"), tuple((int(w), p) for w, p in ps))
+                                 for c, ps in o))
                 for o in d.get("observables", ())
             ),
             shots=d.get("shots"),
@@ -537,10 +564,10 @@ class CircuitTemplate:
 
     def __str__(self) -> str:
         lines = [
-            f"CircuitTemplate {_clip(self.name)}: {self.n_qubits} qubits, {len(self.ops)} ops, "
+            f"CircuitTemplate {_clip(self.name)}: {number(self.n_qubits)} qubits, {len(self.ops)} ops, "
             f"{self.n_inputs} inputs" + (f" (+{len(self.derived)} derived)" if self.derived else "")
             + f", {self.n_weights} weights, "
-            + (f"{self.shots} shots" if self.shots else "exact")
+            + (f"{number(self.shots)} shots" if self.shots else "exact")
         ]
         for k, name in enumerate(self.derived_names()):
             lines.append(f"  input {self.n_inputs + k} = {name}")
@@ -602,18 +629,28 @@ def _concrete(a):
 
 def _clip(text: str, limit: int = 60) -> str:
     """``repr`` of user text for a message: escaped (no control characters reach the terminal) and short."""
-    r = repr(text)
+    r = shown(text, limit=None)
     return r if len(r) <= limit else r[: limit - 4] + "...'"
 
 
 def _few(items: list, k: int = 5) -> str:
-    """A list for a message: its first ``k`` items, and how many more."""
-    head = ", ".join(str(i) for i in items[:k])
+    """A list of numbers for a message: its first ``k`` items, and how many more."""
+    head = ", ".join(number(i) for i in items[:k])
     return f"[{head}]" if len(items) <= k else f"[{head}, ... {len(items) - k} more]"
 
 
+def _integer(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _finite(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """Whether ``v`` is a finite real number that a float holds (an integer past a float's range is not)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an integer past a float's range
+        return False
 
 
 def _replace(t: CircuitTemplate, **changes) -> CircuitTemplate:

@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .text import one_line
+from .text import number, one_line, shown
 
 # unary functions, by their numpy/torch name (both libraries spell these alike)
 FUNCTIONS = ("sin", "cos", "tan", "arcsin", "arccos", "arctan", "exp", "log", "sqrt", "abs", "sign")
@@ -102,8 +102,9 @@ class Expr:
                 raise ExprError(f"expression node must be a list [op, ...], got {_short(d)}")
             op, rest = d[0], d[1:]
             if op == "const":
-                if len(rest) != 1 or not _is_number(rest[0]) or not math.isfinite(rest[0]):
-                    raise ExprError(f"'const' takes one finite number, got {_short(rest)}")
+                if len(rest) != 1 or not _is_number(rest[0]) or not _finite(rest[0]):
+                    got = number(rest[0]) if len(rest) == 1 else _short(rest)
+                    raise ExprError(f"'const' takes one finite number a float holds, got {got}")
                 return const(rest[0])
             if op in ("input", "weight"):
                 if len(rest) != 1 or not isinstance(rest[0], int) or isinstance(rest[0], bool) or rest[0] < 0:
@@ -124,16 +125,29 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _finite(v: float) -> bool:
+    """Whether the number ``v`` is finite and a float holds it (an integer past a float's range is not)."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
 def _short(v: Any) -> str:
-    text = repr(v)
-    return text if len(text) <= 40 else text[:37] + "..."
+    return shown(v, 40)
 
 
 # --- building (constant subtrees fold, so evaluation never meets a function of a constant) ---------
 
 
 def const(v: float) -> Expr:
-    return Expr("const", value=float(v) + 0.0)
+    """The constant ``v`` as a float; ``ExprError`` if it is not a real number or is past a float's range."""
+    try:
+        return Expr("const", value=float(v) + 0.0)
+    except OverflowError:
+        raise ExprError(f"the constant {number(v)} is past a float's range") from None
+    except (TypeError, ValueError):
+        raise ExprError(f"the constant {_short(v)} is not a real number") from None
 
 
 def input(i: int) -> Expr:  # noqa: A001 - mirrors Angle.input
@@ -185,25 +199,34 @@ def power(a: Expr, b: Expr) -> Expr:
 
 
 def _scalar(op: str, vals: list[float]) -> float:
+    """``op`` of constants, folded; ``ExprError`` where that is not a finite real number (``log(0)``, or a
+    product past a float's range)."""
     try:
-        if op == "add":
-            return math.fsum(vals)
-        if op == "mul":
-            return math.prod(vals)
-        if op == "pow":
-            out = vals[0] ** vals[1]
-            if isinstance(out, complex):
-                raise ValueError
-            return out
-        if op == "arctan2":
-            return math.atan2(vals[0], vals[1])
-        if op == "guard":
-            if vals[1] == 0.0:
-                raise ValueError
-            return vals[0]
-        return float(_SCALAR[op](vals[0]))
+        out = _fold(op, vals)
     except (ValueError, OverflowError, ZeroDivisionError):
-        raise ExprError(f"{op} of the constant(s) {vals} is not a real number") from None
+        raise ExprError(f"{op} of the constant(s) {shown(vals, 80)} is not a real number") from None
+    if not math.isfinite(out):
+        raise ExprError(f"{op} of the constant(s) {shown(vals, 80)} is not a finite number")
+    return out
+
+
+def _fold(op: str, vals: list[float]) -> float:
+    if op == "add":
+        return math.fsum(vals)
+    if op == "mul":
+        return math.prod(vals)
+    if op == "pow":
+        out = vals[0] ** vals[1]
+        if isinstance(out, complex):
+            raise ValueError
+        return out
+    if op == "arctan2":
+        return math.atan2(vals[0], vals[1])
+    if op == "guard":
+        if vals[1] == 0.0:
+            raise ValueError
+        return vals[0]
+    return float(_SCALAR[op](vals[0]))
 
 
 # --- evaluating --------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import Any
 from .circuit import Angle, CircuitError, CircuitTemplate, Observable, Op, PauliTerm
 from .expr import Expr
 from .graph import Edge, Fragment, Graph, GraphError, Port
-from .text import one_line
+from .text import lone_surrogate, one_line
 
 FORMAT, VERSION = "hqflow.graph", 2  # 2: circuits carry their gates as plain data ("ops")
 MAX_CHARS = 64 * 2**20  # a graph document's size limit
@@ -174,11 +174,9 @@ def _check_values(doc: Any) -> None:
     while stack:
         value, where = stack.pop()
         if isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise GraphError(f"graph JSON: {where}: the text holds {value[exc.start]!r}, a lone surrogate, "
-                                 "which is not Unicode text") from None
+            if lone_surrogate(value) is not None:
+                raise GraphError(f"graph JSON: {where}: the text holds {lone_surrogate(value)!r}, a lone surrogate, "
+                                 "which is not Unicode text")
         elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > _LARGEST:
             raise GraphError(f"graph JSON: {where}: the integer of {len(str(abs(value)))} digits is out of range "
                              f"(at most {_LARGEST:.3g} in magnitude)")

@@ -25,11 +25,12 @@ from .graph import (
     resolve_fn,
     types_compatible,
 )
+from .text import lone_surrogate
 
 
 def problems(graph: Graph, backends: Mapping[str, Any] | None = None, resolve: bool = True) -> list[str]:
     out: list[str] = [f"{what} {name!r} is not Unicode text (it holds a lone surrogate)"
-                      for what, name in _names(graph) if not _is_text(name)]
+                      for what, name in _names(graph) if lone_surrogate(name) is not None]
     names = [f.name for f in graph.fragments]
     for name, n in Counter(names).items():
         if n > 1:
@@ -54,17 +55,6 @@ def _names(graph: Graph):
         yield "fragment name", f.name
         for p in f.inputs + f.outputs:
             yield f"fragment {f.name!r}: port", p.name
-
-
-def _is_text(name) -> bool:
-    """Whether ``name`` is a string any output can write (no lone surrogate)."""
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    except AttributeError:  # not a string: other checks name that
-        pass
-    return True
 
 
 def _fragment_problems(f, backends, resolve) -> list[str]:

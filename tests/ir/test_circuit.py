@@ -612,3 +612,93 @@ def test_template_problems_escape_control_characters_in_names():
     t = CircuitTemplate(0, (), name="evil\n\x1b[2K\u202e")
     (problem,) = t.problems()
     assert "\n" not in problem and "\x1b" not in problem and "\u202e" not in problem
+
+
+# ----------------------------------------------------------------------- hostile numbers and text (issue 22.8, 22.9)
+
+
+def _one_clean_line(exc) -> str:
+    text = str(exc)
+    assert "\n" not in text
+    text.encode("utf-8")  # printable: no lone surrogate
+    return text
+
+
+def _with_x(build):
+    """``build(circuit, x)`` on a 3-qubit circuit with one input ``x``."""
+    c = Circuit(3)
+    return build(c, c.inputs("x", 1)[0])
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: Circuit(3).ry(10**400, 0), r"gate 'ry' on wire\(s\) \[0\]: angle \(an integer of 401 digits\) is "
+                                            r"past a float's range"),
+        (lambda: Circuit(1).rx(-(10**5000), 0), r"angle \(a negative integer of 5001 digits\) is past"),
+        (lambda: Circuit(1).rx(0.1, 10**5000).build(), r"wire\(s\) \[\(an integer of 5001 digits\)\] outside"),
+        (lambda: _with_x(lambda c, x: c.ry(x * 10**400, 0)), r"factor \(an integer of 401 digits\) is past"),
+        (lambda: _with_x(lambda c, x: c.ry(10**400 * x, 0)), r"factor \(an integer of 401 digits\) is past"),
+        (lambda: _with_x(lambda c, x: c.ry(x + 10**400, 0)), r"term \(an integer of 401 digits\) is past"),
+        (lambda: _with_x(lambda c, x: c.ry(10**400 - x, 0)), r"term \(an integer of 401 digits\) is past"),
+        (lambda: _with_x(lambda c, x: c.ry(x - 10**400, 0)), r"term \(an integer of 401 digits\) is past"),
+        (lambda: _with_x(lambda c, x: c.ry(x / 10**400, 0)), r"divisor \(an integer of 401 digits\) is past"),
+        (lambda: _with_x(lambda c, x: c.ry(x / 0, 0)), r"angle expression: division by 0"),
+        (lambda: _with_x(lambda c, x: c.ry(x * "2", 0)), r"factor '2' is not a real number"),
+        (lambda: _with_x(lambda c, x: c.ry(x, 0).build([[(10**400, "Z0")]])),
+         r"coefficient \(an integer of 401 digits\) is past a float's range"),
+        (lambda: _with_x(lambda c, x: c.ry(x, 0).build(["Z0"], shots=10**400)),
+         r"shots \(an integer of 401 digits\) are more than any backend takes \(at most 2\*\*63 - 1"),
+        (lambda: _with_x(lambda c, x: c.ry(x, 0).build(["Z0"], shots=2**63)), r"shots 9223372036854775808 are more"),
+        (lambda: _with_x(lambda c, x: c.ry(x, 0).build(["Z0"], shots=True)), r"shots must be a positive integer"),
+        (lambda: Circuit(3).inputs("x", 10**400), r"n must be an integer from 0 to 1,048,576, got \(an integer of 401"),
+        (lambda: Circuit(3).weights("w", 2.5), r"n must be an integer from 0 to 1,048,576, got 2.5"),
+        (lambda: Circuit(3).gate(["rx"], [0]), r"unknown gate \['rx'\]"),
+        (lambda: Angle.const(10**400), r"angle \(an integer of 401 digits\) is past"),
+        (lambda: Angle.input(0, 10**400), r"angle scale \(an integer of 401 digits\) is past"),
+        (lambda: PauliTerm.parse("Z0", 10**400), r"coefficient \(an integer of 401 digits\) is past"),
+    ],
+)
+def test_huge_numbers_in_the_builder_are_one_line_circuit_errors(build, message):
+    with pytest.raises(CircuitError, match=message) as info:
+        build()
+    assert len(_one_clean_line(info.value)) < 400
+
+
+def test_the_largest_shots_a_generator_takes_are_accepted():
+    t = _with_x(lambda c, x: c.ry(x, 0).build(["Z0"], shots=2**63 - 1))
+    assert t.shots == 2**63 - 1 and str(t).startswith("CircuitTemplate 'circuit': 3 qubits")
+
+
+def test_a_template_built_directly_with_huge_integers_lists_them_as_problems():
+    t = CircuitTemplate(2, (Op("rx", (0,), (Angle("const", -1, 0.0, 10**400),)),
+                            Op("ry", (10**5000,), (Angle("input", 10**400, 1.0, 0.0),))),
+                        observables=(Observable((PauliTerm(10**400, ((0, "Z"),)),)),), shots=-(10**5000))
+    text = _one_clean_line("; ".join(t.problems()))
+    assert "op 0 (rx): angle Angle(kind='const', index=-1, scale=0.0, offset=1000" in text
+    assert "op 1 (ry): wire(s) [(an integer of 5001 digits)] outside the circuit's 2 qubits" in text
+    assert "unbound parameter (input #(an integer of 401 digits)) is not declared" in text
+    assert "observable 0 ((an integer of 401 digits)*Z0) has a coefficient that is not finite" in text
+    assert "shots must be a positive integer or None, got (a negative integer of 5001 digits)" in text
+    assert CircuitTemplate(10**5000, ()).problems() == []
+    assert str(CircuitTemplate(10**5000, ())).startswith("CircuitTemplate 'circuit': (an integer of 5001 digits) qubits")
+
+
+@pytest.mark.parametrize("build, what", [
+    (lambda: Circuit(1, name="c\ud800").rx(0.1, 0).build(), "name 'c\\\\ud800'"),
+    (lambda: (lambda c: c.rx(c.inputs("\ud800", 2)[0], 0).rx(c.inputs("\ud800", 2)[1], 0).build())(Circuit(1)),
+     "input name '\\\\ud800\\[0\\]' \\(and 3 more\\)"),
+    (lambda: (lambda c: c.rx(c.weights("w\udcff", 1)[0], 0).build())(Circuit(1)), "weight name 'w\\\\udcff\\[0\\]'"),
+    (lambda: CircuitTemplate(1, (), input_names=(5,)).check(), "input name 5 is not a string"),
+])
+def test_names_that_no_output_can_write_are_refused_in_one_line(build, what):
+    with pytest.raises(CircuitError, match=what) as info:
+        build()
+    text = _one_clean_line(info.value)
+    assert "not a string" in text or "is not Unicode text (it holds a lone surrogate" in text
+
+
+def test_an_observable_with_a_lone_surrogate_is_refused_in_one_line():
+    with pytest.raises(CircuitError, match="cannot parse Pauli term") as info:
+        Circuit(1).rx(0.1, 0).build(["Z0 \ud800"])
+    _one_clean_line(info.value)

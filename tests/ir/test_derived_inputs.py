@@ -453,6 +453,25 @@ def test_malformed_expressions_are_one_line_errors(doc, message):
         ex.Expr.from_json(doc)
 
 
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        (["const", 10**400], r"'const' takes one finite number a float holds, got \(an integer of 401 digits\)"),
+        (["add", ["input", 0], ["const", -(10**5000)]], r"got \(a negative integer of 5001 digits\)"),
+        (["mul", ["const", 1e308], ["const", 10.0], ["input", 0]], r"mul of the constant\(s\) \[1e\+308, 10.0\] is not a "
+                                                                   r"finite number"),
+    ],
+)
+def test_numbers_past_a_floats_range_are_expression_errors(doc, message):
+    """Issue 22.8: a huge integer (JSON reads one as a Python int) or a product of constants past a float's
+    range is one line of ExprError, not an OverflowError or a constant that is infinite."""
+    with pytest.raises(ex.ExprError, match=message) as info:
+        ex.Expr.from_json(doc)
+    assert "\n" not in str(info.value) and len(str(info.value)) < 200
+    with pytest.raises(ex.ExprError, match=r"the constant \(an integer of 401 digits\) is past a float's range"):
+        ex.const(10**400)
+
+
 def test_deep_expressions_are_refused_before_recursing():
     doc: list = ["input", 0]
     for _ in range(5000):
