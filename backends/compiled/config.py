@@ -14,7 +14,7 @@ MAX_QUBITS = 26  # hard limit of compile_template (CompiledBackend defaults to 1
 # -- tunables -----------------------------------------------------------------------------
 _KEEP_BYTES = 2 * 2**30  # "fused" keeps forward states up to this size, else un-computes them (adjoint method)
 _CHUNK_AMPLITUDES = 2**19  # CPU batches run in chunks of about this many amplitudes (rows x 2**n)
-_DENSE_MAP = 2**22  # the weights -> shared angles map is a dense matrix up to this many entries, else sparse
+_DENSE_MAP = 2**22  # the weights -> shared angles map is a dense matrix up to this many entries, else gathers
 _CACHE_SIZE = 256  # compile_template keeps at most this many programs (oldest evicted first)
 # the fusion cost model (cost.py)
 _STAGE_OVERHEAD = 30e-6  # per stage and call (kernel launches, Python)

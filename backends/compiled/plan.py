@@ -36,7 +36,7 @@ class _Stage:
 class _Plan:
     """Everything a call needs, as torch constants on the device.
 
-    Shared angles ``theta_shared = shared_c + shared_w @ w`` (``[T]``): their first
+    Shared angles ``theta_shared = shared_c + shared_w @ w`` (``[T]``, ``_shared_angles``): their first
     ``n_phase`` entries are turned into phases (the weight slots of unitaries and
     shared phase stages); ``theta_shared[sample_bias]`` is the bias of the per-sample
     angles: layer ``l`` (columns ``l*2**n ...``) has ``sym @ sample_a[l] + bias[cols]``
@@ -50,7 +50,7 @@ class _Plan:
     stages: list
     layout: list  # final axis -> logical wire
     final_perm: tuple | None  # axes permutation back to logical order (None: identity)
-    shared_w: torch.Tensor | None  # [T, n_w], dense or sparse (None: no shared angle uses a weight)
+    shared_w: torch.Tensor | _WeightMap | None  # [T, n_w]: dense, or gathered (None: no shared angle uses a weight)
     shared_c: torch.Tensor  # [T]
     n_phase: int
     sample_a: list  # per distinct per-sample phase layer l: [n_sample, 2**n], its columns l*2**n...
@@ -58,6 +58,77 @@ class _Plan:
     sample_uses: dict  # columns of a per-sample layer -> (first, last) index of the stages using it
     stacks: list  # {"const": [G, K, K]} or {"fixed": [...], "slots": [...], "size": G, "dim": K}
     flops: float = 0.0
+
+
+@dataclass
+class _WeightMap:
+    """The weights -> shared angles map ``M`` ``[T, n_w]`` where a dense matrix would be too large, as gathers:
+    no sparse tensor (torch's sparse kernels warn on CUDA and their backward adds with atomics).
+
+    ``rows`` ``[R]`` are the rows of ``M`` that use a weight; row ``rows[r]`` is its (weight, coefficient)
+    pairs ``(index[r], coef[r])``, padded with (0, 0.0) to the longest row's count ``k``, so
+    ``(M @ w)[rows] = (coef * w[index]).sum(1)``. The transpose is kept the same way for the backward:
+    column ``j`` of ``M`` as (position in ``rows``, coefficient) pairs ``(index_t[j], coef_t[j])``, padded to
+    ``k_t``. Both directions are gathers and sums, so values and gradients are the same on every run and
+    device; memory ``R * k + n_w * k_t`` pairs.
+    """
+
+    size: int  # T
+    rows: torch.Tensor  # [R] long, ascending
+    index: torch.Tensor  # [R, k] long
+    coef: torch.Tensor  # [R, k]
+    index_t: torch.Tensor  # [n_w, k_t] long, into rows
+    coef_t: torch.Tensor  # [n_w, k_t]
+
+    @staticmethod
+    def build(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, size: int, n_w: int, dtype, device) -> _WeightMap:
+        """From the nonzero entries ``M[rows, cols] = vals`` (each (row, col) once)."""
+        used, row_of = np.unique(rows, return_inverse=True)
+        index, coef = _padded(row_of, cols, vals, used.size)
+        index_t, coef_t = _padded(cols, row_of, vals, n_w)
+
+        def tensor(a, dt):
+            return torch.tensor(a, dtype=dt, device=device)
+
+        return _WeightMap(size, tensor(used, torch.long), tensor(index, torch.long), tensor(coef, dtype),
+                          tensor(index_t, torch.long), tensor(coef_t, dtype))
+
+
+def _padded(group: np.ndarray, other: np.ndarray, vals: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Entries ``(group, other, vals)`` as ``[n, k]`` tables: for each group its ``other`` and ``vals`` in
+    ascending ``other``, padded with (0, 0.0) to the largest group's count ``k``."""
+    order = np.lexsort((other, group))
+    group, other, vals = group[order], other[order], vals[order]
+    counts = np.bincount(group, minlength=n)
+    k = int(counts.max()) if counts.size else 0
+    slot = np.arange(group.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    index, coef = np.zeros((n, k), dtype=np.int64), np.zeros((n, k))
+    index[group, slot], coef[group, slot] = other, vals
+    return index, coef
+
+
+class _MapTimesWeights(torch.autograd.Function):
+    """``(M @ w)[rows]`` for a ``_WeightMap``; the backward gathers through the transpose (no scatter-add)."""
+
+    @staticmethod
+    def forward(ctx, w: torch.Tensor, m: _WeightMap) -> torch.Tensor:
+        ctx.m = m
+        return (m.coef * w[m.index]).sum(1)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        m = ctx.m
+        return (m.coef_t * grad[m.index_t]).sum(1), None
+
+
+def _shared_angles(plan: _Plan, w: torch.Tensor) -> torch.Tensor:
+    """``theta_shared = shared_c + shared_w @ w`` ``[T]`` for shared weights ``w`` ``[n_w]`` (differentiable)."""
+    m, c = plan.shared_w, plan.shared_c
+    if m is None:
+        return c
+    if isinstance(m, torch.Tensor):
+        return torch.addmv(c, m, w)
+    return c.index_put((m.rows,), c[m.rows] + _MapTimesWeights.apply(w, m))  # rows are distinct: no accumulation
 
 
 class _Columns:
@@ -76,8 +147,9 @@ class _Columns:
         first, self.size = self.size, self.size + const.shape[0]
         return first, self.size
 
-    def tensors(self, dtype, device) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """``(M, c)``: ``M`` ``[T, n_w]`` (dense or sparse COO; None when no angle uses a weight)."""
+    def tensors(self, dtype, device) -> tuple[torch.Tensor | _WeightMap | None, torch.Tensor]:
+        """``(M, c)``: ``M`` ``[T, n_w]`` (a dense matrix up to ``config._DENSE_MAP`` entries, else a
+        ``_WeightMap``; None when no angle uses a weight)."""
         c = torch.tensor(np.concatenate(self.c) if self.c else np.zeros(0), dtype=dtype, device=device)
         if not self.entries:
             return None, c
@@ -88,10 +160,13 @@ class _Columns:
                 rows.append(first + nz)
                 cols.append(np.full(nz.shape, j))
                 vals.append(v[nz])
-        index = torch.tensor(np.stack([np.concatenate(rows), np.concatenate(cols)]), device=device)
-        m = torch.sparse_coo_tensor(index, torch.tensor(np.concatenate(vals), dtype=dtype, device=device),
-                                    (self.size, self.n_w), check_invariants=True).coalesce()
-        return (m.to_dense() if self.size * self.n_w <= config._DENSE_MAP else m), c
+        rows, cols, vals = np.concatenate(rows), np.concatenate(cols), np.concatenate(vals)
+        if self.size * self.n_w > config._DENSE_MAP:
+            return _WeightMap.build(rows, cols, vals, self.size, self.n_w, dtype, device), c
+        m = torch.zeros((self.size, self.n_w), dtype=dtype, device=device)
+        m[torch.tensor(rows, device=device), torch.tensor(cols, device=device)] = torch.tensor(vals, dtype=dtype,
+                                                                                                device=device)
+        return m, c
 
 
 def _stack_unitaries(blocks: list, cols: _Columns, dtype, device) -> tuple[list, dict]:

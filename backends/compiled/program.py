@@ -11,7 +11,7 @@ from hqflow.ir.passes import light_cone
 from ..base import BackendError
 from . import config
 from .config import _DTYPES, _GRADIENTS, _REAL
-from .plan import _build_plan, _Plan
+from .plan import _build_plan, _Plan, _shared_angles
 from .readout import _Readout
 from .simulate import _build_stacks, _FusedSim, _phases, _SamplePhases, _simulate
 
@@ -167,12 +167,7 @@ class CompiledProgram:
         per_row = w.ndim == 2
         plan = self._plan(per_row)
         readout = self._readout(plan, what)
-        if plan.shared_w is None:
-            theta = plan.shared_c
-        elif plan.shared_w.is_sparse:
-            theta = plan.shared_c + torch.sparse.mm(plan.shared_w, w[:, None])[:, 0]
-        else:
-            theta = torch.addmv(plan.shared_c, plan.shared_w, w)
+        theta = _shared_angles(plan, w)
         p_shared = _phases(theta[: plan.n_phase])
         sym = torch.cat([x, w], 1) if per_row else x  # the per-sample symbols
         bias = theta[plan.sample_bias[0]: plan.sample_bias[1]]

@@ -220,24 +220,81 @@ def test_gradient_modes_agree():
     assert compile_template(policy_circuit(), adjoint=True).gradient == "adjoint"
 
 
-def test_sparse_weight_map_matches_dense(monkeypatch):
-    """Large circuits map weights to angles with a sparse matrix; same values and gradients."""
-    from hqflow.backends.compiled import config
+def _plan_tensors(plan):
+    """Every tensor a plan holds (its stages' constants, the weight map's tables)."""
+    import dataclasses
 
-    for k, t, x, w in _cases(6, seed=43, max_qubits=5, rows=2):
+    found, todo = [], [plan]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, torch.Tensor):
+            found.append(v)
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+            todo += [getattr(v, f.name) for f in dataclasses.fields(v)]
+        elif isinstance(v, dict):
+            todo += list(v.values())
+        elif isinstance(v, (list, tuple)):
+            todo += list(v)
+    return found
+
+
+@pytest.mark.parametrize("dtype, tol", [("complex64", 1e-6), ("complex128", 1e-12)])
+@pytest.mark.parametrize("gradient", ["fused", "autograd"])
+def test_large_weight_maps_are_gathers_with_the_dense_maps_values_and_no_sparse_tensor(monkeypatch, dtype, tol, gradient):
+    """Issue 22.19: where the weights -> shared angles map is too large for a dense matrix it is a padded gather
+    (``_WeightMap``), not a torch sparse tensor (whose kernels warn on CUDA); same values and weight gradients
+    as the dense map, and building and running it (forward and backward) warns of nothing."""
+    import warnings
+
+    from hqflow.backends.compiled import config
+    from hqflow.backends.compiled.plan import _WeightMap
+
+    checked = 0
+    for k, t, x, w in list(_cases(8, seed=43, max_qubits=5, rows=2)) + [(8, policy_circuit(), *_policy_rows(2))]:
         if w.ndim == 2:
             continue
         results = []
         for limit in (2**22, 0):
             monkeypatch.setattr(config, "_DENSE_MAP", limit)
-            prog = CompiledProgram(t, torch.complex128)  # uncached: built under this limit
-            assert limit or prog._plan(False).shared_w is None or prog._plan(False).shared_w.is_sparse
-            wt = torch.tensor(w, requires_grad=True)
-            values = prog(x, wt)
-            values.sum().backward()
-            results.append((values.detach().numpy(), wt.grad.numpy()))
-        np.testing.assert_allclose(results[1][0], results[0][0], atol=1e-12)
-        np.testing.assert_allclose(results[1][1], results[0][1], atol=1e-12)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                prog = CompiledProgram(t, dtype, gradient=gradient, lightcone=False)  # uncached: built under limit
+                plan = prog._plan(False)
+                wt = torch.tensor(w, dtype=prog.real_dtype, requires_grad=True)
+                values = prog(torch.tensor(x, dtype=prog.real_dtype), wt)
+                (values * torch.arange(1.0, 1.0 + values.shape[1], dtype=values.dtype)).sum().backward()
+            assert not any(v.is_sparse for v in _plan_tensors(plan))
+            if plan.shared_w is not None:
+                assert isinstance(plan.shared_w, torch.Tensor if limit else _WeightMap)
+                checked += not limit
+            results.append((values.detach().double().numpy(), wt.grad.double().numpy()))
+        np.testing.assert_allclose(results[1][0], results[0][0], rtol=tol, atol=tol, err_msg=f"values, case {k}")
+        np.testing.assert_allclose(results[1][1], results[0][1], rtol=tol, atol=tol, err_msg=f"gradients, case {k}")
+    assert checked >= 3
+
+
+def _policy_rows(rows: int):
+    rng = np.random.default_rng(3)
+    return rng.uniform(-np.pi, np.pi, (rows, 4)), rng.uniform(-np.pi, np.pi, 40)
+
+
+def test_a_weight_map_gathers_every_entry_once():
+    """``_WeightMap`` against the matrix it stands for, rows that use no weight and weights that no row uses
+    included; its backward is the transpose's gather."""
+    from hqflow.backends.compiled.plan import _MapTimesWeights, _WeightMap
+
+    rng = np.random.default_rng(0)
+    dense = rng.normal(size=(9, 5)) * (rng.random((9, 5)) < 0.4)
+    dense[3], dense[:, 2] = 0.0, 0.0
+    rows, cols = np.nonzero(dense)
+    m = _WeightMap.build(rows, cols, dense[rows, cols], 9, 5, torch.float64, "cpu")
+    assert m.index.shape[1] == np.count_nonzero(dense, 1).max() and m.index_t.shape[1] == np.count_nonzero(dense, 0).max()
+    w = torch.tensor(rng.normal(size=5), requires_grad=True)
+    out = torch.zeros(9, dtype=torch.float64).index_put((m.rows,), _MapTimesWeights.apply(w, m))
+    np.testing.assert_allclose(out.detach().numpy(), dense @ w.detach().numpy(), rtol=1e-15, atol=1e-15)
+    g = rng.normal(size=9)
+    out.backward(torch.tensor(g))
+    np.testing.assert_allclose(w.grad.numpy(), dense.T @ g, rtol=1e-15, atol=1e-15)
 
 
 def test_complex64_policy_gradients_close_to_complex128():
