@@ -12,6 +12,10 @@ that filling the slots reproduces the SDK's text exactly. Where it does not (a
 translator that folds angles together), each row is translated on its own.
 
 Bit order: counts keys put wire 0 first, as everywhere in hqflow.
+
+Qiskit is imported with this module, so on the thread that makes the backend (usually the
+main thread), not on a run's worker thread: qiskit 2.6's native allocator crashes (SIGSEGV)
+a thread that starts using it after the thread that first loaded qiskit has ended.
 """
 from __future__ import annotations
 
@@ -24,6 +28,11 @@ import numpy as np
 from hqflow.ir.circuit import Angle, CircuitTemplate, Op
 
 from ..base import BackendError, CircuitBatch
+
+try:  # loaded with this module, on the thread that makes the backend: see the module docstring
+    import qiskit  # noqa: F401
+except ImportError:  # said when a circuit is translated: the azure extra is missing
+    pass
 
 
 @dataclass(frozen=True)
