@@ -253,8 +253,9 @@ class BatchResult:
 class Job(Protocol):
     """A submitted batch. ``started()`` says whether it has left its service's queue: the runtime's
     ``job_timeout`` counts from then, so a job that waits in a long queue is waited for, not timed out.
-    ``cancel()`` also ends whatever the job still has running on its service, even after it failed.
-    ``FutureJob`` has the defaults (a job that cannot see a queue has started when submitted)."""
+    A cloud job's ``cancel()`` also ends what it still has running on its service, even after the job
+    failed (the runtime calls it when a run ends). ``FutureJob`` has the defaults (a job that cannot
+    see a queue has started when submitted)."""
 
     def done(self) -> bool: ...
     def started(self) -> bool: ...

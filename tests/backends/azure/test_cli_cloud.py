@@ -89,3 +89,11 @@ def test_a_key_given_on_the_command_line_is_never_written(azure_workspace, azure
     assert err.count("puts a secret on the command line") == 1 and key not in out + err
     files = [p for p in folder.rglob("*") if p.is_file()]
     assert len(files) >= 4 and all(key.encode() not in p.read_bytes() for p in files)
+
+
+def test_hqflow_backends_warns_of_a_key_in_azure_opt(capsys):
+    """22.26: --azure-opt key=... is on the command line too."""
+    assert main(["backends", "--json", "--azure-opt", "key=secret-key-123", "--azure-opt", "name=w"]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("--azure-opt key=... puts a secret on the command line") == 1
+    assert "secret-key-123" not in out + err
