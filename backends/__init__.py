@@ -17,6 +17,7 @@ from hqflow.ir.text import one_line
 
 from .base import (
     Backend,
+    BackendAccessError,
     BackendError,
     BatchResult,
     Capabilities,
@@ -120,6 +121,7 @@ __all__ = [
     "is_registered",
     "registry_capabilities",
     "Backend",
+    "BackendAccessError",
     "BackendError",
     "BatchResult",
     "Capabilities",

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
-from hqflow.ir.circuit import CircuitTemplate, DerivedInputError
+from hqflow.ir.circuit import MAX_SHOTS, CircuitTemplate, DerivedInputError
+from hqflow.ir.text import shown
 
 
 class BackendError(RuntimeError):
@@ -156,8 +157,8 @@ class CircuitBatch:
         if x.shape[0] == 0:
             raise BackendError(f"batch for {template.name!r} has no rows (inputs have shape {list(x.shape)})")
         s = template.shots if shots == "template" else shots
-        if s is not None and (not isinstance(s, (int, np.integer)) or s < 1):
-            raise BackendError(f"shots must be a positive integer or None, got {s!r}")
+        if s is not None and (not isinstance(s, (int, np.integer)) or isinstance(s, bool) or not 1 <= s <= MAX_SHOTS):
+            raise BackendError(f"shots must be a positive integer (at most 2**63 - 1) or None, got {shown(s)}")
         if template.derived:
             raw, x, template = x, _derived_columns(template, x), template.lowered()
             return CircuitBatch(template, x, w, None if s is None else int(s), seed, raw_inputs=raw)

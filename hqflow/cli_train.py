@@ -30,6 +30,8 @@ import json
 import os
 import sys
 
+from hqflow.backends import BackendAccessError
+
 from .cli_errors import UsageError
 from .cli_pool import backend_pool as _backend_pool, value as _value
 from .fragments import RunFailed
@@ -366,7 +368,9 @@ def cmd_train(args) -> int:
                                checkpoint_every=args.checkpoint_every, progress=_CostReport(bar, mod, cfg),
                                tensorboard=args.tensorboard, resources=watcher, backends=backends, **scheduler)
         except RunFailed as exc:
-            what = "raise --budget" if _caused_by(exc, BudgetExceeded) else "fix the backend"
+            what = ("raise --budget" if _caused_by(exc, BudgetExceeded) else
+                    "check the credentials and the endpoint" if _caused_by(exc, BackendAccessError) else
+                    "fix the backend")
             raise RunStopped(f"training stopped: {exc} ({_kept(run_dir)}: {what}, then hqflow train --resume "
                              f"{run_dir})") from None
         except KeyboardInterrupt:

@@ -38,6 +38,8 @@ from torch import nn
 
 from hqflow.backends import CircuitBatch, get_backend
 from hqflow.ir import CircuitTemplate
+from hqflow.ir.circuit import MAX_SHOTS
+from hqflow.ir.text import shown
 
 from .collective import Compression, reduce, replica
 from .gradients import param_shift
@@ -55,8 +57,8 @@ class QuantumLayer(nn.Module):
                             f"from_pennylane), got {type(template).__name__}")
         if not template.observables:
             raise ValueError(f"circuit {template.name!r} has no observables: build it with observables=[...]")
-        if shots is not None and (isinstance(shots, bool) or not isinstance(shots, int) or shots < 1):
-            raise ValueError(f"shots must be a positive integer or None, got {shots!r}")
+        if shots is not None and (isinstance(shots, bool) or not isinstance(shots, int) or not 1 <= shots <= MAX_SHOTS):
+            raise ValueError(f"shots must be a positive integer (at most 2**63 - 1) or None, got {shown(shots)}")
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         self.template, self.backend, self.shots, self.seed = template, backend, shots, seed

@@ -148,8 +148,10 @@ def run(cfg: Config = Config(), progress=None, **options) -> dict:
     weights, bias = np.asarray(result.state["adam.weights"]), float(result.state["adam.bias"])
     evaluate = build_eval_graph(cfg)
 
+    backends = {k: v for k, v in options.items() if k == "backends"}  # the run's own pool, with its options
+
     def accuracy(x, y) -> float:
-        values = hq.run(evaluate, [{"x": x, "weights": weights}]).outputs[0]["values"][:, 0]
+        values = hq.run(evaluate, [{"x": x, "weights": weights}], **backends).outputs[0]["values"][:, 0]
         return float(np.mean(np.sign(values + bias) == y))
 
     return {

@@ -502,3 +502,18 @@ def test_a_suffix_goes_only_where_a_backend_takes_one(clean_registry, name, mess
 def test_suffixes_set_their_keyword():
     assert get_backend("pennylane:default.qubit").capabilities.name.startswith("pennylane")
     assert get_backend("emulated-qpu:compiled", max_qubits=4).capabilities.max_qubits == 4
+
+
+@pytest.mark.parametrize("shots", [10**400, 2**63, True, 0, -1, 2.5])
+def test_shots_no_generator_can_draw_are_one_line_errors(shots):
+    from hqflow.torch import QuantumLayer
+
+    c = Circuit(1, name="s")
+    w = c.weights("w", 1)
+    c.ry(w[0], 0)
+    t = c.build(observables=["Z0"])
+    with pytest.raises(BackendError, match=r"shots must be a positive integer \(at most 2\*\*63 - 1\)") as err:
+        CircuitBatch.make(t, np.zeros((1, 0)), np.zeros(1), shots=shots)
+    assert "\n" not in str(err.value) and len(str(err.value)) < 200
+    with pytest.raises(ValueError, match="shots must be a positive integer"):
+        QuantumLayer(t, backend="reference", shots=shots)

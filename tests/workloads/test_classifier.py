@@ -69,3 +69,21 @@ def test_graph_json_round_trip():
     for graph in (classifier.build_graph(cfg), classifier.build_eval_graph(cfg)):
         again = Graph.from_json(graph.to_json()).validate()
         assert again == graph
+
+
+def test_the_accuracy_is_evaluated_on_the_runs_own_pool():
+    """Everything the workload runs goes through the configured pool and its options (issue 22.22's twin):
+    a pool name the registry does not know works only if the evaluation uses the run's backends."""
+    from hqflow.backends.emulated import EmulatedQPU
+
+    jobs = []
+
+    class Counting(EmulatedQPU):
+        def submit(self, batch):
+            jobs.append(batch.size)
+            return super().submit(batch)
+
+    cfg = classifier.Config(steps=3, samples=40, backend="mine")
+    out = classifier.run(cfg, backends={"mine": [Counting(per_job=0.0)]})
+    assert 0.0 <= out["test_accuracy"] <= 1.0
+    assert len(jobs) == 3 + 2  # the three training steps, then the train and the test accuracy

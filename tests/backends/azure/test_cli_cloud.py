@@ -97,3 +97,16 @@ def test_hqflow_backends_warns_of_a_key_in_azure_opt(capsys):
     out, err = capsys.readouterr()
     assert err.count("--azure-opt key=... puts a secret on the command line") == 1
     assert "secret-key-123" not in out + err
+
+
+def test_hqflow_train_with_a_wrong_key_stops_at_once_and_says_what_to_check(azure_workspace, azure_service, capsys,
+                                                                            monkeypatch, tmp_path):
+    """22.23: hqflow train retried a 401 four times, then said its last completed update was checkpointed."""
+    monkeypatch.setenv("AZURE_QUANTUM_API_KEY", "wrong-key-" + "z" * 16)
+    monkeypatch.chdir(tmp_path)
+    code = main(["train", "cartpole", "--backend", "azure:ionq.simulator", *_opts(azure_workspace), "--set",
+                 "n_layers=1", "--set", "batch_episodes=1", "--episodes", "1", "--run-dir", "run"])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 1 and "401" in last, last
+    assert "check the credentials and the endpoint" in last and "no update had completed" in last
+    assert azure_service.stats()["jobs"] == 0

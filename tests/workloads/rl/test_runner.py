@@ -1,6 +1,5 @@
 """The RL runner: the algorithm as fragments under distribution policies, run directories, kill and resume."""
 import json
-import os
 import re
 import signal
 import subprocess
