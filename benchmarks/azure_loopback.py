@@ -332,8 +332,8 @@ def main(argv=None) -> int:
         figures.update(part_rates(options, svc))
         figures.update(part_long_queue(options, svc))
         figures.update(part_learn_batch(options, svc, rows=args.learn_rows or (400 if args.quick else 1596)))
-        # Every environment step is one job per parameter-shift row: 1 + 2 x (inputs + weights)
-        # rows, 25 with one layer (121 with the default five), so the RL part runs one layer.
+        # Every environment step is one job to act and one per parameter-shift row, 1 + 2 x (inputs +
+        # weights): 58 with one layer (186 with the default five), so the RL part runs one layer.
         episodes = args.rl_episodes or (2 if args.quick else 10)
         rl = ["--set", "n_layers=1", "--set", f"batch_episodes={min(episodes, 10)}"]
         figures.update(part_rl(options, svc, episodes=episodes, extra=rl))

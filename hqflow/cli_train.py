@@ -354,7 +354,7 @@ def cmd_train(args) -> int:
                              "distributions run in this process)")
         scheduler["ray_address"] = args.ray_address
     backends = None if pool is None else {cfg.backend: pool}
-    if not runner.backend_facts(cfg.backend, backends)[0]:  # the circuit runs as jobs: say what a step costs
+    if not args.resume and not runner.backend_facts(cfg.backend, backends)[0]:  # jobs: say what a step costs
         circuits, parameters = runner.circuits_per_env_step(algo, cfg)
         print(f"hqflow: an environment step runs about {circuits:.4g} circuits on {cfg.backend} (acting, and "
               f"{algo}'s parameter-shift gradients over the policy circuit's {parameters} parameters); on a cloud "

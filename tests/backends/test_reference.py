@@ -177,9 +177,9 @@ def test_make_normalizes_shapes(t22):
         ([[0.1, 0.2]], [np.inf, 0.2], "template", "weights contain NaN or infinity"),
         ([["a", "b"]], [0.1, 0.2], "template", "inputs must be numeric arrays, got list"),
         (np.zeros((3, 2)), np.zeros((2, 2)), "template", "per-row weights have 2 rows but inputs have 3"),
-        (np.zeros((3, 2)), [0.1, 0.2], 0, r"shots must be a positive integer or None, got 0"),
-        (np.zeros((3, 2)), [0.1, 0.2], -5, r"shots must be a positive integer or None, got -5"),
-        (np.zeros((3, 2)), [0.1, 0.2], 2.5, r"shots must be a positive integer or None, got 2.5"),
+        (np.zeros((3, 2)), [0.1, 0.2], 0, r"shots must be a positive integer \(at most 2\*\*63 - 1\) or None, got 0"),
+        (np.zeros((3, 2)), [0.1, 0.2], -5, r"shots must be a positive integer \(at most 2\*\*63 - 1\) or None, got -5"),
+        (np.zeros((3, 2)), [0.1, 0.2], 2.5, r"shots must be a positive integer \(at most 2\*\*63 - 1\) or None, got 2.5"),
     ],
 )
 def test_make_rejects_bad_batches(t22, inputs, weights, shots, message):

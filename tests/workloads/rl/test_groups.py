@@ -87,6 +87,7 @@ def test_cli_backend_options_and_a_failing_pool(tmp_path, capsys):
     code = main(["train", "cartpole", "--backend", "emulated-qpu", "--backend-opt", "wrapped=compiled",
                  "--backend-opt", "failure_rate=1.0", "--set", "n_layers=1", "--episodes", "4", "--run-dir", run])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 1 and len(err) == 1 and "--resume" in err[0]
+    assert code == 1 and len(err) == 2 and "--resume" in err[1]  # the failure, after what a step costs
+    assert err[0].startswith("hqflow: an environment step runs about 58 circuits on emulated-qpu")
     assert main(["train", "cartpole", "--backend", "emulated-qpu", "--backend-opt", "bogus=1"]) == 2
     assert "bogus" in capsys.readouterr().err
