@@ -142,9 +142,10 @@ def max_diff(a: dict, b: dict) -> float:
     return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
-def part_learners(address: str) -> dict:
-    sync = runner.train("reinforce", EXACT, Sync())
-    undisturbed = runner.train("reinforce", EXACT, MULTI, ray_address=address)
+def part_learners(address: str, updates: int = 20) -> dict:
+    exact = dataclasses.replace(EXACT, max_episodes=updates * EXACT.batch_episodes)
+    sync = runner.train("reinforce", exact, Sync())
+    undisturbed = runner.train("reinforce", exact, MULTI, ray_address=address)
     diff = max_diff(undisturbed["params"], sync["params"])
     print(f"  sync {sync['seconds']:5.2f} s, multi-learner {undisturbed['seconds']:5.2f} s, {undisturbed['updates']} "
           f"updates: largest parameter difference {diff:.2e}", flush=True)
@@ -158,18 +159,19 @@ def part_learners(address: str) -> dict:
     killer.start()
 
     def progress(episodes, _metrics):
-        if episodes >= 10 * EXACT.batch_episodes:  # update 10 done
+        if episodes >= updates // 2 * EXACT.batch_episodes:  # half the updates done
             reached.set()
 
     try:
-        disturbed = runner.train("reinforce", EXACT, MULTI, ray_address=address, progress=progress)
+        disturbed = runner.train("reinforce", exact, MULTI, ray_address=address, progress=progress)
     finally:
         finished.set()
         killer.join()
     new_pid = ray.get(learner.pid.remote())
     killed = report.get("killed_pid") == pid and new_pid != pid
     kill_diff = max_diff(disturbed["params"], undisturbed["params"])
-    what = f"SIGKILLed in a call after update 10, back as pid {new_pid}" if killed else "NOT killed (the run ended first)"
+    what = (f"SIGKILLed in a call after update {updates // 2}, back as pid {new_pid}" if killed
+            else "NOT killed (the run ended first)")
     print(f"  learner 1 (pid {pid}) {what}: {disturbed['seconds']:.2f} s, largest difference to the "
           f"undisturbed run {kill_diff:.2e}", flush=True)
     moved = {f"bytes_{k}": v / undisturbed["updates"] for k, v in undisturbed["stats"]["bytes_moved"].items()}
@@ -213,13 +215,15 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=50, help="overlap: micro-batches N (default 50)")
     ap.add_argument("--rounds", type=int, default=None, help="overlap: rounds, median reported (default 3; quick 1)")
     ap.add_argument("--actor-episodes", type=int, default=None, help="episodes per actors run (default 240; quick 80)")
+    ap.add_argument("--learner-updates", type=int, default=20,
+                    help="updates of the multi-learner runs of parts 3-4 (default 20; the kill after half)")
     ap.add_argument("--compression-seeds", type=int, default=None,
                     help="seeds per compression in part 6 (default 5; quick 1; 0 skips the part)")
     args = ap.parse_args()
     rounds = args.rounds or (1 if args.quick else 3)
     episodes = args.actor_episodes or (80 if args.quick else 240)
-    if args.steps < 2 or rounds < 1 or episodes < 10 or args.q_ms <= 0:
-        ap.error("need --steps >= 2, --rounds >= 1, --actor-episodes >= 10 and --q-ms > 0")
+    if args.steps < 2 or rounds < 1 or episodes < 10 or args.q_ms <= 0 or args.learner_updates < 4:
+        ap.error("need --steps >= 2, --rounds >= 1, --actor-episodes >= 10, --q-ms > 0 and --learner-updates >= 4")
     torch.set_num_threads(1)
     start = time.perf_counter()
     figures = {"quick": args.quick}
@@ -234,8 +238,9 @@ def main() -> int:
         figures.update(part_overlap(cluster.address, args.q_ms / 1e3, args.steps, rounds))
         print(f"\n2. REINFORCE on an emulated QPU (50 ms per job, 4 slots): 1 vs 4 actors, first {episodes} episodes")
         figures.update(part_actors(cluster.address, episodes))
-        print("\n3-4. multi-learner (2 learners) vs sync, 20 updates, float64; then learner 1 killed after update 10")
-        figures.update(part_learners(cluster.address))
+        print(f"\n3-4. multi-learner (2 learners) vs sync, {args.learner_updates} updates, float64; then learner 1 "
+              f"killed after update {args.learner_updates // 2}")
+        figures.update(part_learners(cluster.address, args.learner_updates))
         print(f"\n5. bytes between processes per update of part 3's undisturbed run ({MULTI.learners} learners, 1 actor)")
         print("  " + ", ".join(f"{k[6:].replace('_', ' ')} {v:,.0f} B" for k, v in figures.items() if k.startswith("bytes_")))
     finally:

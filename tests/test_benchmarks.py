@@ -15,7 +15,8 @@ SMOKE = {"backends.py": ["--batch", "20", "--sizes", "200,800"], "overlap.py": [
          "azure_loopback.py": ["--fault-rows", "100", "--rl-episodes", "1", "--learn-rows", "40"],
          "planner.py": ["--steps", "4", "--calibrate", "3", "--elastic-steps", "20"],
          "rl_envs.py": ["--seeds", "1", "--envs", "cartpole,frozenlake", "--episodes", "10"],
-         "scale_out.py": ["--steps", "10", "--actor-episodes", "20", "--compression-seeds", "0"]}
+         "scale_out.py": ["--steps", "10", "--actor-episodes", "20", "--compression-seeds", "0", "--learner-updates",
+                          "4"]}
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in BENCH.glob("*.py") if not p.name.startswith("_")))
