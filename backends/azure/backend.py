@@ -315,7 +315,7 @@ class AzureBackend:
                 failures: list) -> tuple | None:
         """Track ``sj``, wait for it to end and download its result: ``(row, group, counts)``, or None
         (the reason added to ``failures``) when it failed. Raises ``_Stopped`` when the batch stops."""
-        job.track(sj, created, group)
+        job.track(sj, created, row, group)
         live = _status(sj) not in _TERMINAL
         with self._lock:  # registered before the checks below: close() and cancel() see it, or it sees them
             if live:
@@ -325,7 +325,7 @@ class AzureBackend:
             if live:
                 self._cancel(sj)
             raise _Stopped("cancelled")
-        self._wait(sj, job, closing)
+        self._wait(sj, job, (row, group), closing)
         status = _status(sj)
         if status in ("Succeeded", "Completed"):
             uri = sj.details.output_data_uri or _output_blob(sj.details.container_uri)
@@ -374,17 +374,21 @@ class AzureBackend:
             return ws.get_job(jid), False
         return sj, fresh or _status(sj) not in _TERMINAL
 
-    def _wait(self, sj, job: AzureJob, closing: threading.Event) -> None:
-        """Poll until the job ends: first when jobs have been taking to finish, then backing off. Raises
+    def _wait(self, sj, job: AzureJob, part: tuple[int, int], closing: threading.Event) -> None:
+        """Poll until the job ends: first when jobs have been taking to finish, then backing off (afresh once it
+        leaves the queue). Raises
         ``_Stopped`` when the batch stops or the backend closes (the service job runs on)."""
         start, waited = time.perf_counter(), _status(sj) not in _TERMINAL
         with self._lock:
             typical = self._typical
         first = min(max(self.poll_interval, 0.9 * typical), self.max_poll_interval) if typical else None
-        delay = self.poll_interval
+        delay, running = self.poll_interval, False
         while _status(sj) not in _TERMINAL:
             if _status(sj) not in _QUEUED:
-                job.mark_started()
+                job.mark_started(part)
+                if not running:  # out of the queue: polled often again, so its end (and job_timeout's clock,
+                    running, delay = True, self.poll_interval  # which counts running time) is seen soon
+
             if job.stopped or closing.is_set():
                 raise _Stopped("stopped")
             if first is not None:
@@ -396,7 +400,7 @@ class AzureBackend:
             if job.stopped or closing.is_set():
                 raise _Stopped("stopped")
             self._retry(sj.refresh, "poll a job")
-        job.mark_started()
+        job.mark_started(part)
         took = time.perf_counter() - start
         with self._lock:
             self._open.pop(sj.id, None)
@@ -480,6 +484,7 @@ class AzureJob(FutureJob):
         super().__init__(cf.Future(), backend.name)
         self._future.set_running_or_notify_cancel()
         self.backend_obj, self.batch, self.prep, self.shots = backend, batch, prep, shots
+        self.rows, self.groups = batch.size, len(prep.payloads.groups)  # one service job each
         self.cancelled = False  # cancel() was called: what is created from now on is cancelled at once
         self.stopped = False  # the batch ended early (cancelled, or failed): its threads stop
         self._wake = threading.Event()  # set when stopped: sleeping threads wake
@@ -487,7 +492,7 @@ class AzureJob(FutureJob):
         self._service_jobs: list = []
         self._cost = 0.0
         self._created = self._reused = self._failed = 0
-        self._started = False
+        self._out: set[tuple[int, int]] = set()  # (row, group) whose service job has left the queue
         self._lock = threading.Lock()
         self._left = 0
 
@@ -497,7 +502,7 @@ class AzureJob(FutureJob):
             self._left += 1
         fut.add_done_callback(self._part_done)
 
-    def track(self, service_job, created: bool, group: int) -> None:
+    def track(self, service_job, created: bool, row: int, group: int) -> None:
         """A service job of this batch: ``created`` by it (and charged), or found from an earlier try."""
         with self._lock:
             self._service_jobs.append(service_job)
@@ -505,7 +510,7 @@ class AzureJob(FutureJob):
                 self._created += 1
                 self._cost += self.prep.job_cost(group, self.shots)
             if _status(service_job) not in _QUEUED:
-                self._started = True
+                self._out.add((row, group))
 
     def count(self, outcome: str) -> None:
         """One more service job that ``"failed"``, or that an earlier try ran and this batch ``"reused"``."""
@@ -515,12 +520,16 @@ class AzureJob(FutureJob):
             else:
                 self._reused += 1
 
-    def mark_started(self) -> None:
-        self._started = True
+    def mark_started(self, part: tuple[int, int]) -> None:
+        """Service job ``part`` = ``(row, group)`` has left the service's queue (or ended)."""
+        with self._lock:
+            self._out.add(part)
 
     def started(self) -> bool:
-        """Whether one of the batch's service jobs has left the service's queue (or the batch has ended)."""
-        return self._started or self._future.done()
+        """Whether every one of the batch's service jobs has left the service's queue (or the batch has ended):
+        the batch runs, and ``job_timeout`` may count, only when no row waits in the queue any more."""
+        with self._lock:
+            return self._future.done() or (self.rows * self.groups > 0 and len(self._out) >= self.rows * self.groups)
 
     def sleep(self, seconds: float) -> None:
         """Wait ``seconds``, or until the batch stops or its backend closes."""

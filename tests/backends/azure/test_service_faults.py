@@ -91,6 +91,16 @@ def test_a_long_queue_is_waited_for_not_timed_out(azure_workspace, azure_service
     assert stats["jobs"] == 4 and stats["by_status"] == {"Succeeded": 4}
 
 
+def test_a_batch_whose_rows_leave_the_queue_at_different_times_is_not_timed_out(azure_workspace, azure_service):
+    """The batch runs only once every row has left the queue: rows that wait 3 s longer than the others
+    (about half of them, drawn by the service) are queued, not hung, though job_timeout is 1.5 s."""
+    azure_service.configure(latency=1.0, slow_job=0.5, slow_seconds=3.0)
+    result = _run(azure_workspace, rows=12, job_timeout=1.5, max_retries=1)
+    stats = azure_service.stats()
+    assert result.extra["timeouts"] == 0 and result.extra["retries"] == 0
+    assert stats["jobs"] == 12 and stats["by_status"] == {"Succeeded": 12}
+
+
 def test_a_job_that_runs_past_the_timeout_is_cancelled_and_nothing_is_left(azure_workspace, azure_service):
     """22.21: a running job that hangs is timed out on its running time, and its service jobs are
     cancelled, on every attempt: nothing stays on the service."""
