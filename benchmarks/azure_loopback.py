@@ -270,12 +270,12 @@ def part_budget(options, svc, steps=8):
             "budget_steps_kept": len(partial.outputs), "budget_service_jobs": svc.stats()["jobs"]}
 
 
-def part_rl(options, svc, episodes=10, extra=()):
+def part_rl(options, svc, episodes=10, extra=(), env_name="cartpole"):
     svc.configure(reset=True, latency=0.0)
     env = dict(os.environ, AZURE_QUANTUM_API_KEY=options["key"])
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = os.path.join(tmp, "run")
-        args = [sys.executable, "-m", "hqflow.cli", "train", "cartpole", "--backend", "azure:ionq.simulator",
+        args = [sys.executable, "-m", "hqflow.cli", "train", env_name, "--backend", "azure:ionq.simulator",
                 "--episodes", str(episodes), "--run-dir", run_dir, "--json", *extra]
         for k in ("subscription_id", "resource_group", "name", "location", "endpoint"):
             args += ["--backend-opt", f"{k}={options[k]}"]
@@ -301,6 +301,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer RL episodes, a smaller learn batch")
     ap.add_argument("--fault-rows", type=int, default=500, help="rows of the fault part (default 500)")
     ap.add_argument("--rl-episodes", type=int, default=None, help="episodes of the RL part (default 10; --quick 2)")
+    ap.add_argument("--rate-rows", type=int, default=128, help="rows of each failure rate's batch (default 128)")
+    ap.add_argument("--rl-env", default="cartpole", help="the RL part's environment (default cartpole)")
     ap.add_argument("--learn-rows", type=int, default=None,
                     help="rows of the learn batch part (default 1596, a training run's; --quick 400)")
     args = ap.parse_args(argv)
@@ -310,6 +312,8 @@ def main(argv=None) -> int:
         ap.error("--rl-episodes must be at least 1")
     if args.learn_rows is not None and args.learn_rows < 1:
         ap.error("--learn-rows must be at least 1")
+    if args.rate_rows < 1:
+        ap.error("--rate-rows must be at least 1")
 
     from hqflow.backends.azure.azurite import Azurite, ensure_installed
     from hqflow.backends.azure.loopback import LoopbackService
@@ -329,15 +333,15 @@ def main(argv=None) -> int:
         figures.update(part_faults(options, svc, rows=args.fault_rows))
         figures.update(part_cost())
         figures.update(part_budget(options, svc))
-        figures.update(part_rates(options, svc))
+        figures.update(part_rates(options, svc, rows=args.rate_rows))
         figures.update(part_long_queue(options, svc))
         figures.update(part_learn_batch(options, svc, rows=args.learn_rows or (400 if args.quick else 1596)))
         # Every environment step is one job to act and one per parameter-shift row, 1 + 2 x (inputs +
         # weights): 58 with one layer (186 with the default five), so the RL part runs one layer.
         episodes = args.rl_episodes or (2 if args.quick else 10)
         rl = ["--set", "n_layers=1", "--set", f"batch_episodes={min(episodes, 10)}"]
-        figures.update(part_rl(options, svc, episodes=episodes, extra=rl))
-        figures["rl_args"] = " ".join(rl)
+        figures.update(part_rl(options, svc, episodes=episodes, extra=rl, env_name=args.rl_env))
+        figures["rl_args"] = " ".join([args.rl_env, *rl])
     figures["seconds"] = round(time.perf_counter() - t0, 1)
     print(f"{'figure':<24} {'value':>12}  target")
     targets = {"batch_seconds_64": "<= 1.0", "lost": "0", "duplicated_jobs": "0", "within_5_sigma": "1.0",

@@ -12,10 +12,11 @@ SMOKE = {"backends.py": ["--batch", "20", "--sizes", "200,800"], "overlap.py": [
          "simulators.py": ["--batch", "50", "--no-peers"],
          "rl_cartpole.py": ["--seeds", "1", "--episodes", "20", "--overlap-episodes", "10"],
          "rl_dqn.py": ["--budget", "20"],
-         "azure_loopback.py": ["--fault-rows", "100", "--rl-episodes", "1", "--learn-rows", "40"],
+         "azure_loopback.py": ["--fault-rows", "100", "--rl-episodes", "1", "--learn-rows", "40", "--rate-rows", "32",
+                               "--rl-env", "frozenlake"],
          "planner.py": ["--steps", "4", "--calibrate", "3", "--elastic-steps", "20"],
          "rl_envs.py": ["--seeds", "1", "--envs", "cartpole,frozenlake", "--episodes", "10"],
-         "scale_out.py": ["--steps", "10", "--actor-episodes", "20", "--compression-seeds", "0", "--learner-updates",
+         "scale_out.py": ["--steps", "10", "--actor-episodes", "10", "--compression-seeds", "0", "--learner-updates",
                           "4"]}
 
 

@@ -1,8 +1,8 @@
 """A new user's path through ``hqflow train`` and ``hqflow eval``: their own environment in the folder they
 work in, resumed as hqflow's own messages say; names that are nearly right; one message for one fault."""
+import hashlib
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -32,51 +32,86 @@ WALK = textwrap.dedent('''
 
 
     gym.register("Walk1D-v0", entry_point=Walk1D, max_episode_steps=10)
-    gym.register("Walk1D-v1", entry_point=Walk1D, max_episode_steps=20)
+    gym.register("Walk2D-v0", entry_point=Walk1D, max_episode_steps=20)
 ''')
 SMALL = ["--set", "n_layers=1", "--set", "batch_episodes=2", "--checkpoint-every", "1"]
 
 
-def _hqflow(*argv, cwd):
-    """The console script as a user runs it: the current folder is not on its sys.path by itself."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    code = "import sys; sys.path.pop(0); from hqflow.cli import main; sys.exit(main())"  # -c put '' (cwd) first
-    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300, env=env,
-                          cwd=cwd)
+class _User:
+    """``hqflow`` as a user runs it, in this process: the console script's sys.path, which does not hold the
+    current folder, and for each command what a new process would have: no module of the user's imported
+    yet, no environment looked up yet (``fresh``)."""
+
+    def __init__(self, monkeypatch, capsys, module: str):
+        from hqflow.workloads.rl import envs
+
+        self.monkeypatch, self.capsys, self.module, self.envs = monkeypatch, capsys, module, envs
+        self.path = [p for p in sys.path if p not in ("", ".")]
+
+    def fresh(self) -> None:
+        import gymnasium as gym
+
+        for env_id in self.envs.registered_by(self.module):
+            del gym.registry[env_id]
+        sys.modules.pop(self.module, None)
+        self.monkeypatch.setattr(sys, "path", list(self.path))  # (what an earlier command added is gone)
+        self.envs._from_gym.cache_clear()
+
+    def __call__(self, *argv, cwd) -> tuple[int, str, str]:
+        self.monkeypatch.chdir(cwd)
+        self.fresh()
+        code = main(list(argv))
+        out = self.capsys.readouterr()
+        return code, out.out, out.err
 
 
 @pytest.fixture
-def walk(tmp_path):
-    """A folder holding the user's ``walk_env.py`` (registers Walk1D-v0 and -v1 on import)."""
-    (tmp_path / "walk_env.py").write_text(WALK)
-    return tmp_path
+def walk(tmp_path, request):
+    """A folder holding the user's module (registers Walk1D-v0 and Walk2D-v0 on import), named for the test
+    so that no other test has looked it up; what it registered is unregistered after the test."""
+    import gymnasium as gym
+
+    from hqflow.workloads.rl.envs import registered_by
+
+    name = "walk_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:10]
+    (tmp_path / f"{name}.py").write_text(WALK)
+    yield tmp_path, name
+    for env_id in registered_by(name):
+        del gym.registry[env_id]
+    sys.modules.pop(name, None)
 
 
-@pytest.mark.parametrize("given", [["walk_env:Walk1D-v0"], ["Walk1D-v0", "--env-module", "walk_env"]])
-def test_resume_finds_the_users_environment_in_the_current_folder(walk, given):
+@pytest.mark.parametrize("how", ["MODULE:ID", "--env-module"])
+def test_resume_finds_the_users_environment_in_the_current_folder(walk, how, monkeypatch, capsys):
+    folder, module = walk
+    user = _User(monkeypatch, capsys, module)
+    given = [f"{module}:Walk1D-v0"] if how == "MODULE:ID" else ["Walk1D-v0", "--env-module", module]
     # the run stops (Ctrl-C, here an episode budget) and hqflow says: hqflow train --resume RUN
-    first = _hqflow("train", *given, "--episodes", "2", "--run-dir", "runs/walk", *SMALL, "--json", cwd=walk)
-    assert first.returncode == 0, first.stderr[-2000:]
-    config = json.loads((walk / "runs" / "walk" / "config.json").read_text())
+    code, _, err = user("train", *given, "--episodes", "2", "--run-dir", "runs/walk", *SMALL, "--json", cwd=folder)
+    assert code == 0, err[-2000:]
+    config = json.loads((folder / "runs" / "walk" / "config.json").read_text())
     config["config"]["max_episodes"] = 4  # as if the first run had been stopped half way through 4 episodes
-    (walk / "runs" / "walk" / "config.json").write_text(json.dumps(config))
-    resumed = _hqflow("train", "--resume", "runs/walk", "--json", cwd=walk)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    figures = json.loads(resumed.stdout)
-    assert figures["env"] == "walk_env:Walk1D-v0" and figures["episodes"] == 4
-    evaluated = _hqflow("eval", "runs/walk", "--episodes", "1", "--json", cwd=walk)
-    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    (folder / "runs" / "walk" / "config.json").write_text(json.dumps(config))
+    code, out, err = user("train", "--resume", "runs/walk", "--json", cwd=folder)
+    assert code == 0, err[-2000:]
+    figures = json.loads(out)
+    assert figures["env"] == f"{module}:Walk1D-v0" and figures["episodes"] == 4
+    code, _, err = user("eval", "runs/walk", "--episodes", "1", "--json", cwd=folder)
+    assert code == 0, err[-2000:]
 
 
-def test_a_run_whose_module_is_elsewhere_is_not_called_damaged(walk, tmp_path):
-    first = _hqflow("train", "walk_env:Walk1D-v0", "--episodes", "2", "--run-dir", "runs/walk", *SMALL, cwd=walk)
-    assert first.returncode == 0, first.stderr[-2000:]
+def test_a_run_whose_module_is_elsewhere_is_not_called_damaged(walk, tmp_path, monkeypatch, capsys):
+    folder, module = walk
+    user = _User(monkeypatch, capsys, module)
+    code, _, err = user("train", f"{module}:Walk1D-v0", "--episodes", "2", "--run-dir", "runs/walk", *SMALL,
+                        cwd=folder)
+    assert code == 0, err[-2000:]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    proc = _hqflow("train", "--resume", str(walk / "runs" / "walk"), cwd=elsewhere)
-    assert proc.returncode == 2
-    err = proc.stderr.strip()
-    assert len(err.splitlines()) == 1 and "cannot import 'walk_env'" in err and "damaged" not in err, err
+    code, _, err = user("train", "--resume", str(folder / "runs" / "walk"), cwd=elsewhere)
+    assert code == 2
+    err = err.strip()
+    assert len(err.splitlines()) == 1 and f"cannot import {module!r}" in err and "damaged" not in err, err
     assert "run hqflow from the folder that holds it" in err
 
 
@@ -87,11 +122,12 @@ def _one_line(capsys) -> str:
 
 
 def test_a_module_that_registers_other_ids_says_which(walk, monkeypatch, capsys):
-    monkeypatch.chdir(walk)
-    monkeypatch.syspath_prepend(str(walk))
-    assert main(["train", "walk_env:Nope-v0"]) == 2
+    folder, module = walk
+    monkeypatch.chdir(folder)
+    monkeypatch.syspath_prepend(str(folder))
+    assert main(["train", f"{module}:Nope-v0"]) == 2
     err = _one_line(capsys)
-    assert "module 'walk_env' registered no id 'Nope-v0'; it registered Walk1D-v0, Walk1D-v1" in err, err
+    assert f"module {module!r} registered no id 'Nope-v0'; it registered Walk1D-v0, Walk2D-v0" in err, err
     assert "give MODULE:ID" not in err  # the user did
 
 
