@@ -13,8 +13,9 @@ ray = pytest.importorskip("ray")
 CFG = synthetic.Config(staleness=0, backend="qpu")
 
 
-@pytest.fixture
-def cluster():
+@pytest.fixture(scope="module")
+def _two_nodes():
+    """One two-node cluster for the module's tests (starting one takes seconds)."""
     from ray.cluster_utils import Cluster
 
     ray.shutdown()  # the shared local Ray of the other tests; the next of them starts it again
@@ -24,6 +25,15 @@ def cluster():
     yield c
     ray.shutdown()
     c.shutdown()
+
+
+@pytest.fixture
+def cluster(_two_nodes):
+    """The module's cluster, this process not connected to it before and after the test (the actors and
+    placement groups of a test's runs end with its connection)."""
+    ray.shutdown()
+    yield _two_nodes
+    ray.shutdown()
 
 
 def test_a_run_on_a_two_node_cluster_equals_the_reference(cluster):
