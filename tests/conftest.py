@@ -7,6 +7,37 @@ import time
 
 import pytest
 
+# Files whose tests take tens of seconds each: collected first, so that the suite's workers (pytest-xdist,
+# README's test command) start them early and the short tests fill in around them, rather than one worker
+# ending the run alone with a long test.
+_SLOW_FIRST = ("tests/test_benchmarks.py", "tests/workloads/rl/test_multi_learner.py", "tests/test_examples.py",
+               "tests/workloads/rl/test_own_envs.py", "tests/hqflow/test_ray_cluster.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: k for k, name in enumerate(_SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # (stable: order kept otherwise)
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # once, in the process that starts the workers
+        _ray_token()
+
+
+def _ray_token() -> None:
+    """Ray turns token authentication on for a local cluster and writes ~/.ray/auth_token the first time one
+    starts; two test workers starting their first Ray at once would each write one. Write it first."""
+    try:
+        from ray._private.authentication.authentication_token_setup import (_get_default_token_path,
+                                                                             generate_and_save_token)
+    except ImportError:  # another Ray: it does without
+        return
+    try:
+        if not _get_default_token_path().exists():
+            generate_and_save_token()
+    except OSError:
+        pass  # a home folder that cannot be written: Ray says so itself when it starts
+
 
 def _ray_pids(title: str, driver: int) -> list[int]:
     """Ray worker processes titled ``title...`` (Ray names an actor's process ray::Class.method) under the

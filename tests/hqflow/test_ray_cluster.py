@@ -1,5 +1,7 @@
 """The ray executor on a running Ray cluster: several raylets on this machine (ray.cluster_utils.Cluster),
 connected to with ray_address. These tests start their own cluster, not the shared local Ray."""
+import time
+
 import numpy as np
 import pytest
 
@@ -29,8 +31,13 @@ def _two_nodes():
 
 @pytest.fixture
 def cluster(_two_nodes):
-    """The module's cluster, this process not connected to it before and after the test (the actors and
-    placement groups of a test's runs end with its connection)."""
+    """The module's cluster with all of its CPUs free (the actors and placement groups of a test's runs end
+    with this process's connection, which Ray frees a moment later), this process not connected to it."""
+    ray.shutdown()
+    ray.init(address=_two_nodes.address, log_to_driver=False)
+    deadline = time.time() + 60
+    while ray.available_resources().get("CPU", 0) < ray.cluster_resources()["CPU"] and time.time() < deadline:
+        time.sleep(0.05)
     ray.shutdown()
     yield _two_nodes
     ray.shutdown()
