@@ -9,7 +9,8 @@ its thread-local state (an RL worker's cached policy and optimizer), and one sta
 import subprocess
 import sys
 import textwrap
-import time
+
+import pytest
 
 CHURN = """
 import sys, threading, time
@@ -104,14 +105,15 @@ def test_a_thread_started_while_the_exit_joins_is_joined_too():
 
 
 def test_after_an_interrupt_the_exit_waits_one_second_not_the_call():
-    start = time.perf_counter()
-    proc = _run("""
-        pool = DaemonPool(1, "test")
-        pool.submit(time.sleep, 30)
-        time.sleep(0.2)
-        threads.hurry()
-        print("done")
-    """)
-    took = time.perf_counter() - start
+    # a call of an hour: an exit that waited for it would not come within the time allowed, however busy the machine
+    try:
+        proc = _run("""
+            pool = DaemonPool(1, "test")
+            pool.submit(time.sleep, 3600)
+            time.sleep(0.2)
+            threads.hurry()
+            print("done")
+        """, timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the exit waited for the running call")
     assert proc.returncode == 0, proc.stderr[-500:]
-    assert took < 15, f"the exit waited for the running call ({took:.1f} s)"

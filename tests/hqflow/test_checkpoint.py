@@ -119,18 +119,22 @@ def test_a_damaged_checkpoint_is_a_one_line_error(tmp_path, damage):
 
 
 def test_ctrl_c_stops_at_once_and_says_how_to_continue(tmp_path):
-    """A learner step of several seconds is running when SIGINT arrives: the process does not wait for it."""
+    """A learner step of hours is running when SIGINT arrives: the process does not wait for it (an exit
+    that waited would not come within the minute allowed, however busy the machine)."""
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, str(_script(tmp_path, steps=4)), str(run_dir), "150000"],
+    proc = subprocess.Popen([sys.executable, str(_script(tmp_path, steps=4)), str(run_dir), str(10**10)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while not (run_dir / "outputs.pkl").exists() and time.time() < deadline:
-        time.sleep(0.01)
-    time.sleep(1.0)  # inside the first learner step
-    sent = time.perf_counter()
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    waited = time.perf_counter() - sent
+    try:
+        deadline = time.time() + 120
+        while not (run_dir / "outputs.pkl").exists() and time.time() < deadline:
+            time.sleep(0.01)
+        time.sleep(1.0)  # inside the first learner step
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the exit waited for the running fragment")
+    finally:
+        proc.kill()
     assert "finished" not in out
     assert "run interrupted after 0 steps; continue it with run_dir=" in err and "resume=True" in err
-    assert waited < 5.0, f"the exit waited {waited:.1f} s for the running fragment"
