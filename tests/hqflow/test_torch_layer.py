@@ -80,7 +80,7 @@ def test_torch_compile_gives_the_same_values_and_gradients(backend):
     compiled = torch.compile(lambda v: _loss(layer, v), backend="eager")
     again = compiled(x)
     cx, cw = torch.autograd.grad(again, [x, layer.weights])
-    assert float(again) == pytest.approx(float(eager), abs=1e-9)
+    assert float(again.detach()) == pytest.approx(float(eager.detach()), abs=1e-9)
     np.testing.assert_allclose(cx.numpy(), gx.numpy(), atol=1e-9)
     np.testing.assert_allclose(cw.numpy(), gw.numpy(), atol=1e-9)
 
@@ -103,7 +103,7 @@ def test_torch_compile_runs_a_layer_with_derived_inputs_and_zero_features():  # 
     compiled = torch.compile(lambda v: layer(v).sum(), backend="eager")
     again = compiled(x)
     cx, cw = torch.autograd.grad(again, [x, layer.weights])
-    assert float(again) == pytest.approx(float(eager), abs=1e-12)
+    assert float(again.detach()) == pytest.approx(float(eager.detach()), abs=1e-12)
     assert np.isfinite(gx.numpy()).all()
     np.testing.assert_allclose(cx.numpy(), gx.numpy(), atol=1e-12)
     np.testing.assert_allclose(cw.numpy(), gw.numpy(), atol=1e-12)
