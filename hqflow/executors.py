@@ -283,14 +283,19 @@ class RayFailure(RuntimeError):
     """A Ray actor died or could not be reached (the folded form of Ray's own error)."""
 
 
-def _folded(ref, then=None) -> cf.Future:
-    """A future of a Ray call whose failure is :func:`_ray_failure`'s, and whose result is ``then(result)``."""
+def _folded(ref, then=None, lost=None) -> cf.Future:
+    """A future of a Ray call whose failure is :func:`_ray_failure`'s, and whose result is ``then(result)``;
+    ``lost()`` runs first when the failure is the actor's process (it died, or is starting again)."""
+    import ray.exceptions as rex
+
     out: cf.Future = cf.Future()
 
     def copy(fut: cf.Future) -> None:
         if fut.cancelled():
             out.cancel()
         elif fut.exception() is not None:
+            if lost is not None and isinstance(fut.exception(), (rex.ActorUnavailableError, rex.RayActorError)):
+                lost()
             out.set_exception(_ray_failure(fut.exception()))
         else:
             out.set_result(fut.result() if then is None else then(fut.result()))
@@ -322,7 +327,8 @@ class _BackendActor:
     def estimate_cost(self, batch):
         return self.backend.estimate_cost(batch)
 
-    def run(self, batch):
+    def run(self, batch, _back=None):
+        """``_back``: the answer of a call made after the actor was lost (resolved by Ray before this runs)."""
         return self.backend.submit(batch).result()
 
     def close(self) -> None:
@@ -336,7 +342,7 @@ class _RayJob(FutureJob):
     one (a job past its timeout) restarts the actor: a hung backend does not hold its slots."""
 
     def __init__(self, handle: "_RayHandle", ref):
-        super().__init__(_folded(ref), handle.name)
+        super().__init__(_folded(ref, lost=handle.lost), handle.name)
         self._handle = handle
 
     def cancel(self) -> bool:
@@ -348,7 +354,10 @@ class _RayJob(FutureJob):
 
 class _RayHandle:
     """A backend in a Ray actor that Ray restarts when its process dies (``max_restarts``): the job
-    it held fails and the run's job service retries it; later jobs go to the new process."""
+    it held fails and the run's job service retries it; later jobs go to the new process. Ray fails
+    a call made while the process starts again, and on a busy machine that start takes seconds, so
+    after a loss each job is sent once the actor answers again (a call Ray retries until it does):
+    the retries are not used up on a process that is still starting."""
 
     def __init__(self, actor_cls, spec: Any, default_in_flight: int, node: str | None = None):
         if hasattr(spec, "submit"):
@@ -370,12 +379,13 @@ class _RayHandle:
         self.max_in_flight = own or default_in_flight
         self._priced = priced
         self._started, self._lock, self.restarts = None, threading.Lock(), 0
+        self._back = None  # after a loss: a call that returns once the actor answers again
 
     def __getstate__(self):  # sent to worker actors inside their job clients' pools
         return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_started")}
 
     def __setstate__(self, state):
-        self.__dict__.update(state, _started=None, _lock=threading.Lock())
+        self.__dict__.update(state, _started=None, _lock=threading.Lock(), _back=None)
 
     @property
     def estimate_cost(self):
@@ -385,7 +395,16 @@ class _RayHandle:
         return lambda batch: _ray_get(self.actor.estimate_cost.remote(batch))
 
     def submit(self, batch) -> FutureJob:
-        return _RayJob(self, self.actor.run.remote(batch))
+        back = self._back  # an argument Ray resolves before it sends the call: the actor is up again
+        return _RayJob(self, self.actor.run.remote(batch) if back is None else self.actor.run.remote(batch, back))
+
+    def lost(self) -> None:
+        """A job failed with the actor's process: jobs from now on wait until the actor answers again."""
+        import ray
+
+        with self._lock:
+            if self._back is None or ray.wait([self._back], timeout=0)[0]:
+                self._back = self.actor.describe.options(max_task_retries=-1).remote()
 
     def restart(self) -> None:
         """A fresh process for this backend (its running jobs fail, and are retried by the job service).
@@ -396,7 +415,7 @@ class _RayHandle:
             if self._started is not None and not ray.wait([self._started], timeout=0)[0]:
                 return
             ray.kill(self.actor, no_restart=False)
-            self._started = self.actor.describe.remote()
+            self._started = self._back = self.actor.describe.options(max_task_retries=-1).remote()
             self.restarts += 1
 
 

@@ -49,6 +49,48 @@ def test_a_killed_backend_actor_is_restarted_and_its_job_retried(kill_ray_proces
     assert res.extra["failed_jobs"] >= 1
 
 
+def test_a_job_sent_while_a_lost_backend_starts_again_waits_for_it(tmp_path):
+    """Ray fails a call made while an actor's process starts again; on a busy machine that start takes
+    seconds, and the job service's retries were used up on it (RetriesExhausted). Here the second
+    start takes 5 s whatever the machine's load, and the job sent just after the loss still runs."""
+    import os
+    import signal
+    import time
+
+    from hqflow.backends import CircuitBatch
+    from hqflow.executors import RayExecutor, _BackendActor
+    from hqflow.ir import Circuit
+
+    RayExecutor(num_cpus=2)  # this process's Ray
+    marker = str(tmp_path / "started")
+
+    class SlowSecondStart(_BackendActor):
+        def __init__(self, name, options):
+            if os.path.exists(marker):
+                time.sleep(5)
+            open(marker, "w").close()
+            super().__init__(name, options)
+
+        def pid(self):
+            return os.getpid()
+
+    from hqflow.executors import _RayHandle
+
+    handle = _RayHandle(ray.remote(num_cpus=0)(SlowSecondStart), ("emulated-qpu", {"per_job": 0.5}), 1)
+    template = Circuit(1).rx(0.3, 0).build(observables=["Z0"])
+    batch = CircuitBatch.make(template, np.zeros((1, 0)), np.zeros(0))
+    first = ray.get(handle.actor.pid.remote())
+    lost = handle.submit(batch)
+    time.sleep(0.2)
+    os.kill(first, signal.SIGKILL)
+    with pytest.raises(RuntimeError, match="Actor"):
+        lost.result()
+    again = handle.submit(batch)  # as the job service's retry does, at once
+    np.testing.assert_allclose(again.result().values[0], np.cos(0.3), atol=1e-12)
+    assert ray.get(handle.actor.pid.remote()) != first
+    ray.kill(handle.actor, no_restart=True)
+
+
 def test_a_dead_cached_worker_is_replaced_by_the_next_run():
     from hqflow.executors import _WORKERS
 
