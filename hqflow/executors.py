@@ -458,8 +458,10 @@ class RayExecutor:
             try:
                 with _quiet_ray_auth():
                     if address is None:  # "local": a Ray of its own, even where another runs on this machine
+                        # its workers are the run's own work, as urgent as this process: Ray's default
+                        # (niceness 15) starved them to a few percent of a core beside any other busy process
                         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                                 configure_logging=False, runtime_env=env)
+                                 configure_logging=False, runtime_env=env, _system_config={"worker_niceness": 0})
                     else:
                         ray.init(address=address, log_to_driver=False, configure_logging=False, runtime_env=env)
             except (ConnectionError, RuntimeError, ValueError) as exc:

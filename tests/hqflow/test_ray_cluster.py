@@ -21,7 +21,7 @@ def _two_nodes():
     from ray.cluster_utils import Cluster
 
     ray.shutdown()  # the shared local Ray of the other tests; the next of them starts it again
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "_system_config": {"worker_niceness": 0}})
     c.add_node(num_cpus=2, resources={"learner": 1})
     c.wait_for_nodes()
     yield c
