@@ -228,7 +228,8 @@ def main() -> int:
     start = time.perf_counter()
     figures = {"quick": args.quick}
     ray.shutdown()  # this process's own Ray, if any: it connects to the cluster instead
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    # workers at this process's priority, as hqflow's own local Ray (Ray's default niceness 15 starves them)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "_system_config": {"worker_niceness": 0}})
     try:
         cluster.add_node(num_cpus=3, resources={"learner": 1})
         cluster.wait_for_nodes()
