@@ -380,12 +380,13 @@ class _RayHandle:
         self._priced = priced
         self._started, self._lock, self.restarts = None, threading.Lock(), 0
         self._back = None  # after a loss: a call that returns once the actor answers again
+        self._lost = False
 
     def __getstate__(self):  # sent to worker actors inside their job clients' pools
         return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_started")}
 
     def __setstate__(self, state):
-        self.__dict__.update(state, _started=None, _lock=threading.Lock(), _back=None)
+        self.__dict__.update(state, _started=None, _lock=threading.Lock(), _back=None, _lost=False)
 
     @property
     def estimate_cost(self):
@@ -395,16 +396,16 @@ class _RayHandle:
         return lambda batch: _ray_get(self.actor.estimate_cost.remote(batch))
 
     def submit(self, batch) -> FutureJob:
-        back = self._back  # an argument Ray resolves before it sends the call: the actor is up again
+        with self._lock:
+            if self._lost:
+                self._lost, self._back = False, self.actor.describe.options(max_task_retries=-1).remote()
+            back = self._back  # an argument Ray resolves before it sends the call: the actor is up again
         return _RayJob(self, self.actor.run.remote(batch) if back is None else self.actor.run.remote(batch, back))
 
     def lost(self) -> None:
-        """A job failed with the actor's process: jobs from now on wait until the actor answers again."""
-        import ray
-
-        with self._lock:
-            if self._back is None or ray.wait([self._back], timeout=0)[0]:
-                self._back = self.actor.describe.options(max_task_retries=-1).remote()
+        """A job failed with the actor's process: the next jobs wait until it answers again. (Called on
+        Ray's callback thread, so it only notes it.)"""
+        self._lost = True
 
     def restart(self) -> None:
         """A fresh process for this backend (its running jobs fail, and are retried by the job service).
