@@ -18,14 +18,41 @@ if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isdir(_o
 
 __version__ = "0.1.0"
 
-from .fragments import FragmentError, RunFailed, RunResult
-from .jobs import BudgetExceeded, JobClient, RetriesExhausted, get_client
-from .pipeline import Pipeline
-from .reference_executor import ReferenceExecutor
-from .reference_executor import run as run_reference
-from .planner import Plan, plan, run, start
-from .scheduler import RunHandle, Scheduler, SchedulerConfig
-from .trace import Span
+# The names below load on first use (PEP 562), so that ``import hqflow.ir`` (the ground floor) or
+# ``import hqflow.backends`` loads neither the scheduler nor the planner.
+_EXPORTS = {
+    "FragmentError": "fragments", "RunFailed": "fragments", "RunResult": "fragments",
+    "BudgetExceeded": "jobs", "JobClient": "jobs", "RetriesExhausted": "jobs", "get_client": "jobs",
+    "Pipeline": "pipeline",
+    "ReferenceExecutor": "reference_executor", "run_reference": "reference_executor",
+    "Plan": "planner", "plan": "planner", "run": "planner", "start": "planner",
+    "RunHandle": "scheduler", "Scheduler": "scheduler", "SchedulerConfig": "scheduler",
+    "Span": "trace",
+}
+_RENAMED = {"run_reference": "run"}  # exported name -> the module's own
+
+
+def __getattr__(name: str):
+    import importlib
+
+    module = _EXPORTS.get(name)
+    if module is None:
+        if name.startswith("_"):
+            raise AttributeError(f"module 'hqflow' has no attribute {name!r}")
+        try:  # a submodule: hq.trace, hq.distribution, ...
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module 'hqflow' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), _RENAMED.get(name, name))
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
+
 
 __all__ = [
     "FragmentError",

@@ -97,3 +97,20 @@ def test_no_import_cycles():
     # so it waits for its own change; any other cycle fails here.
     known = ["hqflow.ir.draw", "hqflow.ir.graph", "hqflow.ir.serialize", "hqflow.ir.validate"]
     assert [c for c in cycles if c != known] == []
+
+
+def test_the_ground_floors_load_alone():
+    """``import hqflow.ir`` (or the backends) loads no floor above it: the package's names load on first use."""
+    import subprocess
+    import sys
+
+    code = ("import sys, hqflow.ir, hqflow.backends; "
+            "above = sorted(m for m in sys.modules if m.split('.')[:2] in (['hqflow', 'scheduler'], "
+            "['hqflow', 'planner'], ['hqflow', 'jobs'], ['hqflow', 'executors'], ['hqflow', 'workloads'])); "
+            "print(above)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]", proc.stdout
+    proc = subprocess.run([sys.executable, "-c", "import hqflow as hq; print(hq.run.__module__, hq.trace.__name__)"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split() == ["hqflow.planner", "hqflow.trace"], proc.stderr[-2000:]
