@@ -378,15 +378,15 @@ class _RayHandle:
         self.name, self.capabilities, own, priced, self.node = _ray_get(self.actor.describe.remote())
         self.max_in_flight = own or default_in_flight
         self._priced = priced
-        self._started, self._lock, self.restarts = None, threading.Lock(), 0
-        self._back = None  # after a loss: a call that returns once the actor answers again
+        self._lock, self.restarts = threading.Lock(), 0
+        self._back = None  # after a loss or a restart: a call that returns once the actor answers again
         self._lost = False
 
     def __getstate__(self):  # sent to worker actors inside their job clients' pools
-        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_started")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_back")}
 
     def __setstate__(self, state):
-        self.__dict__.update(state, _started=None, _lock=threading.Lock(), _back=None, _lost=False)
+        self.__dict__.update(state, _lock=threading.Lock(), _back=None, _lost=False)
 
     @property
     def estimate_cost(self):
@@ -413,10 +413,10 @@ class _RayHandle:
         import ray
 
         with self._lock:
-            if self._started is not None and not ray.wait([self._started], timeout=0)[0]:
-                return
+            if self._back is not None and not ray.wait([self._back], timeout=0)[0]:
+                return  # still starting
             ray.kill(self.actor, no_restart=False)
-            self._started = self._back = self.actor.describe.options(max_task_retries=-1).remote()
+            self._lost, self._back = False, self.actor.describe.options(max_task_retries=-1).remote()
             self.restarts += 1
 
 

@@ -376,8 +376,7 @@ class AzureBackend:
 
     def _wait(self, sj, job: AzureJob, part: tuple[int, int], closing: threading.Event) -> None:
         """Poll until the job ends: first when jobs have been taking to finish, then backing off (afresh once it
-        leaves the queue). Raises
-        ``_Stopped`` when the batch stops or the backend closes (the service job runs on)."""
+        leaves the queue). Raises ``_Stopped`` when the batch stops or the backend closes (the service job runs on)."""
         start, waited = time.perf_counter(), _status(sj) not in _TERMINAL
         with self._lock:
             typical = self._typical
@@ -386,9 +385,8 @@ class AzureBackend:
         while _status(sj) not in _TERMINAL:
             if _status(sj) not in _QUEUED:
                 job.mark_started(part)
-                if not running:  # out of the queue: polled often again, so its end (and job_timeout's clock,
-                    running, delay = True, self.poll_interval  # which counts running time) is seen soon
-
+                if not running:  # out of the queue: polled often again, so that its end is seen soon
+                    running, delay = True, self.poll_interval
             if job.stopped or closing.is_set():
                 raise _Stopped("stopped")
             if first is not None:
