@@ -24,12 +24,11 @@ _EXPORTS = {
     "FragmentError": "fragments", "RunFailed": "fragments", "RunResult": "fragments",
     "BudgetExceeded": "jobs", "JobClient": "jobs", "RetriesExhausted": "jobs", "get_client": "jobs",
     "Pipeline": "pipeline",
-    "ReferenceExecutor": "reference_executor", "run_reference": "reference_executor",
     "Plan": "planner", "plan": "planner", "run": "planner", "start": "planner",
     "RunHandle": "scheduler", "Scheduler": "scheduler", "SchedulerConfig": "scheduler",
     "Span": "trace",
 }
-_RENAMED = {"run_reference": "run"}  # exported name -> the module's own
+_RENAMED: dict[str, str] = {}  # exported name -> the module's own, where they differ
 
 
 def __getattr__(name: str):
@@ -59,7 +58,6 @@ __all__ = [
     "JobClient",
     "Pipeline",
     "Plan",
-    "ReferenceExecutor",
     "RetriesExhausted",
     "BudgetExceeded",
     "RunFailed",
@@ -72,6 +70,5 @@ __all__ = [
     "get_client",
     "plan",
     "run",
-    "run_reference",
     "start",
 ]

@@ -15,6 +15,12 @@ CFG = synthetic.Config(staleness=0, backend="qpu")
 STEPS = 60
 
 
+def _undisturbed(steps):
+    """The sync executor on the exact numpy backend, its pool never changed."""
+    return hq.run(synthetic.build_graph(CFG), synthetic.stream(steps, CFG), backends={"qpu": get_backend("reference")},
+                  executor="sync")
+
+
 def slow_double(x):
     time.sleep(0.01)
     return {"y": 2 * x}
@@ -68,7 +74,7 @@ def _changes(run, progress_steps, at_remove=15, at_add=30, instances=True):
 
 @pytest.mark.parametrize("executor", ["local", "sync", pytest.param("ray", marks=pytest.mark.ray)])
 def test_removed_and_added_backends_change_nothing_in_the_result(executor):
-    ref = hq.run_reference(synthetic.build_graph(CFG), synthetic.stream(STEPS, CFG), backends={"qpu": get_backend("reference")})
+    ref = _undisturbed(STEPS)
     done, ray = [0], executor == "ray"
     pool = [_spec("a"), _spec("b")] if ray else [_qpu("a"), _qpu("b")]
     run = hq.start(synthetic.build_graph(CFG), synthetic.stream(STEPS, CFG), backends={"qpu": pool}, executor=executor,
@@ -97,7 +103,7 @@ def test_removed_and_added_backends_change_nothing_in_the_result(executor):
 
 def test_a_removed_backends_jobs_in_flight_are_taken_back_and_rerun():
     """The removed QPU holds a job that would take 30 s: it is cancelled and run on the other at once."""
-    ref = hq.run_reference(synthetic.build_graph(CFG), synthetic.stream(4, CFG), backends={"qpu": get_backend("reference")})
+    ref = _undisturbed(4)
     slow = EmulatedQPU(per_job=30.0, name="slow")
     run = hq.start(synthetic.build_graph(CFG), synthetic.stream(4, CFG), backends={"qpu": [slow]}, executor="local")
     while not slow._live:  # the first job is on the slow QPU

@@ -51,7 +51,14 @@ def _graph(fn, job_backends=("qpu",)):
 
 
 def _reference(g, stream):
-    return hq.run_reference(g, stream, backends={"qpu": get_backend("reference")}).column("y")
+    """``actor``'s outputs over ``stream``, worked out without a run: its two jobs on the numpy backend."""
+    assert g.fragment("actor").fn.endswith(":actor")
+    ys = []
+    for item in stream:
+        batch = CircuitBatch.make(TEMPLATE, np.full((3, 1), 0.1 * item["step"]), [0.2])
+        values = get_backend("reference").submit(batch).result().values
+        ys.append(float(values.sum() + values.sum()))
+    return ys
 
 
 def _qpu(name, **options):
@@ -67,14 +74,11 @@ def test_job_backends_are_graph_data():
         _graph(actor, job_backends=("",))
 
 
-@pytest.mark.parametrize("executor", ["sync", "local", "reference"])
+@pytest.mark.parametrize("executor", ["sync", "local"])
 def test_fragment_jobs_run_through_the_pool_with_parent_spans(executor):
     g = _graph(actor)
     stream = [{"step": i} for i in range(3)]
-    if executor == "reference":
-        result = hq.run_reference(g, stream, backends={"qpu": get_backend("reference")})
-    else:
-        result = hq.run(g, stream, backends={"qpu": [_qpu("a"), _qpu("b")]}, executor=executor)
+    result = hq.run(g, stream, backends={"qpu": [_qpu("a"), _qpu("b")]}, executor=executor)
     expected = _reference(g, stream)
     assert np.allclose(result.column("y"), expected)
     jobs = [s for s in result.spans if s.kind == "execute"]

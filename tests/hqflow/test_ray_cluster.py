@@ -15,6 +15,12 @@ ray = pytest.importorskip("ray")
 CFG = synthetic.Config(staleness=0, backend="qpu")
 
 
+def _sync(steps):
+    """The sync executor on the exact numpy backend, in this process: what a run on the cluster must equal."""
+    return hq.run(synthetic.build_graph(CFG), synthetic.stream(steps, CFG), backends={"qpu": get_backend("reference")},
+                  executor="sync")
+
+
 @pytest.fixture(scope="module")
 def _two_nodes():
     """One two-node cluster for the module's tests (starting one takes seconds)."""
@@ -43,8 +49,8 @@ def cluster(_two_nodes):
     ray.shutdown()
 
 
-def test_a_run_on_a_two_node_cluster_equals_the_reference(cluster):
-    ref = hq.run_reference(synthetic.build_graph(CFG), synthetic.stream(6, CFG), backends={"qpu": get_backend("reference")})
+def test_a_run_on_a_two_node_cluster_equals_the_sync_executor(cluster):
+    ref = _sync(6)
     res = hq.run(synthetic.build_graph(CFG), synthetic.stream(6, CFG), backends={"qpu": ("emulated-qpu", {})},
                  executor="ray", ray_address=cluster.address, cpu_workers=3)
     assert res.outputs == ref.outputs
@@ -110,7 +116,7 @@ def test_pack_keeps_the_actors_together_and_backends_go_with_them(cluster):
     from hqflow.placement import Placement
 
     placement = Placement(actors="pack", backends="with-actors")
-    ref = hq.run_reference(synthetic.build_graph(CFG), synthetic.stream(3, CFG), backends={"qpu": get_backend("reference")})
+    ref = _sync(3)
     res = hq.run(synthetic.build_graph(CFG), synthetic.stream(3, CFG), backends={"qpu": ("emulated-qpu", {})},
                  executor="ray", ray_address=cluster.address, cpu_workers=2, placement=placement)
     assert res.outputs == ref.outputs

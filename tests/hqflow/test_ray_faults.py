@@ -16,7 +16,9 @@ STEPS = 8
 
 
 def _reference(cfg=CFG, steps=STEPS):
-    return hq.run_reference(synthetic.build_graph(cfg), synthetic.stream(steps, cfg), backends={"qpu": get_backend("reference")})
+    """The sync executor on the exact numpy backend: one thing at a time, undisturbed."""
+    return hq.run(synthetic.build_graph(cfg), synthetic.stream(steps, cfg), backends={"qpu": get_backend("reference")},
+                  executor="sync")
 
 
 def _on_ray(cfg, steps=STEPS, **backend_options):

@@ -15,7 +15,10 @@ CFG = synthetic.Config(staleness=0, backend="qpu")
 
 
 def reference(cfg=CFG, steps=6):
-    return hq.run_reference(synthetic.build_graph(cfg), synthetic.stream(steps, cfg), backends={"qpu": get_backend("reference")})
+    """The sync executor on the exact numpy backend: one thing at a time, the semantics that
+    test_staleness_zero_is_bit_identical_to_the_plain_loop pins to a plain loop."""
+    return hq.run(synthetic.build_graph(cfg), synthetic.stream(steps, cfg), backends={"qpu": get_backend("reference")},
+                  executor="sync")
 
 
 def emulated(**kw):
@@ -27,24 +30,28 @@ def ok_execute_spans(res):
 
 
 @pytest.mark.parametrize("executor", ["sync", "local"])
-def test_staleness_zero_is_bit_identical_to_reference(executor):
-    ref = reference()
+def test_staleness_zero_is_bit_identical_to_the_plain_loop(executor, plain_loop):
+    outputs, state = plain_loop(synthetic.build_graph(CFG), synthetic.stream(6, CFG), {"qpu": get_backend("reference")})
     res = hq.run(synthetic.build_graph(CFG), synthetic.stream(6, CFG), backends={"qpu": emulated(per_job=0.002)},
                  executor=executor, window=4)
-    assert res.outputs == ref.outputs  # floats compared exactly
-    np.testing.assert_array_equal(res.state["learn.weights"], ref.state["learn.weights"])
+    assert res.outputs == outputs  # floats compared exactly
+    np.testing.assert_array_equal(res.state["learn.weights"], state["learn.weights"])
     assert all(s.version == s.step for s in ok_execute_spans(res))
+    if executor == "sync":  # reference(), which the tests below compare with, is this run on the numpy backend
+        assert reference().outputs == outputs
 
 
-def test_shot_mode_results_match_reference_with_the_same_seed():
+@pytest.mark.parametrize("executor", ["sync", "local"])
+def test_the_classifier_matches_the_plain_loop_with_the_same_seed(executor, plain_loop):
+    """(Exact values: the classifier's circuit has no shots; test_sync_run.py compares a seeded shot graph.)"""
     from hqflow.workloads import classifier
 
     cfg = dataclasses.replace(classifier.Config(), steps=4)
     graph = classifier.build_graph(cfg)
     batches = list(classifier.minibatches(cfg, *classifier.make_data(cfg)[:2]))
-    ref = hq.run_reference(graph, batches, seed=7)
-    res = hq.run(graph, batches, seed=7, window=3)
-    assert res.outputs == ref.outputs
+    outputs, _ = plain_loop(graph, batches, {cfg.backend: get_backend(cfg.backend)}, seed=7)
+    res = hq.run(graph, batches, seed=7, window=3, executor=executor)
+    assert res.outputs == outputs
 
 
 def test_sync_executor_runs_one_thing_at_a_time():
@@ -194,7 +201,7 @@ def test_fragment_error_stops_the_run_and_names_the_fragment():
 
 
 @pytest.mark.ray
-def test_ray_executor_matches_reference():
+def test_ray_executor_matches_the_sync_executor():
     pytest.importorskip("ray")
     ref = reference()
     res = hq.run(synthetic.build_graph(CFG), synthetic.stream(6, CFG),
