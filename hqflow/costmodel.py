@@ -29,7 +29,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from hqflow.ir.graph import Graph
+from hqflow.ir.graph import CircuitCall, Graph
 
 from .profile import BackendProfile, Profile
 from .scheduler import SchedulerConfig
@@ -76,7 +76,7 @@ def _nested(graph: Graph, profile: Profile) -> dict:
     """Classical fragments that submit jobs themselves: name -> (pool, rounds, rows per job, seconds per round)."""
     out = {}
     for f in graph.fragments:
-        if f.kind == "execute" or not f.job_backends:
+        if isinstance(f, CircuitCall) or not f.job_backends:
             continue
         try:
             p = profile.fragment(f.name)
@@ -91,7 +91,7 @@ def _nested(graph: Graph, profile: Profile) -> dict:
 def pool_names(graph: Graph, profile: Profile) -> list[str]:
     """The pools a run of ``graph`` sends jobs to: its ``execute`` fragments', and those of the classical
     fragments that ``profile`` measured submitting jobs themselves."""
-    names = [f.backend for f in graph.fragments if f.kind == "execute"]
+    names = [f.backend for f in graph.fragments if isinstance(f, CircuitCall)]
     return list(dict.fromkeys(names + [n[0] for n in _nested(graph, profile).values()]))
 
 
@@ -136,8 +136,10 @@ def _replay(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig,
     in_flight = sum(m.capacity for pool in pools.values() for m in pool)
     window = 1 if sync else config.window or max(8, 2 * in_flight + 2)
     slots = {"cpu": config.cpu_workers, "gpu": config.gpu_workers}
-    seconds = {f.name: profile.fragment(f.name).seconds + profile.overhead for f in order if f.kind != "execute"}
-    n_rows = {f.name: rows if isinstance(rows, int) else rows[f.name] for f in order if f.kind == "execute"}
+    seconds = {f.name: profile.fragment(f.name).seconds + profile.overhead for f in order
+               if not isinstance(f, CircuitCall)}
+    n_rows = {f.name: rows if isinstance(rows, int) else rows[f.name] for f in order
+              if isinstance(f, CircuitCall)}
     inputs = {f.name: [e for e in graph.edges if e.dst[0] == f.name and e.src[0] is not None] for f in order}
 
     done: dict[str, int] = {f.name: 0 for f in order}  # steps done in order (loop sources run in order)
@@ -175,7 +177,7 @@ def _replay(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig,
             waiting[pool_name].append((f, step, pool_name, size, avoid))
             return
         open_ = [m for m in open_ if m is not avoid] or open_  # a retry goes elsewhere where it can
-        shots = f.circuit.shots if f.circuit is not None else None
+        shots = f.circuit.shots if isinstance(f, CircuitCall) and f.circuit is not None else None
         (end, hold, d), member = min(((m.finish(now, size, shots, profile.overhead, draw is None), m) for m in open_),
                                      key=lambda pair: pair[0][0])
         member.devices[d], member.in_flight = end, member.in_flight + 1
@@ -201,7 +203,7 @@ def _replay(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig,
                     if sync and running:
                         break
                     key = (f.name, step)
-                    if (f.kind == "execute") != quantum or f.name not in admitted[step] or key in running \
+                    if isinstance(f, CircuitCall) != quantum or f.name not in admitted[step] or key in running \
                             or not ready(f, step):
                         continue
                     if quantum:
@@ -305,7 +307,7 @@ def _bound(order, steps: int, seconds: dict, n_rows: dict, cut: dict, pools: dic
                 min(m.p.queue + m.p.per_job + m.p.per_row * k for m in pool))
 
     for f in order:
-        if f.kind == "execute":
+        if isinstance(f, CircuitCall):
             dd, qq = job(pools[f.backend], n_rows[f.name], cut[f.name])
             d, q = d + dd, q + qq
         elif f.name in nested:

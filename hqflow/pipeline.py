@@ -17,8 +17,9 @@
     pipe.output("step.loss", "loss")
     graph = pipe.build()
 
-A decorated function's parameters are its input ports, except the names in
-``params`` and parameters with a default value (which keep it unless named in
+The decorators add ``Classical`` fragments and ``execute`` adds a ``CircuitCall``
+(``hqflow.ir.nodes``). A decorated function's parameters are its input ports,
+except the names in ``params`` and parameters with a default value (which keep it unless named in
 ``inputs=``). An input port left unconnected is wired to the graph input of the
 same name, or else to the one earlier fragment with an output of that name.
 Loop-carried edges are always declared with ``loop``. A classical fragment
@@ -35,6 +36,8 @@ from typing import Any
 from hqflow.backends import DEFAULT_BACKEND
 from hqflow.ir.circuit import CircuitTemplate
 from hqflow.ir.graph import (
+    CircuitCall,
+    Classical,
     Edge,
     Fragment,
     Graph,
@@ -140,9 +143,8 @@ class Pipeline:
             )
             if types:
                 raise GraphError(f"fragment {fname!r}: inputs= names {sorted(types)}, which are not parameters of {fn.__qualname__}")
-            self.add(Fragment(fname, kind, ports, _ports(outputs), fn_ref(fn, fname),
-                              resource or _DEFAULT_RESOURCE[kind], tuple(consts.items()),
-                              job_backends=_names(job_backends)))
+            self.add(Classical(fname, kind, ports, _ports(outputs), resource=resource or _DEFAULT_RESOURCE[kind],
+                               fn=fn_ref(fn, fname), params=tuple(consts.items()), job_backends=_names(job_backends)))
             return fn
 
         return wrap
@@ -168,7 +170,7 @@ class Pipeline:
         return deco(fn) if fn else deco
 
     def execute(self, name: str, circuit: CircuitTemplate, backend: str = DEFAULT_BACKEND,
-                gradient: str | None = None) -> Fragment:
+                gradient: str | None = None) -> CircuitCall:
         """Run ``circuit`` on ``backend`` (default ``compiled``); ports follow from the circuit (``execute_ports``)."""
         if not isinstance(circuit, CircuitTemplate):
             raise GraphError(
@@ -176,7 +178,7 @@ class Pipeline:
                 f"from_pennylane / Circuit), got {type(circuit).__name__}"
             )
         ins, outs = execute_ports(circuit, gradient)
-        return self.add(Fragment(name, "execute", ins, outs, None, "qpu", (), circuit, backend, gradient))
+        return self.add(CircuitCall(name, "execute", ins, outs, circuit=circuit, backend=backend, gradient=gradient))
 
     # -- build --------------------------------------------------------------------
     def _autowire(self) -> list[Edge]:
@@ -211,7 +213,7 @@ def registry_backends(graph: Graph) -> dict:
     cannot be made (bad options in its name) is a ``GraphError``."""
     from hqflow.backends import BackendError, registry_capabilities
 
-    names = {f.backend for f in graph.fragments if f.kind == "execute"}
+    names = {f.backend for f in graph.fragments if isinstance(f, CircuitCall)}
     try:
         return registry_capabilities(names)
     except BackendError as exc:

@@ -29,7 +29,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hqflow.ir.graph import Graph
+from hqflow.ir.graph import CircuitCall, Graph
 
 from .costmodel import Prediction, calibrate, pool_names, predict
 from .profile import Profile, profile
@@ -98,7 +98,7 @@ def _workers(graph: Graph) -> list[int]:
     """``cpu_workers`` values worth trying: more than one only where a ``cpu`` fragment has no loop onto
     itself (only then can two of its steps run at once)."""
     looped = {e.src[0] for e in graph.edges if e.loop and e.src[0] == e.dst[0]}
-    free = [f for f in graph.fragments if f.kind not in ("execute", "learn") and f.resource != "gpu"
+    free = [f for f in graph.fragments if not isinstance(f, CircuitCall) and f.kind != "learn" and f.resource != "gpu"
             and f.name not in looped]
     return list(range(1, min(4, os.cpu_count() or 1) + 1)) if free else [1]
 
@@ -189,7 +189,7 @@ def rows_of(graph: Graph, profile: Profile) -> dict[str, int]:
     """Circuits per step of each ``execute`` fragment of ``graph``, as ``profile`` measured them (1 where
     it measured none)."""
     measured = dict(profile.rows)
-    return {f.name: measured.get(f.name, 1) for f in graph.fragments if f.kind == "execute"}
+    return {f.name: measured.get(f.name, 1) for f in graph.fragments if isinstance(f, CircuitCall)}
 
 
 def calibration(run, steps: int, graph: Graph, config: SchedulerConfig = SchedulerConfig()) -> Profile:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hqflow.backends import BackendError, backend_names, is_registered, threads
-from hqflow.ir.graph import Fragment, Graph, GraphError
+from hqflow.ir.graph import CircuitCall, Fragment, Graph, GraphError
 
 from .checkpoint import CheckpointError, RunDir, item_digest
 from .collective import Compression, Replica
@@ -186,13 +186,13 @@ class Scheduler:
         step: they may stay where they were made (Ray's object store), since the driver never reads them."""
         g, kept = self.graph, {}
         for f in g.fragments:
-            if f.kind == "execute":
+            if isinstance(f, CircuitCall):
                 continue
             ports = []
             for p in f.outputs:
                 edges = [e for e in g.edges if e.src == (f.name, p.name)]
-                if edges and all(not e.loop and e.dst[0] is not None and g.fragment(e.dst[0]).kind != "execute"
-                                 for e in edges):
+                if edges and all(not e.loop and e.dst[0] is not None
+                                 and not isinstance(g.fragment(e.dst[0]), CircuitCall) for e in edges):
                     ports.append(p.name)
             kept[f.name] = tuple(ports)
         return kept
@@ -201,7 +201,7 @@ class Scheduler:
         """One pool per backend name used: by ``execute`` fragments and in classical fragments' ``job_backends``."""
         names = []
         for f in graph.fragments:
-            used = (f.backend,) if f.kind == "execute" and f.backend else tuple(f.job_backends)
+            used = ((f.backend,) if f.backend else ()) if isinstance(f, CircuitCall) else tuple(f.job_backends)
             names += [n for n in used if isinstance(n, str) and n and n not in names]
         pools = {}
         for name in names:
@@ -475,17 +475,17 @@ class Scheduler:
                 if sync and not self._idle():
                     return
                 key = (f.name, step)
-                if (f.kind == "execute") != quantum or f.name not in self.admitted[step] or key in self.running:
+                if isinstance(f, CircuitCall) != quantum or f.name not in self.admitted[step] or key in self.running:
                     continue
                 resource = "gpu" if f.resource == "gpu" else "cpu"
-                if f.kind != "execute" and len(self.busy[resource]) + self._replicas(f) > self.slots[resource]:
+                if not quantum and len(self.busy[resource]) + self._replicas(f) > self.slots[resource]:
                     continue
                 ready = self._inputs(f, step)
                 if ready is None:
                     continue
                 args, version = ready
                 self.running.add(key)
-                if f.kind == "execute":
+                if quantum:
                     self._start_execute(f, step, args, version)
                 else:
                     self._start_task(f, step, args, version, resource)

@@ -5,17 +5,22 @@
 * ``Expr`` — a classical function of a circuit's inputs: a template's derived inputs
   (feature maps such as ``ZZFeatureMap``, ``IQPEmbedding``, ``AmplitudeEmbedding``).
 * ``Fragment``, ``Edge``, ``Graph`` — the hybrid pipeline as a graph of five fragment kinds.
+  A fragment is one of two types on the ``Fragment`` base: ``Classical`` (a function held by
+  reference; kinds preprocess, prepare, postprocess, learn) or ``CircuitCall`` (a circuit on a
+  backend; kind execute). See ``hqflow.ir.nodes``.
 """
 from .builder import Circuit, Sym
 from .circuit import Angle, CircuitError, CircuitTemplate, Observable, Op, PauliTerm
 from .expr import Expr, ExprError
 from .gates import GATES, SHIFT_RULES, GateSpec, gate_matrix
-from .graph import (
+from .graph import Graph
+from .nodes import (
     KINDS,
     RESOURCES,
+    CircuitCall,
+    Classical,
     Edge,
     Fragment,
-    Graph,
     GraphError,
     Port,
     execute_ports,
@@ -57,8 +62,10 @@ __all__ = [
     "SHIFT_RULES",
     "Angle",
     "Circuit",
+    "CircuitCall",
     "CircuitError",
     "CircuitTemplate",
+    "Classical",
     "Edge",
     "Expr",
     "ExprError",

@@ -1,14 +1,19 @@
-"""Show a graph: as text (``print(graph)``), as a networkx ``DiGraph``, as a PNG."""
+"""Show a graph: as text (``print(graph)``), as a networkx ``DiGraph``, as a PNG.
+
+A graph is read, not imported (``GraphLike``; ``hqflow.ir.graph`` imports this module).
+"""
 from __future__ import annotations
 
-from .graph import KINDS, Graph
+from .nodes import KINDS, CircuitCall, Classical, GraphLike
 
 _COLORS = {"cpu": "#8ecae6", "gpu": "#b5e48c", "qpu": "#f4a261", "io": "#dddddd"}
 
 
 def _describe(f) -> str:
-    if f.kind == "execute" and f.circuit is not None:
+    if isinstance(f, CircuitCall):
         c = f.circuit
+        if c is None:
+            return f"backend={f.backend}, no circuit"
         mode = f"{c.shots} shots" if c.shots else "exact"
         grad = f", gradient={f.gradient}" if f.gradient else ""
         return (
@@ -20,7 +25,7 @@ def _describe(f) -> str:
     return f"fn={f.fn}{params}{jobs}"
 
 
-def to_text(graph: Graph) -> str:
+def to_text(graph: GraphLike) -> str:
     n_loop = len(graph.loop_edges)
     lines = [f"Graph {graph.name!r}: {len(graph.fragments)} fragments, {len(graph.edges)} edges ({n_loop} loop-carried)"]
     if graph.inputs:
@@ -38,7 +43,7 @@ def to_text(graph: Graph) -> str:
     return "\n".join(lines)
 
 
-def to_networkx(graph: Graph):
+def to_networkx(graph: GraphLike):
     """A ``networkx.MultiDiGraph``: one node per fragment plus ``input:NAME``/``output:NAME``."""
     import networkx as nx
 
@@ -48,8 +53,9 @@ def to_networkx(graph: Graph):
     for p in graph.outputs:
         g.add_node(f"output:{p.name}", kind="output", resource="io", type=p.type)
     for f in graph.fragments:
-        g.add_node(f.name, kind=f.kind, resource=f.resource, fn=f.fn, backend=f.backend,
-                   job_backends=list(f.job_backends))
+        work, call = isinstance(f, Classical), isinstance(f, CircuitCall)
+        g.add_node(f.name, kind=f.kind, resource=f.resource, fn=f.fn if work else None,
+                   backend=f.backend if call else None, job_backends=list(f.job_backends) if work else [])
     for e in graph.edges:
         src = e.src[0] if e.src[0] else f"input:{e.src[1]}"
         dst = e.dst[0] if e.dst[0] else f"output:{e.dst[1]}"
@@ -57,7 +63,7 @@ def to_networkx(graph: Graph):
     return g
 
 
-def draw_png(graph: Graph, path: str) -> str:
+def draw_png(graph: GraphLike, path: str) -> str:
     """Columns by stage (inputs, the five kinds, outputs), colour by resource.
 
     Edges between the same two nodes are merged into one arrow listing their

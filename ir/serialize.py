@@ -9,6 +9,16 @@ binary format, base64) for other tools. hqflow reads ``ops``; documents of versi
 size. ``from_json`` bounds its input (size, nesting, number lengths), checks every
 field's type before using it and gives one clear one-line ``GraphError`` for
 malformed input; whether the graph makes sense is ``Graph.validate()``'s job.
+
+Every fragment is written with the same fields (``fn``/``params`` null and empty for
+an ``execute`` fragment, ``circuit``/``backend``/``gradient`` null for a classical
+one); ``kind`` picks the type read back: ``execute`` a ``CircuitCall``, any other
+kind a ``Classical`` (an unknown kind loads, and ``validate`` names it). A field of
+the other type that holds something is refused.
+
+This module reads and writes a graph without importing ``hqflow.ir.graph`` (which
+imports it): ``graph_to_json`` takes anything with ``Graph``'s fields,
+``graph_parts`` returns the keywords that ``Graph.from_json`` builds the graph from.
 """
 from __future__ import annotations
 
@@ -20,7 +30,7 @@ from typing import Any
 
 from .circuit import Angle, CircuitError, CircuitTemplate, Observable, Op, PauliTerm
 from .expr import Expr
-from .graph import Edge, Fragment, Graph, GraphError, Port
+from .nodes import CircuitCall, Classical, Edge, Fragment, GraphError, GraphLike, Port
 from .text import lone_surrogate, one_line
 
 FORMAT, VERSION = "hqflow.graph", 2  # 2: circuits carry their gates as plain data ("ops")
@@ -50,7 +60,20 @@ def _circuit(t: CircuitTemplate) -> dict:
     }
 
 
-def graph_to_json(graph: Graph, indent: int | None = 2) -> str:
+def _fragment(f: Fragment) -> dict:
+    """One fragment's object: the same keys, in the same order, for both types."""
+    doc = {"name": f.name, "kind": f.kind, "resource": f.resource, "inputs": _ports(f.inputs),
+           "outputs": _ports(f.outputs), "fn": None, "params": {}, "circuit": None, "backend": None, "gradient": None}
+    if isinstance(f, Classical):
+        doc.update(fn=f.fn, params=f.kwargs)
+        if f.job_backends:
+            doc["job_backends"] = list(f.job_backends)
+    elif isinstance(f, CircuitCall):
+        doc.update(circuit=None if f.circuit is None else _circuit(f.circuit), backend=f.backend, gradient=f.gradient)
+    return doc
+
+
+def graph_to_json(graph: GraphLike, indent: int | None = 2) -> str:
     def end(e):
         return [e[0], e[1]]
 
@@ -60,22 +83,7 @@ def graph_to_json(graph: Graph, indent: int | None = 2) -> str:
         "name": graph.name,
         "inputs": _ports(graph.inputs),
         "outputs": _ports(graph.outputs),
-        "fragments": [
-            {
-                "name": f.name,
-                "kind": f.kind,
-                "resource": f.resource,
-                "inputs": _ports(f.inputs),
-                "outputs": _ports(f.outputs),
-                "fn": f.fn,
-                "params": f.kwargs,
-                "circuit": None if f.circuit is None else _circuit(f.circuit),
-                "backend": f.backend,
-                "gradient": f.gradient,
-                **({"job_backends": list(f.job_backends)} if f.job_backends else {}),
-            }
-            for f in graph.fragments
-        ],
+        "fragments": [_fragment(f) for f in graph.fragments],
         "edges": [
             {"src": end(e.src), "dst": end(e.dst), "loop": e.loop, "max_staleness": e.max_staleness, "init": e.init,
              **({"start_empty": True} if e.start_empty else {})}
@@ -190,7 +198,38 @@ def _check_values(doc: Any) -> None:
 _LARGEST = int(sys.float_info.max)
 
 
-def graph_from_json(text: str) -> Graph:
+def _read_fragment(f: Any, i: int) -> Fragment:
+    """A ``CircuitCall`` for kind ``execute``, else a ``Classical``; a field of the other type that holds
+    something is refused (a document hqflow wrote has them null or empty)."""
+    where = f"fragment #{i}"
+    name = _get(f, "name", where, str)
+    where = f"fragment {name!r}"
+    circuit = _get(f, "circuit", where, (dict, type(None)), None)
+    kind = _get(f, "kind", where, str)
+    inputs, outputs = _read_ports(f, "inputs", where), _read_ports(f, "outputs", where)
+    fn = _get(f, "fn", where, (str, type(None)), None)
+    resource = _get(f, "resource", where, str, "qpu" if kind == "execute" else "cpu")
+    params = tuple(_get(f, "params", where, dict, {}).items())
+    template = None if circuit is None else _read_circuit(circuit, where)
+    backend = _get(f, "backend", where, (str, type(None)), None)
+    gradient = _get(f, "gradient", where, (str, type(None)), None)
+    job_backends = _read_names(f, "job_backends", where)
+    if kind == "execute":
+        held = [k for k, v in (("fn", fn), ("params", params), ("job_backends", job_backends)) if v]
+        if held:
+            raise GraphError(f"graph JSON: {where}: an execute fragment runs its circuit on its backend; it holds "
+                             f"no {', '.join(map(repr, held))} (a classical fragment's fields)")
+        return CircuitCall(name, kind, inputs, outputs, resource=resource, circuit=template, backend=backend,
+                           gradient=gradient)
+    held = [k for k, v in (("circuit", circuit), ("backend", backend), ("gradient", gradient)) if v is not None]
+    if held:
+        raise GraphError(f"graph JSON: {where}: a {kind} fragment holds no {', '.join(map(repr, held))} "
+                         "(an execute fragment's fields)")
+    return Classical(name, kind, inputs, outputs, resource=resource, fn=fn, params=params, job_backends=job_backends)
+
+
+def graph_parts(text: str) -> dict[str, Any]:
+    """Read a graph document: the keywords of ``Graph(...)`` (``Graph.from_json`` builds the graph)."""
     if not isinstance(text, str):
         raise GraphError(f"a graph document is text (str), got {type(text).__name__}")
     if len(text) > MAX_CHARS:
@@ -210,27 +249,7 @@ def graph_from_json(text: str) -> Graph:
     version = _get(doc, "version", "document", int, VERSION)
     if version > VERSION:
         raise GraphError(f"graph JSON: version {version} is newer than this hqflow reads ({VERSION})")
-    fragments = []
-    for i, f in enumerate(_get(doc, "fragments", "document", list)):
-        where = f"fragment #{i}"
-        name = _get(f, "name", where, str)
-        where = f"fragment {name!r}"
-        circuit = _get(f, "circuit", where, (dict, type(None)), None)
-        fragments.append(
-            Fragment(
-                name=name,
-                kind=_get(f, "kind", where, str),
-                inputs=_read_ports(f, "inputs", where),
-                outputs=_read_ports(f, "outputs", where),
-                fn=_get(f, "fn", where, (str, type(None)), None),
-                resource=_get(f, "resource", where, str, "cpu"),
-                params=tuple(_get(f, "params", where, dict, {}).items()),
-                circuit=None if circuit is None else _read_circuit(circuit, where),
-                backend=_get(f, "backend", where, (str, type(None)), None),
-                gradient=_get(f, "gradient", where, (str, type(None)), None),
-                job_backends=_read_names(f, "job_backends", where),
-            )
-        )
+    fragments = [_read_fragment(f, i) for i, f in enumerate(_get(doc, "fragments", "document", list))]
     edges = []
     for i, e in enumerate(_get(doc, "edges", "document", list)):
         where = f"edge #{i}"
@@ -244,10 +263,10 @@ def graph_from_json(text: str) -> Graph:
                 _get(e, "start_empty", where, bool, False),
             )
         )
-    return Graph(
-        _get(doc, "name", "document", str, "graph"),
-        tuple(fragments),
-        tuple(edges),
-        _read_ports(doc, "inputs", "document"),
-        _read_ports(doc, "outputs", "document"),
-    )
+    return {
+        "name": _get(doc, "name", "document", str, "graph"),
+        "fragments": tuple(fragments),
+        "edges": tuple(edges),
+        "inputs": _read_ports(doc, "inputs", "document"),
+        "outputs": _read_ports(doc, "outputs", "document"),
+    }

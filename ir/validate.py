@@ -5,6 +5,10 @@ fits its qubits) use the ``backends`` given: a mapping from each name to its
 ``Capabilities`` (or a backend), or to None for a name that is checked later (a
 pool name bound when the graph runs). Without ``backends`` they are skipped;
 ``hqflow.Pipeline.build`` and ``hqflow inspect`` pass the registry's.
+
+A graph is read, not imported: ``graph`` is anything with ``Graph``'s fields
+(``GraphLike``; ``hqflow.ir.graph`` imports this module). ``toposort`` and ``cycle_message``
+serve ``Graph.topological_order`` too.
 """
 from __future__ import annotations
 
@@ -12,15 +16,15 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from .graph import (
+from .nodes import (
     GRADIENTS,
     KINDS,
     PORT_TYPES,
     RESOURCES,
-    Graph,
+    CircuitCall,
+    Classical,
     GraphError,
-    _cycle_message,
-    _toposort,
+    GraphLike,
     execute_ports,
     resolve_fn,
     types_compatible,
@@ -28,7 +32,7 @@ from .graph import (
 from .text import lone_surrogate
 
 
-def problems(graph: Graph, backends: Mapping[str, Any] | None = None, resolve: bool = True) -> list[str]:
+def problems(graph: GraphLike, backends: Mapping[str, Any] | None = None, resolve: bool = True) -> list[str]:
     out: list[str] = [f"{what} {name!r} is not Unicode text (it holds a lone surrogate)"
                       for what, name in _names(graph) if lone_surrogate(name) is not None]
     names = [f.name for f in graph.fragments]
@@ -41,12 +45,12 @@ def problems(graph: Graph, backends: Mapping[str, Any] | None = None, resolve: b
         if p.type not in PORT_TYPES:
             out.append(f"graph port {p.name!r} has unknown type {p.type!r}; known: {', '.join(PORT_TYPES)}")
     out += _edge_problems(graph)
-    if _toposort(graph) is None:
-        out.append(_cycle_message(graph))
+    if toposort(graph) is None:
+        out.append(cycle_message(graph))
     return out
 
 
-def _names(graph: Graph):
+def _names(graph: GraphLike):
     """``(what, name)`` of every name in the graph: its own, its fragments' and their ports'."""
     yield "graph name", graph.name
     for p in graph.inputs + graph.outputs:
@@ -73,16 +77,14 @@ def _fragment_problems(f, backends, resolve) -> list[str]:
         dup = [n for n, c in Counter(p.name for p in ports).items() if c > 1]
         if dup:
             out.append(f"{where}: duplicate {what} port(s) {dup}")
-    if f.job_backends:
-        if f.kind == "execute":
-            out.append(f"{where}: an execute fragment submits to its own backend; job_backends is for classical fragments")
-        bad = [b for b in f.job_backends if not isinstance(b, str) or not b]
-        if bad:
-            out.append(f"{where}: job_backends must be non-empty backend names, got {bad}")
-        dup = [n for n, c in Counter(f.job_backends).items() if c > 1]
-        if dup:
-            out.append(f"{where}: duplicate job backend(s) {dup}")
-    if f.kind != "execute":
+    if isinstance(f, Classical):
+        if f.job_backends:
+            bad = [b for b in f.job_backends if not isinstance(b, str) or not b]
+            if bad:
+                out.append(f"{where}: job_backends must be non-empty backend names, got {bad}")
+            dup = [n for n, c in Counter(f.job_backends).items() if c > 1]
+            if dup:
+                out.append(f"{where}: duplicate job backend(s) {dup}")
         if not f.fn:
             out.append(f"{where}: a {f.kind} fragment needs a function")
         elif resolve:
@@ -91,6 +93,8 @@ def _fragment_problems(f, backends, resolve) -> list[str]:
             except GraphError as exc:
                 out.append(f"{where}: {exc}")
         return out
+    if not isinstance(f, CircuitCall):
+        return out + [f"{where}: a {type(f).__name__} is neither a Classical fragment nor a CircuitCall"]
     if f.circuit is None:
         return out + [f"{where}: an execute fragment needs a circuit template"]
     out += [f"{where}: {p}" for p in f.circuit.problems()]
@@ -127,7 +131,7 @@ def _capabilities(name, backends, out, where):
     return None if b is None else getattr(b, "capabilities", b)
 
 
-def _edge_problems(graph: Graph) -> list[str]:
+def _edge_problems(graph: GraphLike) -> list[str]:
     out: list[str] = []
     frags = {f.name: f for f in graph.fragments}
     g_in = {p.name: p for p in graph.inputs}
@@ -183,3 +187,37 @@ def _end(end, frags, graph_ports, output, edge, out):
         have = ", ".join(x.name for x in ports) or "none"
         out.append(f"edge {edge}: fragment {frag!r} has no {what} port {port!r} (its {what}s: {have})")
     return p
+
+
+def toposort(graph: GraphLike) -> list | None:
+    """The fragments ordered by the non-loop edges (ties keep declaration order); None with a cycle."""
+    names = [f.name for f in graph.fragments]
+    deps = {n: set() for n in names}
+    for e in graph.edges:
+        if not e.loop and e.src[0] in deps and e.dst[0] in deps:
+            deps[e.dst[0]].add(e.src[0])
+    order: list[str] = []
+    while len(order) < len(names):
+        ready = [n for n in names if n not in order and deps[n] <= set(order)]
+        if not ready:
+            return None
+        order.append(ready[0])
+    by_name = {f.name: f for f in graph.fragments}
+    return [by_name[n] for n in order]
+
+
+def cycle_message(graph: GraphLike) -> str:
+    """The message for a cycle of non-loop edges (call it where ``toposort`` found one)."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    g.add_edges_from((e.src[0], e.dst[0]) for e in graph.edges if not e.loop and e.src[0] and e.dst[0])
+    try:
+        cycle = [u for u, _ in nx.find_cycle(g)]
+    except nx.NetworkXNoCycle:  # pragma: no cover - only called when a cycle exists
+        cycle = []
+    path = " -> ".join(cycle + cycle[:1])
+    return (
+        f"cycle {path} has no loop-carried edge; declare the edge that feeds back "
+        "as loop-carried (Pipeline.loop(...) or Edge(loop=True))"
+    )

@@ -7,7 +7,7 @@ import pytest
 
 import hqflow as hq
 from hqflow.backends import Capabilities, get_backend
-from hqflow.ir import Angle, Circuit, Edge, Fragment, Graph, GraphError, Observable, Op, Port, execute_ports
+from hqflow.ir import Angle, Circuit, CircuitCall, Classical, Edge, Graph, GraphError, Observable, Op, Port, execute_ports
 from hqflow.ir.graph import fn_ref, resolve_fn, types_compatible
 
 
@@ -46,16 +46,16 @@ def _template(n_qubits=2, observables=("Z0 Z1",), shots=None):
 
 
 def _frag(name, fn, ins=(), outs=(), kind="preprocess", **kw):
-    return Fragment(
+    return Classical(
         name, kind, tuple(Port(*p) if isinstance(p, tuple) else Port(p) for p in ins),
-        tuple(Port(*p) if isinstance(p, tuple) else Port(p) for p in outs), fn_ref(fn, name), **kw,
+        tuple(Port(*p) if isinstance(p, tuple) else Port(p) for p in outs), fn=fn_ref(fn, name), **kw,
     )
 
 
 def _exe(name="exe", template=None, gradient=None, backend="reference"):
     t = template or _template()
     ins, outs = execute_ports(t, gradient)
-    return Fragment(name, "execute", ins, outs, None, "qpu", (), t, backend, gradient)
+    return CircuitCall(name, "execute", ins, outs, circuit=t, backend=backend, gradient=gradient)
 
 
 def good_graph() -> Graph:
@@ -375,7 +375,7 @@ def test_gradient_without_observables():
     assert [p.name for p in outs] == ["probs", "jacobian"]
     frags = (
         _frag("enc", encode, ["x"], [("angles", "array")], kind="prepare"),
-        Fragment("exe", "execute", ins, outs, None, "qpu", (), t, "reference", "param-shift"),
+        CircuitCall("exe", "execute", ins, outs, circuit=t, backend="reference", gradient="param-shift"),
     )
     edges = (
         Edge((None, "x"), ("enc", "x")),

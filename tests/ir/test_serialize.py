@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import hqflow as hq
-from hqflow.ir import Circuit, Edge, Fragment, Graph, GraphError, Port
+from hqflow.ir import Circuit, Classical, Edge, Graph, GraphError, Port
 from hqflow.ir.random import random_template
 
 # --- module-level fragment functions ----------------------------------------------
@@ -321,7 +321,8 @@ def test_round_trip_random_templates():
 
 
 def test_fragment_with_no_circuit_and_default_fields():
-    frag = Fragment("f", "preprocess", (Port("x"),), (Port("y", "dict"),), f"{__name__}:encode", "gpu", (("scale", [1, 2]),))
+    frag = Classical("f", "preprocess", (Port("x"),), (Port("y", "dict"),), resource="gpu", fn=f"{__name__}:encode",
+                     params=(("scale", [1, 2]),))
     g = Graph("d", (frag,), (Edge((None, "x"), ("f", "x")), Edge(("f", "y"), (None, "y"))), (Port("x"),), (Port("y", "dict"),))
     same_graph(g, Graph.from_json(g.to_json()))
 
