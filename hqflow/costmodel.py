@@ -1,21 +1,20 @@
 """Predict a run's makespan, each resource's utilization and its spend, from profiles.
 
-``predict(graph, steps, profile, config)`` replays the scheduler's rules (``hqflow.scheduler``)
-as a discrete-event simulation over the profiled times (``hqflow.profile``), without running
-anything:
+``predict(graph, steps, profile, config)`` runs the scheduler itself (``hqflow.scheduler``: its loop,
+window, dispatch, job service and pools) on a simulated clock (``hqflow.clock.SimClock``), where
+nothing is computed and everything takes the time the profile (``hqflow.profile``) says:
 
-* steps are admitted up to the window (one at a time, and one thing at a time, under ``sync``);
-* an instance is ready when its step's inputs are done and its loop-carried inputs are at most
-  ``max_staleness`` versions old; quantum work is dispatched first, then the lowest steps;
-* a classical fragment holds one of its resource's slots (a replicated ``learn`` holds ``learners``
-  of them) for its profiled mean;
-* an ``execute`` fragment's step is cut into jobs of at most ``rows_per_job`` rows; each goes to the
-  pool member that would finish it first, among those with fewer than ``devices + prefetch`` jobs
-  in flight. It waits out the member's queue in
-  parallel with other jobs, then holds one of its devices for ``per_job + per_row * rows +
-  per_shot * rows * shots``. Where a member fails jobs, the replay is run ``REPLAYS`` times with
-  seeded draws of the failures (a failed job runs again, on another member where there is one, as
-  the job service retries it) and averaged: a step cut into jobs waits for its slowest.
+* a classical call holds its slot for its fragment's profiled mean plus the scheduler's overhead;
+  one that submits jobs itself does so in rounds: a slice of its own work, then a job, and so on;
+* a quantum job waits out its member's queue (in parallel with other jobs), then holds one of the
+  member's devices for ``per_job + per_row * rows + per_shot * rows * shots``;
+* where a member fails jobs, the run is simulated ``REPLAYS`` times with failures drawn from seeded
+  generators (a failed job is retried by the job service's own rule) and the figures are averaged;
+  with no failures one run is exact.
+
+So a rule changed in the scheduler (window, quantum-first dispatch, slots, the pools' choice of member,
+retries, their circuit breaker) changes the prediction with it. Not modelled: ``job_timeout`` (jobs
+take their profiled time), budgets (``spend`` is predicted instead) and running out of retries.
 
 The prediction also carries the overlap bound of a two-stage loop, ``N * max(C, D) + min(C, Q)``:
 C a step's classical seconds, D its device seconds spread over the pool's devices, Q a job's
@@ -23,20 +22,25 @@ seconds with its queue (with one device and no queue, ``overlap.py``'s ``N * max
 """
 from __future__ import annotations
 
-import heapq
-import itertools
+import concurrent.futures as cf
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
+from hqflow.backends import BatchResult, Capabilities, CircuitBatch, FutureJob, JobFailed
+from hqflow.ir.circuit import CircuitTemplate
 from hqflow.ir.graph import CircuitCall, Graph
 
+from .clock import SimClock
+from .executors import SyncExecutor
 from .profile import BackendProfile, Profile
-from .scheduler import SchedulerConfig
+from .scheduler import Scheduler, SchedulerConfig
 
 
 REPLAYS = 8
-"""replays averaged where a member fails jobs: each draws its failures (a step waits for its slowest job)"""
+"""simulated runs averaged where a member fails jobs: each draws its failures (a step waits for its slowest job)"""
 
 
 @dataclass(frozen=True)
@@ -53,23 +57,93 @@ class Prediction:
     """quantum jobs, retries not counted"""
 
 
-class _Member:
-    def __init__(self, profile: BackendProfile, prefetch: int):
-        self.p = profile
-        self.devices = [0.0] * max(1, profile.devices)  # when each device is next free
-        self.capacity = len(self.devices) + prefetch
-        self.in_flight = 0
-        self.busy = 0.0
+@dataclass(frozen=True)
+class _Price:  # what the job service reads of a cost estimate
+    amount: float
+    currency: str = "profiled"
+    jobs: int = 1
+    shots: int = 0
 
-    def finish(self, now: float, rows: int, shots: int | None, overhead: float = 0.0,
-               retries: bool = True) -> tuple[float, float, int]:
-        """When a job submitted ``now`` would end, the time it holds a device, and which device;
-        ``retries``: with the expected retries folded in (else one attempt)."""
-        hold = (self.p.per_job + self.p.per_row * rows + self.p.per_shot * rows * (shots or 0)) \
-            / (max(1e-9, 1.0 - min(self.p.failure_rate, 0.99)) if retries else 1.0)
+
+class _SimBackend:
+    """A pool member as its profile says it behaves, on the simulated clock: ``devices`` jobs at once, each
+    waiting out the queue, then holding the device that frees first. ``draw``: None folds a job's expected
+    retries into its time (it never fails); a ``random.Random`` fails each attempt with the member's rate."""
+
+    def __init__(self, profile: BackendProfile, clock: SimClock, overhead: float, draw: random.Random | None):
+        self.p, self.clock, self.overhead, self.draw = profile, clock, overhead, draw
+        self.name = profile.backend.removeprefix("qpu:")
+        self.capabilities = Capabilities(self.name, 1 << 20, device="qpu")
+        self.max_in_flight = max(1, profile.devices)
+        self.devices = [0.0] * self.max_in_flight  # when each device is next free
+        self.busy = 0.0
+        if profile.price_per_job is not None:
+            self.estimate_cost = self._estimate
+
+    def _estimate(self, batch: CircuitBatch) -> _Price:
+        """A first attempt's expected spend, its retries included (a retry adds nothing more)."""
+        if batch.attempt:
+            return _Price(0.0)
+        return _Price(self.p.price(batch.size, batch.shots) / max(1e-9, 1.0 - min(self.p.failure_rate, 0.99)))
+
+    def submit(self, batch: CircuitBatch) -> FutureJob:
+        p, rows = self.p, batch.size
+        hold = p.per_job + p.per_row * rows + p.per_shot * rows * (batch.shots or 0)
+        if self.draw is None:
+            hold /= max(1e-9, 1.0 - min(p.failure_rate, 0.99))
         d = min(range(len(self.devices)), key=self.devices.__getitem__)
         # the dispatch takes ``overhead``; a job sent ahead (prefetch) has it behind the running one
-        return max(now + overhead + self.p.queue, self.devices[d]) + hold, hold, d
+        end = max(self.clock.now() + self.overhead + p.queue, self.devices[d]) + hold
+        self.devices[d] = end
+        self.busy += hold
+        future: cf.Future = cf.Future()
+
+        def finish():
+            if future.cancelled():
+                return
+            if self.draw is not None and self.draw.random() < p.failure_rate:
+                future.set_exception(JobFailed(f"simulated failure on {self.name}"))
+            else:
+                future.set_result(BatchResult(values=np.zeros((rows, 0))))
+
+        self.clock.at(end, finish)
+        return FutureJob(future, self.name)
+
+
+class _SimExecutor(SyncExecutor):
+    """Fragment calls that compute nothing and take their profiled time on the simulated clock."""
+
+    def __init__(self, profile: Profile, clock: SimClock, rows: dict, nested: dict):
+        super().__init__()
+        self.profile, self.clock, self.rows, self.nested = profile, clock, rows, nested
+
+    def submit(self, fragment, args, resource, client=None, replica=None, kept=()) -> cf.Future:
+        future: cf.Future = cf.Future()
+        outputs = ({p.name: None for p in fragment.outputs}, [], None)
+        now, overhead = self.clock.now(), self.profile.overhead
+        if fragment.name not in self.nested or client is None:
+            self.clock.at(now + self.profile.fragment(fragment.name).seconds + overhead,
+                          lambda: future.set_result(outputs))
+            return future
+        pool, rounds, size, piece = self.nested[fragment.name]
+        batch = CircuitBatch(CircuitTemplate(1, ()), np.zeros((size, 0)), np.zeros(0))
+
+        def round_(left: int) -> None:  # a slice of the call's own work is done: its job goes out
+            job = client.submit(pool, batch)
+            job.add_done_callback(lambda job: future.set_exception(job.exception()) if job.exception() else
+                                  self.clock.at(self.clock.now() + piece, lambda: round_(left - 1)) if left > 1 else
+                                  future.set_result(outputs))
+
+        self.clock.at(now + piece + overhead, lambda: round_(rounds))
+        return future
+
+    def circuit_batch(self, fragment, args, seed):
+        c = fragment.circuit
+        stand_in = CircuitTemplate(c.n_qubits, (), shots=c.shots, name=c.name)
+        return CircuitBatch(stand_in, np.zeros((self.rows[fragment.name], 0)), np.zeros(0), c.shots, seed), None
+
+    def circuit_outputs(self, fragment, result, post) -> dict:
+        return {p.name: None for p in fragment.outputs}
 
 
 def _nested(graph: Graph, profile: Profile) -> dict:
@@ -95,8 +169,8 @@ def pool_names(graph: Graph, profile: Profile) -> list[str]:
     return list(dict.fromkeys(names + [n[0] for n in _nested(graph, profile).values()]))
 
 
-def _pools(graph: Graph, profile: Profile, members: Mapping[str, Sequence[str]] | None, prefetch: int,
-           nested: dict) -> dict:
+def _members(graph: Graph, profile: Profile, members: Mapping[str, Sequence[str]] | None) -> dict:
+    """pool name -> the profiles of its members in the run."""
     pools = {}
     for name in pool_names(graph, profile):
         given = (members or {}).get(name)
@@ -105,7 +179,7 @@ def _pools(graph: Graph, profile: Profile, members: Mapping[str, Sequence[str]] 
         if not chosen:
             raise ValueError(f"no profile of a backend in pool {name!r}: calibrate with a run that uses it, "
                              f"or name its members")
-        pools[name] = [_Member(b, prefetch) for b in chosen]
+        pools[name] = chosen
     return pools
 
 
@@ -118,156 +192,52 @@ def predict(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig 
     """
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
-    if not any(b.failure_rate > 0 for b in profile.backends):
-        return _replay(graph, steps, profile, config, rows, members, None)
-    runs = [_replay(graph, steps, profile, config, rows, members, random.Random(k)) for k in range(REPLAYS)]
-    return Prediction(sum(r.makespan for r in runs) / REPLAYS,
-                      {k: sum(r.utilization.get(k, 0.0) for r in runs) / REPLAYS for k in runs[0].utilization},
-                      runs[0].spend, runs[0].bound, runs[0].jobs)
-
-
-def _replay(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig, rows, members, draw) -> Prediction:
-    """One replay; ``draw``: None folds each job's expected retries into its time, a ``random.Random``
-    draws its failures (a failed job runs again, on another member where there is one)."""
-    order = graph.topological_order()
+    for f in graph.fragments:  # a clear error before any run: every classical fragment needs its profile
+        if not isinstance(f, CircuitCall):
+            profile.fragment(f.name)
+    chosen = _members(graph, profile, members)
     nested = _nested(graph, profile)
-    pools = _pools(graph, profile, members, config.prefetch, nested)
-    sync = config.executor == "sync"
-    in_flight = sum(m.capacity for pool in pools.values() for m in pool)
-    window = 1 if sync else config.window or max(8, 2 * in_flight + 2)
-    slots = {"cpu": config.cpu_workers, "gpu": config.gpu_workers}
-    seconds = {f.name: profile.fragment(f.name).seconds + profile.overhead for f in order
-               if not isinstance(f, CircuitCall)}
-    n_rows = {f.name: rows if isinstance(rows, int) else rows[f.name] for f in order
+    n_rows = {f.name: rows if isinstance(rows, int) else rows[f.name] for f in graph.fragments
               if isinstance(f, CircuitCall)}
-    inputs = {f.name: [e for e in graph.edges if e.dst[0] == f.name and e.src[0] is not None] for f in order}
-
-    done: dict[str, int] = {f.name: 0 for f in order}  # steps done in order (loop sources run in order)
-    finished: set[tuple[str, int]] = set()
-    running: set[tuple[str, int]] = set()
-    busy = {"cpu": 0, "gpu": 0}
-    used = {"cpu": 0.0, "gpu": 0.0}
-    events: list = []
-    tick = itertools.count()
-    now, admitted, next_step, spend, jobs = 0.0, {}, 0, 0.0, 0
-    waiting: dict[str, list] = {name: [] for name in pools}  # jobs past every member's capacity
-    remaining: dict[tuple[str, int], int] = {}  # an instance's jobs (of its step, or of its round) not yet done
-    rounds: dict[tuple[str, int], int] = {}  # a nested call's rounds not yet done
-    began: dict[tuple[str, int], float] = {}  # when a classical call took its slot
-
-    def ready(f, step) -> bool:
-        for e in inputs[f.name]:
-            if e.loop:
-                if done[e.src[0]] < step - e.max_staleness:
-                    return False
-            elif (e.src[0], step) not in finished:
-                return False
-        return True
-
-    def parts(n: int) -> list[int]:
-        """The rows of each job ``n`` circuits are cut into (``rows_per_job``)."""
-        cut = config.rows_per_job or n
-        return [min(cut, n - lo) for lo in range(0, n, max(1, cut))] or [0]
-
-    def submit(f, step, pool_name: str, size: int, avoid=None) -> None:
-        nonlocal spend, jobs
-        pool = pools[pool_name]
-        open_ = [m for m in pool if m.in_flight < m.capacity]
-        if not open_:
-            waiting[pool_name].append((f, step, pool_name, size, avoid))
-            return
-        open_ = [m for m in open_ if m is not avoid] or open_  # a retry goes elsewhere where it can
-        shots = f.circuit.shots if isinstance(f, CircuitCall) and f.circuit is not None else None
-        (end, hold, d), member = min(((m.finish(now, size, shots, profile.overhead, draw is None), m) for m in open_),
-                                     key=lambda pair: pair[0][0])
-        member.devices[d], member.in_flight = end, member.in_flight + 1
-        member.busy += hold
-        if avoid is None:  # a first attempt: its expected spend, retries included
-            spend += member.p.price(size, shots) / max(1e-9, 1.0 - min(member.p.failure_rate, 0.99))
-            jobs += 1
-        heapq.heappush(events, (end, next(tick), "job", f, step, (member, pool_name, size)))
-
-    def jobs_of(f, step, pool_name: str, n: int) -> None:
-        cut = parts(n)
-        remaining[(f.name, step)] = len(cut)
-        for size in cut:
-            submit(f, step, pool_name, size)
-
-    while True:
-        while next_step < steps and len(admitted) < window:
-            admitted[next_step] = {f.name for f in order}
-            next_step += 1
-        for quantum in (True, False):
-            for step in sorted(admitted):
-                for f in order:
-                    if sync and running:
-                        break
-                    key = (f.name, step)
-                    if isinstance(f, CircuitCall) != quantum or f.name not in admitted[step] or key in running \
-                            or not ready(f, step):
-                        continue
-                    if quantum:
-                        running.add(key)
-                        jobs_of(f, step, f.backend, n_rows[f.name])
-                        continue
-                    resource = "gpu" if f.resource == "gpu" else "cpu"
-                    need = config.learners if f.kind == "learn" else 1
-                    if busy[resource] + need > slots[resource]:
-                        continue
-                    busy[resource] += need
-                    began[key] = now
-                    running.add(key)
-                    if f.name in nested:  # its own jobs, in rounds: a slice of classical work, then a job
-                        _, count, _, piece = nested[f.name]
-                        rounds[key] = count
-                        heapq.heappush(events, (now + piece + profile.overhead, next(tick), "round", f, step, resource))
-                    else:
-                        heapq.heappush(events, (now + seconds[f.name], next(tick), "task", f, step, resource))
-        if not events:
-            break
-        now, _, kind, f, step, extra = heapq.heappop(events)
-        key = (f.name, step)
-        if kind == "round":  # a nested call's slice of classical work is done: its job goes out
-            pool_name, _, size, _ = nested[f.name]
-            jobs_of(f, step, pool_name, size)
-            continue
-        if kind == "job":
-            member, pool_name, size = extra
-            member.in_flight -= 1
-            if waiting[pool_name]:
-                submit(*waiting[pool_name].pop(0))
-            if draw is not None and draw.random() < member.p.failure_rate:
-                submit(f, step, pool_name, size, member)  # failed: once more, elsewhere where it can
-                continue
-            remaining[key] -= 1
-            if remaining[key]:
-                continue  # the step's other parts are still running
-            del remaining[key]
-            if f.name in nested:
-                rounds[key] -= 1
-                if rounds[key]:
-                    heapq.heappush(events, (now + nested[f.name][3], next(tick), "round", f, step,
-                                            "gpu" if f.resource == "gpu" else "cpu"))
-                    continue
-                kind, extra = "task", "gpu" if f.resource == "gpu" else "cpu"
-        if kind == "task":
-            need = config.learners if f.kind == "learn" else 1
-            busy[extra] -= need
-            used[extra] += need * (now - began.pop(key))
-        running.discard((f.name, step))
-        finished.add((f.name, step))
-        while (f.name, done[f.name]) in finished:
-            done[f.name] += 1
-        admitted[step].discard(f.name)
-        if not admitted[step]:
-            del admitted[step]
-    utilization = {r: used[r] / (now * slots[r]) if now else 0.0 for r in ("cpu", "gpu") if used[r]}
-    for pool in pools.values():
-        for m in pool:
-            utilization[m.p.backend] = m.busy / (now * len(m.devices)) if now else 0.0
+    draws = [None] if not any(b.failure_rate > 0 for bs in chosen.values() for b in bs) else \
+        [random.Random(k) for k in range(REPLAYS)]
+    runs = [_simulate(graph, steps, profile, config, chosen, nested, n_rows, draw) for draw in draws]
+    makespan = sum(r[0] for r in runs) / len(runs)
+    utilization = {k: sum(r[1].get(k, 0.0) for r in runs) / len(runs) for k in runs[0][1]}
+    seconds = {f.name: profile.fragment(f.name).seconds + profile.overhead
+               for f in graph.fragments if not isinstance(f, CircuitCall)}
     cut = {name: min(n, config.rows_per_job or n) for name, n in n_rows.items()}
     cut.update({name: min(n[2], config.rows_per_job or n[2]) for name, n in nested.items()})
-    return Prediction(now, utilization, spend, _bound(order, steps, seconds, n_rows, cut, pools, nested, slots), jobs)
+    bound = _bound(graph.topological_order(), steps, seconds, n_rows, cut, chosen, nested,
+                   {"cpu": config.cpu_workers, "gpu": config.gpu_workers})
+    return Prediction(makespan, utilization, runs[0][2], bound, runs[0][3])
+
+
+def _simulate(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig, chosen: dict, nested: dict,
+              n_rows: dict, draw: random.Random | None) -> tuple[float, dict, float, int]:
+    """One simulated run: (makespan, utilization, spend, first attempts)."""
+    clock = SimClock()
+    members = {name: [_SimBackend(b, clock, profile.overhead, draw) for b in bs] for name, bs in chosen.items()}
+    idle = BackendProfile("qpu:unused", "qpu:unused", 0.0, 0.0, 0.0, 0.0, 0.0)
+    pools = {name: members.get(name) or [_SimBackend(idle, clock, 0.0, None)]  # pools the profile saw no job of
+             for f in graph.fragments for name in ((f.backend,) if isinstance(f, CircuitCall) else f.job_backends)}
+    cfg = replace(config, job_timeout=None, max_retries=1 << 30, budget=None, run_dir=None, resume=False)
+    executor = _SimExecutor(profile, clock, n_rows, nested)
+    stream = ({p.name: None for p in graph.inputs} for _ in range(steps))  # the values matter to no one
+    unset = {f"{e.src[0]}.{e.src[1]}": 0.0 for e in graph.edges if e.loop and e.init is None}  # given at run time
+    result = Scheduler(graph, pools, cfg, executor=executor, clock=clock).run(stream, initial_state=unset)
+    makespan = result.seconds
+    slots = {"cpu": config.cpu_workers, "gpu": config.gpu_workers}
+    used = {"cpu": 0.0, "gpu": 0.0}
+    for s in result.spans:
+        if s.resource in used and s.parent_lane is None:
+            used[s.resource] += s.end - s.start
+    utilization = {r: used[r] / (makespan * slots[r]) if makespan else 0.0 for r in used if used[r]}
+    for name, backends in members.items():
+        for b in backends:
+            utilization[b.p.backend] = b.busy / (makespan * len(b.devices)) if makespan else 0.0
+    stats = result.extra
+    return makespan, utilization, stats.get("spend") or 0.0, stats["quantum_jobs"] - stats["retries"]
 
 
 def calibrate(graph: Graph, spans: list, profile: Profile, config: SchedulerConfig = SchedulerConfig(), *,
@@ -302,9 +272,9 @@ def _bound(order, steps: int, seconds: dict, n_rows: dict, cut: dict, pools: dic
 
     def job(pool, n, k):
         jobs = -(-n // k) if k else 1
-        best = min(pool, key=lambda m: m.p.per_job * jobs + m.p.per_row * n)
-        return ((best.p.per_job * jobs + best.p.per_row * n) / sum(len(m.devices) for m in pool),
-                min(m.p.queue + m.p.per_job + m.p.per_row * k for m in pool))
+        best = min(pool, key=lambda m: m.per_job * jobs + m.per_row * n)
+        return ((best.per_job * jobs + best.per_row * n) / sum(max(1, m.devices) for m in pool),
+                min(m.queue + m.per_job + m.per_row * k for m in pool))
 
     for f in order:
         if isinstance(f, CircuitCall):

@@ -98,12 +98,14 @@ class Pool:
     """The backends behind one backend name, with latency- and failure-aware choice."""
 
     def __init__(self, name: str, members: list[Member], alpha: float = 0.3, stale_after: int = 20,
-                 breaker: int = 3, rest: float = 1.0, max_rest: float = 30.0):
+                 breaker: int = 3, rest: float = 1.0, max_rest: float = 30.0, now=time.perf_counter):
+        """``now``: the clock the pool times jobs and rests by (the run's: ``hqflow.clock``)."""
         if not members:
             raise ValueError(f"backend pool {name!r} is empty")
         self.name, self.members, self.alpha = name, members, alpha
         self.stale_after, self.breaker, self.base_rest, self.max_rest = stale_after, breaker, rest, max_rest
         self.jobs = 0  # jobs given out, all members
+        self.now = now
 
     @property
     def resource(self) -> str:
@@ -144,7 +146,7 @@ class Pool:
         ``avoid`` holds members that already failed this job; they, and resting
         members, are used only when no other member fits.
         """
-        now = time.perf_counter()
+        now = self.now()
         fitting = [i for i, m in enumerate(self.members) if m.fits(n_qubits)]
         healthy = [i for i in fitting if not self.members[i].resting(now)]
         preferred = ([i for i in healthy if i not in avoid] or healthy
@@ -175,7 +177,7 @@ class Pool:
         return any(m.fits(n_qubits) for m in self.members) or all(m.removed for m in self.members)
 
     def start(self, member: int, slot: int, rows: int = 1) -> float:
-        t = time.perf_counter()
+        t = self.now()
         m = self.members[member]
         known = [x.ewma for x in self.members if x.ewma is not None]
         m.expect[slot] = m.job_time(rows, sum(known) / len(known) if known else 0.0)
@@ -195,7 +197,7 @@ class Pool:
         m.expect.pop(slot, None)
         m.success = (1 - self.alpha) * m.success + self.alpha * (1.0 if ok else 0.0)
         if ok:
-            took = time.perf_counter() - started
+            took = self.now() - started
             m.ewma = took if m.ewma is None else (1 - self.alpha) * m.ewma + self.alpha * took
             size = _size_class(rows)
             old = m.by_size.get(size)
@@ -206,7 +208,7 @@ class Pool:
         m.streak += 1
         if m.streak >= self.breaker:  # open the circuit (again, for longer, after a failed trial)
             m.rest = min(self.max_rest, 2 * m.rest if m.rest else self.base_rest)
-            m.rest_until = time.perf_counter() + m.rest
+            m.rest_until = self.now() + m.rest
 
     def release(self, member: int, slot: int) -> None:
         """Free a slot whose job never ran (refused before submission): no timing, no failure."""
@@ -222,7 +224,7 @@ class Pool:
 
     def health(self) -> list[dict]:
         """Per member: jobs, failures, latency estimate, success rate and whether it rests now."""
-        now = time.perf_counter()
+        now = self.now()
         return [{"lane": m.lane, "jobs": m.jobs, "failures": m.failures, "ewma": m.ewma,
                  "success": round(m.success, 3), "resting": m.resting(now), "removed": m.removed}
                 for m in self.members]

@@ -1,11 +1,13 @@
 """Executors: where fragment work runs. One small interface, three implementations.
 
-An executor has ``submit(fragment, args, resource, client, replica, kept) -> concurrent.futures.Future``
+An executor (:class:`Executor`) has ``submit(fragment, args, resource, client, replica, kept) -> concurrent.futures.Future``
 for classical fragments (the future holds ``(outputs, spans, node)``: the spans of jobs
 the fragment submitted that the run's own job service did not see, with times
 from the call's start, and the Ray node the call ran on, or None in this process) and ``backend(spec) -> handle`` for quantum backends (a
 handle has ``name``, ``capabilities``, ``max_in_flight`` and
-``submit(batch) -> Job``). The scheduler's one loop drives all of them:
+``submit(batch) -> Job``), and turns a circuit call's arguments into its batch and its job's result into
+its outputs (``circuit_batch``, ``circuit_outputs``). The scheduler's one loop drives all of them, and
+the cost model's simulated executor (``hqflow.costmodel``) too:
 
 * ``sync``: runs each task inline, on the scheduler's thread (debugging, reference);
 * ``local``: a thread pool per classical resource (the default);
@@ -41,7 +43,7 @@ from hqflow.ir.text import one_line
 
 from .collective import RayRendezvous, Rendezvous, Replica, as_replica
 from .dispatch import Member, Pool
-from .fragments import call_fragment
+from .fragments import call_fragment, execute_batch, execute_outputs
 from .jobs import JobClient, JobService
 from .ledger import Ledger, RemoteLedger
 from .placement import Placement
@@ -66,6 +68,22 @@ def make_backend(spec: Any) -> Backend:
     return get_backend(name, **options)
 
 
+class Executor:
+    """What every executor shares: a circuit call's batch is built, and its outputs taken from its job's
+    result, on the scheduler's side (``hqflow.fragments``); values stay in this process."""
+
+    keeps_outputs = False
+    """True: a classical call's outputs that only other classical calls read may stay where they were made"""
+
+    def circuit_batch(self, fragment: Fragment, args: dict, seed: int | None):
+        """The one batch a circuit call submits for ``args``, and its postprocessing (see ``execute_batch``)."""
+        return execute_batch(fragment, args, seed)
+
+    def circuit_outputs(self, fragment: Fragment, result, post) -> dict:
+        """A circuit call's output ports from its job's result."""
+        return execute_outputs(fragment, result, post)
+
+
 class _LocalHandle:
     """A backend in this process."""
 
@@ -88,11 +106,10 @@ class _LocalHandle:
         return self.backend.submit(batch)
 
 
-class SyncExecutor:
+class SyncExecutor(Executor):
     """Runs every task inline; the scheduler runs one thing at a time with it."""
 
     name = "sync"
-    keeps_outputs = False  # one process: every value is where it is used
 
     def __init__(self):
         self.handles: list[_LocalHandle] = []
@@ -433,7 +450,7 @@ def _quiet_ray_auth():
         log.setLevel(level)
 
 
-class RayExecutor:
+class RayExecutor(Executor):
     """Classical slots as long-lived Ray actors (``cpu`` slots hold one CPU each; ``gpu`` slots a
     GPU when the cluster has one), backends as Ray actors that reserve no CPU (they wait on devices).
 

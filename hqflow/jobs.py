@@ -102,10 +102,11 @@ class JobService:
 
     def __init__(self, pools: dict[str, Pool], *, max_retries: int = 3, job_timeout: float | None = None,
                  rows_per_job: int | None = None, t0: float | None = None, record=None, run_id: str | None = None, budget: float | None = None,
-                 ledger=None):
+                 ledger=None, now=time.perf_counter):
         self.pools, self.max_retries, self.job_timeout = pools, max_retries, job_timeout
         self.rows_per_job = rows_per_job
-        self.t0 = time.perf_counter() if t0 is None else t0
+        self.now = now  # the run's clock (``hqflow.clock``): spans are timed by it
+        self.t0 = now() if t0 is None else t0
         self.run_id = run_id or uuid.uuid4().hex
         self.ledger = ledger if ledger is not None else Ledger(budget)  # the run's, shared with its Ray workers
         self.record = record if record is not None else (lambda span: None)
@@ -297,7 +298,7 @@ class JobService:
         service_jobs = int(service_jobs) if isinstance(service_jobs, int) and not isinstance(service_jobs, bool) \
             and service_jobs >= 0 else None
         self.record(Span(p.fragment, "execute", req.pool.resource, p.step, att.start - self.t0,
-                         time.perf_counter() - self.t0, outcome, p.version, req.pool.lane(att.member, att.slot),
+                         self.now() - self.t0, outcome, p.version, req.pool.lane(att.member, att.slot),
                          p.lane if p.submitted else None, att.estimate,
                          getattr(req.pool.members[att.member].handle, "node", None), part.size, part.shots, queued,
                          device, service_jobs))
@@ -495,7 +496,8 @@ class JobClient:
         """Time a stretch of the fragment's own classical work, done while its jobs are in flight
         (an actor group stepping its environments), as a span in lane ``LANE/label`` with the
         fragment as parent: the trace then shows that work overlapping the jobs."""
-        start = time.perf_counter()
+        now = self._service.now
+        start = now()
         outcome = "ok"
         try:
             yield
@@ -504,7 +506,7 @@ class JobClient:
             raise
         finally:
             p, t0 = self.parent, self._service.t0
-            self._service.record(Span(p.fragment, p.kind, p.resource, p.step, start - t0, time.perf_counter() - t0,
+            self._service.record(Span(p.fragment, p.kind, p.resource, p.step, start - t0, now() - t0,
                                       outcome, p.version, f"{p.lane}/{label}", p.lane))
 
 

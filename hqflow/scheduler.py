@@ -11,8 +11,9 @@ consumes ``i - 1``.
 * **Loop-carried state.** The value a loop edge's source produces at step ``t``
   is version ``t + 1`` (``init`` is version 0). A consumer at step ``i`` with
   ``max_staleness=k`` takes the newest version in ``[i - k, i]``, so
-  ``k = 0`` is exactly the reference executor's semantics (bit-identical
-  results for the same seed) and ``k > 0`` lets producers run ahead. Spans
+  ``k = 0`` is exactly the semantics of one fragment at a time in graph order
+  (bit-identical results for the same seed, whatever the executor) and
+  ``k > 0`` lets producers run ahead. Spans
   record the version used.
 * **Backpressure.** At most ``window`` steps are admitted and unfinished.
 * **Several backends per name**, chosen by measured latency and health
@@ -29,14 +30,15 @@ consumes ``i - 1``.
   whose ``result`` holds every completed step's outputs, the spans and the
   newest loop-carried values.
 
-One loop serves the ``sync``, ``local`` and ``ray`` executors (``executors.py``).
+One loop serves the ``sync``, ``local`` and ``ray`` executors (``executors.py``), and the cost
+model's simulated one (``costmodel.py``): it reads time and waits for events only through its clock
+(``clock.py``), so the same rules run on the machine's clock and on a simulated one.
 """
 from __future__ import annotations
 
 import dataclasses
 import queue
 import threading
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +47,7 @@ from hqflow.backends import BackendError, backend_names, is_registered, threads
 from hqflow.ir.graph import CircuitCall, Fragment, Graph, GraphError
 
 from .checkpoint import CheckpointError, RunDir, item_digest
+from .clock import REAL
 from .collective import Compression, Replica
 from .dispatch import Member, Pool
 from .placement import Placement
@@ -54,8 +57,6 @@ from .fragments import (
     RunFailed,
     RunResult,
     as_port_value,
-    execute_batch,
-    execute_outputs,
     step_seed,
 )
 from .jobs import JobClient, JobService, Parent
@@ -162,10 +163,14 @@ class SchedulerConfig:
 class Scheduler:
     """Runs a graph over a stream of micro-batches; see the module docstring."""
 
-    def __init__(self, graph: Graph, backends: Mapping[str, Any] | None = None, config: SchedulerConfig = SchedulerConfig()):
-        self.config = config
-        self.executor = make_executor(config.executor, config.cpu_workers, config.gpu_workers, config.ray_num_cpus,
-                                      config.ray_address, config.placement)
+    def __init__(self, graph: Graph, backends: Mapping[str, Any] | None = None, config: SchedulerConfig = SchedulerConfig(),
+                 *, executor=None, clock=REAL):
+        """``executor`` and ``clock``: where the work runs and whose time it takes (default: the config's
+        executor on the machine's clock; ``hqflow.costmodel`` gives a simulated executor and clock)."""
+        self.config, self.clock = config, clock
+        self.executor = executor if executor is not None else make_executor(
+            config.executor, config.cpu_workers, config.gpu_workers, config.ray_num_cpus, config.ray_address,
+            config.placement)
         try:
             self.pools = self._make_pools(graph, dict(backends or {}))
             caps = {name: pool.members[0].handle.capabilities for name, pool in self.pools.items()}
@@ -216,7 +221,7 @@ class Scheduler:
             many = len(handles) > 1
             members = [Member(h, f"qpu:{h.name}#{j}" if many else f"qpu:{h.name}", h.max_in_flight,
                               h.max_in_flight + self.config.prefetch) for j, h in enumerate(handles)]
-            pools[name] = Pool(name, members)
+            pools[name] = Pool(name, members, now=self.clock.now)
         return pools
 
     # -- the loop -------------------------------------------------------------------
@@ -332,7 +337,7 @@ class Scheduler:
                      bytes_moved=getattr(self, "moved", {}))
         spans = sorted(self.spans, key=lambda s: (s.start, s.row))
         whole = steps == list(range(next_step))
-        return RunResult([self.outputs[i] for i in steps], spans, state, time.perf_counter() - self.t0, stats,
+        return RunResult([self.outputs[i] for i in steps], spans, state, self.clock.now() - self.t0, stats,
                          None if whole else steps)
 
     def _auto_window(self) -> int:
@@ -400,7 +405,7 @@ class Scheduler:
 
     def _reset(self, initial_state) -> None:
         self.window = self._auto_window()
-        self.t0 = time.perf_counter()
+        self.t0 = self.clock.now()
         self.events: queue.Queue = queue.Queue()
         self.admitted: dict[int, set[str]] = {}  # step -> fragments not yet done
         self.values: dict[tuple, Any] = {}  # (fragment or None, port, step) -> value
@@ -412,7 +417,7 @@ class Scheduler:
         run_id = self.config.run_id or (self.store.saved["run_id"] if self.store else None)
         self.service = JobService(self.pools, max_retries=self.config.max_retries, job_timeout=self.config.job_timeout,
                                   rows_per_job=self.config.rows_per_job, t0=self.t0, record=self.spans.append, run_id=run_id,
-                                  ledger=self.executor.ledger(self.config.budget))
+                                  ledger=self.executor.ledger(self.config.budget), now=self.clock.now)
         self.digests: dict[int, str | None] = {}  # step -> its stream item's fingerprint (with a run_dir)
         self.prefix = 0  # steps before the first unfinished one
         self.stats = {"max_admitted": 0, "executor": self.config.executor, "completed_steps": 0}
@@ -506,17 +511,17 @@ class Scheduler:
                       if f.job_backends else None)
             replica = (Replica(rank, size, group, self.executor.rendezvous(), self.config.compression)
                        if size > 1 else None)
-            start = time.perf_counter()
+            start = self.clock.now()
             fut = self.executor.submit(f, args, resource, client, replica, self.kept.get(f.name, ()))
             fut.add_done_callback(lambda fut, slot=slot, start=start, rank=rank: self.events.put(
-                ("task", f, step, version, resource, slot, start, time.perf_counter(), fut, rank)))
+                ("task", f, step, version, resource, slot, start, self.clock.now(), fut, rank)))
 
     def _start_execute(self, f: Fragment, step: int, args: dict, version: int | None) -> None:
         pool = self.pools[f.backend]
         if not pool.any_fits(f.circuit.n_qubits):
             raise FragmentError(f"fragment {f.name!r}: no backend in pool {f.backend!r} fits {f.circuit.n_qubits} qubits")
         try:
-            batch, post = execute_batch(f, args, step_seed(self.config.seed, step, self.index[f.name]))
+            batch, post = self.executor.circuit_batch(f, args, step_seed(self.config.seed, step, self.index[f.name]))
         except Exception as exc:
             raise FragmentError(f"fragment {f.name!r} step {step}: {exc}") from exc
         fut = self.service.submit(f.backend, batch, Parent(f.name, step, pool.resource, version))
@@ -525,7 +530,7 @@ class Scheduler:
     def _wait_and_handle(self, progress) -> None:
         if self._idle() and self.events.empty():
             raise RuntimeError(f"scheduler stalled with steps {sorted(self.admitted)} unfinished (a bug: please report)")
-        event = self.events.get()
+        event = self.clock.wait(self.events)
         if event[0] == "wake":  # the slots changed (RunHandle.set_workers): dispatch again
             return
         if event[0] == "task":
@@ -567,7 +572,7 @@ class Scheduler:
         if exc is not None:
             raise FragmentError(f"fragment {f.name!r} step {step}: {exc}") from exc
         try:
-            out = execute_outputs(f, fut.result(), post)
+            out = self.executor.circuit_outputs(f, fut.result(), post)
         except Exception as exc:
             raise FragmentError(f"fragment {f.name!r} step {step}: {exc}") from exc
         self._complete(f, step, out, progress)
