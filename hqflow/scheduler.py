@@ -32,7 +32,8 @@ consumes ``i - 1``.
 
 One loop serves the ``sync``, ``local`` and ``ray`` executors (``executors.py``), and the cost
 model's simulated one (``costmodel.py``): it reads time and waits for events only through its clock
-(``clock.py``), so the same rules run on the machine's clock and on a simulated one.
+(``clock.py``), so the same rules run on the machine's clock and on a simulated one. The events
+(a call done, a job done, a wake-up) are small types of their own (``events.py``), dispatched by type.
 """
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ from .checkpoint import CheckpointError, RunDir, item_digest
 from .clock import REAL
 from .collective import Compression, Replica
 from .dispatch import Member, Pool
+from .events import CallDone, Event, TaskDone, Wake
 from .placement import Placement
 from .executors import make_executor
 from .fragments import (
@@ -397,7 +399,7 @@ class Scheduler:
         self.executor.pools[resource].resize(workers)
         self.slots[resource] = workers
         self.config = dataclasses.replace(self.config, **{f"{resource}_workers": workers})
-        self.events.put(("wake",))  # the dispatch loop may use the new slots at once
+        self.events.put(Wake())  # the dispatch loop may use the new slots at once
 
     def _check_pool(self, pool: str) -> None:
         if pool not in self.pools:
@@ -406,7 +408,7 @@ class Scheduler:
     def _reset(self, initial_state) -> None:
         self.window = self._auto_window()
         self.t0 = self.clock.now()
-        self.events: queue.Queue = queue.Queue()
+        self.events: queue.Queue[Event] = queue.Queue()
         self.admitted: dict[int, set[str]] = {}  # step -> fragments not yet done
         self.values: dict[tuple, Any] = {}  # (fragment or None, port, step) -> value
         self.outputs: dict[int, dict] = {}
@@ -514,7 +516,7 @@ class Scheduler:
             start = self.clock.now()
             fut = self.executor.submit(f, args, resource, client, replica, self.kept.get(f.name, ()))
             fut.add_done_callback(lambda fut, slot=slot, start=start, rank=rank: self.events.put(
-                ("task", f, step, version, resource, slot, start, self.clock.now(), fut, rank)))
+                TaskDone(f, step, version, resource, slot, start, self.clock.now(), fut, rank)))
 
     def _start_execute(self, f: Fragment, step: int, args: dict, version: int | None) -> None:
         pool = self.pools[f.backend]
@@ -525,21 +527,25 @@ class Scheduler:
         except Exception as exc:
             raise FragmentError(f"fragment {f.name!r} step {step}: {exc}") from exc
         fut = self.service.submit(f.backend, batch, Parent(f.name, step, pool.resource, version))
-        fut.add_done_callback(lambda fut: self.events.put(("execute", f, step, post, fut)))
+        fut.add_done_callback(lambda fut: self.events.put(CallDone(f, step, post, fut)))
 
     def _wait_and_handle(self, progress) -> None:
         if self._idle() and self.events.empty():
             raise RuntimeError(f"scheduler stalled with steps {sorted(self.admitted)} unfinished (a bug: please report)")
-        event = self.clock.wait(self.events)
-        if event[0] == "wake":  # the slots changed (RunHandle.set_workers): dispatch again
-            return
-        if event[0] == "task":
-            self._task_done(*event[1:], progress)
-        else:
-            self._execute_done(*event[1:], progress)
+        event: Event = self.clock.wait(self.events)
+        match event:
+            case TaskDone():
+                self._task_done(event, progress)
+            case CallDone():
+                self._execute_done(event, progress)
+            case Wake():  # the slots changed (RunHandle.set_workers): dispatch again
+                pass
 
     # -- completions ------------------------------------------------------------------
-    def _task_done(self, f, step, version, resource, slot, start, end, fut, rank, progress) -> None:
+    def _task_done(self, event: TaskDone, progress) -> None:
+        f, step, version, resource, slot, rank = (event.fragment, event.step, event.version, event.resource,
+                                                   event.slot, event.rank)
+        start, end, fut = event.start, event.end, event.future
         self.busy[resource].discard(slot)
         lane = f"{resource}/{slot}"
         exc = fut.exception()
@@ -566,7 +572,8 @@ class Scheduler:
         self.running.discard((f.name, step))
         self._complete(f, step, out, progress)
 
-    def _execute_done(self, f: Fragment, step: int, post, fut, progress) -> None:
+    def _execute_done(self, event: CallDone, progress) -> None:
+        f, step, post, fut = event.fragment, event.step, event.post, event.future
         self.running.discard((f.name, step))
         exc = fut.exception()
         if exc is not None:
