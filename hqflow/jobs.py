@@ -51,6 +51,7 @@ from hqflow.backends import BackendError, BatchResult, Capabilities, CircuitBatc
 
 from .dispatch import Member, Pool
 from .ledger import BudgetExceeded, Ledger
+from .outcome import CANCELLED, OK, TIMEOUT, Outcome
 from .threads import DaemonPool
 from .trace import Span
 
@@ -179,7 +180,7 @@ class JobService:
             try:
                 job = handle.submit(part)
             except Exception as exc:  # refused at submission: counts as a failed attempt
-                self._failed(token, f"error: {exc}", exc)
+                self._failed(token, Outcome.error(exc), exc)
                 continue
             with self._lock:
                 if token not in self._live:
@@ -234,7 +235,7 @@ class JobService:
         try:
             result: BatchResult = att.job.result(timeout=0)
         except Exception as exc:
-            self._failed(token, f"error: {exc}", exc)
+            self._failed(token, Outcome.error(exc), exc)
             return
         self._account(att, result.metadata.get("cost"))
         finish = None
@@ -242,7 +243,7 @@ class JobService:
             if self._live.pop(token, None) is None:
                 return
             req = att.request
-            self._span(att, "ok", result.metadata.get("queue_seconds"), result.metadata.get("device_seconds"),
+            self._span(att, OK, result.metadata.get("queue_seconds"), result.metadata.get("device_seconds"),
                        result.metadata.get("service_jobs"))
             req.pool.finish(att.member, att.slot, True, req.parts[att.part].size)
             req.results[att.part] = result
@@ -253,7 +254,7 @@ class JobService:
             req.future.set_result(finish)
         self._pump()
 
-    def _failed(self, token: int, outcome: str, error: BaseException | None = None) -> None:
+    def _failed(self, token: int, outcome: Outcome, error: BaseException | None = None) -> None:
         """An attempt failed (``error``, or timed out): retry it, or fail its request when it ran out of
         retries or its error is not worth another try (``BackendError.retryable``)."""
         used = getattr(error, "metadata", None) if isinstance(error, JobFailed) else None
@@ -290,7 +291,7 @@ class JobService:
             self.ledger.adjust(float(actual) - att.estimate)
             att.estimate = float(actual)
 
-    def _span(self, att: _Attempt, outcome: str, queued=None, device=None, service_jobs=None) -> None:
+    def _span(self, att: _Attempt, outcome: Outcome, queued=None, device=None, service_jobs=None) -> None:
         p, req = att.request.parent, att.request
         part = req.parts[att.part]
         queued, device = (float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t < math.inf
@@ -350,7 +351,7 @@ class JobService:
                     if token not in self._live:
                         continue
                     self.stats["timeouts"] += 1
-                self._failed(token, "timeout")  # first: its cancellation's callback then finds nothing
+                self._failed(token, TIMEOUT)  # first: its cancellation's callback then finds nothing
                 att.job.cancel()  # and ends what it has on its service
 
     # -- elastic pools ------------------------------------------------------------------
@@ -391,7 +392,7 @@ class JobService:
             for token, att in taken:
                 del self._live[token]
                 req, j = att.request, att.part
-                self._span(att, "cancelled")
+                self._span(att, CANCELLED)
                 req.pool.release(att.member, att.slot)
                 req.attempts[j] += 1  # a fresh attempt (and job id) on the member it goes to
                 req.withdrawn[j] += 1
@@ -498,11 +499,11 @@ class JobClient:
         fragment as parent: the trace then shows that work overlapping the jobs."""
         now = self._service.now
         start = now()
-        outcome = "ok"
+        outcome = OK
         try:
             yield
         except BaseException as exc:
-            outcome = f"error: {exc}"
+            outcome = Outcome.error(exc)
             raise
         finally:
             p, t0 = self.parent, self._service.t0

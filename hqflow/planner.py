@@ -200,7 +200,7 @@ def calibration(run, steps: int, graph: Graph, config: SchedulerConfig = Schedul
     time look alike, so ``run(max(2, steps // 2), ceil(n / 2))`` runs too and its jobs join the
     backends' fit."""
     first = list(run(steps, None))
-    jobs = [s for s in first if s.kind == "execute" and s.outcome == "ok" and s.rows]
+    jobs = [s for s in first if s.kind == "execute" and s.outcome.ok and s.rows]
     sizes = {s.rows for s in jobs}
     fitted = profile(first)
     if len(sizes) == 1 and min(sizes) >= 2:

@@ -228,7 +228,7 @@ def _member(span: Span) -> str:
 def _own_jobs(call: Span, jobs: list[Span]) -> list[Span]:
     """The ok jobs that ``call`` (a classical fragment's span) submitted itself."""
     return [s for s in jobs if s.parent_lane == call.lane and s.fragment == call.fragment and s.step == call.step
-            and s.outcome == "ok" and s.rows is not None and call.start <= s.start <= call.end]
+            and s.outcome.ok and s.rows is not None and call.start <= s.start <= call.end]
 
 
 def _covered(jobs: list[Span]) -> float:
@@ -243,11 +243,11 @@ def _covered(jobs: list[Span]) -> float:
 def profile(spans: list[Span]) -> Profile:
     """The profiles that ``spans`` measure (see the module docstring)."""
     backends = []
-    jobs = [s for s in spans if is_quantum(s.resource) and s.kind == "execute" and s.outcome != "cancelled"]
+    jobs = [s for s in spans if is_quantum(s.resource) and s.kind == "execute" and s.outcome.kind != "cancelled"]
     for member in dict.fromkeys(_member(s) for s in jobs):
         attempts = [s for s in jobs if _member(s) == member]
-        ok = [s for s in attempts if s.outcome == "ok" and s.rows is not None]
-        failed = sum(1 for s in attempts if s.outcome != "ok")
+        ok = [s for s in attempts if s.outcome.ok and s.rows is not None]
+        failed = sum(1 for s in attempts if not s.outcome.ok)
         if not ok:
             continue
         ok = _warm(ok)
@@ -267,7 +267,7 @@ def profile(spans: list[Span]) -> Profile:
     for name, resource in dict.fromkeys((s.fragment, s.resource) for s in spans
                                         if not is_quantum(s.resource) and s.parent_lane is None):
         calls = _warm([s for s in spans if (s.fragment, s.resource) == (name, resource)
-                       and s.parent_lane is None and s.outcome == "ok"])
+                       and s.parent_lane is None and s.outcome.ok])
         if not calls:
             continue
         times = np.array([s.seconds for s in calls])
@@ -288,7 +288,7 @@ def step_rows(spans: list[Span]) -> dict[str, int]:
     (a batch cut into parts counts whole), the median step."""
     per: dict[str, dict[int, int]] = {}
     for s in spans:
-        if s.kind == "execute" and s.parent_lane is None and s.outcome == "ok" and s.rows:
+        if s.kind == "execute" and s.parent_lane is None and s.outcome.ok and s.rows:
             steps = per.setdefault(s.fragment, {})
             steps[s.step] = steps.get(s.step, 0) + s.rows
     return {name: int(np.median(list(steps.values()))) for name, steps in per.items()}

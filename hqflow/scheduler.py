@@ -62,6 +62,7 @@ from .fragments import (
     step_seed,
 )
 from .jobs import JobClient, JobService, Parent
+from .outcome import OK, Outcome
 from .trace import Span
 
 
@@ -551,14 +552,14 @@ class Scheduler:
         exc = fut.exception()
         replies = self.replies.get((f.name, step))
         if exc is not None:
-            self.spans.append(Span(f.name, f.kind, resource, step, start - self.t0, end - self.t0, f"error: {exc}", version, lane))
+            self.spans.append(Span(f.name, f.kind, resource, step, start - self.t0, end - self.t0, Outcome.error(exc), version, lane))
             if replies is not None:  # its peers wait in a reduction that cannot finish
                 self.executor.rendezvous().abort(f"{self.service.run_id}/{f.name}/{step}/", f"replica {rank} failed: {exc}")
             if isinstance(exc, FragmentError):
                 raise exc  # its cause stays the fragment's own exception ("raise exc from exc" would loop)
             raise FragmentError(f"fragment {f.name!r} step {step}: {exc}") from exc
         out, remote_spans, node = fut.result()
-        self.spans.append(Span(f.name, f.kind, resource, step, start - self.t0, end - self.t0, "ok", version, lane,
+        self.spans.append(Span(f.name, f.kind, resource, step, start - self.t0, end - self.t0, OK, version, lane,
                                node=node))
         shift = start - self.t0  # spans of jobs submitted in another process: times from the call's start
         self.spans += [dataclasses.replace(s, start=s.start + shift, end=s.end + shift) for s in remote_spans]

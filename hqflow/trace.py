@@ -28,10 +28,11 @@ import re
 from dataclasses import asdict, dataclass, fields, replace
 
 from .files import atomic_text
+from .outcome import OK, Outcome
 
 SPANS_FORMAT = "hqflow.spans"
-SPANS_VERSION = 5  # 2 added ``parent_lane``, 3 ``cost``, 4 ``rows``, ``shots``, ``queued``, ``device``, 5
-# ``service_jobs``; all are read
+SPANS_VERSION = 6  # 2 added ``parent_lane``, 3 ``cost``, 4 ``rows``, ``shots``, ``queued``, ``device``, 5
+# ``service_jobs``, 6 wrote outcomes as objects (``Outcome.to_dict``); all are read
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class Span:
     step: int  # index of the micro-batch / iteration
     start: float  # seconds since the run began
     end: float
-    outcome: str = "ok"  # "ok", "error: ...", "timeout", "cancelled"
+    outcome: Outcome = OK  # ok, an error with its message, timeout, cancelled (``hqflow.outcome``)
     version: int | None = None  # parameter version used (loop-carried inputs), if any
     lane: str = ""  # the worker within the resource; "" means the resource itself
     parent_lane: str | None = None
@@ -78,11 +79,16 @@ class Span:
         return self.lane or self.resource
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The span as JSON-friendly data: its outcome an object (``Outcome.to_dict``)."""
+        return dict(asdict(self), outcome=self.outcome.to_dict())
 
     @staticmethod
     def from_dict(d: dict) -> Span:
-        return Span(**d)
+        """A span from :meth:`to_dict`'s data, or from that of an earlier version (its outcome as text)."""
+        outcome = d.get("outcome", OK)
+        outcome = Outcome.parse(outcome) if isinstance(outcome, str) else \
+            outcome if isinstance(outcome, Outcome) else Outcome.from_dict(outcome)
+        return Span(**dict(d, outcome=outcome))
 
 
 def after(spans: list[Span], earlier: list[Span], step: int | None = None) -> list[Span]:
@@ -247,11 +253,10 @@ def overlap_fraction(spans: list[Span]) -> float:
 
 
 def outcome_counts(spans: list[Span]) -> dict[str, int]:
-    """Spans per outcome category: ``"error: boom"`` counts as ``"error"``."""
+    """Spans per outcome kind: an error counts as ``"error"``, whatever its message."""
     out: dict[str, int] = {}
     for s in spans:
-        category = s.outcome.split(":", 1)[0].strip()
-        out[category] = out.get(category, 0) + 1
+        out[s.outcome.kind] = out.get(s.outcome.kind, 0) + 1
     return out
 
 
@@ -259,7 +264,7 @@ def summary(spans: list[Span]) -> dict:
     """The figures of a run's spans as one JSON-friendly dict.
 
     ``resources`` and ``lanes`` map each name to its span count, busy and idle
-    seconds and utilization; ``outcomes`` counts spans by outcome category
+    seconds and utilization; ``outcomes`` counts spans by outcome kind
     (retried attempts show up as ``error``/``timeout`` spans).
     """
     total = makespan(spans)
@@ -338,14 +343,14 @@ def write_json_atomic(path: str, obj) -> None:
 
 
 def save_spans(path: str, spans: list[Span], meta: dict | None = None) -> str:
-    """Write ``{"format": "hqflow.spans", "version": 5, "meta": ..., "spans": [...]}`` atomically."""
+    """Write ``{"format": "hqflow.spans", "version": 6, "meta": ..., "spans": [...]}`` atomically."""
     write_json_atomic(path, {"format": SPANS_FORMAT, "version": SPANS_VERSION, "meta": dict(meta or {}),
                              "spans": [s.to_dict() for s in spans]})
     return path
 
 
 _FIELD_TYPES = {"fragment": str, "kind": str, "resource": str, "step": int, "start": (int, float),
-                "end": (int, float), "outcome": str, "version": (int, type(None)), "lane": str,
+                "end": (int, float), "outcome": (str, dict), "version": (int, type(None)), "lane": str,
                 "parent_lane": (str, type(None)), "cost": (int, float, type(None)), "node": (str, type(None)),
                 "rows": (int, type(None)), "shots": (int, type(None)), "queued": (int, float, type(None)),
                 "device": (int, float, type(None)), "service_jobs": (int, type(None))}
@@ -383,7 +388,10 @@ def _span_from_dict(d, index: int) -> Span:
         raise TraceError(f"{where}: start and end must be finite numbers, got {d['start']} and {d['end']}")
     if d["end"] < d["start"]:
         raise TraceError(f"{where}: ends ({d['end']}) before it starts ({d['start']})")
-    return Span.from_dict(d)
+    try:
+        return Span.from_dict(d)
+    except ValueError as exc:  # an outcome that is none
+        raise TraceError(f"{where}: {exc}") from None
 
 
 def read_text(path: str, what: str, limit: int = 256 * 2**20) -> str:
@@ -416,7 +424,7 @@ def load_spans(path: str) -> tuple[list[Span], dict]:
         raise TraceError(f"{path}: not a spans file (JSON nested too deeply or numbers too long)") from None
     if not isinstance(doc, dict) or doc.get("format") != SPANS_FORMAT:
         raise TraceError(f"{path}: not an {SPANS_FORMAT} file (no \"format\": \"{SPANS_FORMAT}\")")
-    if doc.get("version") not in (1, 2, 3, 4, SPANS_VERSION) or isinstance(doc.get("version"), bool):
+    if doc.get("version") not in (1, 2, 3, 4, 5, SPANS_VERSION) or isinstance(doc.get("version"), bool):
         raise TraceError(f"{path}: unsupported {SPANS_FORMAT} version {doc.get('version')!r}")
     if not isinstance(doc.get("spans"), list) or not isinstance(doc.get("meta", {}), dict):
         raise TraceError(f"{path}: \"spans\" must be a list and \"meta\" an object")

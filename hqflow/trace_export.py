@@ -41,7 +41,7 @@ def to_chrome_trace(spans: list[Span], meta: dict | None = None) -> dict:
         events.append({
             "ph": "X", "name": s.fragment, "cat": s.kind, "pid": 1, "tid": tid[s.row],
             "ts": round(s.start * 1e6, 3), "dur": round(s.seconds * 1e6, 3),
-            "args": {"step": s.step, "version": s.version, "outcome": s.outcome, "resource": s.resource,
+            "args": {"step": s.step, "version": s.version, "outcome": str(s.outcome), "resource": s.resource,
                      **({"cost": s.cost} if s.cost is not None else {}), **({"node": s.node} if s.node else {}),
                      **{k: getattr(s, k) for k in ("rows", "shots", "queued", "device", "service_jobs")
                         if getattr(s, k) is not None}},
@@ -81,7 +81,7 @@ def draw_gantt(spans: list[Span], path: str, title: str | None = None,
 
     bars: dict[tuple[str, str, bool], list[tuple[float, float]]] = {}  # one artist per (row, kind, failed)
     for s in spans:
-        bars.setdefault((s.row, s.kind, s.outcome != "ok"), []).append((s.start - t0, s.seconds))
+        bars.setdefault((s.row, s.kind, not s.outcome.ok), []).append((s.start - t0, s.seconds))
         if s.seconds / total * width_in > 0.22:  # room for the step number
             ax.text(s.start - t0 + s.seconds / 2, y[s.row], str(s.step), ha="center", va="center", fontsize=6)
     for (row, kind, failed), xranges in bars.items():
@@ -109,7 +109,7 @@ def draw_gantt(spans: list[Span], path: str, title: str | None = None,
 
     kinds = sorted({s.kind for s in spans}, key=lambda k: (list(KIND_COLORS) + [k]).index(k))
     handles = [Patch(facecolor=KIND_COLORS.get(k, _OTHER_COLOR), edgecolor="#333333", label=k) for k in kinds]
-    if any(s.outcome != "ok" for s in spans):
+    if any(not s.outcome.ok for s in spans):
         handles.append(Patch(facecolor="white", edgecolor=_FAILED_EDGE, hatch="////", label="failed / timeout"))
     if handles:
         ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=len(handles),

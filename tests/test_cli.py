@@ -124,10 +124,11 @@ def test_progress_bar_shows_scalar_outputs():
 
 
 def _run_dir(tmp_path):
+    from hqflow.outcome import OK, TIMEOUT
     from hqflow.trace import Span, save_spans
 
     spans = [Span("prep", "prepare", "cpu", t, t, t + 0.5, lane=f"cpu/{t % 2}") for t in range(3)]
-    spans += [Span("circ", "execute", "qpu:emu", t, t + 0.5, t + 1.5, "timeout" if t == 1 else "ok",
+    spans += [Span("circ", "execute", "qpu:emu", t, t + 0.5, t + 1.5, TIMEOUT if t == 1 else OK,
                    lane="qpu:emu#0") for t in range(3)]
     folder = tmp_path / "run"
     save_spans(str(folder / "spans.json"), spans, {"workload": "demo"})

@@ -215,7 +215,7 @@ def test_spans_file_version_1_is_still_read(tmp_path):
     assert overlap_seconds(spans) == 0.0  # the lane waiting on its own job is not classical work
     save_spans(str(path), spans)
     again, _ = load_spans(str(path))
-    assert json.loads(path.read_text())["version"] == 5 and again == spans
+    assert json.loads(path.read_text())["version"] == 6 and again == spans
 
 
 def test_spans_file_version_3_is_still_read_and_job_spans_carry_rows_shots_and_queue(tmp_path):

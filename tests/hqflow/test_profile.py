@@ -6,12 +6,13 @@ import pytest
 
 import hqflow as hq
 from hqflow.backends.emulated import EmulatedQPU
+from hqflow.outcome import OK, Outcome
 from hqflow.profile import Profile, ProfileError, profile
 from hqflow.trace import Span
 from hqflow.workloads import synthetic
 
 
-def _job(k, rows, shots, outcome="ok"):
+def _job(k, rows, shots, outcome=OK):
     seconds = 0.01 + 0.002 * rows + 1e-5 * rows * (shots or 0)
     cost = 0.3 + 0.01 * rows + 1e-4 * rows * (shots or 0)
     return Span("circuit", "execute", "qpu:pool", k, 1.0 * k, 1.0 * k + 0.05 + seconds, outcome, lane="qpu:q/0",
@@ -20,7 +21,7 @@ def _job(k, rows, shots, outcome="ok"):
 
 def test_a_known_latency_and_price_model_is_recovered_exactly():
     spans = [_job(k, rows, shots) for k, (rows, shots) in enumerate([(4, None), (8, 100), (16, 1000), (32, 10), (5, 50)])]
-    spans += [_job(9, 4, None, "error: boom"), Span("learn", "learn", "cpu", 0, 0.0, 0.5), Span("learn", "learn", "cpu", 1, 1.0, 1.7)]
+    spans += [_job(9, 4, None, Outcome.error("boom")), Span("learn", "learn", "cpu", 0, 0.0, 0.5), Span("learn", "learn", "cpu", 1, 1.0, 1.7)]
     p = profile(spans)
     b = p.backend("qpu:q")
     assert (b.queue, b.per_job, b.per_row, b.per_shot) == pytest.approx((0.05, 0.01, 0.002, 1e-5), abs=1e-9)

@@ -73,7 +73,7 @@ def test_no_micro_batch_lost_or_doubled_under_injected_failures():
     assert per_step == Counter(range(40))  # exactly one successful job per micro-batch
     learned = Counter(s.step for s in res.spans if s.kind == "learn")
     assert learned == Counter(range(40))
-    failed = [s for s in res.spans if s.outcome.startswith("error") and "injected" in s.outcome]
+    failed = [s for s in res.spans if s.outcome.kind == "error" and "injected" in s.outcome.message]
     assert len(failed) == res.extra["failed_jobs"]
 
 

@@ -296,7 +296,8 @@ def test_fragment_error_span_and_message():
     assert len(spans) == 3  # 'after' never ran in step 1, nor anything in step 2
     last = spans[-1]
     assert last.fragment == "boom" and last.step == 1 and last.resource == "cpu"
-    assert last.outcome.startswith("error: fragment 'boom'") and "bad x 3" in last.outcome
+    assert last.outcome.kind == "error" and last.outcome.message.startswith("fragment 'boom'")
+    assert "bad x 3" in last.outcome.message
 
 
 def test_execute_fragment_error_stops_the_run():

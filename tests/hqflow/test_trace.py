@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from hqflow.outcome import OK, TIMEOUT, Outcome
 from hqflow.trace import (
     Span,
     TraceError,
@@ -38,7 +39,7 @@ def pipelined(steps=4):
     for t in range(steps):
         a = 1.0 * t
         spans.append(Span("encode", "prepare", "cpu", t, a, a + 0.5, lane=f"cpu/{t % 2}"))
-        outcome = "timeout" if t == 1 else "error: boom" if t == 2 else "ok"
+        outcome = TIMEOUT if t == 1 else Outcome.error("boom") if t == 2 else OK
         spans.append(Span("circ", "execute", "qpu:emu", t, a + 0.5, a + 2.0, outcome, lane=f"qpu:emu#{t % 2}"))
         spans.append(Span("adam", "learn", "gpu", t, a + 2.0, a + 2.25, version=t, lane="gpu/0"))
     return spans
@@ -168,7 +169,7 @@ def test_spend_counts_service_jobs_not_batches(tmp_path):
     assert "spend     20.5000 over 175 priced service jobs in 3 batches" in format_table(spans)
     path = str(tmp_path / "spans.json")
     save_spans(path, spans)
-    assert load_spans(path)[0] == spans and json.loads(open(path).read())["version"] == 5
+    assert load_spans(path)[0] == spans and json.loads(open(path).read())["version"] == 6
     doc = json.loads(open(path).read())  # a version 4 file: no service_jobs; each priced job counts once
     doc["version"] = 4
     for d in doc["spans"]:

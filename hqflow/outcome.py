@@ -1,0 +1,81 @@
+"""How a span ended: ok, an error with its message, a timeout, or cancelled.
+
+An :class:`Outcome` is data: code asks ``outcome.ok`` or ``outcome.kind`` and reads an error's
+``message``; ``str(outcome)`` is its text (``"ok"``, ``"error: boom"``, ``"timeout"``,
+``"cancelled"``), as tables and Perfetto traces print it. An outcome also equals its text, so a
+script that compares ``span.outcome == "ok"`` keeps working.
+
+spans.json stores an outcome as an object (``to_dict``, ``{"kind": "error", "message": "boom"}``);
+:meth:`Outcome.parse` reads the text that files of earlier versions hold.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KINDS = ("ok", "error", "timeout", "cancelled")
+
+
+@dataclass(frozen=True, eq=False)
+class Outcome:
+    kind: str
+    """``ok``, ``error``, ``timeout`` (cancelled past ``job_timeout``, retried) or ``cancelled`` (taken
+    back from a backend that left its pool, run again elsewhere)"""
+    message: str | None = None
+    """an error's message; None for the other kinds"""
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"an outcome is one of {', '.join(KINDS)}, got {self.kind!r}")
+        if (self.message is not None) != (self.kind == "error") or not isinstance(self.message, (str, type(None))):
+            raise ValueError(f"an error outcome, and only an error, has a message (a string), got {self.message!r}")
+
+    @staticmethod
+    def error(cause: object) -> Outcome:
+        """The outcome of work that failed with ``cause`` (an exception or a message)."""
+        return Outcome("error", str(cause))
+
+    @property
+    def ok(self) -> bool:
+        return self.kind == "ok"
+
+    def __str__(self) -> str:
+        return f"error: {self.message}" if self.kind == "error" else self.kind
+
+    def __repr__(self) -> str:
+        return f"Outcome({str(self)!r})"
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Outcome):
+            return (self.kind, self.message) == (other.kind, other.message)
+        if isinstance(other, str):
+            return str(self) == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(str(self))  # equal to its text, so hashed as it
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind} if self.message is None else {"kind": self.kind, "message": self.message}
+
+    @staticmethod
+    def from_dict(d: dict) -> Outcome:
+        """An outcome written by :meth:`to_dict` (``ValueError`` if it is not one)."""
+        if not isinstance(d, dict) or set(d) - {"kind", "message"} or "kind" not in d:
+            raise ValueError(f"an outcome is an object with a kind and an error's message, got {d!r}")
+        return Outcome(d["kind"], d.get("message"))
+
+    @staticmethod
+    def parse(text: str) -> Outcome:
+        """The outcome a file of an earlier version wrote as text (``ValueError`` if it is none)."""
+        if text in ("ok", "timeout", "cancelled"):
+            return Outcome(text)
+        if isinstance(text, str) and text.startswith("error: "):
+            return Outcome.error(text[len("error: "):])
+        raise ValueError(f"not an outcome: {text!r} (ok, error: MESSAGE, timeout or cancelled)")
+
+
+OK = Outcome("ok")
+TIMEOUT = Outcome("timeout")
+CANCELLED = Outcome("cancelled")
+
+__all__ = ["CANCELLED", "OK", "Outcome", "TIMEOUT"]
