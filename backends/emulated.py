@@ -16,7 +16,10 @@ at time ``t``:
    previous job ends, whichever is later, so a thread waking late on a busy
    machine does not lengthen the latency. The wrapped simulator computes the
    result in the slot; the job is delivered at the modelled end, or when the
-   computation ends if that is later. Waiting sleeps; it burns no CPU.
+   computation ends if that is later. Waiting sleeps; it burns no CPU. The result's metadata
+   says the modelled ``device_seconds`` and the CPU seconds the computation took on this machine
+   (``compute_seconds``, the thread's CPU time): a QPU that this machine stands in for shares its
+   CPU with the run's classical work, and the cost model (``hqflow.costmodel``) counts that.
 
 Faults: a failing job (``k in fail_jobs`` or with probability ``failure_rate``)
 takes its full latency, then raises ``JobFailed``. A hanging job (``k in
@@ -315,9 +318,11 @@ class EmulatedQPU:
             error = JobFailed(f"injected failure: job {job.index} on {self.name} failed")
         else:
             try:
+                cpu = time.thread_time()
                 result = self._run(job.batch)
                 result.metadata.update(backend=self.name, simulator=self.wrapped.name, job=job.index,
-                                       queue_seconds=job.queue_seconds, device_seconds=job.device_seconds)
+                                       queue_seconds=job.queue_seconds, device_seconds=job.device_seconds,
+                                       compute_seconds=time.thread_time() - cpu)
             except Exception as exc:  # the simulator's own error: keep it as the cause
                 error = JobFailed(f"job {job.index} on {self.name} failed in simulator "
                                   f"{self.wrapped.name!r}: {type(exc).__name__}: {exc}")

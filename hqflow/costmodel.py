@@ -23,6 +23,7 @@ seconds with its queue (with one device and no queue, ``overlap.py``'s ``N * max
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -65,17 +66,70 @@ class _Price:  # what the job service reads of a cost estimate
     shots: int = 0
 
 
+class _Host:
+    """This machine's CPUs as a simulated run shares them: work that computes here (classical calls in
+    this process, jobs' computation) progresses at ``min(1, cores / n)`` of its full speed while ``n``
+    such pieces run at once (processor sharing). ``cores`` None: every piece runs at full speed."""
+
+    def __init__(self, clock: SimClock, cores: float | None):
+        self.clock, self.cores = clock, cores
+        self.running: dict[int, list] = {}  # token -> [CPU seconds left, what to call when done]
+        self.last, self.generation = 0.0, 0
+        self.tokens = iter(range(1 << 62))
+
+    def run(self, work: float, then) -> None:
+        """Compute ``work`` CPU seconds, then call ``then()``."""
+        if self.cores is None or work <= 0:
+            self.clock.at(self.clock.now() + max(0.0, work), then)
+            return
+        self._advance()
+        self.running[next(self.tokens)] = [work, then]
+        self._next()
+
+    def _rate(self) -> float:
+        return min(1.0, self.cores / max(1, len(self.running)))
+
+    def _advance(self) -> None:
+        now = self.clock.now()
+        done = (now - self.last) * self._rate()
+        for piece in self.running.values():
+            piece[0] -= done
+        self.last = now
+
+    def _next(self) -> None:
+        """Be woken when the piece with the least left ends (a later change of ``n`` makes a new wake-up)."""
+        self.generation += 1
+        if self.running:
+            least = min(piece[0] for piece in self.running.values())
+            generation = self.generation
+            self.clock.at(self.clock.now() + max(0.0, least) / self._rate(), lambda: self._wake(generation))
+
+    def _wake(self, generation: int) -> None:
+        if generation != self.generation:
+            return
+        self._advance()
+        ended = [token for token, piece in self.running.items() if piece[0] <= 1e-12]
+        calls = [self.running.pop(token)[1] for token in ended]
+        self._next()
+        for then in calls:
+            then()
+
+
 class _SimBackend:
     """A pool member as its profile says it behaves, on the simulated clock: ``devices`` jobs at once, each
-    waiting out the queue, then holding the device that frees first. ``draw``: None folds a job's expected
-    retries into its time (it never fails); a ``random.Random`` fails each attempt with the member's rate."""
+    waiting out the queue, then taking the device that frees first, in the order jobs leave the queue. On
+    the device a job takes its device time and, at the same time, its computation on this machine's CPUs
+    (``_Host``): it ends when both are done. ``draw``: None folds a job's expected retries into its time
+    (it never fails); a ``random.Random`` fails each attempt with the member's rate."""
 
-    def __init__(self, profile: BackendProfile, clock: SimClock, overhead: float, draw: random.Random | None):
-        self.p, self.clock, self.overhead, self.draw = profile, clock, overhead, draw
+    def __init__(self, profile: BackendProfile, clock: SimClock, host: _Host, overhead: float,
+                 draw: random.Random | None):
+        self.p, self.clock, self.host, self.overhead, self.draw = profile, clock, host, overhead, draw
         self.name = profile.backend.removeprefix("qpu:")
         self.capabilities = Capabilities(self.name, 1 << 20, device="qpu")
         self.max_in_flight = max(1, profile.devices)
-        self.devices = [0.0] * self.max_in_flight  # when each device is next free
+        self.free = self.max_in_flight
+        self.ready: list = []  # jobs out of the queue, waiting for a device, in order
         self.busy = 0.0
         if profile.price_per_job is not None:
             self.estimate_cost = self._estimate
@@ -87,43 +141,59 @@ class _SimBackend:
         return _Price(self.p.price(batch.size, batch.shots) / max(1e-9, 1.0 - min(self.p.failure_rate, 0.99)))
 
     def submit(self, batch: CircuitBatch) -> FutureJob:
-        p, rows = self.p, batch.size
-        hold = p.per_job + p.per_row * rows + p.per_shot * rows * (batch.shots or 0)
-        if self.draw is None:
-            hold /= max(1e-9, 1.0 - min(p.failure_rate, 0.99))
-        d = min(range(len(self.devices)), key=self.devices.__getitem__)
-        # the dispatch takes ``overhead``; a job sent ahead (prefetch) has it behind the running one
-        end = max(self.clock.now() + self.overhead + p.queue, self.devices[d]) + hold
-        self.devices[d] = end
-        self.busy += hold
         future: cf.Future = cf.Future()
+        # the dispatch takes ``overhead``; a job sent ahead (prefetch) has it behind the running one
+        self.clock.at(self.clock.now() + self.overhead + self.p.queue, lambda: self._queued(batch, future))
+        return FutureJob(future, self.name)
 
-        def finish():
-            if future.cancelled():
-                return
-            if self.draw is not None and self.draw.random() < p.failure_rate:
+    def _queued(self, batch: CircuitBatch, future: cf.Future) -> None:
+        self.ready.append((batch, future))
+        self._start()
+
+    def _start(self) -> None:
+        while self.free and self.ready:
+            batch, future = self.ready.pop(0)
+            self.free -= 1
+            p, rows, retries = self.p, batch.size, 1.0
+            if self.draw is None:
+                retries = 1.0 / max(1e-9, 1.0 - min(p.failure_rate, 0.99))
+            hold = (p.per_job + p.per_row * rows + p.per_shot * rows * (batch.shots or 0)) * retries
+            start, parts = self.clock.now(), [2]
+
+            def part_done(batch=batch, future=future, start=start, parts=parts):
+                parts[0] -= 1
+                if not parts[0]:
+                    self._finish(batch, future, start)
+
+            self.clock.at(start + hold, part_done)
+            self.host.run(p.compute(rows, batch.shots) * retries, part_done)
+
+    def _finish(self, batch: CircuitBatch, future: cf.Future, start: float) -> None:
+        self.busy += self.clock.now() - start
+        self.free += 1
+        if not future.cancelled():
+            if self.draw is not None and self.draw.random() < self.p.failure_rate:
                 future.set_exception(JobFailed(f"simulated failure on {self.name}"))
             else:
-                future.set_result(BatchResult(values=np.zeros((rows, 0))))
-
-        self.clock.at(end, finish)
-        return FutureJob(future, self.name)
+                future.set_result(BatchResult(values=np.zeros((batch.size, 0))))
+        self._start()
 
 
 class _SimExecutor(SyncExecutor):
-    """Fragment calls that compute nothing and take their profiled time on the simulated clock."""
+    """Fragment calls that compute nothing: after the scheduler's overhead, each computes its profiled
+    seconds on this machine's CPUs (``_Host``), in the simulated clock's time."""
 
-    def __init__(self, profile: Profile, clock: SimClock, rows: dict, nested: dict):
+    def __init__(self, profile: Profile, clock: SimClock, host: _Host, rows: dict, nested: dict):
         super().__init__()
-        self.profile, self.clock, self.rows, self.nested = profile, clock, rows, nested
+        self.profile, self.clock, self.host, self.rows, self.nested = profile, clock, host, rows, nested
 
     def submit(self, fragment, args, resource, client=None, replica=None, kept=()) -> cf.Future:
         future: cf.Future = cf.Future()
         outputs = ({p.name: None for p in fragment.outputs}, [], None)
         now, overhead = self.clock.now(), self.profile.overhead
         if fragment.name not in self.nested or client is None:
-            self.clock.at(now + self.profile.fragment(fragment.name).seconds + overhead,
-                          lambda: future.set_result(outputs))
+            seconds = self.profile.fragment(fragment.name).seconds
+            self.clock.at(now + overhead, lambda: self.host.run(seconds, lambda: future.set_result(outputs)))
             return future
         pool, rounds, size, piece = self.nested[fragment.name]
         batch = CircuitBatch(CircuitTemplate(1, ()), np.zeros((size, 0)), np.zeros(0))
@@ -131,10 +201,10 @@ class _SimExecutor(SyncExecutor):
         def round_(left: int) -> None:  # a slice of the call's own work is done: its job goes out
             job = client.submit(pool, batch)
             job.add_done_callback(lambda job: future.set_exception(job.exception()) if job.exception() else
-                                  self.clock.at(self.clock.now() + piece, lambda: round_(left - 1)) if left > 1 else
+                                  self.host.run(piece, lambda: round_(left - 1)) if left > 1 else
                                   future.set_result(outputs))
 
-        self.clock.at(now + piece + overhead, lambda: round_(rounds))
+        self.clock.at(now + overhead, lambda: self.host.run(piece, lambda: round_(rounds)))
         return future
 
     def circuit_batch(self, fragment, args, seed):
@@ -217,12 +287,13 @@ def _simulate(graph: Graph, steps: int, profile: Profile, config: SchedulerConfi
               n_rows: dict, draw: random.Random | None) -> tuple[float, dict, float, int]:
     """One simulated run: (makespan, utilization, spend, first attempts)."""
     clock = SimClock()
-    members = {name: [_SimBackend(b, clock, profile.overhead, draw) for b in bs] for name, bs in chosen.items()}
+    host = _Host(clock, profile.cores)
+    members = {name: [_SimBackend(b, clock, host, profile.overhead, draw) for b in bs] for name, bs in chosen.items()}
     idle = BackendProfile("qpu:unused", "qpu:unused", 0.0, 0.0, 0.0, 0.0, 0.0)
-    pools = {name: members.get(name) or [_SimBackend(idle, clock, 0.0, None)]  # pools the profile saw no job of
+    pools = {name: members.get(name) or [_SimBackend(idle, clock, host, 0.0, None)]  # pools the profile saw no job of
              for f in graph.fragments for name in ((f.backend,) if isinstance(f, CircuitCall) else f.job_backends)}
     cfg = replace(config, job_timeout=None, max_retries=1 << 30, budget=None, run_dir=None, resume=False)
-    executor = _SimExecutor(profile, clock, n_rows, nested)
+    executor = _SimExecutor(profile, clock, host, n_rows, nested)
     stream = ({p.name: None for p in graph.inputs} for _ in range(steps))  # the values matter to no one
     unset = {f"{e.src[0]}.{e.src[1]}": 0.0 for e in graph.edges if e.loop and e.init is None}  # given at run time
     result = Scheduler(graph, pools, cfg, executor=executor, clock=clock).run(stream, initial_state=unset)
@@ -235,7 +306,7 @@ def _simulate(graph: Graph, steps: int, profile: Profile, config: SchedulerConfi
     utilization = {r: used[r] / (makespan * slots[r]) if makespan else 0.0 for r in used if used[r]}
     for name, backends in members.items():
         for b in backends:
-            utilization[b.p.backend] = b.busy / (makespan * len(b.devices)) if makespan else 0.0
+            utilization[b.p.backend] = b.busy / (makespan * b.max_in_flight) if makespan else 0.0
     stats = result.extra
     return makespan, utilization, stats.get("spend") or 0.0, stats["quantum_jobs"] - stats["retries"]
 
@@ -246,19 +317,40 @@ def calibrate(graph: Graph, spans: list, profile: Profile, config: SchedulerConf
     :func:`predict` gives the makespan that ``spans`` (a run of ``graph`` under ``config``) measured.
     The first quarter of the steps (at least step 0) is left out on both sides: it warms caches,
     compiles programs and starts threads."""
+    found = _fit(graph, spans, lambda x: replace(profile, overhead=x), config, rows, members, 0.0, 0.05, grows=True)
+    return profile if found is None else replace(profile, overhead=found)
+
+
+def calibrate_cores(graph: Graph, spans: list, profile: Profile, config: SchedulerConfig = SchedulerConfig(), *,
+                    rows: int | Mapping[str, int] = 1, members: Mapping[str, Sequence[str]] | None = None) -> Profile:
+    """``profile`` with the CPUs that the run's own work got at once (``Profile.cores``): the figure, from 1
+    to this machine's count, at which :func:`predict` gives the makespan that ``spans`` measured, a run
+    that computed side by side (jobs cut over a pool's members that compute here, classical calls
+    beside them). With Python's GIL that is often far fewer than the machine has."""
+    most = float(os.cpu_count() or 1)
+    found = _fit(graph, spans, lambda x: replace(profile, cores=x), config, rows, members, 1.0, most, grows=False)
+    return profile if found is None else replace(profile, cores=found)
+
+
+def _fit(graph, spans, changed, config, rows, members, low: float, high: float, grows: bool) -> float | None:
+    """The figure in ``[low, high]`` at which the predicted makespan of ``changed(figure)`` is the one that
+    ``spans`` measured, by bisection (``grows``: the makespan grows with the figure, else it falls);
+    None where the spans have too few steps past the first quarter (left out: warming up)."""
     total = max((s.step for s in spans), default=-1) + 1
     warm = max(1, total // 4)
     later = [s for s in spans if s.step >= warm]
     steps = total - warm
     if steps < 1 or not later:
-        return profile
+        return None
     measured = max(s.end for s in later) - min(s.start for s in later)
-    low, high = 0.0, 0.05
-    for _ in range(30):  # bisection: the makespan grows with the overhead
+    for _ in range(30):
         mid = (low + high) / 2
-        guess = predict(graph, steps, replace(profile, overhead=mid), config, rows=rows, members=members).makespan
-        low, high = (mid, high) if guess < measured else (low, mid)
-    return replace(profile, overhead=low)
+        guess = predict(graph, steps, changed(mid), config, rows=rows, members=members).makespan
+        if (guess < measured) == grows:
+            low = mid
+        else:
+            high = mid
+    return low if grows else high
 
 
 def _bound(order, steps: int, seconds: dict, n_rows: dict, cut: dict, pools: dict, nested: dict,
@@ -292,4 +384,4 @@ def _bound(order, steps: int, seconds: dict, n_rows: dict, cut: dict, pools: dic
     return steps * max(busiest, d) + min(c, q) if steps else 0.0
 
 
-__all__ = ["Prediction", "calibrate", "pool_names", "predict"]
+__all__ = ["Prediction", "calibrate", "calibrate_cores", "pool_names", "predict"]

@@ -244,7 +244,7 @@ class JobService:
                 return
             req = att.request
             self._span(att, OK, result.metadata.get("queue_seconds"), result.metadata.get("device_seconds"),
-                       result.metadata.get("service_jobs"))
+                       result.metadata.get("service_jobs"), result.metadata.get("compute_seconds"))
             req.pool.finish(att.member, att.slot, True, req.parts[att.part].size)
             req.results[att.part] = result
             req.left -= 1
@@ -291,18 +291,18 @@ class JobService:
             self.ledger.adjust(float(actual) - att.estimate)
             att.estimate = float(actual)
 
-    def _span(self, att: _Attempt, outcome: Outcome, queued=None, device=None, service_jobs=None) -> None:
+    def _span(self, att: _Attempt, outcome: Outcome, queued=None, device=None, service_jobs=None, compute=None) -> None:
         p, req = att.request.parent, att.request
         part = req.parts[att.part]
-        queued, device = (float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t < math.inf
-                          else None for t in (queued, device))
+        queued, device, compute = (float(t) if isinstance(t, (int, float)) and not isinstance(t, bool)
+                                   and 0 <= t < math.inf else None for t in (queued, device, compute))
         service_jobs = int(service_jobs) if isinstance(service_jobs, int) and not isinstance(service_jobs, bool) \
             and service_jobs >= 0 else None
         self.record(Span(p.fragment, "execute", req.pool.resource, p.step, att.start - self.t0,
                          self.now() - self.t0, outcome, p.version, req.pool.lane(att.member, att.slot),
                          p.lane if p.submitted else None, att.estimate,
                          getattr(req.pool.members[att.member].handle, "node", None), part.size, part.shots, queued,
-                         device, service_jobs))
+                         device, service_jobs, compute))
 
     # -- timeouts ----------------------------------------------------------------------
     def _start_watchdog(self) -> None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from hqflow.ir.graph import CircuitCall, Graph
 
-from .costmodel import Prediction, calibrate, pool_names, predict
+from .costmodel import Prediction, calibrate, calibrate_cores, pool_names, predict
 from .profile import Profile, profile
 from .scheduler import RunHandle, SchedulerConfig, run as scheduler_run, start as scheduler_start
 
@@ -198,15 +198,21 @@ def calibration(run, steps: int, graph: Graph, config: SchedulerConfig = Schedul
     The first run, ``run(steps, None)``, gives the fragments' times and the scheduler's overhead
     (``costmodel.calibrate``). Where all its jobs had the same rows ``n > 1``, per-job and per-row
     time look alike, so ``run(max(2, steps // 2), ceil(n / 2))`` runs too and its jobs join the
-    backends' fit."""
+    backends' fit; on a pool of several members its halves run side by side, and it gives how many
+    CPUs the run's own work gets at once (``costmodel.calibrate_cores``)."""
     first = list(run(steps, None))
     jobs = [s for s in first if s.kind == "execute" and s.outcome.ok and s.rows]
     sizes = {s.rows for s in jobs}
-    fitted = profile(first)
+    fitted, cut = profile(first), None
     if len(sizes) == 1 and min(sizes) >= 2:
-        cut = list(run(max(2, steps // 2), -(-min(sizes) // 2)))
+        half = -(-min(sizes) // 2)
+        cut = list(run(max(2, steps // 2), half))
         fitted = dataclasses.replace(profile(first + cut), fragments=fitted.fragments, rows=fitted.rows)
-    return calibrate(graph, first, fitted, config, rows=rows_of(graph, fitted))
+    rows = rows_of(graph, fitted)
+    fitted = calibrate(graph, first, fitted, config, rows=rows)
+    if cut is not None and len(fitted.backends) > 1:  # its parts ran side by side: how many CPUs they shared
+        fitted = calibrate_cores(graph, cut, fitted, dataclasses.replace(config, rows_per_job=half), rows=rows)
+    return fitted
 
 
 def apply(plan: Plan, graph: Graph, backends: Mapping | None = None) -> tuple[Graph, dict, SchedulerConfig]:

@@ -9,7 +9,9 @@ directory's ``spans.json``):
   + per_shot * rows * shots`` (least squares over the jobs' ``Span.device``, where the backend says,
   else their seconds less the queue; each coefficient at least 0; where every job had the same rows
   the time is all ``per_job``: a calibration that cuts some jobs smaller tells the two apart), the share of attempts that
-  failed or timed out, and the price per job fitted the same way from ``Span.cost``;
+  failed or timed out, the price per job fitted the same way from ``Span.cost``, and the CPU seconds a job
+  computes on this machine (``Span.compute``, where the backend says: a simulator or an emulated QPU),
+  fitted the same way: that work shares the machine's CPUs with the run's classical calls;
 * a :class:`FragmentProfile` per classical fragment and resource: the mean and spread of its
   calls' seconds; for a fragment that submits jobs itself (``job_backends``), also its jobs per
   call, their rows, and the seconds of a call outside them.
@@ -64,6 +66,14 @@ class BackendProfile:
     """attempts measured"""
     devices: int = 1
     """device slots the member ran jobs on at once (the job spans' lanes)"""
+    compute_per_job: float = 0.0
+    """CPU seconds a job computes on this machine (beside its time on the device: it ends when both are done)"""
+    compute_per_row: float = 0.0
+    compute_per_shot: float = 0.0
+
+    def compute(self, rows: int, shots: int | None = None) -> float:
+        """Predicted CPU seconds one job of ``rows`` circuits computes on this machine."""
+        return self.compute_per_job + self.compute_per_row * rows + self.compute_per_shot * rows * (shots or 0)
 
     def seconds(self, rows: int, shots: int | None = None) -> float:
         """Predicted seconds of one job of ``rows`` circuits, queue included."""
@@ -101,6 +111,9 @@ class Profile:
     """seconds the scheduler adds to each job and call it dispatches (``hqflow.costmodel.calibrate``)"""
     rows: tuple[tuple[str, int], ...] = ()
     """circuits per step of each ``execute`` fragment measured (its jobs' rows summed; the median step)"""
+    cores: float | None = None
+    """how many of this machine's CPUs the run's own work (classical calls, jobs' computation) gets at once,
+    as a calibration run measured it (``hqflow.costmodel.calibrate_cores``); None: as many as it asks for"""
 
     def backend(self, name: str) -> BackendProfile:
         """The profile of the pool member ``name`` (``qpu:<backend name>``; ``qpu:`` may be left out)."""
@@ -120,10 +133,11 @@ class Profile:
         """Both profiles' measurements together: each figure a mean weighted by jobs or calls."""
         return Profile(_merge(self.backends, other.backends, lambda b: b.backend, "jobs"),
                        _merge(self.fragments, other.fragments, lambda f: (f.fragment, f.resource), "calls"),
-                       other.overhead or self.overhead, tuple({**dict(self.rows), **dict(other.rows)}.items()))
+                       other.overhead or self.overhead, tuple({**dict(self.rows), **dict(other.rows)}.items()),
+                       other.cores if other.cores is not None else self.cores)
 
     def to_dict(self) -> dict:
-        return {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "overhead": self.overhead,
+        return {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "overhead": self.overhead, "cores": self.cores,
                 "backends": [asdict(b) for b in self.backends], "fragments": [asdict(f) for f in self.fragments],
                 "rows": dict(self.rows)}
 
@@ -152,13 +166,17 @@ class Profile:
             overhead = doc.get("overhead", 0.0)
             if isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or not 0 <= overhead < math.inf:
                 raise ValueError(f"overhead must be a number >= 0, got {overhead!r}")
+            cores = doc.get("cores")
+            if cores is not None and (isinstance(cores, bool) or not isinstance(cores, (int, float))
+                                      or not 0 < cores < math.inf):
+                raise ValueError(f"cores must be a number > 0 or null, got {cores!r}")
             rows = doc.get("rows", {})
             if not isinstance(rows, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(
                     v, bool) and v >= 1 for k, v in rows.items()):
                 raise ValueError(f"rows must map fragment names to integers >= 1, got {rows!r}")
             return Profile(tuple(_typed(BackendProfile, d) for d in doc.get("backends", [])),
                            tuple(_typed(FragmentProfile, d) for d in doc.get("fragments", [])), float(overhead),
-                           tuple(rows.items()))
+                           tuple(rows.items()), None if cores is None else float(cores))
         except (TypeError, ValueError) as exc:
             raise ProfileError(f"{where}: {exc}") from None
 
@@ -205,7 +223,8 @@ def _merge(mine, theirs, key, weight: str):
 
 def _fit(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Least squares ``y ~ X @ c`` with every ``c >= 0``: columns that do not vary beyond the first
-    (the intercept) get 0, and so does any whose coefficient came out negative (then refitted)."""
+    (the intercept) get 0, and so does any whose coefficient came out negative (then refitted; the
+    intercept last, when it alone came out negative)."""
     keep = [0] + [j for j in range(1, X.shape[1]) if np.ptp(X[:, j]) > 0]
     while True:
         c, *_ = np.linalg.lstsq(X[:, keep], y, rcond=None)
@@ -213,7 +232,8 @@ def _fit(X: np.ndarray, y: np.ndarray) -> np.ndarray:
             out = np.zeros(X.shape[1])
             out[keep] = np.maximum(c, 0.0)
             return out
-        keep = [j for j, v in zip(keep, c) if v >= 0 or j == 0]
+        kept = [j for j, v in zip(keep, c) if v >= 0 or j == 0]
+        keep = kept if kept != keep else keep[1:]
 
 
 def _warm(spans: list[Span]) -> list[Span]:
@@ -259,10 +279,12 @@ def profile(spans: list[Span]) -> Profile:
         per_job, per_row, per_shot = _fit(X, held)
         priced = [j for j, s in enumerate(ok) if s.cost is not None]
         price = _fit(X[priced], np.array([ok[j].cost for j in priced])) if priced else (None, 0.0, 0.0)
+        computed = [j for j, s in enumerate(ok) if s.compute is not None]
+        compute = _fit(X[computed], np.array([ok[j].compute for j in computed])) if computed else (0.0, 0.0, 0.0)
         backends.append(BackendProfile(member, attempts[0].resource, float(queued.mean()), float(per_job), float(per_row), float(per_shot),
                                        failed / len(attempts), None if price[0] is None else float(price[0]),
                                        float(price[1]), float(price[2]), len(attempts),
-                                       len({s.lane for s in attempts})))
+                                       len({s.lane for s in attempts}), *(float(c) for c in compute)))
     fragments = []
     for name, resource in dict.fromkeys((s.fragment, s.resource) for s in spans
                                         if not is_quantum(s.resource) and s.parent_lane is None):

@@ -32,7 +32,7 @@ from .outcome import OK, Outcome
 
 SPANS_FORMAT = "hqflow.spans"
 SPANS_VERSION = 6  # 2 added ``parent_lane``, 3 ``cost``, 4 ``rows``, ``shots``, ``queued``, ``device``, 5
-# ``service_jobs``, 6 wrote outcomes as objects (``Outcome.to_dict``); all are read
+# ``service_jobs``, 6 wrote outcomes as objects (``Outcome.to_dict``) and added ``compute``; all are read
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,9 @@ class Span:
     """the jobs a cloud backend created on its service for this job (``service_jobs`` in the result's
     metadata, or a failed job's ``JobFailed.metadata``: rows x measurement groups, and retried rows), each
     priced; None where the backend does not say"""
+    compute: float | None = None
+    """CPU seconds a quantum job's computation took on this machine (``compute_seconds`` in the result's
+    metadata: a simulator, or an emulated QPU, that shares the run's CPU); None where the backend does not say"""
 
     @property
     def seconds(self) -> float:
@@ -353,9 +356,10 @@ _FIELD_TYPES = {"fragment": str, "kind": str, "resource": str, "step": int, "sta
                 "end": (int, float), "outcome": (str, dict), "version": (int, type(None)), "lane": str,
                 "parent_lane": (str, type(None)), "cost": (int, float, type(None)), "node": (str, type(None)),
                 "rows": (int, type(None)), "shots": (int, type(None)), "queued": (int, float, type(None)),
-                "device": (int, float, type(None)), "service_jobs": (int, type(None))}
+                "device": (int, float, type(None)), "service_jobs": (int, type(None)),
+                "compute": (int, float, type(None))}
 _OPTIONAL = ("outcome", "version", "lane", "parent_lane", "cost", "node", "rows", "shots", "queued", "device",
-             "service_jobs")
+             "service_jobs", "compute")
 _REQUIRED = [f.name for f in fields(Span) if f.name not in _OPTIONAL]
 
 

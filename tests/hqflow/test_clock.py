@@ -54,8 +54,9 @@ def test_the_prediction_is_the_schedulers_own_loop_so_a_changed_rule_changes_it(
 def test_a_simulated_run_computes_nothing_and_its_trace_has_the_predicted_times():
     graph = synthetic.build_graph(synthetic.Config(staleness=0, backend="qpu"))
     clock = SimClock()
-    backend = costmodel._SimBackend(_profile(0.01, 0.02).backends[0], clock, 0.0, None)
-    executor = costmodel._SimExecutor(_profile(0.01, 0.02), clock, {f.name: 4 for f in graph.fragments}, {})
+    host = costmodel._Host(clock, None)
+    backend = costmodel._SimBackend(_profile(0.01, 0.02).backends[0], clock, host, 0.0, None)
+    executor = costmodel._SimExecutor(_profile(0.01, 0.02), clock, host, {f.name: 4 for f in graph.fragments}, {})
     result = Scheduler(graph, {"qpu": backend}, hq.SchedulerConfig(executor="local"), executor=executor,
                        clock=clock).run(({"x": None} for _ in range(3)))
     assert result.seconds == pytest.approx(3 * 0.03)
@@ -63,3 +64,29 @@ def test_a_simulated_run_computes_nothing_and_its_trace_has_the_predicted_times(
     assert [(s.step, s.rows) for s in jobs] == [(0, 4), (1, 4), (2, 4)]
     assert [round(s.end - s.start, 9) for s in jobs] == [0.02] * 3
     assert all(v is None for out in result.outputs for v in out.values())
+
+
+def test_work_on_the_host_shares_its_cores():
+    clock, events = SimClock(), queue.Queue()
+    host = costmodel._Host(clock, 1.0)
+    host.run(1.0, lambda: events.put(("a", clock.now())))
+    clock.at(0.5, lambda: host.run(0.25, lambda: events.put(("b", clock.now()))))
+    # from 0.5 both run at half speed: b's 0.25 s of work ends at 1.0, a's last 0.25 s then at full speed
+    assert clock.wait(events) == ("b", pytest.approx(1.0))
+    assert clock.wait(events) == ("a", pytest.approx(1.25))
+    two = costmodel._Host(clock, 2.0)
+    start = clock.now()
+    for name in "xyz":
+        two.run(1.0, lambda name=name: events.put((name, clock.now() - start)))
+    assert [clock.wait(events) for _ in range(3)] == [(n, pytest.approx(1.5)) for n in "xyz"]  # 3 on 2 cores
+
+
+def test_jobs_that_compute_on_this_machine_contend_with_each_other_and_with_classical_calls():
+    graph, n = synthetic.build_graph(synthetic.Config(staleness=2, backend="qpu")), 20
+    computing = tuple(BackendProfile(f"qpu:q#{k}", "qpu:qpu", 0.0, 0.0, 0.0, 0.0, 0.0, None, jobs=10,
+                                     compute_per_job=0.02) for k in range(2))
+    free = Profile(computing, (FragmentProfile("learn", "cpu", 0.001, 0.0, 10),))
+    # two members whose jobs compute 20 ms each: side by side when the machine has the cores for them
+    assert costmodel.predict(graph, n, free, rows=1).makespan == pytest.approx(n * 0.01, rel=0.15)
+    one_core = Profile(computing, free.fragments, cores=1.0)
+    assert costmodel.predict(graph, n, one_core, rows=1).makespan == pytest.approx(n * 0.02 + 0.002, rel=0.05)

@@ -99,3 +99,14 @@ def test_circuits_per_step_are_measured_saved_and_merged(tmp_path):
     loaded = Profile.load(p.save(str(tmp_path / "p.json")))
     assert loaded.rows == p.rows
     assert dict(loaded.merged(Profile(rows=(("circuit", 6),))).rows) == {"circuit": 6}
+
+
+def test_a_fit_whose_intercept_alone_comes_out_negative_goes_through_the_origin():
+    import numpy as np
+
+    from hqflow.profile import _fit
+
+    rows = np.array([2.0, 4.0, 8.0])
+    X = np.column_stack([np.ones(3), rows, np.zeros(3)])
+    c = _fit(X, 0.01 * rows - 0.001)  # the least-squares intercept is -0.001
+    assert c[0] == 0.0 and c[1] == pytest.approx(0.01 * 84 / 84 - 0.001 * 14 / 84) and c[2] == 0.0
