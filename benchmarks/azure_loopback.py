@@ -287,7 +287,7 @@ def part_rl(options, svc, episodes=10, extra=(), env_name="cartpole"):
         lines = Path(run_dir, "metrics.jsonl").read_text().splitlines()
         trace = subprocess.run([sys.executable, "-m", "hqflow.cli", "trace", run_dir], capture_output=True, text=True)
         spans = json.loads(Path(run_dir, "spans.json").read_text())["spans"]
-        azure_jobs = sum(1 for s in spans if s["resource"].startswith("qpu:azure:"))
+        azure_jobs = sum(1 for s in spans if s["resource"]["kind"] == "qpu" and s["resource"]["name"].startswith("azure:"))
         key = options["key"].encode()
         leaked = (any(key in p.read_bytes() for p in Path(run_dir).rglob("*") if p.is_file())
                   or any(options["key"] in out for out in (proc.stdout, proc.stderr, trace.stdout, trace.stderr)))

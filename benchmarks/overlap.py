@@ -34,6 +34,7 @@ import torch
 import hqflow as hq
 from hqflow.backends import CircuitBatch
 from hqflow.backends.emulated import EmulatedQPU
+from hqflow.lanes import Lane
 from hqflow.trace import Span, summary
 from hqflow.workloads import synthetic
 
@@ -54,8 +55,8 @@ def sequential(cfg: synthetic.Config, stream: list[dict], q: float) -> tuple[flo
         b = time.perf_counter()
         weights = synthetic.learn(values, weights, cfg.matrix, cfg.repeats, cfg.lr)["weights"]
         c = time.perf_counter()
-        spans += [Span("circuit", "execute", "qpu:emulated-qpu", step, a - t0, b - t0),
-                  Span("learn", "learn", "cpu", step, b - t0, c - t0)]
+        spans += [Span("circuit", "execute", Lane("qpu", "emulated-qpu"), step, a - t0, b - t0),
+                  Span("learn", "learn", Lane("cpu"), step, b - t0, c - t0)]
     backend.close()
     makespan = time.perf_counter() - t0
     mean = lambda kind: float(np.mean([s.seconds for s in spans if s.kind == kind]))  # noqa: E731

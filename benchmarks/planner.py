@@ -187,7 +187,7 @@ def part_plans(args) -> dict:
         if budget is not None:
             budgets.append(paid <= budget + 1e-9)
         choice = (f"s{plan.staleness} p{plan.config.prefetch} r{plan.config.rows_per_job or 8} "
-                  + ",".join(c.split(":")[1].split("#")[0] for c in chosen))
+                  + ",".join(c.name for c in chosen))
         print(f"{sc['ratio']:>5g} {'+'.join(m[0] for m in members):<18} {budget or 0:>7.1f} {choice:<26} "
               f"{plan.prediction.makespan:>7.3f} {mine:>7.3f} {best:>7.3f} {default:>9.3f} {at_bound:>7.3f} "
               f"{paid:>7.1f}", flush=True)

@@ -145,11 +145,11 @@ def part3(jobs: int) -> dict:
     pool = [qpu(0.1, 1, "slow"), qpu(0.01, 1, "fast")]
     res = hq.run(graph, stream, backends={"qpu": pool}, executor="sync")
     order = sorted((s for s in res.spans if s.resource == "qpu:qpu"), key=lambda s: s.start)[10:]
-    fast = sum(1 for s in order if "fast" in s.row) / len(order)
+    fast = sum(1 for s in order if "fast" in s.row.name) / len(order)
     dead_pool = [qpu(0.01, 1, "dead", failure_rate=1.0), qpu(0.01, 1, "alive")]
     res = hq.run(graph, stream, backends={"qpu": dead_pool}, executor="sync", max_retries=5)
     spans = [s for s in res.spans if s.resource == "qpu:qpu"]
-    dead = sum(1 for s in spans if "dead" in s.row) / len(spans)
+    dead = sum(1 for s in spans if "dead" in s.row.name) / len(spans)
     print(f"  fast member's share after the first 10 jobs: {fast:.3f} (target >= 0.85)")
     print(f"  a member failing every job: {dead:.3f} of all jobs (target <= 0.05); "
           f"{res.extra['retries']} retries, run completed with {len(res.outputs)} steps")

@@ -64,7 +64,7 @@ same = np.array_equal(result.state["learn.weights"], undisturbed.state["learn.we
 print(f"{steps} steps; final weights {'identical to' if same else 'DIFFERENT from'} the undisturbed run's")
 print(f"steps without exactly three finished jobs: {int((ran != 1).sum())}; jobs taken back from b: "
       f"{sum(s.outcome == 'cancelled' for s in result.spans)}")
-print(f"jobs per QPU: {dict(sorted((lane, sum(s.lane == lane for s in jobs)) for lane in {s.lane for s in jobs}))}")
+print(f"jobs per QPU: {dict(sorted((str(lane), sum(s.lane == lane for s in jobs)) for lane in {s.lane for s in jobs}))}")
 print(f"wrote {draw_gantt(result.spans, args.png, 'elastic pool: b leaves, c and d join', marks)}")
 if not same or (ran != 1).any():
     raise SystemExit("the elastic run differs from the undisturbed one")

@@ -126,7 +126,7 @@ def cmd_plan(args) -> int:
     chosen = make_plan(args, module, cfg, backends, spans, say=lambda m: print(m, file=sys.stderr))
     figures = {"workload": name, "steps": cfg.steps, "staleness": chosen.staleness,
                "prefetch": chosen.config.prefetch, "rows_per_job": chosen.config.rows_per_job,
-               "cpu_workers": chosen.config.cpu_workers, "members": dict(chosen.members),
+               "cpu_workers": chosen.config.cpu_workers, "members": {pool: [str(m) for m in members] for pool, members in chosen.members},
                "predicted_s": round(chosen.prediction.makespan, 4), "predicted_spend": chosen.prediction.spend}
     if not args.json:
         print(f"plan for {name}, {cfg.steps} steps\n{chosen}")

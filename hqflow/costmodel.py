@@ -36,6 +36,7 @@ from hqflow.ir.graph import CircuitCall, Graph
 
 from .clock import SimClock
 from .executors import SyncExecutor
+from .lanes import Lane
 from .profile import BackendProfile, Profile
 from .scheduler import Scheduler, SchedulerConfig
 
@@ -49,7 +50,8 @@ class Prediction:
     makespan: float
     """seconds from the first dispatch to the last completion"""
     utilization: dict = field(default_factory=dict)
-    """busy seconds over makespan times slots: ``cpu``, ``gpu`` and each pool member's devices"""
+    """busy seconds over makespan times slots: ``cpu``, ``gpu`` and each pool member's devices (by its
+    lane's text, ``qpu:<backend>#k``)"""
     spend: float = 0.0
     """expected spend on priced jobs, retries included"""
     bound: float = 0.0
@@ -125,7 +127,7 @@ class _SimBackend:
     def __init__(self, profile: BackendProfile, clock: SimClock, host: _Host, overhead: float,
                  draw: random.Random | None):
         self.p, self.clock, self.host, self.overhead, self.draw = profile, clock, host, overhead, draw
-        self.name = profile.backend.removeprefix("qpu:")
+        self.name = profile.backend.name
         self.capabilities = Capabilities(self.name, 1 << 20, device="qpu")
         self.max_in_flight = max(1, profile.devices)
         self.free = self.max_in_flight
@@ -245,7 +247,7 @@ def _members(graph: Graph, profile: Profile, members: Mapping[str, Sequence[str]
     for name in pool_names(graph, profile):
         given = (members or {}).get(name)
         chosen = ([profile.backend(n) for n in given] if given is not None
-                  else [b for b in profile.backends if b.pool == f"qpu:{name}"])
+                  else [b for b in profile.backends if b.pool.name == name])
         if not chosen:
             raise ValueError(f"no profile of a backend in pool {name!r}: calibrate with a run that uses it, "
                              f"or name its members")
@@ -258,7 +260,8 @@ def predict(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig 
     """The predicted run of ``graph`` over ``steps`` stream items under ``config`` (see the module docstring).
 
     ``rows``: circuits per step of each ``execute`` fragment (one number for all, or by fragment name);
-    ``members``: the pool members to use, by pool name (default: every profiled member of the pool).
+    ``members``: the pool members to use, by pool name: their lanes in the profile, or their names
+    (``hqflow.lanes.member``; default: every profiled member of the pool).
     """
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
@@ -289,7 +292,7 @@ def _simulate(graph: Graph, steps: int, profile: Profile, config: SchedulerConfi
     clock = SimClock()
     host = _Host(clock, profile.cores)
     members = {name: [_SimBackend(b, clock, host, profile.overhead, draw) for b in bs] for name, bs in chosen.items()}
-    idle = BackendProfile("qpu:unused", "qpu:unused", 0.0, 0.0, 0.0, 0.0, 0.0)
+    idle = BackendProfile(Lane("qpu", "unused"), Lane("qpu", "unused"), 0.0, 0.0, 0.0, 0.0, 0.0)
     pools = {name: members.get(name) or [_SimBackend(idle, clock, host, 0.0, None)]  # pools the profile saw no job of
              for f in graph.fragments for name in ((f.backend,) if isinstance(f, CircuitCall) else f.job_backends)}
     cfg = replace(config, job_timeout=None, max_retries=1 << 30, budget=None, run_dir=None, resume=False)
@@ -301,12 +304,12 @@ def _simulate(graph: Graph, steps: int, profile: Profile, config: SchedulerConfi
     slots = {"cpu": config.cpu_workers, "gpu": config.gpu_workers}
     used = {"cpu": 0.0, "gpu": 0.0}
     for s in result.spans:
-        if s.resource in used and s.parent_lane is None:
-            used[s.resource] += s.end - s.start
+        if s.resource.kind in used and s.parent_lane is None:
+            used[s.resource.kind] += s.end - s.start
     utilization = {r: used[r] / (makespan * slots[r]) if makespan else 0.0 for r in used if used[r]}
     for name, backends in members.items():
         for b in backends:
-            utilization[b.p.backend] = b.busy / (makespan * b.max_in_flight) if makespan else 0.0
+            utilization[str(b.p.backend)] = b.busy / (makespan * b.max_in_flight) if makespan else 0.0
     stats = result.extra
     return makespan, utilization, stats.get("spend") or 0.0, stats["quantum_jobs"] - stats["retries"]
 

@@ -29,13 +29,15 @@ from typing import Any
 
 from hqflow.backends import Capabilities
 
+from .lanes import Lane
+
 
 @dataclass
 class Member:
     """One backend of a pool, with its slots, its latency estimate and its health."""
 
     handle: Any  # has .submit(batch) -> Job and .capabilities
-    lane: str  # Gantt row prefix, e.g. "qpu:emulated-qpu#1"
+    lane: Lane  # the member's lane, e.g. qpu:emulated-qpu#1; its device slots' lanes are the Gantt rows
     devices: int  # jobs the backend runs at once (its device slots)
     capacity: int  # jobs kept in flight: devices plus prefetched ones waiting in its queue
     ewma: float | None = None  # seconds per successful job, any size (exponential moving average)
@@ -108,8 +110,9 @@ class Pool:
         self.now = now
 
     @property
-    def resource(self) -> str:
-        return f"qpu:{self.name}"
+    def resource(self) -> Lane:
+        """The pool's lane, the resource of its jobs' spans (``qpu:<pool name>``)."""
+        return Lane("qpu", self.name)
 
     @property
     def devices(self) -> int:
@@ -216,15 +219,15 @@ class Pool:
         for d in (m.busy, m.device, m.expect):
             d.pop(slot, None)
 
-    def lane(self, member: int, slot: int) -> str:
+    def lane(self, member: int, slot: int) -> Lane:
         """One Gantt row per device slot: a job's row is the device it was drawn on at its start
         (a prefetched job shares the row of the device it waits for). Call before ``finish``."""
         m = self.members[member]
-        return m.lane if m.devices == 1 else f"{m.lane}/{m.device.get(slot, slot % m.devices)}"
+        return m.lane if m.devices == 1 else m.lane.at(m.device.get(slot, slot % m.devices))
 
     def health(self) -> list[dict]:
-        """Per member: jobs, failures, latency estimate, success rate and whether it rests now."""
+        """Per member: its lane's text, jobs, failures, latency estimate, success rate and whether it rests now."""
         now = self.now()
-        return [{"lane": m.lane, "jobs": m.jobs, "failures": m.failures, "ewma": m.ewma,
+        return [{"lane": str(m.lane), "jobs": m.jobs, "failures": m.failures, "ewma": m.ewma,
                  "success": round(m.success, 3), "resting": m.resting(now), "removed": m.removed}
                 for m in self.members]

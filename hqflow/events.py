@@ -15,20 +15,20 @@ from typing import Any
 
 from hqflow.ir.graph import Fragment
 
+from .lanes import Lane
+
 
 @dataclass(frozen=True, eq=False)
 class TaskDone:
-    """A classical call of ``fragment`` at ``step`` ended in worker ``slot`` of ``resource``; ``future``
-    holds ``(outputs, spans, node)`` or its error (``Executor.submit``)."""
+    """A classical call of ``fragment`` at ``step`` ended in worker slot ``lane``; ``future`` holds
+    ``(outputs, spans, node)`` or its error (``Executor.submit``)."""
 
     fragment: Fragment
     step: int
     version: int | None
     """the oldest parameter version among its loop-carried inputs (None: it has none)"""
-    resource: str
-    """``cpu`` or ``gpu``"""
-    slot: int
-    """the worker slot it held"""
+    lane: Lane
+    """the worker slot it held (``cpu/0``, ``gpu/1``)"""
     start: float
     end: float
     """on the run's clock"""

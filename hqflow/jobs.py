@@ -50,6 +50,7 @@ from typing import Any
 from hqflow.backends import BackendError, BatchResult, Capabilities, CircuitBatch, FutureJob, JobFailed
 
 from .dispatch import Member, Pool
+from .lanes import Lane
 from .ledger import BudgetExceeded, Ledger
 from .outcome import CANCELLED, OK, TIMEOUT, Outcome
 from .threads import DaemonPool
@@ -66,11 +67,11 @@ class Parent:
 
     fragment: str
     step: int
-    lane: str
+    lane: Lane
     version: int | None = None
     submitted: bool = False  # True: a classical fragment submitted it itself (its client)
     kind: str = "execute"  # the fragment's kind and resource (for the spans of its own work, ``JobClient.work``)
-    resource: str = "qpu"
+    resource: Lane = Lane("qpu")
 
 
 @dataclass
@@ -508,7 +509,7 @@ class JobClient:
         finally:
             p, t0 = self.parent, self._service.t0
             self._service.record(Span(p.fragment, p.kind, p.resource, p.step, start - t0, now() - t0,
-                                      outcome, p.version, f"{p.lane}/{label}", p.lane))
+                                      outcome, p.version, p.lane.within(label), p.lane))
 
 
 class PoolBackend:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from hqflow.ir.graph import CircuitCall, Graph
 
 from .costmodel import Prediction, calibrate, calibrate_cores, pool_names, predict
+from .lanes import Lane, member
 from .profile import Profile, profile
 from .scheduler import RunHandle, SchedulerConfig, run as scheduler_run, start as scheduler_start
 
@@ -47,8 +48,9 @@ class Plan:
     """max_staleness of the loop edges from one fragment to another (self-loops stay 0)"""
     config: SchedulerConfig
     """the scheduler knobs: prefetch, window (and what the caller gave)"""
-    members: tuple[tuple[str, tuple[str, ...]], ...]
-    """per pool name, the members to use (``qpu:<backend>``, ``#k`` for the k-th of a pool)"""
+    members: tuple[tuple[str, tuple[Lane, ...]], ...]
+    """per pool name, the members to use: their lanes in the profile (``qpu:<backend>``, ``#k`` for the
+    k-th of a pool)"""
     prediction: Prediction
     objective: str
     budget: float | None
@@ -67,7 +69,7 @@ class Plan:
                 ("rows per job", "all" if self.config.rows_per_job is None else str(self.config.rows_per_job)),
                 ("cpu workers", str(self.config.cpu_workers)),
                 ("window", "auto" if self.config.window is None else str(self.config.window))]
-        rows += [(f"pool {name}", ", ".join(m) or "-") for name, m in self.members]
+        rows += [(f"pool {name}", ", ".join(map(str, m)) or "-") for name, m in self.members]
         rows += [("predicted makespan", f"{p.makespan:.3f} s (bound {p.bound:.3f} s)"),
                  ("predicted spend", f"{p.spend:.4g}"), ("jobs", str(p.jobs))]
         rows += [(f"utilization {k}", f"{v:.0%}") for k, v in p.utilization.items()]
@@ -119,14 +121,14 @@ def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time",
     limit = _loop_staleness(graph) if max_staleness is None else max_staleness
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ValueError(f"max_staleness must be an integer >= 0, got {limit!r}")
-    pools = {name: [b.backend for b in profile.backends if b.pool == f"qpu:{name}"]
+    pools = {name: [b.backend for b in profile.backends if b.pool.name == name]
              for name in pool_names(graph, profile)}
     for name, names in pools.items():
         if not names:
             raise ValueError(f"no profile of a backend in pool {name!r}: calibrate with a run that uses it")
     horizon = min(steps, HORIZON)
     scale = steps / horizon if horizon else 0.0
-    devices = sum(max(1, b.devices) for b in profile.backends if b.pool in {f"qpu:{p}" for p in pools})
+    devices = sum(max(1, b.devices) for b in profile.backends if b.pool.name in pools)
     space = itertools.product(range(limit + 1), prefetch, _cuts(rows, devices), _workers(graph),
                               itertools.product(*(_subsets(n) for n in pools.values())))
     best, seen = None, 0
@@ -152,12 +154,14 @@ def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time",
                 profile, rows, steps)
 
 
-def replan(plan: Plan, graph: Graph, steps: int, members: Mapping[str, Sequence[str]],
+def replan(plan: Plan, graph: Graph, steps: int, members: Mapping[str, Sequence[Lane | str]],
            profile: Profile | None = None) -> Plan:
-    """``plan`` made again for a pool that changed: ``members`` (profile names, by pool) are the pools
+    """``plan`` made again for a pool that changed: ``members`` (their lanes or names in the profile, by
+    pool: ``hqflow.lanes.member``) are the pools
     now, ``steps`` the steps left. The staleness and worker slots stay (a run does not change its
     algorithm mid-way); prefetch and rows per job are searched again. A member the profile does not
     know is taken to be like the pool's median member (the next profile measures it)."""
+    members = {pool: [member(m) for m in names] for pool, names in members.items()}
     prof = _with_members(profile or plan.profile, members)
     best = None
     for ahead, cut in itertools.product(PREFETCH, _cuts(plan.rows, sum(len(m) for m in members.values()))):
@@ -173,12 +177,12 @@ def replan(plan: Plan, graph: Graph, steps: int, members: Mapping[str, Sequence[
                                prediction=final, candidates=len(PREFETCH), profile=prof, steps=steps)
 
 
-def _with_members(profile: Profile, members: Mapping[str, Sequence[str]]) -> Profile:
+def _with_members(profile: Profile, members: Mapping[str, Sequence[Lane]]) -> Profile:
     """``profile`` with a stand-in for every member it has not measured: its pool's median member."""
     known = {b.backend for b in profile.backends}
     extra = []
     for pool, names in members.items():
-        peers = sorted((b for b in profile.backends if b.pool == f"qpu:{pool}"), key=lambda b: b.seconds(1))
+        peers = sorted((b for b in profile.backends if b.pool.name == pool), key=lambda b: b.seconds(1))
         for name in names:
             if name not in known and peers:
                 extra.append(dataclasses.replace(peers[len(peers) // 2], backend=name, jobs=0))
@@ -226,9 +230,10 @@ def apply(plan: Plan, graph: Graph, backends: Mapping | None = None) -> tuple[Gr
     for name, members in chosen.items():
         given = out.get(name)
         if isinstance(given, list) and len(given) > 1:
-            keep = [int(m.rsplit("#", 1)[1]) for m in members if "#" in m]
+            keep = [m.member for m in members if m.member is not None]
             if len(keep) != len(members) or any(k >= len(given) for k in keep):
-                raise ValueError(f"the plan's members of pool {name!r} ({', '.join(members)}) are not in the pool given")
+                raise ValueError(f"the plan's members of pool {name!r} ({', '.join(map(str, members))}) are not in "
+                                 "the pool given")
             out[name] = [given[k] for k in keep]
     return with_staleness(graph, plan.staleness), out, plan.config
 
@@ -254,7 +259,7 @@ def start(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping |
     if "config" in options:
         raise ValueError("give a plan or a config, not both: a plan carries its SchedulerConfig")
     planned, backends, config = apply(plan, graph, backends)
-    names: dict[str, str] = {}  # a member's lane -> its name in the plan's profile
+    names: dict[Lane, Lane] = {}  # a member's lane in the run -> its lane in the plan's profile
 
     def changed(handle: RunHandle) -> None:
         lanes = handle.members()

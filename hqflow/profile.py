@@ -3,7 +3,7 @@
 ``profile(spans)`` fits them from a run's spans (``RunResult.spans``, or ``load_spans`` of a run
 directory's ``spans.json``):
 
-* a :class:`BackendProfile` per backend of each pool (``qpu:<backend>``): a job's seconds split into
+* a :class:`BackendProfile` per member of each pool (its lane, ``qpu:<backend>``): a job's seconds split into
   ``queue`` (what the backend says the job waited, ``Span.queued``; 0 where it says nothing, and
   the wait is then part of ``per_job``) plus the time it holds a device, ``per_job + per_row * rows
   + per_shot * rows * shots`` (least squares over the jobs' ``Span.device``, where the backend says,
@@ -19,8 +19,9 @@ directory's ``spans.json``):
 Of three or more jobs or calls, the first is left out of the times: it warms caches, compiles
 programs and starts threads, which later ones do not.
 
-Profiles are saved as JSON (``save``/``load``) and combined with ``merged``, weighted by what each
-measured, so every run can update the profile a later run plans with.
+Profiles are saved as JSON (``save``/``load``; a member's and a pool's lanes as objects, and a file
+of an earlier version, with their text, still loads) and combined with ``merged``, weighted by what
+each measured, so every run can update the profile a later run plans with.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from dataclasses import asdict, dataclass, fields, replace
 import numpy as np
 
 from .files import atomic_text
+from .lanes import Lane, member
 from .trace import Span, is_quantum
 
 PROFILE_FORMAT = "hqflow.profile"
@@ -43,11 +45,11 @@ class ProfileError(ValueError):
 
 @dataclass(frozen=True)
 class BackendProfile:
-    backend: str
-    """the pool member: ``qpu:<backend name>`` (``#k`` after it in a pool of several), a job span's lane
-    without its device slot"""
-    pool: str
-    """the pool's resource, ``qpu:<pool name>``"""
+    backend: Lane
+    """the pool member: its lane (``qpu:<backend name>``, ``#k`` after it in a pool of several), a job
+    span's lane without its device slot"""
+    pool: Lane
+    """the pool's lane, the resource of its jobs (``qpu:<pool name>``)"""
     queue: float
     """mean seconds a job waits in the backend's queue (0 where the backend does not say)"""
     per_job: float
@@ -115,13 +117,15 @@ class Profile:
     """how many of this machine's CPUs the run's own work (classical calls, jobs' computation) gets at once,
     as a calibration run measured it (``hqflow.costmodel.calibrate_cores``); None: as many as it asks for"""
 
-    def backend(self, name: str) -> BackendProfile:
-        """The profile of the pool member ``name`` (``qpu:<backend name>``; ``qpu:`` may be left out)."""
-        name = name if name.startswith("qpu:") else f"qpu:{name}"
+    def backend(self, name: str | Lane) -> BackendProfile:
+        """The profile of the pool member ``name``: its lane, or its name (``qpu:<backend name>``, with
+        ``#k`` in a pool of several; ``qpu:`` may be left out: ``hqflow.lanes.member``)."""
+        lane = member(name)
         for b in self.backends:
-            if b.backend == name:
+            if b.backend == lane:
                 return b
-        raise KeyError(f"no profile of {name!r}; profiled: {', '.join(b.backend for b in self.backends) or 'none'}")
+        raise KeyError(f"no profile of {str(lane)!r}; profiled: "
+                       f"{', '.join(str(b.backend) for b in self.backends) or 'none'}")
 
     def fragment(self, name: str) -> FragmentProfile:
         for f in self.fragments:
@@ -138,7 +142,8 @@ class Profile:
 
     def to_dict(self) -> dict:
         return {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "overhead": self.overhead, "cores": self.cores,
-                "backends": [asdict(b) for b in self.backends], "fragments": [asdict(f) for f in self.fragments],
+                "backends": [dict(asdict(b), backend=b.backend.to_dict(), pool=b.pool.to_dict()) for b in self.backends],
+                "fragments": [asdict(f) for f in self.fragments],
                 "rows": dict(self.rows)}
 
     def save(self, path: str) -> str:
@@ -187,6 +192,9 @@ def _typed(cls, d):
     names = {f.name for f in fields(cls)}
     if set(d) - names:
         raise ValueError(f"{cls.__name__} has no field(s) {sorted(set(d) - names)}")
+    if cls is BackendProfile:  # lanes: objects, or the text of a file of an earlier version
+        d = dict(d, **{k: Lane.parse(d[k]) if isinstance(d[k], str) else Lane.from_dict(d[k])
+                       for k in ("backend", "pool") if k in d})
     obj = cls(**d)
     for f in fields(cls):
         value = getattr(obj, f.name)
@@ -241,8 +249,9 @@ def _warm(spans: list[Span]) -> list[Span]:
     return sorted(spans, key=lambda s: s.start)[1:] if len(spans) >= 3 else spans
 
 
-def _member(span: Span) -> str:
-    return (span.lane or span.resource).split("/")[0]
+def _member(span: Span) -> Lane:
+    """The pool member a job span ran on: its lane without the device slot."""
+    return span.row.at(None)
 
 
 def _own_jobs(call: Span, jobs: list[Span]) -> list[Span]:
@@ -286,9 +295,9 @@ def profile(spans: list[Span]) -> Profile:
                                        float(price[1]), float(price[2]), len(attempts),
                                        len({s.lane for s in attempts}), *(float(c) for c in compute)))
     fragments = []
-    for name, resource in dict.fromkeys((s.fragment, s.resource) for s in spans
+    for name, resource in dict.fromkeys((s.fragment, s.resource.kind) for s in spans
                                         if not is_quantum(s.resource) and s.parent_lane is None):
-        calls = _warm([s for s in spans if (s.fragment, s.resource) == (name, resource)
+        calls = _warm([s for s in spans if (s.fragment, s.resource.kind) == (name, resource)
                        and s.parent_lane is None and s.outcome.ok])
         if not calls:
             continue

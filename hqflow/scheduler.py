@@ -62,6 +62,7 @@ from .fragments import (
     step_seed,
 )
 from .jobs import JobClient, JobService, Parent
+from .lanes import Lane
 from .outcome import OK, Outcome
 from .trace import Span
 
@@ -222,7 +223,7 @@ class Scheduler:
                                  f"a pool given to the run: hq.run(..., backends={{{name!r}: [backend, ...]}})")
             handles = [self.executor.backend(s, self.config.max_in_flight) for s in specs]
             many = len(handles) > 1
-            members = [Member(h, f"qpu:{h.name}#{j}" if many else f"qpu:{h.name}", h.max_in_flight,
+            members = [Member(h, Lane("qpu", h.name, j if many else None), h.max_in_flight,
                               h.max_in_flight + self.config.prefetch) for j, h in enumerate(handles)]
             pools[name] = Pool(name, members, now=self.clock.now)
         return pools
@@ -338,7 +339,7 @@ class Scheduler:
                      quantum_jobs=self.service.stats["jobs"], **self.service.figures(),
                      pools={name: pool.health() for name, pool in self.pools.items()},
                      bytes_moved=getattr(self, "moved", {}))
-        spans = sorted(self.spans, key=lambda s: (s.start, s.row))
+        spans = sorted(self.spans, key=lambda s: (s.start, str(s.row)))  # ties: by the lanes' text, as ever
         whole = steps == list(range(next_step))
         return RunResult([self.outputs[i] for i in steps], spans, state, self.clock.now() - self.t0, stats,
                          None if whole else steps)
@@ -355,7 +356,7 @@ class Scheduler:
         self._check_pool(pool)
         with self._changing:
             handle = self.executor.backend(spec, self.config.max_in_flight)
-            member = Member(handle, f"qpu:{handle.name}#{len(self.pools[pool].members)}", handle.max_in_flight,
+            member = Member(handle, Lane("qpu", handle.name, len(self.pools[pool].members)), handle.max_in_flight,
                             handle.max_in_flight + self.config.prefetch)
             index = self.service.add_backend(pool, member)
             self.window = max(self.window, self._auto_window())
@@ -367,7 +368,7 @@ class Scheduler:
         self._check_pool(pool)
         if isinstance(which, str):
             found = [i for i, m in enumerate(self.pools[pool].members)
-                     if not m.removed and which in (m.handle.name, m.lane)]
+                     if not m.removed and which in (m.handle.name, str(m.lane))]
             if not found:
                 raise ValueError(f"pool {pool!r} has no backend {which!r} in it")
             which = found[0]
@@ -509,15 +510,16 @@ class Scheduler:
         for rank in range(size):
             slot = min(set(range(self.slots[resource])) - self.busy[resource])
             self.busy[resource].add(slot)
-            lane = f"{resource}/{slot}"
-            client = (JobClient(self.service, f.job_backends, Parent(f.name, step, lane, version, True, f.kind, resource))
+            lane = Lane(resource, slot=slot)
+            client = (JobClient(self.service, f.job_backends,
+                                Parent(f.name, step, lane, version, True, f.kind, Lane(resource)))
                       if f.job_backends else None)
             replica = (Replica(rank, size, group, self.executor.rendezvous(), self.config.compression)
                        if size > 1 else None)
             start = self.clock.now()
             fut = self.executor.submit(f, args, resource, client, replica, self.kept.get(f.name, ()))
-            fut.add_done_callback(lambda fut, slot=slot, start=start, rank=rank: self.events.put(
-                TaskDone(f, step, version, resource, slot, start, self.clock.now(), fut, rank)))
+            fut.add_done_callback(lambda fut, lane=lane, start=start, rank=rank: self.events.put(
+                TaskDone(f, step, version, lane, start, self.clock.now(), fut, rank)))
 
     def _start_execute(self, f: Fragment, step: int, args: dict, version: int | None) -> None:
         pool = self.pools[f.backend]
@@ -544,11 +546,10 @@ class Scheduler:
 
     # -- completions ------------------------------------------------------------------
     def _task_done(self, event: TaskDone, progress) -> None:
-        f, step, version, resource, slot, rank = (event.fragment, event.step, event.version, event.resource,
-                                                   event.slot, event.rank)
+        f, step, version, lane, rank = event.fragment, event.step, event.version, event.lane, event.rank
         start, end, fut = event.start, event.end, event.future
-        self.busy[resource].discard(slot)
-        lane = f"{resource}/{slot}"
+        self.busy[lane.kind].discard(lane.slot)
+        resource = Lane(lane.kind)
         exc = fut.exception()
         replies = self.replies.get((f.name, step))
         if exc is not None:
@@ -689,7 +690,7 @@ class RunHandle:
         self._service()
         self.scheduler.tune(prefetch, rows_per_job)
 
-    def members(self) -> dict[str, list[str]]:
+    def members(self) -> dict[str, list[Lane]]:
         """Each pool's members now (their lanes), in the pool's order."""
         return {name: [m.lane for m in pool.members if not m.removed] for name, pool in self.scheduler.pools.items()}
 

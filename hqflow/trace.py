@@ -3,9 +3,9 @@
 Every executor records one ``Span`` per fragment instance (and per quantum job
 attempt, whether an ``execute`` fragment's or one a classical fragment submitted
 through its job client: ``parent_lane`` then names the lane of the fragment call
-that asked for it). ``lane`` names the one worker the span occupied (``"cpu/0"``,
-``"qpu:emulated-qpu#1"``...), ``resource`` the pool it belongs to; the Gantt
-chart draws one row per lane.
+that asked for it). ``lane`` names the one worker the span occupied (``cpu/0``,
+``qpu:emulated-qpu#1``...), ``resource`` the pool it belongs to, both as
+:class:`hqflow.lanes.Lane`; the Gantt chart draws one row per lane.
 
 This module also measures a list of spans and saves it:
 
@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import asdict, dataclass, fields, replace
 
 from .files import atomic_text
+from .lanes import Lane
 from .outcome import OK, Outcome
 
 SPANS_FORMAT = "hqflow.spans"
@@ -39,14 +39,14 @@ SPANS_VERSION = 6  # 2 added ``parent_lane``, 3 ``cost``, 4 ``rows``, ``shots``,
 class Span:
     fragment: str
     kind: str
-    resource: str  # pool: "cpu", "gpu", or "qpu:<backend name>"
+    resource: Lane  # the pool: Lane("cpu"), Lane("gpu"), or a quantum pool's Lane("qpu", name) (``hqflow.lanes``)
     step: int  # index of the micro-batch / iteration
     start: float  # seconds since the run began
     end: float
     outcome: Outcome = OK  # ok, an error with its message, timeout, cancelled (``hqflow.outcome``)
     version: int | None = None  # parameter version used (loop-carried inputs), if any
-    lane: str = ""  # the worker within the resource; "" means the resource itself
-    parent_lane: str | None = None
+    lane: Lane | None = None  # the worker within the resource; None means the resource itself
+    parent_lane: Lane | None = None
     """for work inside a classical fragment's call, recorded through its job client (a quantum job it
     submitted, or a stretch of its own work, ``JobClient.work``): the lane of that call; ``fragment``
     and ``step`` are then that fragment's. None otherwise"""
@@ -77,21 +77,34 @@ class Span:
         return self.end - self.start
 
     @property
-    def row(self) -> str:
+    def row(self) -> Lane:
         """The Gantt row: the lane if set, else the resource."""
-        return self.lane or self.resource
+        return self.resource if self.lane is None else self.lane
 
     def to_dict(self) -> dict:
-        """The span as JSON-friendly data: its outcome an object (``Outcome.to_dict``)."""
-        return dict(asdict(self), outcome=self.outcome.to_dict())
+        """The span as JSON-friendly data: its outcome, lanes and resource as objects (their ``to_dict``; so
+        spans.json from version 6 on)."""
+        return dict(asdict(self), outcome=self.outcome.to_dict(), resource=self.resource.to_dict(),
+                    lane=None if self.lane is None else self.lane.to_dict(),
+                    parent_lane=None if self.parent_lane is None else self.parent_lane.to_dict())
 
     @staticmethod
     def from_dict(d: dict) -> Span:
-        """A span from :meth:`to_dict`'s data, or from that of an earlier version (its outcome as text)."""
+        """A span from :meth:`to_dict`'s data, or from that of an earlier version (its outcome and
+        lanes as text; ``""`` for no lane). ``ValueError`` for an outcome or a lane that is none."""
         outcome = d.get("outcome", OK)
         outcome = Outcome.parse(outcome) if isinstance(outcome, str) else \
             outcome if isinstance(outcome, Outcome) else Outcome.from_dict(outcome)
-        return Span(**dict(d, outcome=outcome))
+        lanes = {k: _lane(d[k]) for k in ("resource", "lane", "parent_lane") if k in d}
+        return Span(**dict(d, outcome=outcome, **lanes))
+
+
+def _lane(value) -> Lane | None:
+    """A lane as a span's data holds it: a Lane, its object form, its text (files of earlier
+    versions; ``""`` for none), or None."""
+    if value is None or value == "":
+        return None
+    return value if isinstance(value, Lane) else Lane.parse(value) if isinstance(value, str) else Lane.from_dict(value)
 
 
 def after(spans: list[Span], earlier: list[Span], step: int | None = None) -> list[Span]:
@@ -111,22 +124,17 @@ class TraceError(ValueError):
 
 # --- analytics -------------------------------------------------------------
 
-def is_quantum(resource: str) -> bool:
-    """``qpu:*`` resources are quantum; everything else (cpu, gpu) is classical."""
-    return resource.startswith("qpu")
+def is_quantum(resource: Lane) -> bool:
+    """``qpu`` resources are quantum; everything else (cpu, gpu) is classical."""
+    return resource.quantum
 
 
-def _natural(text: str) -> list:
-    """Sort key that puts ``cpu/2`` before ``cpu/10``."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+def _row_key(resource: Lane, row: Lane) -> tuple:
+    rank = {"cpu": 0, "gpu": 1, "qpu": 2}[resource.kind]
+    return resource.quantum, rank, resource, row  # lanes sort by their text, cpu/2 before cpu/10
 
 
-def _row_key(resource: str, row: str) -> tuple:
-    rank = {"cpu": 0, "gpu": 1}.get(resource, 2)
-    return is_quantum(resource), rank, _natural(resource), _natural(row)
-
-
-def rows(spans: list[Span]) -> list[tuple[str, str]]:
+def rows(spans: list[Span]) -> list[tuple[Lane, Lane]]:
     """The distinct ``(row, resource)`` pairs: classical lanes first, then quantum ones."""
     return sorted({(s.row, s.resource) for s in spans}, key=lambda rr: _row_key(rr[1], rr[0]))
 
@@ -170,26 +178,26 @@ def _intersection_length(a: list[tuple[float, float]], b: list[tuple[float, floa
     return total
 
 
-def _busy_by(spans: list[Span], key) -> dict[str, float]:
-    groups: dict[str, list[Span]] = {}
+def _busy_by(spans: list[Span], key) -> dict[Lane, float]:
+    groups: dict[Lane, list[Span]] = {}
     for s in spans:
         groups.setdefault(key(s), []).append(s)
     return {k: _length(intervals_union(group)) for k, group in groups.items()}
 
 
-def utilization(spans: list[Span]) -> dict[str, float]:
+def utilization(spans: list[Span]) -> dict[Lane, float]:
     """Per resource: the union of its spans' intervals over the makespan (0..1)."""
     total = makespan(spans)
     return {r: busy / total if total else 0.0 for r, busy in _busy_by(spans, lambda s: s.resource).items()}
 
 
-def lane_utilization(spans: list[Span]) -> dict[str, float]:
+def lane_utilization(spans: list[Span]) -> dict[Lane, float]:
     """Per lane (``Span.row``): the union of its spans' intervals over the makespan (0..1)."""
     total = makespan(spans)
     return {r: busy / total if total else 0.0 for r, busy in _busy_by(spans, lambda s: s.row).items()}
 
 
-def idle(spans: list[Span]) -> dict[str, float]:
+def idle(spans: list[Span]) -> dict[Lane, float]:
     """Per resource: seconds of the makespan during which none of its lanes was busy."""
     total = makespan(spans)
     return {r: total - busy for r, busy in _busy_by(spans, lambda s: s.resource).items()}
@@ -222,8 +230,8 @@ def _classical_quantum(spans: list[Span]) -> tuple[list, list]:
     are in flight (spans whose ``parent_lane`` is that lane) counts as quantum only: the fragment
     waits on them; the work it does meanwhile counts through its own work spans (``JobClient.work``,
     in lanes of their own)."""
-    waits: dict[str, list[Span]] = {}
-    lanes: dict[str, list[Span]] = {}
+    waits: dict[Lane, list[Span]] = {}
+    lanes: dict[Lane, list[Span]] = {}
     for s in spans:
         if is_nested_job(s):
             waits.setdefault(s.parent_lane, []).append(s)
@@ -266,7 +274,7 @@ def outcome_counts(spans: list[Span]) -> dict[str, int]:
 def summary(spans: list[Span]) -> dict:
     """The figures of a run's spans as one JSON-friendly dict.
 
-    ``resources`` and ``lanes`` map each name to its span count, busy and idle
+    ``resources`` and ``lanes`` map each one's text (``str(lane)``) to its span count, busy and idle
     seconds and utilization; ``outcomes`` counts spans by outcome kind
     (retried attempts show up as ``error``/``timeout`` spans).
     """
@@ -274,7 +282,7 @@ def summary(spans: list[Span]) -> dict:
 
     def figures(key) -> dict:
         busy = _busy_by(spans, key)
-        counts: dict[str, int] = {}
+        counts: dict[Lane, int] = {}
         for s in spans:
             counts[key(s)] = counts.get(key(s), 0) + 1
         return {k: {"spans": counts[k], "busy": b, "idle": total - b, "utilization": b / total if total else 0.0}
@@ -287,8 +295,8 @@ def summary(spans: list[Span]) -> dict:
     return {
         "spans": len(spans),
         "makespan": total,
-        "resources": {r: resources[r] for r in dict.fromkeys(res for _, res in order)},
-        "lanes": {row: {"resource": res, **lanes[row]} for row, res in order},
+        "resources": {str(r): resources[r] for r in dict.fromkeys(res for _, res in order)},
+        "lanes": {str(row): {"resource": str(res), **lanes[row]} for row, res in order},
         "classical_busy": _length(classical),
         "quantum_busy": _length(quantum),
         "overlap_seconds": _intersection_length(classical, quantum),
@@ -352,9 +360,9 @@ def save_spans(path: str, spans: list[Span], meta: dict | None = None) -> str:
     return path
 
 
-_FIELD_TYPES = {"fragment": str, "kind": str, "resource": str, "step": int, "start": (int, float),
-                "end": (int, float), "outcome": (str, dict), "version": (int, type(None)), "lane": str,
-                "parent_lane": (str, type(None)), "cost": (int, float, type(None)), "node": (str, type(None)),
+_FIELD_TYPES = {"fragment": str, "kind": str, "resource": (str, dict), "step": int, "start": (int, float),
+                "end": (int, float), "outcome": (str, dict), "version": (int, type(None)),
+                "lane": (str, dict, type(None)), "parent_lane": (str, dict, type(None)), "cost": (int, float, type(None)), "node": (str, type(None)),
                 "rows": (int, type(None)), "shots": (int, type(None)), "queued": (int, float, type(None)),
                 "device": (int, float, type(None)), "service_jobs": (int, type(None)),
                 "compute": (int, float, type(None))}
@@ -394,7 +402,7 @@ def _span_from_dict(d, index: int) -> Span:
         raise TraceError(f"{where}: ends ({d['end']}) before it starts ({d['start']})")
     try:
         return Span.from_dict(d)
-    except ValueError as exc:  # an outcome that is none
+    except (TypeError, ValueError) as exc:  # an outcome or a lane that is none
         raise TraceError(f"{where}: {exc}") from None
 
 

@@ -5,6 +5,7 @@ lanes, in the order of :func:`hqflow.trace.rows`.
 """
 from __future__ import annotations
 
+from .lanes import Lane
 from .trace import (
     Span,
     is_quantum,
@@ -34,14 +35,14 @@ def to_chrome_trace(spans: list[Span], meta: dict | None = None) -> dict:
     tid = {row: i + 1 for i, (row, _) in enumerate(order)}
     events: list[dict] = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "hqflow"}}]
     for row, _ in order:
-        events.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": tid[row], "args": {"name": row}})
+        events.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": tid[row], "args": {"name": str(row)}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": 1, "tid": tid[row],
                        "args": {"sort_index": tid[row]}})
     for s in sorted(spans, key=lambda s: (s.start, tid[s.row])):
         events.append({
             "ph": "X", "name": s.fragment, "cat": s.kind, "pid": 1, "tid": tid[s.row],
             "ts": round(s.start * 1e6, 3), "dur": round(s.seconds * 1e6, 3),
-            "args": {"step": s.step, "version": s.version, "outcome": str(s.outcome), "resource": s.resource,
+            "args": {"step": s.step, "version": s.version, "outcome": str(s.outcome), "resource": str(s.resource),
                      **({"cost": s.cost} if s.cost is not None else {}), **({"node": s.node} if s.node else {}),
                      **{k: getattr(s, k) for k in ("rows", "shots", "queued", "device", "service_jobs")
                         if getattr(s, k) is not None}},
@@ -79,7 +80,7 @@ def draw_gantt(spans: list[Span], path: str, title: str | None = None,
     width_in = 13.0
     fig, ax = plt.subplots(figsize=(width_in, 1.6 + 0.42 * max(len(order), 1)))
 
-    bars: dict[tuple[str, str, bool], list[tuple[float, float]]] = {}  # one artist per (row, kind, failed)
+    bars: dict[tuple[Lane, str, bool], list[tuple[float, float]]] = {}  # one artist per (row, kind, failed)
     for s in spans:
         bars.setdefault((s.row, s.kind, not s.outcome.ok), []).append((s.start - t0, s.seconds))
         if s.seconds / total * width_in > 0.22:  # room for the step number
@@ -90,7 +91,7 @@ def draw_gantt(spans: list[Span], path: str, title: str | None = None,
                        linewidth=1.0 if failed else 0.3, hatch="////" if failed else None)
 
     ax.set_ylim(max(len(order), 1) - 0.5, -0.5)
-    ax.set_yticks(range(len(order)), [row for row, _ in order], fontsize=8)
+    ax.set_yticks(range(len(order)), [str(row) for row, _ in order], fontsize=8)
     right = ax.twinx()
     right.set_ylim(ax.get_ylim())
     right.set_yticks(range(len(order)), [f"{100 * util[row]:.0f}%" for row, _ in order], fontsize=8)

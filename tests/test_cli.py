@@ -124,12 +124,13 @@ def test_progress_bar_shows_scalar_outputs():
 
 
 def _run_dir(tmp_path):
+    from hqflow.lanes import Lane
     from hqflow.outcome import OK, TIMEOUT
     from hqflow.trace import Span, save_spans
 
-    spans = [Span("prep", "prepare", "cpu", t, t, t + 0.5, lane=f"cpu/{t % 2}") for t in range(3)]
-    spans += [Span("circ", "execute", "qpu:emu", t, t + 0.5, t + 1.5, TIMEOUT if t == 1 else OK,
-                   lane="qpu:emu#0") for t in range(3)]
+    spans = [Span("prep", "prepare", Lane("cpu"), t, t, t + 0.5, lane=Lane("cpu", slot=t % 2)) for t in range(3)]
+    spans += [Span("circ", "execute", Lane("qpu", "emu"), t, t + 0.5, t + 1.5, TIMEOUT if t == 1 else OK,
+                   lane=Lane("qpu", "emu", 0)) for t in range(3)]
     folder = tmp_path / "run"
     save_spans(str(folder / "spans.json"), spans, {"workload": "demo"})
     return folder
@@ -196,11 +197,13 @@ def test_run_dir_that_is_a_file_exits_2(tmp_path, capsys):
 
 
 def test_run_dir_saves_spans_the_workload_reports(tmp_path, capsys, monkeypatch):
+    from hqflow.lanes import Lane
     from hqflow.trace import Span, load_spans
     from hqflow.workloads import get_workload
 
     module = get_workload("qaoa")
-    spans = [Span("circ", "execute", "qpu:reference", 0, 0.0, 0.5), Span("adam", "learn", "cpu", 0, 0.5, 0.6)]
+    spans = [Span("circ", "execute", Lane("qpu", "reference"), 0, 0.0, 0.5),
+             Span("adam", "learn", Lane("cpu"), 0, 0.5, 0.6)]
     real_run = module.run
     monkeypatch.setattr(module, "run", lambda cfg, progress=None: {**real_run(cfg, progress),
                                                                    "spans": [s.to_dict() for s in spans]})

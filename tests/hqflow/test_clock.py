@@ -6,6 +6,7 @@ import pytest
 import hqflow as hq
 from hqflow import costmodel
 from hqflow.clock import REAL, SimClock
+from hqflow.lanes import Lane
 from hqflow.profile import BackendProfile, FragmentProfile, Profile
 from hqflow.scheduler import Scheduler
 from hqflow.workloads import synthetic
@@ -37,7 +38,7 @@ def test_the_real_clock_reads_the_machine_and_blocks_on_the_queue():
 
 
 def _profile(c, q):
-    return Profile((BackendProfile("qpu:q", "qpu:qpu", 0.0, q, 0.0, 0.0, 0.0, None, jobs=10),),
+    return Profile((BackendProfile(Lane("qpu", "q"), Lane("qpu", "qpu"), 0.0, q, 0.0, 0.0, 0.0, None, jobs=10),),
                    (FragmentProfile("learn", "cpu", c, 0.0, 10),))
 
 
@@ -83,7 +84,7 @@ def test_work_on_the_host_shares_its_cores():
 
 def test_jobs_that_compute_on_this_machine_contend_with_each_other_and_with_classical_calls():
     graph, n = synthetic.build_graph(synthetic.Config(staleness=2, backend="qpu")), 20
-    computing = tuple(BackendProfile(f"qpu:q#{k}", "qpu:qpu", 0.0, 0.0, 0.0, 0.0, 0.0, None, jobs=10,
+    computing = tuple(BackendProfile(Lane("qpu", "q", k), Lane("qpu", "qpu"), 0.0, 0.0, 0.0, 0.0, 0.0, None, jobs=10,
                                      compute_per_job=0.02) for k in range(2))
     free = Profile(computing, (FragmentProfile("learn", "cpu", 0.001, 0.0, 10),))
     # two members whose jobs compute 20 ms each: side by side when the machine has the cores for them

@@ -6,12 +6,16 @@ import pytest
 import hqflow as hq
 from hqflow.backends.emulated import EmulatedQPU
 from hqflow.costmodel import calibrate, predict
+from hqflow.lanes import Lane
 from hqflow.profile import BackendProfile, FragmentProfile, Profile, profile
 from hqflow.workloads import synthetic
 
 
+POOL = Lane("qpu", "qpu")
+
+
 def _profile(c=0.01, queue=0.0, per_job=0.02, per_row=0.0, devices=1, failure_rate=0.0, price=None, members=1):
-    backends = tuple(BackendProfile(f"qpu:q#{k}" if members > 1 else "qpu:q", "qpu:qpu", queue, per_job, per_row, 0.0,
+    backends = tuple(BackendProfile(Lane("qpu", "q", k if members > 1 else None), POOL, queue, per_job, per_row, 0.0,
                                     failure_rate, price, devices=devices, jobs=10) for k in range(members))
     return Profile(backends, (FragmentProfile("learn", "cpu", c, 0.0, 10),))
 
@@ -79,7 +83,7 @@ def test_rows_cut_into_jobs_run_side_by_side_over_a_pool():
 
 
 def test_a_fragments_own_jobs_run_in_rounds_and_share_the_pool():
-    backends = tuple(BackendProfile(f"qpu:q#{k}", "qpu:qpu", 0.0, 0.01, 0.0, 0.0, 0.0, None, jobs=10) for k in range(2))
+    backends = tuple(BackendProfile(Lane("qpu", "q", k), POOL, 0.0, 0.01, 0.0, 0.0, 0.0, None, jobs=10) for k in range(2))
     prof = Profile(backends, (FragmentProfile("rollout", "cpu", 0.06, 0.0, 10, jobs=3.0, rows=4.0, classical=0.03),
                               FragmentProfile("learn", "gpu", 0.02, 0.0, 10)))
     n = 20
@@ -108,8 +112,8 @@ def test_failures_cost_time_and_money():
 
 
 def test_a_step_cut_over_a_flaky_member_waits_for_its_slowest_job():
-    prof = Profile((BackendProfile("qpu:q#0", "qpu:qpu", 0.0, 0.01, 0.0, 0.0, 0.0, None, jobs=10),
-                    BackendProfile("qpu:q#1", "qpu:qpu", 0.0, 0.01, 0.0, 0.0, 0.3, None, jobs=10)),
+    prof = Profile((BackendProfile(Lane("qpu", "q", 0), POOL, 0.0, 0.01, 0.0, 0.0, 0.0, None, jobs=10),
+                    BackendProfile(Lane("qpu", "q", 1), POOL, 0.0, 0.01, 0.0, 0.0, 0.3, None, jobs=10)),
                    (FragmentProfile("learn", "cpu", 0.0, 0.0, 10),))
     n = 40
     whole = predict(_graph(0), n, prof, hq.SchedulerConfig(prefetch=0), rows=8, members={"qpu": ["q#0"]})

@@ -90,12 +90,12 @@ def test_removed_and_added_backends_change_nothing_in_the_result(executor):
     assert landed["removed"] is not None, "the run ended before the removal"  # 45 steps of 40 ms after it
     assert health["qpu:b#1"]["removed"] and not health["qpu:a#0"]["removed"]
     # nothing went to b after it left (at most the one job in flight as it left: staleness 0)
-    assert max(s.step for s in jobs if s.lane.startswith("qpu:b#1")) <= landed["removed"]
+    assert max(s.step for s in jobs if s.lane.at(None) == "qpu:b#1") <= landed["removed"]
     # steps were left once both adds had returned: they joined a live run (on a busy machine a Ray backend's
     # start may outlast the run, and an add to a finished run changes nothing)
     if landed["added"] is not None and landed["added"] < STEPS:
         assert {"qpu:c#2", "qpu:d#3"} <= set(health)
-        lanes = {s.lane.split("/")[0] for s in jobs if s.step > landed["added"]}
+        lanes = {s.lane.at(None) for s in jobs if s.step > landed["added"]}  # the members, without device slots
         assert lanes <= {"qpu:a#0", "qpu:c#2", "qpu:d#3"}  # the pool after the changes ran the rest
         if landed["added"] <= STEPS - 10:  # and, with steps enough left, the added ones took work
             assert {"qpu:c#2", "qpu:d#3"} & lanes
@@ -112,7 +112,7 @@ def test_a_removed_backends_jobs_in_flight_are_taken_back_and_rerun():
     assert run.remove_backend("qpu", "slow") == 1
     res = run.result(timeout=60)
     assert res.outputs == ref.outputs and res.seconds < 20
-    assert [s.outcome for s in res.spans if s.lane.startswith("qpu:slow")] == ["cancelled"]
+    assert [s.outcome for s in res.spans if s.lane is not None and s.lane.name == "slow"] == ["cancelled"]
 
 
 def test_bad_changes_are_one_line_errors():
@@ -129,11 +129,12 @@ def test_bad_changes_are_one_line_errors():
 
 
 def test_a_planned_run_replans_when_its_pool_changes_and_keeps_its_result():
+    from hqflow.lanes import Lane
     from hqflow.profile import BackendProfile, FragmentProfile, Profile
 
     cfg = synthetic.Config(staleness=0, backend="qpu", batch=12)
     graph, stream = synthetic.build_graph(cfg), synthetic.stream(40, cfg)
-    prof = Profile((BackendProfile("qpu:a", "qpu:qpu", 0.0, 0.001, 0.001, 0.0, 0.0, None, jobs=10),),
+    prof = Profile((BackendProfile(Lane("qpu", "a"), Lane("qpu", "qpu"), 0.0, 0.001, 0.001, 0.0, 0.0, None, jobs=10),),
                    (FragmentProfile("learn", "cpu", 0.001, 0.0, 10),))
     chosen = hq.plan(graph, 40, prof, rows=12)
     assert chosen.config.rows_per_job is None  # one QPU: nothing to cut over

@@ -6,6 +6,7 @@ import pytest
 
 import hqflow as hq
 from hqflow.backends import get_backend
+from hqflow.lanes import Lane
 from hqflow.planner import apply, with_staleness
 from hqflow.profile import BackendProfile, FragmentProfile, Profile
 from hqflow.workloads import synthetic
@@ -14,7 +15,8 @@ from hqflow.workloads import synthetic
 def _profile(c, members, per_row=0.0):
     """``members``: (per_job seconds, price per job) of each member of pool "qpu"."""
     many = len(members) > 1
-    backends = tuple(BackendProfile(f"qpu:q#{k}" if many else "qpu:q", "qpu:qpu", 0.0, t, per_row, 0.0, 0.0, price,
+    backends = tuple(BackendProfile(Lane("qpu", "q", k if many else None), Lane("qpu", "qpu"), 0.0, t, per_row, 0.0,
+                                    0.0, price,
                                     jobs=5) for k, (t, price) in enumerate(members))
     return Profile(backends, (FragmentProfile("learn", "cpu", c, 0.0, 5),))
 

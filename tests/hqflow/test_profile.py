@@ -6,22 +6,26 @@ import pytest
 
 import hqflow as hq
 from hqflow.backends.emulated import EmulatedQPU
+from hqflow.lanes import Lane
 from hqflow.outcome import OK, Outcome
 from hqflow.profile import Profile, ProfileError, profile
 from hqflow.trace import Span
 from hqflow.workloads import synthetic
 
 
+POOL, DEVICE, CPU = Lane("qpu", "pool"), Lane("qpu", "q", slot=0), Lane("cpu")
+
+
 def _job(k, rows, shots, outcome=OK):
     seconds = 0.01 + 0.002 * rows + 1e-5 * rows * (shots or 0)
     cost = 0.3 + 0.01 * rows + 1e-4 * rows * (shots or 0)
-    return Span("circuit", "execute", "qpu:pool", k, 1.0 * k, 1.0 * k + 0.05 + seconds, outcome, lane="qpu:q/0",
+    return Span("circuit", "execute", POOL, k, 1.0 * k, 1.0 * k + 0.05 + seconds, outcome, lane=DEVICE,
                 rows=rows, shots=shots, queued=0.05, cost=cost)
 
 
 def test_a_known_latency_and_price_model_is_recovered_exactly():
     spans = [_job(k, rows, shots) for k, (rows, shots) in enumerate([(4, None), (8, 100), (16, 1000), (32, 10), (5, 50)])]
-    spans += [_job(9, 4, None, Outcome.error("boom")), Span("learn", "learn", "cpu", 0, 0.0, 0.5), Span("learn", "learn", "cpu", 1, 1.0, 1.7)]
+    spans += [_job(9, 4, None, Outcome.error("boom")), Span("learn", "learn", CPU, 0, 0.0, 0.5), Span("learn", "learn", CPU, 1, 1.0, 1.7)]
     p = profile(spans)
     b = p.backend("qpu:q")
     assert (b.queue, b.per_job, b.per_row, b.per_shot) == pytest.approx((0.05, 0.01, 0.002, 1e-5), abs=1e-9)
@@ -79,21 +83,21 @@ def test_a_fragments_own_jobs_are_counted_per_call_with_the_time_outside_them():
     spans = []
     for step in range(4):  # each call: 2 jobs of 3 rows, 0.01 s apart from each other, 0.05 s of own work
         t = 1.0 * step
-        spans.append(Span("rollout", "preprocess", "cpu", step, t, t + 0.05 + 0.04, lane="cpu/0"))
+        spans.append(Span("rollout", "preprocess", CPU, step, t, t + 0.05 + 0.04, lane=CPU.at(0)))
         for k in range(2):
             start = t + 0.01 + 0.03 * k
-            spans.append(Span("rollout", "execute", "qpu:pool", step, start, start + 0.02, lane="qpu:q/0",
-                              parent_lane="cpu/0", rows=3))
+            spans.append(Span("rollout", "execute", POOL, step, start, start + 0.02, lane=DEVICE,
+                              parent_lane=CPU.at(0), rows=3))
     f = profile(spans).fragment("rollout")
     assert f.calls == 3 and f.jobs == 2.0 and f.rows == 3.0  # the first call left out
     assert f.classical == pytest.approx(0.05) and f.seconds == pytest.approx(0.09)
-    plain = profile([Span("learn", "learn", "cpu", k, k, k + 0.1) for k in range(3)]).fragment("learn")
+    plain = profile([Span("learn", "learn", CPU, k, k, k + 0.1) for k in range(3)]).fragment("learn")
     assert plain.jobs == 0.0 and plain.classical is None
 
 
 def test_circuits_per_step_are_measured_saved_and_merged(tmp_path):
     spans = [_job(k, 4, None) for k in range(3)]
-    spans += [Span("circuit", "execute", "qpu:pool", 2, 9.0, 9.1, lane="qpu:q/0", rows=4)]  # step 2 cut in two parts
+    spans += [Span("circuit", "execute", POOL, 2, 9.0, 9.1, lane=DEVICE, rows=4)]  # step 2 cut in two parts
     p = profile(spans)
     assert dict(p.rows) == {"circuit": 4}  # the median step: 4, 4, 8
     loaded = Profile.load(p.save(str(tmp_path / "p.json")))

@@ -124,7 +124,7 @@ def test_pack_keeps_the_actors_together_and_backends_go_with_them(cluster):
     assert workers[("cpu", 0)] == workers[("cpu", 1)]  # one node: 2 bundles fit on the node with 2 CPUs
     (group, bundles), = [g for k, g in _GROUPS.items() if k[2] == placement]
     assert bundles == 2 and placement_group_table(group)["strategy"] == "PACK"
-    jobs = {s.node for s in res.spans if s.resource.startswith("qpu")}
+    jobs = {s.node for s in res.spans if s.resource.quantum}
     assert jobs == {workers[("cpu", 0)]}  # the backend actor ran beside the actors
     # a run with another count of actors makes its placement group anew
     res = hq.run(synthetic.build_graph(CFG), synthetic.stream(3, CFG), backends={"qpu": ("emulated-qpu", {})},

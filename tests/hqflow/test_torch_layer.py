@@ -180,7 +180,7 @@ def test_inside_a_pipeline_its_jobs_go_to_the_fragments_pool():
     pipe.output("layer.loss")
     result = hq.run(pipe.build(), [{"step": i} for i in range(2)], backends={"qpu": ["reference"]}, executor="sync")
     jobs = [s for s in result.spans if s.kind == "execute"]
-    assert len(jobs) == 4 and all(s.resource.startswith("qpu") for s in jobs)  # forward + backward, per step
+    assert len(jobs) == 4 and all(s.resource.quantum for s in jobs)  # forward + backward, per step
     exact = get_backend("reference").run_checked(
         CircuitBatch.make(_template(), np.full((2, 2), 0.1), LAYER.weights.detach().numpy())).values.sum()
     assert result.column("loss")[1] == pytest.approx(exact, abs=1e-9)

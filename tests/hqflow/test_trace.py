@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from hqflow.lanes import Lane
 from hqflow.outcome import OK, TIMEOUT, Outcome
 from hqflow.trace import (
     Span,
@@ -25,12 +26,14 @@ from hqflow.trace import (
 from hqflow.trace_export import draw_gantt, to_chrome_trace, write_chrome_trace
 
 
-def cpu(start, end, lane="", **kw):
-    return Span("prep", "prepare", "cpu", kw.pop("step", 0), start, end, lane=lane, **kw)
+def cpu(start, end, slot=None, **kw):
+    lane = None if slot is None else Lane("cpu", slot=slot)
+    return Span("prep", "prepare", Lane("cpu"), kw.pop("step", 0), start, end, lane=lane, **kw)
 
 
-def qpu(start, end, lane="", **kw):
-    return Span("circ", "execute", "qpu:emu", kw.pop("step", 0), start, end, lane=lane, **kw)
+def qpu(start, end, member=None, **kw):
+    lane = None if member is None else Lane("qpu", "emu", member)
+    return Span("circ", "execute", Lane("qpu", "emu"), kw.pop("step", 0), start, end, lane=lane, **kw)
 
 
 def pipelined(steps=4):
@@ -38,10 +41,11 @@ def pipelined(steps=4):
     spans = []
     for t in range(steps):
         a = 1.0 * t
-        spans.append(Span("encode", "prepare", "cpu", t, a, a + 0.5, lane=f"cpu/{t % 2}"))
+        spans.append(Span("encode", "prepare", Lane("cpu"), t, a, a + 0.5, lane=Lane("cpu", slot=t % 2)))
         outcome = TIMEOUT if t == 1 else Outcome.error("boom") if t == 2 else OK
-        spans.append(Span("circ", "execute", "qpu:emu", t, a + 0.5, a + 2.0, outcome, lane=f"qpu:emu#{t % 2}"))
-        spans.append(Span("adam", "learn", "gpu", t, a + 2.0, a + 2.25, version=t, lane="gpu/0"))
+        spans.append(Span("circ", "execute", Lane("qpu", "emu"), t, a + 0.5, a + 2.0, outcome,
+                          lane=Lane("qpu", "emu", t % 2)))
+        spans.append(Span("adam", "learn", Lane("gpu"), t, a + 2.0, a + 2.25, version=t, lane=Lane("gpu", slot=0)))
     return spans
 
 
@@ -51,7 +55,7 @@ def test_makespan():
 
 
 def test_utilization_is_the_union_not_the_sum():
-    spans = [cpu(0.0, 2.0, "cpu/0"), cpu(1.0, 3.0, "cpu/1"), cpu(5.0, 6.0, "cpu/0"), qpu(0.0, 10.0)]
+    spans = [cpu(0.0, 2.0, 0), cpu(1.0, 3.0, 1), cpu(5.0, 6.0, 0), qpu(0.0, 10.0)]
     assert intervals_union(spans[:3]) == [(0.0, 3.0), (5.0, 6.0)]
     assert utilization(spans) == pytest.approx({"cpu": 0.4, "qpu:emu": 1.0})
     assert idle(spans) == pytest.approx({"cpu": 6.0, "qpu:emu": 0.0})
@@ -61,8 +65,8 @@ def test_utilization_is_the_union_not_the_sum():
 @pytest.mark.parametrize("spans, seconds, fraction", [
     ([cpu(0, 1), qpu(1, 3), cpu(3, 4)], 0.0, 0.0),                  # strictly sequential
     ([cpu(0, 4), qpu(1, 3)], 2.0, 1.0),                             # quantum hidden behind classical
-    ([cpu(0, 2), Span("a", "learn", "gpu", 0, 1, 3), qpu(2.5, 5)], 0.5, 0.5 / 2.5),
-    ([cpu(0, 3), qpu(1, 2, "qpu:emu#0"), qpu(1.5, 4, "qpu:emu#1")], 2.0, 2.0 / 3.0),
+    ([cpu(0, 2), Span("a", "learn", Lane("gpu"), 0, 1, 3), qpu(2.5, 5)], 0.5, 0.5 / 2.5),
+    ([cpu(0, 3), qpu(1, 2, 0), qpu(1.5, 4, 1)], 2.0, 2.0 / 3.0),
     ([cpu(0, 1)], 0.0, 0.0),                                        # no quantum work
 ])
 def test_overlap(spans, seconds, fraction):
@@ -88,7 +92,7 @@ def test_summary_counts_outcomes_and_orders_lanes():
 
 
 def test_rows_put_classical_lanes_first_in_natural_order():
-    spans = [qpu(0, 1, "qpu:emu#0"), cpu(0, 1, "cpu/10"), Span("a", "learn", "gpu", 0, 0, 1), cpu(0, 1, "cpu/2")]
+    spans = [qpu(0, 1, 0), cpu(0, 1, 10), Span("a", "learn", Lane("gpu"), 0, 0, 1), cpu(0, 1, 2)]
     assert [row for row, _ in rows(spans)] == ["cpu/2", "cpu/10", "gpu", "qpu:emu#0"]
 
 

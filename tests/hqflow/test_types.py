@@ -1,12 +1,14 @@
-"""The core's small types (issue 23, typed data): outcomes, and the scheduler's events. Each round-trips
-through its data form, prints exactly the text earlier versions printed, and files of earlier
-versions, which hold that text, still load."""
+"""The core's small types (issue 23, typed data): outcomes, lanes, and the scheduler's events. Each
+round-trips through its data form, prints exactly the text earlier versions printed, and files of
+earlier versions, which hold that text, still load."""
 import json
 
 import pytest
 
 from hqflow.events import CallDone, TaskDone, Wake
+from hqflow.lanes import Lane, member
 from hqflow.outcome import CANCELLED, OK, TIMEOUT, Outcome
+from hqflow.profile import Profile
 from hqflow.trace import Span, load_spans, outcome_counts, save_spans
 
 
@@ -32,9 +34,46 @@ def test_an_error_carries_its_message_and_only_an_error_has_one():
 
 
 def test_outcomes_are_counted_by_kind():
-    spans = [Span("a", "execute", "qpu:q", 0, 0.0, 1.0, o) for o in (OK, OK, Outcome.error("x"), Outcome.error("y"),
+    spans = [Span("a", "execute", Lane("qpu", "q"), 0, 0.0, 1.0, o) for o in (OK, OK, Outcome.error("x"), Outcome.error("y"),
                                                                       TIMEOUT)]
     assert outcome_counts(spans) == {"ok": 2, "error": 2, "timeout": 1}
+
+
+# -- lanes ------------------------------------------------------------------------------------
+
+LANES = [(Lane("cpu"), "cpu"), (Lane("cpu", slot=0), "cpu/0"), (Lane("gpu", slot=12), "gpu/12"),
+         (Lane("cpu", slot=0, label="envs1"), "cpu/0/envs1"), (Lane("qpu", "q"), "qpu:q"),
+         (Lane("qpu", "emulated-qpu", 1), "qpu:emulated-qpu#1"),
+         (Lane("qpu", "emulated-qpu", 1, slot=0), "qpu:emulated-qpu#1/0"), (Lane("qpu", "emu", slot=2), "qpu:emu/2"),
+         (Lane("qpu", "azure:ionq.simulator"), "qpu:azure:ionq.simulator"),
+         (Lane("qpu", "q", label="cpu/0"), "qpu:q/cpu/0")]  # a version 1 file's job lane
+
+
+@pytest.mark.parametrize("lane, text", LANES)
+def test_a_lane_prints_its_old_text_and_round_trips(lane, text):
+    assert str(lane) == text and Lane.parse(text) == lane
+    assert Lane.from_dict(json.loads(json.dumps(lane.to_dict()))) == lane
+    assert lane == text and hash(lane) == hash(text) and {lane: 1}[text] == 1  # scripts that use the text
+
+
+def test_lanes_are_read_by_their_fields_and_sort_as_their_text():
+    job = Lane("qpu", "emulated-qpu", 1, slot=0)
+    assert (job.kind, job.name, job.member, job.slot, job.quantum) == ("qpu", "emulated-qpu", 1, 0, True)
+    assert job.at(None) == Lane("qpu", "emulated-qpu", 1) and Lane("cpu", slot=0).within("envs1").label == "envs1"
+    assert [str(x) for x in sorted([Lane("cpu", slot=10), Lane("qpu", "q"), Lane("cpu", slot=2)])] == \
+        ["cpu/2", "cpu/10", "qpu:q"]
+    assert Lane("qpu", "q", 1) != Lane("qpu", "q", 1, slot=0) and Lane("cpu") != Lane("gpu")
+    for bad in (lambda: Lane("tpu"), lambda: Lane("cpu", "x"), lambda: Lane("qpu", "q", -1),
+                lambda: Lane.parse(""), lambda: Lane.from_dict({"name": "q"})):
+        with pytest.raises(ValueError):
+            bad()
+
+
+def test_a_member_as_a_user_names_it_is_parsed_in_one_place():
+    assert member("qpu:emulated-qpu#1") == member("emulated-qpu#1") == Lane("qpu", "emulated-qpu", 1)
+    assert member("emulated-qpu") == Lane("qpu", "emulated-qpu")
+    lane = Lane("qpu", "a", 2)
+    assert member(lane) is lane
 
 
 # -- spans files of earlier versions --------------------------------------------------------
@@ -55,17 +94,55 @@ def test_a_spans_file_of_an_earlier_version_loads_and_is_written_anew_as_objects
     assert meta == {"workload": "demo"}
     assert [s.outcome for s in spans] == [OK, Outcome.error("injected failure"), TIMEOUT]
     assert [str(s.outcome) for s in spans] == [d["outcome"] for d in OLD_SPANS["spans"]]
+    assert [s.lane for s in spans] == [Lane("cpu", slot=0), Lane("qpu", "emu", 1, slot=0), Lane("qpu", "emu", 0)]
+    assert [s.resource for s in spans] == [Lane("cpu"), Lane("qpu", "q"), Lane("qpu", "q")]
+    assert [str(s.row) for s in spans] == [d["lane"] for d in OLD_SPANS["spans"]]
     new = save_spans(str(tmp_path / "new.json"), spans)
     doc = json.loads(open(new).read())
-    assert doc["spans"][1]["outcome"] == {"kind": "error", "message": "injected failure"}
+    assert doc["version"] == 6 and doc["spans"][1]["outcome"] == {"kind": "error", "message": "injected failure"}
+    assert doc["spans"][1]["lane"] == {"kind": "qpu", "name": "emu", "member": 1, "slot": 0}
+    assert doc["spans"][1]["resource"] == {"kind": "qpu", "name": "q"} and doc["spans"][1]["parent_lane"] is None
     assert load_spans(new)[0] == spans
+
+
+def test_an_old_span_dict_without_a_lane_reads_as_the_resource_itself():
+    old = {"fragment": "learn", "kind": "learn", "resource": "gpu", "step": 3, "start": 0.0, "end": 1.0,
+           "outcome": "ok", "lane": "", "parent_lane": "cpu/1"}
+    span = Span.from_dict(old)
+    assert span.lane is None and span.row == Lane("gpu") and span.parent_lane == Lane("cpu", slot=1)
+    assert Span.from_dict(span.to_dict()) == span
+
+
+# -- profiles of earlier versions ----------------------------------------------------------------
+
+OLD_PROFILE = {"format": "hqflow.profile", "version": 1, "overhead": 0.001, "rows": {"circuit": 4}, "backends": [
+    {"backend": "qpu:emulated-qpu#1", "pool": "qpu:q", "queue": 0.0, "per_job": 0.01, "per_row": 0.001,
+     "per_shot": 0.0, "failure_rate": 0.0, "jobs": 5, "devices": 2}],
+    "fragments": [{"fragment": "learn", "resource": "cpu", "seconds": 0.02, "spread": 0.0, "calls": 5}]}
+
+
+def test_a_profile_of_an_earlier_version_loads_and_is_saved_anew_as_objects(tmp_path):
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(OLD_PROFILE))
+    prof = Profile.load(str(old))
+    b = prof.backend("emulated-qpu#1")
+    assert b is prof.backend("qpu:emulated-qpu#1") is prof.backend(Lane("qpu", "emulated-qpu", 1))
+    assert (b.backend, b.pool, b.devices) == (Lane("qpu", "emulated-qpu", 1), Lane("qpu", "q"), 2)
+    new = prof.save(str(tmp_path / "new.json"))
+    doc = json.loads(open(new).read())
+    assert doc["backends"][0]["backend"] == {"kind": "qpu", "name": "emulated-qpu", "member": 1}
+    assert doc["backends"][0]["pool"] == {"kind": "qpu", "name": "q"}
+    assert Profile.load(new) == prof
+    with pytest.raises(KeyError, match="no profile of 'qpu:other'; profiled: qpu:emulated-qpu#1"):
+        prof.backend("other")
+
 
 
 # -- events ----------------------------------------------------------------------------------
 
 def test_events_are_told_apart_by_type():
     seen = []
-    for event in (TaskDone(None, 0, None, "cpu", 0, 0.0, 1.0, None), CallDone(None, 1, None, None), Wake()):
+    for event in (TaskDone(None, 0, None, Lane("cpu", slot=0), 0.0, 1.0, None), CallDone(None, 1, None, None), Wake()):
         match event:
             case TaskDone(step=step):
                 seen.append(("task", step))

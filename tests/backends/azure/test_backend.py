@@ -253,7 +253,7 @@ def test_train_on_azure_shows_its_jobs_in_the_trace_and_keeps_the_key_out(azure_
     trace = _cli("trace", str(run))
     assert trace.returncode == 0 and "qpu:azure:ionq.simulator" in trace.stdout
     spans = json.loads((run / "spans.json").read_text())["spans"]
-    azure = [s for s in spans if s["resource"].startswith("qpu:azure:")]
+    azure = [s for s in spans if s["resource"]["kind"] == "qpu" and s["resource"]["name"].startswith("azure:")]
     assert azure and all("cost" in s for s in azure)
     assert azure_service.stats()["jobs"] >= len(azure) and azure_service.stats()["duplicated"] == 0
     key = azure_workspace["key"]

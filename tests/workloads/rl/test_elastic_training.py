@@ -66,7 +66,7 @@ def test_members_added_and_removed_mid_run_change_nothing(undisturbed, tmp_path,
                              "1 job in flight runs again on the others")
     assert lines[1].startswith("hqflow: resources: pool 'qpu' now 1 backend (+0, -1)") and len(lines) == 2
     assert json.loads((tmp_path / "run" / "config.json").read_text())["backends"] == {"qpu": [_member("c")]}
-    lanes = {s.row.split("/")[0] for s in out["spans"] if s.resource == "qpu:qpu"}
+    lanes = {s.row.at(None) for s in out["spans"] if s.resource == "qpu:qpu"}
     assert {"qpu:a#0", "qpu:b#1", "qpu:c#2"} <= lanes
     assert any(s.outcome == "cancelled" and s.row == "qpu:a#0" for s in out["spans"])
 
