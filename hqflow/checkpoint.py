@@ -10,7 +10,9 @@ uninterrupted run: with every loop edge at ``max_staleness=0`` the result is ide
 
 ``DIR`` holds:
 
-* ``state.pkl``: ``{"version", "graph", "seed", "run_id", "steps", "state", "item"}``;
+* ``state.pkl``: ``{"version", "graph", "seed", "run_id", "steps", "state", "item"}``, its ``state``
+  a list of ``[port, value]`` pairs, each loop edge's source port as an object (``PortRef.to_dict``;
+  version 1 keyed the values by the ``"frag.port"`` text, and is still read);
 * ``outputs.pkl``: one pickle per finished step, ``(step, outputs)``, in step order (a
   frame cut short by a kill is dropped on resume).
 
@@ -29,8 +31,9 @@ from typing import Any
 from hqflow.ir.graph import Graph, GraphError
 
 from .files import atomic_write
+from .ports import PortRef
 
-VERSION = 1
+VERSION = 2
 
 
 class CheckpointError(GraphError):
@@ -91,8 +94,13 @@ class RunDir:
             raise CheckpointError(f"cannot read {self.state_file}: {exc.strerror}") from None
         except Exception:  # noqa: BLE001 - truncated or not a pickle
             raise CheckpointError(f"{self.state_file} is damaged: not a checkpoint") from None
-        if not isinstance(saved, dict) or saved.get("version") != VERSION or not isinstance(saved.get("steps"), int):
+        if not isinstance(saved, dict) or saved.get("version") not in (1, VERSION) \
+                or not isinstance(saved.get("steps"), int):
             raise CheckpointError(f"{self.state_file} is damaged: not a checkpoint of this hqflow")
+        try:
+            saved["state"] = _state(saved)
+        except (AttributeError, TypeError, ValueError):
+            raise CheckpointError(f"{self.state_file} is damaged: its loop values are not by port") from None
         if saved["graph"] != self.graph_digest:
             raise CheckpointError(f"{self.path} is the checkpoint of another graph; resume it with the graph it ran")
         if saved["seed"] != seed:
@@ -130,11 +138,11 @@ class RunDir:
     def due(self, steps: int) -> bool:
         return steps - self.saved_steps >= self.every
 
-    def save(self, steps: int, state: dict, item: str | None, run_id: str | None) -> None:
+    def save(self, steps: int, state: dict[PortRef, Any], item: str | None, run_id: str | None) -> None:
         """The loop-carried values after ``steps`` finished steps (their outputs recorded first)."""
         os.fsync(self._out.fileno())
         data = {"version": VERSION, "graph": self.graph_digest, "seed": self.saved["seed"], "run_id": run_id,
-                "steps": steps, "state": state, "item": item}
+                "steps": steps, "state": [[ref.to_dict(), value] for ref, value in state.items()], "item": item}
         buf = io.BytesIO()
         pickle.dump(data, buf, protocol=4)
         atomic_write(self.state_file, lambda p: Path(p).write_bytes(buf.getvalue()))
@@ -142,3 +150,13 @@ class RunDir:
 
     def close(self) -> None:
         self._out.close()
+
+
+def _state(saved: dict) -> dict[PortRef, Any] | None:
+    """A checkpoint's loop values by port: version 2's ``[port, value]`` pairs, or version 1's values
+    keyed by ``"frag.port"`` text."""
+    if saved["state"] is None:
+        return None
+    if saved["version"] == 1:
+        return {PortRef.parse(key): value for key, value in saved["state"].items()}
+    return {PortRef.from_dict(ref): value for ref, value in saved["state"]}

@@ -37,6 +37,7 @@ from hqflow.ir.graph import CircuitCall, Graph
 from .clock import SimClock
 from .executors import SyncExecutor
 from .lanes import Lane
+from .ports import PortRef
 from .profile import BackendProfile, Profile
 from .scheduler import Scheduler, SchedulerConfig
 
@@ -298,7 +299,7 @@ def _simulate(graph: Graph, steps: int, profile: Profile, config: SchedulerConfi
     cfg = replace(config, job_timeout=None, max_retries=1 << 30, budget=None, run_dir=None, resume=False)
     executor = _SimExecutor(profile, clock, host, n_rows, nested)
     stream = ({p.name: None for p in graph.inputs} for _ in range(steps))  # the values matter to no one
-    unset = {f"{e.src[0]}.{e.src[1]}": 0.0 for e in graph.edges if e.loop and e.init is None}  # given at run time
+    unset = {PortRef(*e.src): 0.0 for e in graph.edges if e.loop and e.init is None}  # given at run time
     result = Scheduler(graph, pools, cfg, executor=executor, clock=clock).run(stream, initial_state=unset)
     makespan = result.seconds
     slots = {"cpu": config.cpu_workers, "gpu": config.gpu_workers}

@@ -24,6 +24,7 @@ from hqflow.ir.text import one_line
 
 from .gradients import param_shift
 from .jobs import JobClient, bind_client, unbind_client
+from .ports import PortValues
 from .trace import Span
 
 
@@ -39,7 +40,9 @@ class FragmentError(RuntimeError):
 class RunResult:
     outputs: list[dict[str, Any]]  # graph outputs, one dict per step
     spans: list[Span]
-    state: dict[str, Any]  # final value on each loop-carried edge, keyed "src_frag.port"
+    state: PortValues
+    """the final value on each loop-carried edge, keyed by its source port (``hqflow.ports.PortRef``);
+    a lookup also takes the ``"src_frag.port"`` text"""
     seconds: float = 0.0
     extra: dict = field(default_factory=dict)
     steps: list[int] | None = None  # the step of each output; None: 0, 1, 2, ... (a whole run)

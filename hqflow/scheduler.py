@@ -64,6 +64,7 @@ from .fragments import (
 from .jobs import JobClient, JobService, Parent
 from .lanes import Lane
 from .outcome import OK, Outcome
+from .ports import PortRef, PortValues, port
 from .trace import Span
 
 
@@ -229,7 +230,7 @@ class Scheduler:
         return pools
 
     # -- the loop -------------------------------------------------------------------
-    def run(self, stream: Iterable[Mapping[str, Any]] | int, *, initial_state: Mapping[str, Any] | None = None,
+    def run(self, stream: Iterable[Mapping[str, Any]] | int, *, initial_state: Mapping[PortRef | str, Any] | None = None,
             progress=None) -> RunResult:
         if isinstance(stream, int):
             if stream < 0:
@@ -307,8 +308,8 @@ class Scheduler:
                                   "one it ran; give the run's own stream")
         for i, e in enumerate(self.graph.edges):
             if e.loop:
-                port = self.graph.fragment(e.dst[0]).port(e.dst[1], output=False)
-                self.versions[i] = {steps: as_port_value(saved["state"][f"{e.src[0]}.{e.src[1]}"], port.type)}
+                dst = self.graph.fragment(e.dst[0]).port(e.dst[1], output=False)
+                self.versions[i] = {steps: as_port_value(saved["state"][PortRef(*e.src)], dst.type)}
         self.outputs = dict(enumerate(saved["outputs"]))
         self.stats["completed_steps"] = steps
         return steps
@@ -325,16 +326,14 @@ class Scheduler:
             e = self.graph.edges[i]
             if self.prefix not in versions:
                 return  # (never, by _forget_old_versions' rule) the next finished step saves
-            state[f"{e.src[0]}.{e.src[1]}"] = versions[self.prefix]
+            state[PortRef(*e.src)] = versions[self.prefix]
         self.store.save(self.prefix, state, self.digests.get(self.prefix - 1), self.service.run_id)
 
     def _result(self, next_step: int) -> RunResult:
         """What completed: every finished step's outputs (in step order), the spans, the newest loop values."""
         steps = sorted(self.outputs)
-        state = {}
-        for i, versions in self.versions.items():
-            e = self.graph.edges[i]
-            state[f"{e.src[0]}.{e.src[1]}"] = versions[max(versions)]
+        state = PortValues({PortRef(*self.graph.edges[i].src): versions[max(versions)]
+                            for i, versions in self.versions.items()})
         stats = dict(self.stats, steps=next_step, **{k: v for k, v in self.service.stats.items() if k != "jobs"},
                      quantum_jobs=self.service.stats["jobs"], **self.service.figures(),
                      pools={name: pool.health() for name, pool in self.pools.items()},
@@ -426,18 +425,25 @@ class Scheduler:
         self.prefix = 0  # steps before the first unfinished one
         self.stats = {"max_admitted": 0, "executor": self.config.executor, "completed_steps": 0}
         self.versions: dict[int, dict[int, Any]] = {}  # loop edge index -> version -> value
-        overrides, used = dict(initial_state or {}), set()
+        overrides, named = {}, {}  # by port; each port's key as the caller wrote it
+        for key, value in (initial_state or {}).items():
+            try:
+                overrides[port(key)], named[port(key)] = value, key
+            except ValueError:  # not "frag.port": names no loop-carried source
+                named[key] = key
+        used = set()
         for i, e in enumerate(self.graph.edges):
             if not e.loop:
                 continue
-            key = f"{e.src[0]}.{e.src[1]}"
+            key = PortRef(*e.src)
             value = overrides.get(key, e.init)
             used.add(key)
             if value is None and not (e.start_empty and key not in overrides):
-                raise GraphError(f"loop-carried edge {e} has no initial value; give init= or initial_state={{{key!r}: ...}}")
-            port = self.graph.fragment(e.dst[0]).port(e.dst[1], output=False)
-            self.versions[i] = {0: as_port_value(value, port.type)}
-        unknown = sorted(set(overrides) - used)
+                raise GraphError(f"loop-carried edge {e} has no initial value; give init= or "
+                                 f"initial_state={{{str(key)!r}: ...}}")
+            dst = self.graph.fragment(e.dst[0]).port(e.dst[1], output=False)
+            self.versions[i] = {0: as_port_value(value, dst.type)}
+        unknown = sorted(str(named[k]) for k in set(named) - used)
         if unknown:
             raise GraphError(f"initial_state names {unknown}, which are not loop-carried sources")
 
@@ -587,8 +593,8 @@ class Scheduler:
         self._complete(f, step, out, progress)
 
     def _complete(self, f: Fragment, step: int, out: dict, progress) -> None:
-        for port, value in out.items():
-            self.values[(f.name, port, step)] = value
+        for name, value in out.items():
+            self.values[(f.name, name, step)] = value
         for i, versions in self.versions.items():
             e = self.graph.edges[i]
             if e.src[0] == f.name:
@@ -710,7 +716,7 @@ class RunHandle:
 
 
 def start(graph: Graph, stream: Iterable[Mapping[str, Any]] | int, *, backends: Mapping[str, Any] | None = None,
-          initial_state: Mapping[str, Any] | None = None, progress=None, config: SchedulerConfig | None = None,
+          initial_state: Mapping[PortRef | str, Any] | None = None, progress=None, config: SchedulerConfig | None = None,
           on_change=None, **options) -> RunHandle:
     """``run``, in a thread of its own: returns at once with a :class:`RunHandle`. ``on_change(handle)``
     is called after every ``add_backend`` and ``remove_backend``."""
@@ -728,13 +734,14 @@ def _config(config: SchedulerConfig | None, options: dict) -> SchedulerConfig:
 
 
 def run(graph: Graph, stream: Iterable[Mapping[str, Any]] | int, *, backends: Mapping[str, Any] | None = None,
-        initial_state: Mapping[str, Any] | None = None, progress=None, config: SchedulerConfig | None = None,
+        initial_state: Mapping[PortRef | str, Any] | None = None, progress=None, config: SchedulerConfig | None = None,
         **options) -> RunResult:
     """Run ``graph`` over ``stream`` with the overlap scheduler.
 
     ``backends`` maps a fragment's backend name to a backend, a registry name,
-    ``(name, options)``, or a list of those (a pool). ``options`` are
-    ``SchedulerConfig`` fields (``executor="ray"``, ``window=4``, ...).
+    ``(name, options)``, or a list of those (a pool). ``initial_state`` gives loop-carried sources
+    their first value, by port (``hqflow.ports.PortRef`` or ``"frag.port"``; a run's ``result.state``
+    continues it). ``options`` are ``SchedulerConfig`` fields (``executor="ray"``, ``window=4``, ...).
     """
     return Scheduler(graph, backends, _config(config, options)).run(stream, initial_state=initial_state,
                                                                    progress=progress)

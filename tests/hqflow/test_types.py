@@ -1,13 +1,18 @@
-"""The core's small types (issue 23, typed data): outcomes, lanes, and the scheduler's events. Each
+"""The core's small types (issue 23, typed data): outcomes, lanes, ports and the scheduler's events. Each
 round-trips through its data form, prints exactly the text earlier versions printed, and files of
 earlier versions, which hold that text, still load."""
 import json
+import pickle
 
+import numpy as np
 import pytest
+
+import hqflow as hq
 
 from hqflow.events import CallDone, TaskDone, Wake
 from hqflow.lanes import Lane, member
 from hqflow.outcome import CANCELLED, OK, TIMEOUT, Outcome
+from hqflow.ports import PortRef, PortValues, port
 from hqflow.profile import Profile
 from hqflow.trace import Span, load_spans, outcome_counts, save_spans
 
@@ -136,6 +141,71 @@ def test_a_profile_of_an_earlier_version_loads_and_is_saved_anew_as_objects(tmp_
     with pytest.raises(KeyError, match="no profile of 'qpu:other'; profiled: qpu:emulated-qpu#1"):
         prof.backend("other")
 
+
+
+# -- ports and a run's values by port ----------------------------------------------------------
+
+def test_a_port_prints_as_users_write_it_and_round_trips():
+    ref = PortRef("adam", "weights")
+    assert str(ref) == "adam.weights" and PortRef.parse("adam.weights") == ref == port("adam.weights")
+    assert PortRef.parse("a.b.c") == PortRef("a.b", "c")  # the last dot splits, as Pipeline.connect reads it
+    assert PortRef.from_dict(json.loads(json.dumps(ref.to_dict()))) == ref and port(ref) is ref
+    for bad in ("weights", ".w", "adam.", 3):
+        with pytest.raises(ValueError, match="not of the form 'fragment.port'"):
+            PortRef.parse(bad)
+
+
+def test_values_by_port_are_looked_up_by_port_or_by_its_text():
+    values = PortValues({"adam.weights": 1, PortRef("count", "n"): 2})
+    assert list(values) == [PortRef("adam", "weights"), PortRef("count", "n")]
+    assert values["adam.weights"] == values[PortRef("adam", "weights")] == 1 and values.get("count.n") == 2
+    assert "count.n" in values and "nope.n" not in values and "nonsense" not in values and 3 not in values
+    assert values == {"count.n": 2, "adam.weights": 1} and values != {"count.n": 2}
+    with pytest.raises(KeyError):
+        values["nope.x"]
+    assert pickle.loads(pickle.dumps(values)) == values and "'adam.weights': 1" in repr(values)
+
+
+def count(n):
+    return n + 1
+
+
+def _counter():
+    pipe = hq.Pipeline("counter")
+    pipe.preprocess(count, outputs="n")
+    pipe.loop("count.n", "count.n", init=0)
+    pipe.output("count.n")
+    return pipe.build()
+
+
+def test_a_run_s_state_is_keyed_by_port_and_initial_state_takes_either_key():
+    graph = _counter()
+    res = hq.run(graph, 3, executor="sync")
+    assert list(res.state) == [PortRef("count", "n")] and res.state["count.n"] == 3
+    again = hq.run(graph, 2, executor="sync", initial_state=res.state)  # a result's state continues it
+    assert again.state["count.n"] == 5
+    assert hq.run(graph, 1, executor="sync", initial_state={PortRef("count", "n"): 10}).state["count.n"] == 11
+    assert hq.run(graph, 1, executor="sync", initial_state={"count.n": 20}).state["count.n"] == 21
+
+
+def test_a_checkpoint_of_an_earlier_version_keyed_by_text_resumes_to_the_uninterrupted_result(tmp_path):
+    from hqflow.workloads import synthetic
+
+    cfg = synthetic.Config(staleness=0, backend="qpu")
+    graph, run_dir = synthetic.build_graph(cfg), tmp_path / "run"
+
+    def run(steps, **kw):
+        return hq.run(graph, synthetic.stream(steps, cfg), backends={"qpu": "reference"}, executor="sync", seed=5,
+                      **kw)
+
+    run(3, run_dir=str(run_dir))
+    saved = pickle.loads((run_dir / "state.pkl").read_bytes())
+    assert saved["version"] == 2 and saved["state"][0][0] == {"fragment": "learn", "port": "weights"}
+    old = dict(saved, version=1, state={str(PortRef.from_dict(ref)): value for ref, value in saved["state"]})
+    (run_dir / "state.pkl").write_bytes(pickle.dumps(old, protocol=4))  # as version 1 wrote it
+    resumed, clean = run(6, run_dir=str(run_dir), resume=True), run(6)
+    assert resumed.outputs == clean.outputs and min(s.step for s in resumed.spans) == 3
+    np.testing.assert_array_equal(resumed.state["learn.weights"], clean.state["learn.weights"])
 
 
 # -- events ----------------------------------------------------------------------------------
