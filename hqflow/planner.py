@@ -39,7 +39,9 @@ from .scheduler import RunHandle, SchedulerConfig, run as scheduler_run, start a
 OBJECTIVES = ("time", "cost")
 PREFETCH = (0, 1, 2, 4)
 HORIZON = 60
-"""steps simulated to rank candidates (the chosen plan is then predicted over all steps)"""
+"""steps simulated to rank the finalists (the chosen plan is then predicted over all steps)"""
+SCREEN, FINALISTS = 16, 6
+"""every candidate is first simulated over ``SCREEN`` steps; the ``FINALISTS`` best over ``HORIZON``"""
 
 
 @dataclass(frozen=True)
@@ -126,29 +128,34 @@ def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time",
     for name, names in pools.items():
         if not names:
             raise ValueError(f"no profile of a backend in pool {name!r}: calibrate with a run that uses it")
-    horizon = min(steps, HORIZON)
-    scale = steps / horizon if horizon else 0.0
     devices = sum(max(1, b.devices) for b in profile.backends if b.pool.name in pools)
     space = itertools.product(range(limit + 1), prefetch, _cuts(rows, devices), _workers(graph),
                               itertools.product(*(_subsets(n) for n in pools.values())))
-    best, seen = None, 0
-    for staleness, ahead, cut, workers, chosen in space:
+
+    def score(candidate, horizon: int):
+        """The candidate's ranking key over ``horizon`` steps (None: past the budget), and its plan."""
+        staleness, ahead, cut, workers, chosen = candidate
         members = dict(zip(pools, chosen))
         cfg = dataclasses.replace(config, prefetch=ahead, window=None, rows_per_job=cut, cpu_workers=workers)
         guess = predict(with_staleness(graph, staleness), horizon, profile, cfg, rows=rows, members=members)
-        seen += 1
-        spend = guess.spend * scale
+        spend = guess.spend * (steps / horizon if horizon else 0.0)
         if budget is not None and spend > budget:
-            continue
+            return None
         primary = (spend, guess.makespan) if objective == "cost" else (guess.makespan, spend)
         # ties: fresher parameters, fewer jobs ahead, fewer and larger jobs, fewer workers, fewer QPUs
         key = (*(round(x, 9) for x in primary), staleness, ahead, -(cut or 1 << 30), workers,
                sum(len(m) for m in chosen))
-        if best is None or key < best[0]:
-            best = (key, staleness, cfg, members)
-    if best is None:
+        return key, (staleness, cfg, members)
+
+    candidates = list(space)
+    screened = [(found, c) for c in candidates if (found := score(c, min(steps, SCREEN))) is not None]
+    if not screened:
         raise ValueError(f"no configuration fits a budget of {budget:g}: the cheapest is predicted to spend more")
-    _, staleness, cfg, members = best
+    screened.sort(key=lambda pair: pair[0][0])
+    finalists = [score(c, min(steps, HORIZON)) for _, c in screened[:FINALISTS]]
+    finalists = [f for f in finalists if f is not None] or [screened[0][0]]
+    seen = len(candidates)
+    _, (staleness, cfg, members) = min(finalists, key=lambda found: found[0])
     final = predict(with_staleness(graph, staleness), steps, profile, cfg, rows=rows, members=members)
     return Plan(staleness, cfg, tuple((k, tuple(v)) for k, v in members.items()), final, objective, budget, seen,
                 profile, rows, steps)

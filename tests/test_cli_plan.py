@@ -19,8 +19,9 @@ def test_plan_prints_its_table_and_its_prediction_holds_against_the_measured_run
     assert main(["plan", "vqe", "--steps", "12", "--calibrate", "4", "--measure", *POOL]) == 0
     out = capsys.readouterr().out
     for words in ("plan for vqe, 12 steps", "staleness", "rows per job", "pool emulated-qpu",
-                  "qpu:emulated-qpu#0", "predicted makespan", "measured makespan"):
+                  "predicted makespan", "measured makespan"):
         assert words in out
+    assert "qpu:emulated-qpu#0" in out or "qpu:emulated-qpu#1" in out  # the members it chose (which: its figures)
     assert main(["plan", "vqe", "--steps", "12", "--calibrate", "4", "--measure", "--json", *POOL]) == 0
     figures = _json(capsys)
     assert figures["steps"] == 12 and set(figures["members"]) == {"emulated-qpu"}
