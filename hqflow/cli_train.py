@@ -109,7 +109,9 @@ def _job_pool(runner, name: str, pool: list, what: str) -> None:
 
 def _in_process(policy, watcher) -> None:
     """A resources file changes the pools of this process's job service; a Ray worker keeps its own."""
-    if watcher is not None and not isinstance(policy, str) and policy.scheduler_config().executor == "ray":
+    from .executors import ExecutorKind
+
+    if watcher is not None and not isinstance(policy, str) and policy.scheduler_config().executor is ExecutorKind.RAY:
         raise UsageError(f"--resources needs a distribution that runs in this process (sync or pipelined), not "
                          f"{policy.name} on Ray, whose workers keep the pool they started with")
 

@@ -27,6 +27,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from hqflow.collective import Compression
+from hqflow.executors import ExecutorKind
 from hqflow.placement import Placement
 from hqflow.scheduler import SchedulerConfig
 
@@ -46,7 +47,7 @@ class Sync:
     staleness = 0
 
     def scheduler_config(self, seed: int | None = 0) -> SchedulerConfig:
-        return SchedulerConfig(executor="sync", seed=seed)
+        return SchedulerConfig(executor=ExecutorKind.SYNC, seed=seed)
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class Pipelined:
         _check_int("actors", self.actors, 1)
 
     def scheduler_config(self, seed: int | None = 0) -> SchedulerConfig:
-        return SchedulerConfig(executor="local", cpu_workers=self.actors, gpu_workers=1, seed=seed)
+        return SchedulerConfig(executor=ExecutorKind.LOCAL, cpu_workers=self.actors, gpu_workers=1, seed=seed)
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class RayActors:
             raise ValueError(f"placement must be a hqflow.placement.Placement, got {self.placement!r}")
 
     def scheduler_config(self, seed: int | None = 0) -> SchedulerConfig:
-        return SchedulerConfig(executor="ray", cpu_workers=self.actors, gpu_workers=1, seed=seed,
+        return SchedulerConfig(executor=ExecutorKind.RAY, cpu_workers=self.actors, gpu_workers=1, seed=seed,
                                placement=self.placement)
 
 
@@ -102,8 +103,9 @@ class MultiLearner:
     """how many parameter versions behind an actor may run (0: the result of ``sync``)"""
     actors: int = 1
     """actor slots that run rollouts"""
-    executor: str = "ray"
-    """``ray`` (learners and actors are Ray actors, on a cluster's nodes) or ``local`` (threads)"""
+    executor: ExecutorKind = ExecutorKind.RAY
+    """``ray`` (learners and actors are Ray actors, on a cluster's nodes) or ``local`` (threads): an
+    ``ExecutorKind``, or its name"""
     placement: Placement = Placement()
     """where the actors and the learners go on a cluster's nodes (``hqflow.placement``)"""
     compression: Compression = Compression()
@@ -115,8 +117,9 @@ class MultiLearner:
         _check_int("learners", self.learners, 1)
         _check_int("staleness", self.staleness, 0)
         _check_int("actors", self.actors, 1)
-        if self.executor not in ("ray", "local"):
+        if self.executor not in (ExecutorKind.RAY, ExecutorKind.LOCAL):  # also a name, from a run directory's JSON
             raise ValueError(f"executor must be 'ray' or 'local', got {self.executor!r}")
+        object.__setattr__(self, "executor", ExecutorKind(self.executor))
         if isinstance(self.placement, dict):  # from a run directory's JSON
             object.__setattr__(self, "placement", Placement(**self.placement))
         if not isinstance(self.placement, Placement):

@@ -21,8 +21,9 @@ the cost model's simulated executor (``hqflow.costmodel``) too:
   object store, and the next worker takes them from there: they never pass
   through the driver. ``traffic`` counts the bytes each way.
 
-A backend spec is a backend instance (``sync``/``local`` only), a registry name,
-or ``(name, options)``.
+Which one a run uses is an :class:`ExecutorKind` (``SchedulerConfig.executor``); the scheduler asks the
+kind what it needs to know (``one_at_a_time``, ``resizable``), never its name. A backend spec is a
+backend instance (``sync``/``local`` only), a registry name, or ``(name, options)``.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ import re
 import threading
 import time
 from collections.abc import Mapping
+from enum import Enum
 from typing import Any
 
 from hqflow.backends import Backend, FutureJob, get_backend
@@ -50,6 +52,44 @@ from .placement import Placement
 from .threads import DaemonPool
 
 BackendSpec = "Backend | str | tuple[str, Mapping[str, Any]]"
+
+
+class ExecutorKind(str, Enum):
+    """Where a run's fragment work runs: ``sync``, ``local`` or ``ray`` (see the module docstring).
+
+    A kind is its name too (a ``str``: it equals ``"sync"``, prints and saves to JSON as it), so a
+    config written with names keeps working; code asks its properties."""
+
+    SYNC = "sync"
+    LOCAL = "local"
+    RAY = "ray"
+
+    @staticmethod
+    def of(kind: ExecutorKind | str) -> ExecutorKind:
+        """The kind ``kind`` names (``ValueError`` for none)."""
+        try:
+            return ExecutorKind(kind)
+        except (TypeError, ValueError):
+            raise ValueError(f"executor must be 'sync', 'local' or 'ray', got {kind!r}") from None
+
+    @property
+    def one_at_a_time(self) -> bool:
+        """The reference: one fragment call or job at a time, in graph order, on the scheduler's thread."""
+        return self is ExecutorKind.SYNC
+
+    @property
+    def resizable(self) -> bool:
+        """Its classical worker slots can change mid-run (``RunHandle.set_workers``)."""
+        return self is ExecutorKind.LOCAL
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __repr__(self) -> str:
+        return repr(self.value)  # a config or a policy prints as it did with names
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 def _spec(spec: Any) -> tuple[str, dict]:
@@ -109,7 +149,7 @@ class _LocalHandle:
 class SyncExecutor(Executor):
     """Runs every task inline; the scheduler runs one thing at a time with it."""
 
-    name = "sync"
+    kind = ExecutorKind.SYNC
 
     def __init__(self):
         self.handles: list[_LocalHandle] = []
@@ -153,7 +193,7 @@ class SyncExecutor(Executor):
 class LocalExecutor(SyncExecutor):
     """A thread pool per classical resource: ``cpu`` with ``cpu_workers``, ``gpu`` with ``gpu_workers``."""
 
-    name = "local"
+    kind = ExecutorKind.LOCAL
 
     def __init__(self, cpu_workers: int = 1, gpu_workers: int = 1):
         super().__init__()
@@ -460,7 +500,7 @@ class RayExecutor(Executor):
     made anew for each run.
     """
 
-    name = "ray"
+    kind = ExecutorKind.RAY
     keeps_outputs = True  # outputs may stay in the object store (submit's ``kept``)
 
     def __init__(self, num_cpus: int | None = None, cpu_workers: int = 1, gpu_workers: int = 1,
@@ -682,12 +722,13 @@ def _import_path() -> str:
     return os.pathsep.join(dict.fromkeys([p for p in paths if os.path.isdir(p)] + ([extra] if extra else [])))
 
 
-def make_executor(name: str, cpu_workers: int = 1, gpu_workers: int = 1, ray_num_cpus: int | None = None,
+def make_executor(kind: ExecutorKind | str, cpu_workers: int = 1, gpu_workers: int = 1, ray_num_cpus: int | None = None,
                   ray_address: str | None = None, placement: Placement | None = None):
-    if name == "sync":
-        return SyncExecutor()
-    if name == "local":
-        return LocalExecutor(cpu_workers, gpu_workers)
-    if name == "ray":
-        return RayExecutor(ray_num_cpus, cpu_workers, gpu_workers, ray_address, placement or Placement())
-    raise ValueError(f"unknown executor {name!r}; use 'sync', 'local' or 'ray'")
+    """An executor of ``kind`` (an :class:`ExecutorKind`, or its name)."""
+    match ExecutorKind.of(kind):
+        case ExecutorKind.SYNC:
+            return SyncExecutor()
+        case ExecutorKind.LOCAL:
+            return LocalExecutor(cpu_workers, gpu_workers)
+        case ExecutorKind.RAY:
+            return RayExecutor(ray_num_cpus, cpu_workers, gpu_workers, ray_address, placement or Placement())

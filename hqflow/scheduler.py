@@ -53,7 +53,7 @@ from .collective import Compression, Replica
 from .dispatch import Member, Pool
 from .events import CallDone, Event, TaskDone, Wake
 from .placement import Placement
-from .executors import make_executor
+from .executors import ExecutorKind, make_executor
 from .fragments import (
     FragmentError,
     RunFailed,
@@ -73,8 +73,8 @@ class SchedulerConfig:
     """How a graph is run. Changing it never changes the algorithm; with every
     loop edge at ``max_staleness=0`` it never changes the results either."""
 
-    executor: str = "local"
-    """``sync`` (one thing at a time), ``local`` (threads) or ``ray``"""
+    executor: ExecutorKind = ExecutorKind.LOCAL
+    """``sync`` (one thing at a time), ``local`` (threads) or ``ray``: an ``ExecutorKind``, or its name"""
     cpu_workers: int = 1
     """classical worker slots for ``cpu`` fragments"""
     gpu_workers: int = 1
@@ -126,8 +126,7 @@ class SchedulerConfig:
     outputs and loop values restored (the same graph, stream and seed; any executor and backends)"""
 
     def __post_init__(self):
-        if self.executor not in ("sync", "local", "ray"):
-            raise ValueError(f"executor must be 'sync', 'local' or 'ray', got {self.executor!r}")
+        object.__setattr__(self, "executor", ExecutorKind.of(self.executor))  # a name, from users and JSON
         for name in ("cpu_workers", "gpu_workers", "max_in_flight", "window", "learners", "rows_per_job"):
             if name in ("window", "rows_per_job") and getattr(self, name) is None:
                 continue
@@ -139,7 +138,7 @@ class SchedulerConfig:
             raise ValueError(f"compression must be a hqflow.collective.Compression, got {self.compression!r}")
         if self.learners > self.gpu_workers:
             raise ValueError(f"learners={self.learners} needs as many learner slots, but gpu_workers={self.gpu_workers}")
-        if self.learners > 1 and self.executor == "sync":
+        if self.learners > 1 and self.executor.one_at_a_time:
             raise ValueError("learners > 1 runs replicas at once: use the local or ray executor, not sync")
         if not isinstance(self.prefetch, int) or self.prefetch < 0:
             raise ValueError(f"prefetch must be an integer >= 0, got {self.prefetch!r}")
@@ -346,7 +345,7 @@ class Scheduler:
     def _auto_window(self) -> int:
         """Steps admitted at once: the config's, or twice the jobs the pools keep in flight, plus 2 (at least 8)."""
         in_flight = sum(m.capacity for pool in self.pools.values() for m in pool.members if not m.removed)
-        return 1 if self.config.executor == "sync" else self.config.window or max(8, 2 * in_flight + 2)
+        return 1 if self.config.executor.one_at_a_time else self.config.window or max(8, 2 * in_flight + 2)
 
     # -- resources changed mid-run (RunHandle, hqflow.resources); only once ``started`` is set ----------
     def add_backend(self, pool: str, spec) -> int:
@@ -391,8 +390,8 @@ class Scheduler:
             raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
         if resource == "gpu" and workers < self.config.learners:
             raise ValueError(f"the run's learn steps need {self.config.learners} learner slots; keep gpu workers >= that")
-        if self.config.executor != "local":
-            raise ValueError(f"worker slots change mid-run under the local executor only, not {self.config.executor!r}")
+        if not self.config.executor.resizable:
+            raise ValueError(f"worker slots change mid-run under the local executor only, not {str(self.config.executor)!r}")
 
     def set_workers(self, resource: str, workers: int) -> None:
         """``workers`` classical slots of ``resource`` from now on (local executor; see ``check_workers``)."""
@@ -423,7 +422,7 @@ class Scheduler:
                                   ledger=self.executor.ledger(self.config.budget), now=self.clock.now)
         self.digests: dict[int, str | None] = {}  # step -> its stream item's fingerprint (with a run_dir)
         self.prefix = 0  # steps before the first unfinished one
-        self.stats = {"max_admitted": 0, "executor": self.config.executor, "completed_steps": 0}
+        self.stats = {"max_admitted": 0, "executor": self.config.executor.value, "completed_steps": 0}
         self.versions: dict[int, dict[int, Any]] = {}  # loop edge index -> version -> value
         overrides, named = {}, {}  # by port; each port's key as the caller wrote it
         for key, value in (initial_state or {}).items():
@@ -484,10 +483,10 @@ class Scheduler:
 
     def _dispatch_instances(self, quantum: bool) -> None:
         """Start every ready instance of one side that has a free slot (lowest step first; one at a time in sync mode)."""
-        sync = self.config.executor == "sync"
+        one_at_a_time = self.config.executor.one_at_a_time
         for step in sorted(self.admitted):
             for f in self.order:
-                if sync and not self._idle():
+                if one_at_a_time and not self._idle():
                     return
                 key = (f.name, step)
                 if isinstance(f, CircuitCall) != quantum or f.name not in self.admitted[step] or key in self.running:

@@ -1,6 +1,8 @@
-"""The core's small types (issue 23, typed data): outcomes, lanes, ports and the scheduler's events. Each
+"""The core's small types (issue 23, typed data): outcomes, lanes, ports, executor kinds and the
+scheduler's events. Each
 round-trips through its data form, prints exactly the text earlier versions printed, and files of
 earlier versions, which hold that text, still load."""
+import dataclasses
 import json
 import pickle
 
@@ -10,6 +12,7 @@ import pytest
 import hqflow as hq
 
 from hqflow.events import CallDone, TaskDone, Wake
+from hqflow.executors import ExecutorKind, LocalExecutor, SyncExecutor, make_executor
 from hqflow.lanes import Lane, member
 from hqflow.outcome import CANCELLED, OK, TIMEOUT, Outcome
 from hqflow.ports import PortRef, PortValues, port
@@ -206,6 +209,38 @@ def test_a_checkpoint_of_an_earlier_version_keyed_by_text_resumes_to_the_uninter
     resumed, clean = run(6, run_dir=str(run_dir), resume=True), run(6)
     assert resumed.outputs == clean.outputs and min(s.step for s in resumed.spans) == 3
     np.testing.assert_array_equal(resumed.state["learn.weights"], clean.state["learn.weights"])
+
+
+# -- executor kinds -------------------------------------------------------------------------------
+
+def test_an_executor_is_named_by_users_and_typed_inside():
+    cfg = hq.SchedulerConfig(executor="sync")
+    assert cfg.executor is ExecutorKind.SYNC and cfg.executor.one_at_a_time and not cfg.executor.resizable
+    assert hq.SchedulerConfig().executor is ExecutorKind.LOCAL and ExecutorKind.LOCAL.resizable
+    assert not ExecutorKind.RAY.one_at_a_time and not ExecutorKind.RAY.resizable
+    assert cfg.executor == "sync" and str(cfg.executor) == f"{cfg.executor}" == "sync"  # still its name
+    assert "executor='sync'" in repr(cfg) and json.loads(json.dumps({"executor": cfg.executor})) == {"executor": "sync"}
+    with pytest.raises(ValueError, match="executor must be 'sync', 'local' or 'ray', got 'threads'"):
+        hq.SchedulerConfig(executor="threads")
+    for kind, cls in (("sync", SyncExecutor), (ExecutorKind.LOCAL, LocalExecutor)):
+        executor = make_executor(kind)
+        assert type(executor) is cls and executor.kind is ExecutorKind.of(kind)
+        executor.close()
+
+
+def test_a_run_directory_s_saved_policy_loads_with_its_executor_s_name():
+    from hqflow.distribution import get_distribution
+
+    saved = json.loads(json.dumps({"distribution": "multi-learner", "distribution_options": {
+        "learners": 2, "staleness": 0, "actors": 1, "executor": "local", "placement": {}, "compression": {}}}))
+    policy = get_distribution(saved["distribution"], **saved["distribution_options"])
+    assert policy.executor is ExecutorKind.LOCAL and policy.scheduler_config().executor is ExecutorKind.LOCAL
+    assert json.loads(json.dumps(dataclasses.asdict(policy)))["executor"] == "local"  # and saves as it did
+    assert get_distribution("sync").scheduler_config().executor.one_at_a_time
+
+
+def test_a_run_s_statistics_name_its_executor():
+    assert hq.run(_counter(), 1, executor="sync").extra["executor"] == "sync"
 
 
 # -- events ----------------------------------------------------------------------------------

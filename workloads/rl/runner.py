@@ -68,6 +68,7 @@ from hqflow.ir import Graph
 import hqflow as hq
 from hqflow.collective import replica
 from hqflow.distribution import get_distribution
+from hqflow.executors import ExecutorKind
 from hqflow.files import atomic_text, atomic_write
 from hqflow.scheduler import Scheduler
 from hqflow.trace import save_spans
@@ -439,7 +440,7 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
         raise ValueError(f"elastic resources need a pool of job backends: {cfg.backend!r} runs in process")
     if policy_ is None:
         policy_ = default_distribution(in_process) if distribution in (None, "auto") else get_distribution(distribution)
-    if resources is not None and policy_.scheduler_config().executor == "ray":
+    if resources is not None and policy_.scheduler_config().executor is ExecutorKind.RAY:
         raise ValueError(f"elastic resources need a distribution that runs in this process, not {policy_.name} on "
                          "Ray (its workers keep the pool they started with)")
     cfg = mod.resolve(cfg, in_process, devices)
