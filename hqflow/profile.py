@@ -73,6 +73,11 @@ class BackendProfile:
     compute_per_row: float = 0.0
     compute_per_shot: float = 0.0
 
+    def __post_init__(self):  # names as a user writes them ("qpu:emulated-qpu#1") become lanes
+        for name in ("backend", "pool"):
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, member(getattr(self, name)))
+
     def compute(self, rows: int, shots: int | None = None) -> float:
         """Predicted CPU seconds one job of ``rows`` circuits computes on this machine."""
         return self.compute_per_job + self.compute_per_row * rows + self.compute_per_shot * rows * (shots or 0)

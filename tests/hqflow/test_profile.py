@@ -8,7 +8,7 @@ import hqflow as hq
 from hqflow.backends.emulated import EmulatedQPU
 from hqflow.lanes import Lane
 from hqflow.outcome import OK, Outcome
-from hqflow.profile import Profile, ProfileError, profile
+from hqflow.profile import BackendProfile, Profile, ProfileError, profile
 from hqflow.trace import Span
 from hqflow.workloads import synthetic
 
@@ -114,3 +114,10 @@ def test_a_fit_whose_intercept_alone_comes_out_negative_goes_through_the_origin(
     X = np.column_stack([np.ones(3), rows, np.zeros(3)])
     c = _fit(X, 0.01 * rows - 0.001)  # the least-squares intercept is -0.001
     assert c[0] == 0.0 and c[1] == pytest.approx(0.01 * 84 / 84 - 0.001 * 14 / 84) and c[2] == 0.0
+
+
+def test_a_backend_profile_takes_member_names_as_a_user_writes_them():
+    from hqflow.lanes import Lane
+
+    b = BackendProfile("qpu:emulated-qpu#1", "qpu:emulated-qpu", 0.0, 0.01, 0.0, 0.0, 0.0)
+    assert b.backend == Lane("qpu", "emulated-qpu", member=1) and b.pool == Lane("qpu", "emulated-qpu")
