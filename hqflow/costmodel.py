@@ -36,6 +36,7 @@ from hqflow.ir.graph import CircuitCall, Graph
 
 from .clock import SimClock
 from .executors import SyncExecutor
+from .fragments import RunResult
 from .lanes import Lane
 from .ports import PortRef
 from .profile import BackendProfile, Profile
@@ -264,6 +265,29 @@ def predict(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig 
     ``members``: the pool members to use, by pool name: their lanes in the profile, or their names
     (``hqflow.lanes.member``; default: every profiled member of the pool).
     """
+    runs, chosen, nested, n_rows = _runs(graph, steps, profile, config, rows, members)
+    makespan = sum(r[1] for r in runs) / len(runs)
+    utilization = {k: sum(r[2].get(k, 0.0) for r in runs) / len(runs) for k in runs[0][2]}
+    seconds = {f.name: profile.fragment(f.name).seconds + profile.overhead
+               for f in graph.fragments if not isinstance(f, CircuitCall)}
+    cut = {name: min(n, config.rows_per_job or n) for name, n in n_rows.items()}
+    cut.update({name: min(n[2], config.rows_per_job or n[2]) for name, n in nested.items()})
+    bound = _bound(graph.topological_order(), steps, seconds, n_rows, cut, chosen, nested,
+                   {"cpu": config.cpu_workers, "gpu": config.gpu_workers})
+    return Prediction(makespan, utilization, runs[0][3], bound, runs[0][4])
+
+
+def simulate(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig = SchedulerConfig(), *,
+             rows: int | Mapping[str, int] = 1, members: Mapping[str, Sequence[str]] | None = None) -> RunResult:
+    """The simulated run behind :func:`predict` (the first, where failures are drawn): its spans are the
+    predicted trace (``hqflow.trace``: draw it, export it, compare it with a measured one); its outputs
+    hold nothing."""
+    return _runs(graph, steps, profile, config, rows, members)[0][0][0]
+
+
+def _runs(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig, rows, members):
+    """The simulated runs a prediction averages, with the pools' members, the fragments that submit jobs
+    themselves and each circuit call's rows."""
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
     for f in graph.fragments:  # a clear error before any run: every classical fragment needs its profile
@@ -275,21 +299,13 @@ def predict(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig 
               if isinstance(f, CircuitCall)}
     draws = [None] if not any(b.failure_rate > 0 for bs in chosen.values() for b in bs) else \
         [random.Random(k) for k in range(REPLAYS)]
-    runs = [_simulate(graph, steps, profile, config, chosen, nested, n_rows, draw) for draw in draws]
-    makespan = sum(r[0] for r in runs) / len(runs)
-    utilization = {k: sum(r[1].get(k, 0.0) for r in runs) / len(runs) for k in runs[0][1]}
-    seconds = {f.name: profile.fragment(f.name).seconds + profile.overhead
-               for f in graph.fragments if not isinstance(f, CircuitCall)}
-    cut = {name: min(n, config.rows_per_job or n) for name, n in n_rows.items()}
-    cut.update({name: min(n[2], config.rows_per_job or n[2]) for name, n in nested.items()})
-    bound = _bound(graph.topological_order(), steps, seconds, n_rows, cut, chosen, nested,
-                   {"cpu": config.cpu_workers, "gpu": config.gpu_workers})
-    return Prediction(makespan, utilization, runs[0][2], bound, runs[0][3])
+    return [_simulate(graph, steps, profile, config, chosen, nested, n_rows, draw) for draw in draws], chosen, \
+        nested, n_rows
 
 
 def _simulate(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig, chosen: dict, nested: dict,
-              n_rows: dict, draw: random.Random | None) -> tuple[float, dict, float, int]:
-    """One simulated run: (makespan, utilization, spend, first attempts)."""
+              n_rows: dict, draw: random.Random | None) -> tuple[RunResult, float, dict, float, int]:
+    """One simulated run: (its result, makespan, utilization, spend, first attempts)."""
     clock = SimClock()
     host = _Host(clock, profile.cores)
     members = {name: [_SimBackend(b, clock, host, profile.overhead, draw) for b in bs] for name, bs in chosen.items()}
@@ -312,15 +328,15 @@ def _simulate(graph: Graph, steps: int, profile: Profile, config: SchedulerConfi
         for b in backends:
             utilization[str(b.p.backend)] = b.busy / (makespan * b.max_in_flight) if makespan else 0.0
     stats = result.extra
-    return makespan, utilization, stats.get("spend") or 0.0, stats["quantum_jobs"] - stats["retries"]
+    return result, makespan, utilization, stats.get("spend") or 0.0, stats["quantum_jobs"] - stats["retries"]
 
 
 def calibrate(graph: Graph, spans: list, profile: Profile, config: SchedulerConfig = SchedulerConfig(), *,
               rows: int | Mapping[str, int] = 1, members: Mapping[str, Sequence[str]] | None = None) -> Profile:
-    """``profile`` with the scheduler's own overhead per dispatched job or call: the figure at which
-    :func:`predict` gives the makespan that ``spans`` (a run of ``graph`` under ``config``) measured.
-    The first quarter of the steps (at least step 0) is left out on both sides: it warms caches,
-    compiles programs and starts threads."""
+    """``profile`` with the scheduler's own overhead per dispatched job or call: the figure at which the
+    simulated run takes as long as ``spans`` (a run of ``graph`` under ``config``) measured, both timed
+    from the end of their first quarter of steps (at least step 0: it warms caches, compiles programs and
+    starts threads) to their end."""
     found = _fit(graph, spans, lambda x: replace(profile, overhead=x), config, rows, members, 0.0, 0.05, grows=True)
     return profile if found is None else replace(profile, overhead=found)
 
@@ -337,24 +353,31 @@ def calibrate_cores(graph: Graph, spans: list, profile: Profile, config: Schedul
 
 
 def _fit(graph, spans, changed, config, rows, members, low: float, high: float, grows: bool) -> float | None:
-    """The figure in ``[low, high]`` at which the predicted makespan of ``changed(figure)`` is the one that
-    ``spans`` measured, by bisection (``grows``: the makespan grows with the figure, else it falls);
-    None where the spans have too few steps past the first quarter (left out: warming up)."""
+    """The figure in ``[low, high]`` at which the simulated run of ``changed(figure)`` takes as long as ``spans``
+    measured, by bisection (``grows``: the time grows with the figure, else it falls); None where the spans
+    have too few steps. Both runs are timed alike (:func:`_after_warm_up`)."""
     total = max((s.step for s in spans), default=-1) + 1
     warm = max(1, total // 4)
-    later = [s for s in spans if s.step >= warm]
-    steps = total - warm
-    if steps < 1 or not later:
+    measured = _after_warm_up(spans, warm)
+    if measured is None:
         return None
-    measured = max(s.end for s in later) - min(s.start for s in later)
     for _ in range(30):
         mid = (low + high) / 2
-        guess = predict(graph, steps, changed(mid), config, rows=rows, members=members).makespan
+        runs = _runs(graph, total, changed(mid), config, rows, members)[0]
+        guess = sum(_after_warm_up(r[0].spans, warm) or 0.0 for r in runs) / len(runs)
         if (guess < measured) == grows:
             low = mid
         else:
             high = mid
     return low if grows else high
+
+
+def _after_warm_up(spans, warm: int) -> float | None:
+    """Seconds from the end of the last span of the first ``warm`` steps (they warm caches, compile programs
+    and start threads) to the end of the run; None where no step follows them."""
+    before = [s.end for s in spans if s.step < warm]
+    after = [s.end for s in spans if s.step >= warm]
+    return max(after) - max(before) if before and after and max(after) > max(before) else None
 
 
 def _bound(order, steps: int, seconds: dict, n_rows: dict, cut: dict, pools: dict, nested: dict,
@@ -388,4 +411,4 @@ def _bound(order, steps: int, seconds: dict, n_rows: dict, cut: dict, pools: dic
     return steps * max(busiest, d) + min(c, q) if steps else 0.0
 
 
-__all__ = ["Prediction", "calibrate", "calibrate_cores", "pool_names", "predict"]
+__all__ = ["Prediction", "calibrate", "calibrate_cores", "pool_names", "predict", "simulate"]

@@ -1,11 +1,13 @@
 """The cost model (hqflow.costmodel): exact on loops whose schedule is known by hand, and calibrated from
 measured spans by arithmetic the tests check with figures they choose (how close a calibrated prediction
 comes to a real run is measured by benchmarks/planner.py, whatever the machine's load)."""
+import dataclasses
+
 import pytest
 
 import hqflow as hq
 from hqflow.backends.emulated import EmulatedQPU
-from hqflow.costmodel import calibrate, predict
+from hqflow.costmodel import calibrate, calibrate_cores, predict, simulate
 from hqflow.lanes import Lane
 from hqflow.profile import BackendProfile, FragmentProfile, Profile, profile
 from hqflow.workloads import synthetic
@@ -138,19 +140,37 @@ class _Span:  # what calibrate reads of a span
 @pytest.mark.parametrize("staleness, executor, overhead", [(0, "local", 0.004), (2, "local", 0.011),
                                                            (1, "sync", 0.0)])
 def test_calibration_finds_the_overhead_that_gives_the_measured_makespan(staleness, executor, overhead):
-    # measured inputs: a run whose later steps took what the model says with a known per-job overhead
+    # the measurement: a run that took what the model says with a known overhead (the simulated run's own trace)
     graph, config, n = _graph(staleness), hq.SchedulerConfig(executor=executor), 16
     prof = _profile(c=0.01, queue=0.005, per_job=0.02)
-    warm = n // 4
-    later = predict(graph, n - warm, Profile(prof.backends, prof.fragments, overhead=overhead), config).makespan
-    spans = [_Span(0, 0.0, 0.5), _Span(warm, 1.0, 1.0 + later / 2), _Span(n - 1, 1.0 + later / 2, 1.0 + later)]
-    fitted = calibrate(graph, spans, prof, config)
+    measured = simulate(graph, n, Profile(prof.backends, prof.fragments, overhead=overhead), config).spans
+    fitted = calibrate(graph, measured, prof, config)
     assert fitted.overhead == pytest.approx(overhead, abs=1e-6)
-    assert predict(graph, n - warm, fitted, config).makespan == pytest.approx(later, rel=1e-4)
+    assert predict(graph, n, fitted, config).makespan == pytest.approx(max(s.end for s in measured), rel=1e-4)
     # and what it predicts for a longer run grows as the loop's rate says: by one step's time a step
     step = predict(graph, 41, fitted, config).makespan - predict(graph, 40, fitted, config).makespan
     assert predict(graph, 60, fitted, config).makespan == pytest.approx(
         predict(graph, 40, fitted, config).makespan + 20 * step, rel=0.05)
+
+
+def test_the_warm_up_steps_are_left_out_of_the_calibration():
+    graph, config = _graph(0), hq.SchedulerConfig()
+    prof = _profile(c=0.01, per_job=0.02)
+    measured = simulate(graph, 16, Profile(prof.backends, prof.fragments, overhead=0.003), config).spans
+    # step 0 took 5 s longer (a program compiled, a cache warmed), and everything after it waited
+    slow_start = [dataclasses.replace(s, end=s.end + 5.0) if s.step == 0 else
+                  dataclasses.replace(s, start=s.start + 5.0, end=s.end + 5.0) for s in measured]
+    assert calibrate(graph, slow_start, prof, config).overhead == pytest.approx(0.003, abs=1e-6)
+
+
+def test_cores_are_calibrated_from_work_done_side_by_side():
+    graph = _graph(2)
+    backends = tuple(BackendProfile(f"qpu:q#{k}", "qpu:qpu", 0.0, 0.0, 0.0, 0.0, 0.0, None, jobs=10,
+                                    compute_per_job=0.02) for k in range(2))
+    prof = Profile(backends, (FragmentProfile("learn", "cpu", 0.001, 0.0, 10),))
+    for cores in (1.0, 1.5):
+        measured = simulate(graph, 16, dataclasses.replace(prof, cores=cores)).spans
+        assert calibrate_cores(graph, measured, prof).cores == pytest.approx(cores, rel=1e-3)
 
 
 def test_calibration_is_bounded_and_leaves_a_short_run_alone():
