@@ -357,10 +357,12 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=None, help="steps of each measured run (default 30; quick 16)")
     ap.add_argument("--calibrate", type=int, default=16, help="steps of each calibration run (default 16)")
     ap.add_argument("--elastic-steps", type=int, default=None, help="steps of the elastic run (default 200; quick 100)")
-    ap.add_argument("--steps-classifier", type=int, default=60, help="steps of the classifier's runs (default 60)")
+    ap.add_argument("--steps-classifier", type=int, default=None,
+                    help="steps of the classifier's runs (default 60, the README's; quick 30)")
     args = ap.parse_args()
     args.steps = args.steps or (16 if args.quick else 30)
     args.elastic_steps = args.elastic_steps or (100 if args.quick else 200)
+    args.steps_classifier = args.steps_classifier or (30 if args.quick else 60)
     if args.steps < 4 or args.calibrate < 3 or args.elastic_steps < 20:
         ap.error("need --steps >= 4, --calibrate >= 3 and --elastic-steps >= 20")
     torch.set_num_threads(1)

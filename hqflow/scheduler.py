@@ -164,6 +164,9 @@ class SchedulerConfig:
             raise ValueError(f"budget must be a number >= 0 or None, got {self.budget!r}")
 
 
+_MISSING = object()
+
+
 class Scheduler:
     """Runs a graph over a stream of micro-batches; see the module docstring."""
 
@@ -186,6 +189,11 @@ class Scheduler:
         self.order = self.graph.topological_order()
         self.index = {f.name: i for i, f in enumerate(self.order)}
         self.incoming = {e.dst: i for i, e in enumerate(self.graph.edges)}
+        # what the loop asks of each fragment at every dispatch, worked out once: its side (circuit calls are
+        # dispatched first), its classical resource and replicas, and where each input port's value comes from
+        self.sides = {quantum: [(f, "gpu" if f.resource == "gpu" else "cpu", self._replicas(f)) for f in self.order
+                                if isinstance(f, CircuitCall) == quantum] for quantum in (True, False)}
+        self.wiring = {f.name: [self._wire(f, p.name) for p in f.inputs] for f in self.order}
         self.slots = {"cpu": config.cpu_workers, "gpu": config.gpu_workers}
         self.started = threading.Event()
         self._changing = threading.Lock()  # backends joining from other threads take their index in turn
@@ -457,20 +465,18 @@ class Scheduler:
     def _inputs(self, f: Fragment, step: int) -> tuple[dict, int | None] | None:
         """The arguments of ``(f, step)`` and the oldest parameter version among them, or None if not ready."""
         args, versions = {}, []
-        for p in f.inputs:
-            i = self.incoming[(f.name, p.name)]
-            e = self.graph.edges[i]
-            if e.loop:
-                usable = [v for v in self.versions[i] if step - e.max_staleness <= v <= step]
+        for port, i, loop, staleness, src in self.wiring[f.name]:
+            if loop:
+                usable = [v for v in self.versions[i] if step - staleness <= v <= step]
                 if not usable:
                     return None
                 versions.append(max(usable))
-                args[p.name] = self.versions[i][versions[-1]]
+                args[port] = self.versions[i][versions[-1]]
             else:
-                key = (e.src[0], e.src[1], step)
-                if key not in self.values:
+                value = self.values.get((*src, step), _MISSING)
+                if value is _MISSING:
                     return None
-                args[p.name] = self.values[key]
+                args[port] = value
         return args, (min(versions) if versions else None)
 
     def _idle(self) -> bool:
@@ -484,15 +490,16 @@ class Scheduler:
     def _dispatch_instances(self, quantum: bool) -> None:
         """Start every ready instance of one side that has a free slot (lowest step first; one at a time in sync mode)."""
         one_at_a_time = self.config.executor.one_at_a_time
+        side = self.sides[quantum]
         for step in sorted(self.admitted):
-            for f in self.order:
-                if one_at_a_time and not self._idle():
+            pending = self.admitted[step]
+            for f, resource, replicas in side:
+                if one_at_a_time and self.running:
                     return
                 key = (f.name, step)
-                if isinstance(f, CircuitCall) != quantum or f.name not in self.admitted[step] or key in self.running:
+                if f.name not in pending or key in self.running:
                     continue
-                resource = "gpu" if f.resource == "gpu" else "cpu"
-                if not quantum and len(self.busy[resource]) + self._replicas(f) > self.slots[resource]:
+                if not quantum and len(self.busy[resource]) + replicas > self.slots[resource]:
                     continue
                 ready = self._inputs(f, step)
                 if ready is None:
@@ -503,6 +510,12 @@ class Scheduler:
                     self._start_execute(f, step, args, version)
                 else:
                     self._start_task(f, step, args, version, resource)
+
+    def _wire(self, f: Fragment, port: str) -> tuple:
+        """``(port, edge index, loop-carried, max staleness, source)`` of an input port."""
+        i = self.incoming[(f.name, port)]
+        e = self.graph.edges[i]
+        return port, i, e.loop, e.max_staleness, e.src
 
     def _replicas(self, f: Fragment) -> int:
         return self.config.learners if f.kind == "learn" else 1
