@@ -111,21 +111,18 @@ class Lane:
     def parse(text: str) -> Lane:
         """The lane a file of an earlier version wrote as text (see the module docstring for the forms;
         ``ValueError`` if ``text`` is none of them)."""
-        if not isinstance(text, str):
-            raise ValueError(f"a lane's text is a string, got {text!r}")
-        head, _, rest = text.partition("/")
-        kind, colon, name = head.partition(":")
-        member = None
-        if colon and "#" in name and name.rsplit("#", 1)[1].isdigit():
-            name, index = name.rsplit("#", 1)
-            member = int(index)
-        slot, _, label = rest.partition("/") if rest[:1].isdigit() else ("", "", rest)
-        if slot and not slot.isdigit():
-            slot, label = "", rest
+        found = _TEXT.match(text) if isinstance(text, str) else None
+        if found is None:
+            raise ValueError(f"not a lane: {text!r}")
+        kind, name, index, slot, label = found.groups()
         try:
-            return Lane(kind, name if colon else None, member, int(slot) if slot else None, label or None)
+            return Lane(kind, name, None if index is None else int(index), None if slot is None else int(slot), label)
         except ValueError:
             raise ValueError(f"not a lane: {text!r}") from None
+
+
+_TEXT = re.compile(r"(\w+)(?::([^/]+?)(?:#(\d+))?)?(?:/(\d+)(?=/|\Z))?(?:/(.+))?\Z", re.DOTALL)
+"""a lane's text: ``kind[:name[#member]][/slot][/label]``"""
 
 
 def member(name: str | Lane) -> Lane:
@@ -135,7 +132,11 @@ def member(name: str | Lane) -> Lane:
         return name
     if not isinstance(name, str):
         raise ValueError(f"a pool member is named by a string or a Lane, got {name!r}")
-    return Lane.parse(name if name.startswith("qpu:") else f"qpu:{name}")
+    try:
+        lane = Lane.parse(name)
+    except ValueError:
+        lane = None
+    return lane if lane is not None and lane.quantum and lane.name is not None else Lane.parse(f"qpu:{name}")
 
 
 def _natural(text: str) -> list:

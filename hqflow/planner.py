@@ -212,7 +212,7 @@ def calibration(run, steps: int, graph: Graph, config: SchedulerConfig = Schedul
     backends' fit; on a pool of several members its halves run side by side, and it gives how many
     CPUs the run's own work gets at once (``costmodel.calibrate_cores``)."""
     first = list(run(steps, None))
-    jobs = [s for s in first if s.kind == "execute" and s.outcome.ok and s.rows]
+    jobs = [s for s in first if s.resource.quantum and s.outcome.ok and s.rows]
     sizes = {s.rows for s in jobs}
     fitted, cut = profile(first), None
     if len(sizes) == 1 and min(sizes) >= 2:

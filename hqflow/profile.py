@@ -277,7 +277,7 @@ def _covered(jobs: list[Span]) -> float:
 def profile(spans: list[Span]) -> Profile:
     """The profiles that ``spans`` measure (see the module docstring)."""
     backends = []
-    jobs = [s for s in spans if is_quantum(s.resource) and s.kind == "execute" and s.outcome.kind != "cancelled"]
+    jobs = [s for s in spans if is_quantum(s.resource) and s.outcome.kind != "cancelled"]  # (a job's span is on a pool)
     for member in dict.fromkeys(_member(s) for s in jobs):
         attempts = [s for s in jobs if _member(s) == member]
         ok = [s for s in attempts if s.outcome.ok and s.rows is not None]
@@ -324,7 +324,7 @@ def step_rows(spans: list[Span]) -> dict[str, int]:
     (a batch cut into parts counts whole), the median step."""
     per: dict[str, dict[int, int]] = {}
     for s in spans:
-        if s.kind == "execute" and s.parent_lane is None and s.outcome.ok and s.rows:
+        if is_quantum(s.resource) and s.parent_lane is None and s.outcome.ok and s.rows:
             steps = per.setdefault(s.fragment, {})
             steps[s.step] = steps.get(s.step, 0) + s.rows
     return {name: int(np.median(list(steps.values()))) for name, steps in per.items()}

@@ -308,8 +308,7 @@ def summary(spans: list[Span]) -> dict:
 def service_jobs(spans: list[Span]) -> int:
     """The service jobs the spans' quantum jobs created: each span's ``service_jobs``, or 1 for a job
     whose backend does not say (one backend job, one service job)."""
-    return sum(1 if s.service_jobs is None else s.service_jobs for s in spans if is_quantum(s.resource)
-               and s.kind == "execute")
+    return sum(1 if s.service_jobs is None else s.service_jobs for s in spans if is_quantum(s.resource))
 
 
 def format_table(spans: list[Span]) -> str:
