@@ -25,7 +25,7 @@ _EXPORTS = {
     "BudgetExceeded": "jobs", "JobClient": "jobs", "RetriesExhausted": "jobs", "get_client": "jobs",
     "Pipeline": "pipeline",
     "Plan": "planner", "plan": "planner", "run": "planner", "start": "planner",
-    "RunHandle": "scheduler", "Scheduler": "scheduler", "SchedulerConfig": "scheduler",
+    "RunHandle": "elastic", "Scheduler": "scheduler", "SchedulerConfig": "scheduler_config",
     "Span": "trace",
 }
 _RENAMED: dict[str, str] = {}  # exported name -> the module's own, where they differ

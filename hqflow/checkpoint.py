@@ -17,6 +17,8 @@ uninterrupted run: with every loop edge at ``max_staleness=0`` the result is ide
   frame cut short by a kill is dropped on resume).
 
 Pickle, as ``torch.save`` uses: load only checkpoints you wrote.
+
+``RunDir`` is the files; ``Checkpointer`` is what the scheduler's loop asks of them while a run goes on.
 """
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ from hqflow.ir.graph import Graph, GraphError
 
 from .files import atomic_write
 from .ports import PortRef
+from .scheduler_config import CheckpointConfig
+from .window import LoopValues
 
 VERSION = 2
 
@@ -69,7 +73,7 @@ def item_digest(item: Any) -> str | None:
 class RunDir:
     """The checkpoint files of one run (see the module docstring)."""
 
-    def __init__(self, path, graph: Graph, seed: int | None, run_id: str | None, every: int, resume: bool):
+    def __init__(self, path, graph: Graph, seed: int | None, every: int, resume: bool):
         self.path, self.every = Path(path), every
         self.graph_digest = graph_digest(graph)
         self.state_file, self.outputs_file = self.path / "state.pkl", self.path / "outputs.pkl"
@@ -78,7 +82,7 @@ class RunDir:
             exists = self.state_file.exists()
         except OSError as exc:
             raise CheckpointError(f"cannot use run directory {self.path}: {exc.strerror}") from None
-        self.saved: dict = {"steps": 0, "state": None, "item": None, "outputs": [], "seed": seed, "run_id": run_id}
+        self.saved: dict = {"steps": 0, "state": None, "item": None, "outputs": [], "seed": seed, "run_id": None}
         if resume and exists:
             self._load(seed)
         elif exists:
@@ -150,6 +154,59 @@ class RunDir:
 
     def close(self) -> None:
         self._out.close()
+
+
+class Checkpointer:
+    """A run's checkpoints while it goes on: its stream items' fingerprints, the steps that join the finished
+    prefix recorded in order, and the loop values saved every ``every`` of them (and at the end)."""
+
+    def __init__(self, config: CheckpointConfig, graph: Graph):
+        self.files = RunDir(config.run_dir, graph, config.seed, config.every, config.resume)
+        self.digests: dict[int, str | None] = {}  # step -> its stream item's fingerprint
+        self.prefix = 0  # steps before the first unfinished one
+
+    @property
+    def run_id(self) -> str | None:
+        """The checkpointed run's identity (None for a fresh run)."""
+        return self.files.saved["run_id"]
+
+    def restore(self, items, values: LoopValues, outputs: dict) -> int:
+        """Continue a checkpointed run: skip its steps in ``items``, restore its loop ``values`` and its
+        ``outputs``; returns how many steps it had finished."""
+        saved, steps = self.files.saved, self.files.saved["steps"]
+        self.prefix = steps
+        if not steps:
+            return 0
+        for j in range(steps):
+            item = next(items, None)
+            if item is None:
+                raise CheckpointError(f"the stream ended after {j} items; the checkpoint in {self.files.path} is "
+                                      f"past {steps} steps: give the run's own stream")
+        if saved["item"] is not None and item_digest(item) not in (None, saved["item"]):
+            raise CheckpointError(f"the stream differs from the checkpointed run's: item {steps - 1} is not the "
+                                  "one it ran; give the run's own stream")
+        values.restore(steps, saved["state"])
+        outputs.update(enumerate(saved["outputs"]))
+        return steps
+
+    def admit(self, step: int, item: Any) -> None:
+        """Step ``step`` begins with ``item``: its fingerprint goes with the checkpoint that ends after it."""
+        self.digests[step] = item_digest(item)
+
+    def finished(self, outputs: dict[int, dict], values: LoopValues, run_id: str, final: bool = False) -> None:
+        """Record the steps that joined the finished prefix; save the loop values when a save is due."""
+        while self.prefix in outputs:
+            self.files.record(self.prefix, outputs[self.prefix])
+            self.prefix += 1
+        if (final or self.files.due(self.prefix)) and self.prefix != self.files.saved_steps:
+            state = values.at(self.prefix)
+            if state is not None:  # (never None) else the next finished step saves
+                self.files.save(self.prefix, state, self.digests.get(self.prefix - 1), run_id)
+        for k in [k for k in self.digests if k < self.prefix - 1]:
+            del self.digests[k]
+
+    def close(self) -> None:
+        self.files.close()
 
 
 def _state(saved: dict) -> dict[PortRef, Any] | None:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from hqflow.collective import Compression
 from hqflow.executors import ExecutorKind
 from hqflow.placement import Placement
-from hqflow.scheduler import SchedulerConfig
+from hqflow.scheduler_config import SchedulerConfig
 
 __all__ = ["DISTRIBUTIONS", "MultiLearner", "Pipelined", "RayActors", "Sync", "get_distribution"]
 

@@ -40,7 +40,7 @@ from enum import Enum
 from typing import Any
 
 from hqflow.backends import Backend, FutureJob, get_backend
-from hqflow.ir.graph import Fragment
+from hqflow.ir.graph import CircuitCall, Fragment, Graph
 from hqflow.ir.text import one_line
 
 from .collective import RayRendezvous, Rendezvous, Replica, as_replica
@@ -112,8 +112,9 @@ class Executor:
     """What every executor shares: a circuit call's batch is built, and its outputs taken from its job's
     result, on the scheduler's side (``hqflow.fragments``); values stay in this process."""
 
-    keeps_outputs = False
-    """True: a classical call's outputs that only other classical calls read may stay where they were made"""
+    def kept_ports(self, graph: Graph) -> dict[str, tuple[str, ...]]:
+        """Per classical fragment, the output ports that may stay where they were made (none: values stay here)."""
+        return {}
 
     def circuit_batch(self, fragment: Fragment, args: dict, seed: int | None):
         """The one batch a circuit call submits for ``args``, and its postprocessing (see ``execute_batch``)."""
@@ -501,7 +502,18 @@ class RayExecutor(Executor):
     """
 
     kind = ExecutorKind.RAY
-    keeps_outputs = True  # outputs may stay in the object store (submit's ``kept``)
+
+    def kept_ports(self, graph: Graph) -> dict[str, tuple[str, ...]]:
+        """Per classical fragment, the output ports that only other classical fragments read, in the same
+        step: they may stay in the object store (submit's ``kept``), since the driver never reads them."""
+        kept = {}
+        for f in graph.fragments:
+            if not isinstance(f, CircuitCall):
+                edges = {p.name: [e for e in graph.edges if e.src == (f.name, p.name)] for p in f.outputs}
+                kept[f.name] = tuple(p for p, es in edges.items() if es and all(
+                    not e.loop and e.dst[0] is not None and not isinstance(graph.fragment(e.dst[0]), CircuitCall)
+                    for e in es))
+        return kept
 
     def __init__(self, num_cpus: int | None = None, cpu_workers: int = 1, gpu_workers: int = 1,
                  address: str | None = None, placement: Placement = Placement()):

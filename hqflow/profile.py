@@ -278,8 +278,8 @@ def profile(spans: list[Span]) -> Profile:
     """The profiles that ``spans`` measure (see the module docstring)."""
     backends = []
     jobs = [s for s in spans if is_quantum(s.resource) and s.outcome.kind != "cancelled"]  # (a job's span is on a pool)
-    for member in dict.fromkeys(_member(s) for s in jobs):
-        attempts = [s for s in jobs if _member(s) == member]
+    for lane in dict.fromkeys(_member(s) for s in jobs):
+        attempts = [s for s in jobs if _member(s) == lane]
         ok = [s for s in attempts if s.outcome.ok and s.rows is not None]
         failed = sum(1 for s in attempts if not s.outcome.ok)
         if not ok:
@@ -295,7 +295,7 @@ def profile(spans: list[Span]) -> Profile:
         price = _fit(X[priced], np.array([ok[j].cost for j in priced])) if priced else (None, 0.0, 0.0)
         computed = [j for j, s in enumerate(ok) if s.compute is not None]
         compute = _fit(X[computed], np.array([ok[j].compute for j in computed])) if computed else (0.0, 0.0, 0.0)
-        backends.append(BackendProfile(member, attempts[0].resource, float(queued.mean()), float(per_job), float(per_row), float(per_shot),
+        backends.append(BackendProfile(lane, attempts[0].resource, float(queued.mean()), float(per_job), float(per_row), float(per_shot),
                                        failed / len(attempts), None if price[0] is None else float(price[0]),
                                        float(price[1]), float(price[2]), len(attempts),
                                        len({s.lane for s in attempts}), *(float(c) for c in compute)))

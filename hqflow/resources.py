@@ -107,7 +107,7 @@ def read(path) -> dict[str, list[Spec]]:
 
 
 class ElasticPools:
-    """Backends join and leave a running ``Scheduler``'s pools (``Scheduler.add_backend`` and
+    """Backends join and leave a running ``Scheduler``'s pools (``scheduler.elastic``'s ``add_backend`` and
     ``remove_backend``, as ``RunHandle`` uses them), for a scheduler that runs in the caller's own thread. Apply changes only
     once ``scheduler.started`` is set (before that the run has no job service)."""
 
@@ -141,8 +141,8 @@ class ElasticPools:
                     leave.append((index, spec))
             if not wanted and not leave:
                 continue
-            joined = [(self.scheduler.add_backend(name, spec), spec) for spec in wanted]
-            requeued = sum(self.scheduler.remove_backend(name, index) for index, _ in leave)
+            joined = [(self.scheduler.elastic.add_backend(name, spec), spec) for spec in wanted]
+            requeued = sum(self.scheduler.elastic.remove_backend(name, index) for index, _ in leave)
             self.members[name] = stay + joined
             changes.append({"pool": name, "backends": [list(s) for s in self.current(name)], "added": len(joined),
                             "removed": len(leave), "requeued": requeued})

@@ -9,6 +9,7 @@ from hqflow.clock import REAL, SimClock
 from hqflow.lanes import Lane
 from hqflow.profile import BackendProfile, FragmentProfile, Profile
 from hqflow.scheduler import Scheduler
+from hqflow.window import Window
 from hqflow.workloads import synthetic
 
 
@@ -48,7 +49,7 @@ def test_the_prediction_is_the_schedulers_own_loop_so_a_changed_rule_changes_it(
     pipelined = costmodel.predict(graph, n, _profile(0.01, 0.02), cfg)
     assert pipelined.makespan == pytest.approx(n * 0.02 + 0.01)
     # the scheduler admits one step at a time: the same prediction call now sees a serial loop
-    monkeypatch.setattr(Scheduler, "_auto_window", lambda self: 1)
+    monkeypatch.setattr(Window, "auto", lambda self: 1)
     assert costmodel.predict(graph, n, _profile(0.01, 0.02), cfg).makespan == pytest.approx(n * 0.03)
 
 

@@ -7,6 +7,7 @@ import pytest
 
 import hqflow as hq
 from hqflow.resources import ElasticPools, ResourceError, ResourceWatcher, parse
+from hqflow.window import Window
 from hqflow.workloads import synthetic
 
 
@@ -52,19 +53,20 @@ class _FakeService:
 
 def test_a_change_keeps_equal_members_adds_before_it_removes_and_refuses_an_empty_pool():
     sched = hq.Scheduler(synthetic.build_graph(synthetic.Config(staleness=0, backend="qpu")), {"qpu": [("emulated-qpu", {"name": "a"}), ("emulated-qpu", {"name": "b"})]})
-    sched.service, sched.window = _FakeService(), 1
+    service = _FakeService()
+    sched.elastic.attach(service, Window(sched.config.backpressure, sched.pools), None)
     try:
         elastic = ElasticPools(sched, {"qpu": [["emulated-qpu", {"name": "a"}], ["emulated-qpu", {"name": "b"}]]})
         changes = elastic.apply({"qpu": [("emulated-qpu", {"name": "b"}), ("emulated-qpu", {"name": "c"})]})
         assert changes == [{"pool": "qpu", "backends": [["emulated-qpu", {"name": "b"}], ["emulated-qpu", {"name": "c"}]],
                             "added": 1, "removed": 1, "requeued": 1}]
-        assert sched.service.calls == [("add", "qpu", "qpu:c#2"), ("remove", "qpu", 0)]
+        assert service.calls == [("add", "qpu", "qpu:c#2"), ("remove", "qpu", 0)]
         assert elastic.apply({"qpu": [("emulated-qpu", {"name": "c"}), ("emulated-qpu", {"name": "b"})]}) == []
         for pools, message in (({"qpu": []}, "pool 'qpu' would have no backend"),
                                ({"gpu": [("emulated-qpu", {})]}, "no backend pool 'gpu' (its pools: 'qpu')")):
             with pytest.raises(ResourceError, match=re.escape(message)):
                 elastic.apply(pools)
-        assert len(sched.service.calls) == 2 and len(elastic.current("qpu")) == 2
+        assert len(service.calls) == 2 and len(elastic.current("qpu")) == 2
     finally:
         sched.executor.close()
 

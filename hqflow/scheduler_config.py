@@ -1,0 +1,224 @@
+"""How a graph is run: ``SchedulerConfig``, one flat frozen set of knobs, grouped by the component that reads them.
+
+Users, plans and saved configs name its fields flat (``hq.SchedulerConfig(cpu_workers=2, window=4)``,
+``hq.run(..., prefetch=0)``). Each component of the scheduler gets only its own part, a small frozen view:
+
+* ``config.workers`` (``WorkersConfig``): the executor and its classical worker slots;
+* ``config.replicas`` (``ReplicasConfig``): the replicas of each ``learn`` instance;
+* ``config.pools`` (``PoolsConfig``): how a backend becomes a pool member (``hqflow.elastic``);
+* ``config.jobs`` (``JobsConfig``): the job service's retries, timeouts, cuts, identity and budget;
+* ``config.backpressure`` (``WindowConfig``): the window of steps in flight (``hqflow.window``);
+* ``config.checkpoints`` (``CheckpointConfig``): the run directory (``hqflow.checkpoint``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .collective import Compression
+from .executors import ExecutorKind
+from .placement import Placement
+
+
+@dataclass(frozen=True)
+class WorkersConfig:
+    """Where classical work runs: the executor of ``kind`` and its worker slots (``executors.make_executor``)."""
+
+    kind: ExecutorKind
+    cpu: int
+    gpu: int
+    ray_num_cpus: int | None
+    ray_address: str | None
+    placement: Placement
+
+
+@dataclass(frozen=True)
+class ReplicasConfig:
+    """Replicas of each ``learn`` instance and how they compress what they reduce (``hqflow.collective``)."""
+
+    learners: int
+    compression: Compression
+
+
+@dataclass(frozen=True)
+class PoolsConfig:
+    """How a backend joins a pool: its device slots (unless it says), and jobs kept ahead of them."""
+
+    max_in_flight: int
+    prefetch: int
+
+
+@dataclass(frozen=True)
+class JobsConfig:
+    """The job service's knobs (``hqflow.jobs``), the run's identity and its budget (``hqflow.ledger``)."""
+
+    max_retries: int
+    job_timeout: float | None
+    rows_per_job: int | None
+    run_id: str | None
+    budget: float | None
+
+
+@dataclass(frozen=True)
+class WindowConfig:
+    """The window of steps in flight (``hqflow.window``): the config's size (None: automatic), and whether
+    the executor runs one thing at a time."""
+
+    size: int | None
+    one_at_a_time: bool
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """The run directory (``hqflow.checkpoint``), and the seed a resumed run must have."""
+
+    run_dir: str
+    every: int
+    resume: bool
+    seed: int | None
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """How a graph is run. Changing it never changes the algorithm; with every
+    loop edge at ``max_staleness=0`` it never changes the results either."""
+
+    # -- the run ------------------------------------------------------------------------------
+    seed: int | None = 0
+    """run seed; shot seeds derive from (seed, step, fragment)"""
+
+    # -- where classical work runs: ``workers`` -------------------------------------------------
+    executor: ExecutorKind = ExecutorKind.LOCAL
+    """``sync`` (one thing at a time), ``local`` (threads) or ``ray``: an ``ExecutorKind``, or its name"""
+    cpu_workers: int = 1
+    """classical worker slots for ``cpu`` fragments"""
+    gpu_workers: int = 1
+    """learner slots for ``gpu`` fragments"""
+    ray_num_cpus: int | None = None
+    """CPUs for ``ray.init`` when the ray executor starts Ray itself"""
+    ray_address: str | None = None
+    """a running Ray cluster for the ray executor to connect to (``"host:port"``, ``"ray://host:port"``
+    or ``"auto"``); None: the Ray this process is connected to, or a local one it starts"""
+    placement: Placement = Placement()
+    """where the ray executor puts its actors on a cluster's nodes (``hqflow.placement``)"""
+
+    # -- learner replicas: ``replicas`` ---------------------------------------------------------
+    learners: int = 1
+    """replicas of each ``learn`` fragment instance, each on a learner slot (``gpu_workers`` must be at
+    least this many); they reduce with ``hqflow.collective`` and rank 0's outputs are the instance's"""
+    compression: Compression = Compression()
+    """how the learner replicas compress the gradient shares they reduce (``hqflow.collective.Compression``)"""
+
+    # -- backend pools: ``pools`` ---------------------------------------------------------------
+    max_in_flight: int = 1
+    """device slots per backend, unless the backend says otherwise (``max_in_flight`` attribute)"""
+    prefetch: int = 1
+    """extra jobs submitted to each backend beyond its device slots, so its queue never runs dry
+    and submission round-trips hide behind running jobs (0: submit only into free slots)"""
+
+    # -- the job service and the budget: ``jobs`` -----------------------------------------------
+    rows_per_job: int | None = None
+    """circuits per quantum job at most: a step's batch is cut into jobs of this many rows, run side by
+    side over a pool's members and joined again in row order (None: only a backend's own limit cuts it).
+    Exact values never change with the cut; with shots a part's seed is the batch's plus its first row,
+    so a different cut draws different (equally distributed) samples"""
+    max_retries: int = 3
+    """retries of a failed or timed-out quantum job before the run fails"""
+    job_timeout: float | None = None
+    """seconds before an unfinished quantum job is cancelled and retried (None: wait)"""
+    run_id: str | None = None
+    """the run's identity, from which cloud backends derive idempotent job ids (give the same one to a
+    resumed run so that it finds the jobs that already ran); None: a fresh one, or the checkpoint's"""
+    budget: float | None = None
+    """the most the run may spend on priced quantum jobs, in their backend's currency (``estimate_cost``);
+    a job that would go past it is refused and the run stops with ``BudgetExceeded``, results kept"""
+
+    # -- the window of steps in flight: ``backpressure`` ----------------------------------------
+    window: int | None = None
+    """micro-batches admitted and not yet finished, at most (backpressure); None: twice the jobs
+    all backends keep in flight, plus 2, and at least 8"""
+
+    # -- checkpoints: ``checkpoints`` -----------------------------------------------------------
+    run_dir: str | None = None
+    """a folder for the run's checkpoints (``hqflow.checkpoint``): loop-carried values and the
+    stream position after each ``checkpoint_every`` finished steps, and every step's outputs"""
+    checkpoint_every: int = 1
+    """finished steps between checkpoints in ``run_dir``"""
+    resume: bool = False
+    """continue the run checkpointed in ``run_dir``: its first steps are skipped in the stream, its
+    outputs and loop values restored (the same graph, stream and seed; any executor and backends)"""
+
+    def __post_init__(self):
+        object.__setattr__(self, "executor", ExecutorKind.of(self.executor))  # a name, from users and JSON
+        for name in ("cpu_workers", "gpu_workers", "max_in_flight", "window", "learners", "rows_per_job"):
+            value = getattr(self, name)
+            if not (value is None and name in ("window", "rows_per_job")) and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if isinstance(self.compression, dict):  # from a run directory's JSON
+            object.__setattr__(self, "compression", Compression(**self.compression))
+        if not isinstance(self.compression, Compression):
+            raise ValueError(f"compression must be a hqflow.collective.Compression, got {self.compression!r}")
+        if self.learners > self.gpu_workers:
+            raise ValueError(f"learners={self.learners} needs as many learner slots, but gpu_workers={self.gpu_workers}")
+        if self.learners > 1 and self.executor.one_at_a_time:
+            raise ValueError("learners > 1 runs replicas at once: use the local or ray executor, not sync")
+        if not isinstance(self.prefetch, int) or self.prefetch < 0:
+            raise ValueError(f"prefetch must be an integer >= 0, got {self.prefetch!r}")
+        if not isinstance(self.max_retries, int) or self.max_retries < 0:
+            raise ValueError(f"max_retries must be an integer >= 0, got {self.max_retries!r}")
+        if self.job_timeout is not None and self.job_timeout <= 0:
+            raise ValueError(f"job_timeout must be positive or None, got {self.job_timeout!r}")
+        if isinstance(self.placement, dict):  # from a run directory's JSON
+            object.__setattr__(self, "placement", Placement(**self.placement))
+        if not isinstance(self.placement, Placement):
+            raise ValueError(f"placement must be a hqflow.placement.Placement, got {self.placement!r}")
+        if self.ray_address is not None and (not isinstance(self.ray_address, str) or not self.ray_address):
+            raise ValueError(f"ray_address must be a non-empty string or None, got {self.ray_address!r}")
+        if self.ray_address is not None and self.ray_num_cpus is not None:
+            raise ValueError("ray_num_cpus sizes a Ray that hqflow starts; a cluster at ray_address has its own CPUs")
+        if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int) \
+                or self.checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be an integer >= 1, got {self.checkpoint_every!r}")
+        if self.resume and self.run_dir is None:
+            raise ValueError("resume=True needs the run_dir of the run to continue")
+        if self.budget is not None and (isinstance(self.budget, bool) or not isinstance(self.budget, (int, float))
+                                        or self.budget < 0):
+            raise ValueError(f"budget must be a number >= 0 or None, got {self.budget!r}")
+
+    @property
+    def workers(self) -> WorkersConfig:
+        return WorkersConfig(self.executor, self.cpu_workers, self.gpu_workers, self.ray_num_cpus, self.ray_address,
+                             self.placement)
+
+    @property
+    def replicas(self) -> ReplicasConfig:
+        return ReplicasConfig(self.learners, self.compression)
+
+    @property
+    def pools(self) -> PoolsConfig:
+        return PoolsConfig(self.max_in_flight, self.prefetch)
+
+    @property
+    def jobs(self) -> JobsConfig:
+        return JobsConfig(self.max_retries, self.job_timeout, self.rows_per_job, self.run_id, self.budget)
+
+    @property
+    def backpressure(self) -> WindowConfig:
+        return WindowConfig(self.window, self.executor.one_at_a_time)
+
+    @property
+    def checkpoints(self) -> CheckpointConfig | None:
+        """None without a ``run_dir``."""
+        return None if self.run_dir is None else CheckpointConfig(self.run_dir, self.checkpoint_every, self.resume,
+                                                                  self.seed)
+
+
+def configure(config: SchedulerConfig | None, options: dict) -> SchedulerConfig:
+    """``config`` (default: the defaults) with ``options``, flat ``SchedulerConfig`` fields, in place of its own."""
+    cfg = config or SchedulerConfig()
+    if options:
+        unknown = sorted(set(options) - {f.name for f in dataclasses.fields(SchedulerConfig)})
+        if unknown:
+            raise TypeError(f"unknown scheduler option(s) {unknown}; see hqflow.SchedulerConfig")
+        cfg = dataclasses.replace(cfg, **options)
+    return cfg
