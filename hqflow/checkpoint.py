@@ -35,7 +35,7 @@ from hqflow.ir.graph import Graph, GraphError
 from .files import atomic_write
 from .ports import PortRef
 from .scheduler_config import CheckpointConfig
-from .window import LoopValues
+from .window import Values
 
 VERSION = 2
 
@@ -158,25 +158,26 @@ class RunDir:
 
 class Checkpointer:
     """A run's checkpoints while it goes on: its stream items' fingerprints, the steps that join the finished
-    prefix recorded in order, and the loop values saved every ``every`` of them (and at the end)."""
+    prefix recorded in order, and the loop values saved every ``every`` of them (and at the end). Without a
+    config (a run without a ``run_dir``) it records nothing."""
 
-    def __init__(self, config: CheckpointConfig, graph: Graph):
-        self.files = RunDir(config.run_dir, graph, config.seed, config.every, config.resume)
+    def __init__(self, config: CheckpointConfig | None, graph: Graph):
+        self.files = None if config is None else RunDir(config.run_dir, graph, config.seed, config.every, config.resume)
         self.digests: dict[int, str | None] = {}  # step -> its stream item's fingerprint
         self.prefix = 0  # steps before the first unfinished one
 
     @property
     def run_id(self) -> str | None:
         """The checkpointed run's identity (None for a fresh run)."""
-        return self.files.saved["run_id"]
+        return None if self.files is None else self.files.saved["run_id"]
 
-    def restore(self, items, values: LoopValues, outputs: dict) -> int:
+    def restore(self, items, values: Values, outputs: dict) -> int:
         """Continue a checkpointed run: skip its steps in ``items``, restore its loop ``values`` and its
         ``outputs``; returns how many steps it had finished."""
+        if self.files is None or not self.files.saved["steps"]:
+            return 0
         saved, steps = self.files.saved, self.files.saved["steps"]
         self.prefix = steps
-        if not steps:
-            return 0
         for j in range(steps):
             item = next(items, None)
             if item is None:
@@ -191,10 +192,13 @@ class Checkpointer:
 
     def admit(self, step: int, item: Any) -> None:
         """Step ``step`` begins with ``item``: its fingerprint goes with the checkpoint that ends after it."""
-        self.digests[step] = item_digest(item)
+        if self.files is not None:
+            self.digests[step] = item_digest(item)
 
-    def finished(self, outputs: dict[int, dict], values: LoopValues, run_id: str, final: bool = False) -> None:
+    def finished(self, outputs: dict[int, dict], values: Values, run_id: str, final: bool = False) -> None:
         """Record the steps that joined the finished prefix; save the loop values when a save is due."""
+        if self.files is None:
+            return
         while self.prefix in outputs:
             self.files.record(self.prefix, outputs[self.prefix])
             self.prefix += 1
@@ -206,7 +210,8 @@ class Checkpointer:
             del self.digests[k]
 
     def close(self) -> None:
-        self.files.close()
+        if self.files is not None:
+            self.files.close()
 
 
 def _state(saved: dict) -> dict[PortRef, Any] | None:

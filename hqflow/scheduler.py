@@ -1,30 +1,13 @@
-"""The overlap scheduler: keep classical and quantum resources busy at once.
+"""The overlap scheduler's loop: keep classical and quantum resources busy at once.
 
-The input stream is cut into micro-batches (steps). Fragment instance ``(f, i)`` becomes ready when its
-inputs for step ``i`` exist; ready instances go to resource pools: ``cpu``/``gpu`` worker slots through an
-executor, and quantum backend pools with a few jobs in flight each. Quantum jobs are submitted without
-blocking; a finished job makes its consumers ready at once, so while a backend runs micro-batch ``i`` the
-CPU prepares ``i + 1`` and the learner consumes ``i - 1``.
-
-This module is the loop: admit steps, dispatch the ready instances, take their completions. The rest are
-components with one job each, each given only its part of the config (``scheduler_config.py``):
-
-* the window of steps in flight (backpressure) and the loop-carried value each may take (bounded
-  staleness; ``max_staleness=0`` is exactly one fragment at a time in graph order): ``window.py``;
-* quantum jobs, an ``execute`` fragment's and those a classical fragment submits through its client
-  (``hqflow.get_client()``), over pools of backends chosen by latency and health, with the same retries,
-  timeouts, budget and spans: ``jobs.py``, ``dispatch.py``, ``ledger.py``;
-* checkpoints in a run directory: ``checkpoint.py``;
-* the pools made from backend specs, and backends and worker slots changing mid-run: ``elastic.py``;
-* the figures of ``result.extra``: ``runstats.py``.
-
-A fragment that fails, or a job out of retries, stops the run with ``RunFailed``, whose ``result`` holds
-every completed step's outputs, the spans and the newest loop-carried values.
-
-One loop serves the ``sync``, ``local`` and ``ray`` executors (``executors.py``), and the cost
-model's simulated one (``costmodel.py``): it reads time and waits for events only through its clock
-(``clock.py``), so the same rules run on the machine's clock and on a simulated one. The events
-(a call done, a job done, a wake-up) are small types of their own (``events.py``), dispatched by type.
+The stream is cut into steps; instance ``(f, i)`` is ready when its inputs for step ``i`` exist. The loop admits
+steps, dispatches the ready instances (classical calls to the executor's ``cpu``/``gpu`` slots, circuit calls to
+the job service's backend pools: ``executors.py``, ``jobs.py``) and takes their completions, so while a backend
+runs step ``i`` the CPU prepares ``i + 1`` and the learner consumes ``i - 1``. The rest is components', each given
+its part of the config (``scheduler_config.py``): the window of steps and the values they read, loop-carried ones
+under bounded staleness (``window.py``), checkpoints (``checkpoint.py``), the pools and their changes mid-run
+(``elastic.py``), and ``result.extra`` (``runstats.py``). Time and events (``events.py``) come only through a
+clock (``clock.py``), so the cost model (``costmodel.py``) runs this same loop on a simulated clock.
 """
 from __future__ import annotations
 
@@ -51,9 +34,7 @@ from .ports import PortRef
 from .runstats import RunStats
 from .scheduler_config import SchedulerConfig, configure
 from .trace import Span
-from .window import LoopValues, Window
-
-_MISSING = object()
+from .window import Values, Window
 
 
 class Scheduler:
@@ -63,12 +44,11 @@ class Scheduler:
                  *, executor=None, clock=REAL):
         """``executor`` and ``clock``: where the work runs and whose time it takes (default: the config's
         executor on the machine's clock; ``hqflow.costmodel`` gives a simulated executor and clock)."""
-        self.config, self.clock, self.replicas, w = config, clock, config.replicas, config.workers
+        self.config, self.clock, w = config, clock, config.workers
         self.executor = executor if executor is not None else make_executor(
             w.kind, w.cpu, w.gpu, w.ray_num_cpus, w.ray_address, w.placement)
         try:
-            self.elastic = Elastic(graph, dict(backends or {}), self.executor, config.pools, w,
-                                   self.replicas.learners, clock.now)
+            self.elastic = Elastic(graph, dict(backends or {}), self.executor, config.pools, w, config.learners, clock.now)
             self.pools, self.slots = self.elastic.pools, self.elastic.slots
             self.graph = graph.validate(backends={name: pool.members[0].handle.capabilities
                                                   for name, pool in self.pools.items()})
@@ -78,21 +58,11 @@ class Scheduler:
         self.kept = self.executor.kept_ports(self.graph)
         self.order = self.graph.topological_order()
         self.index = {f.name: i for i, f in enumerate(self.order)}
-        self.incoming = {e.dst: i for i, e in enumerate(self.graph.edges)}
-        # what the loop asks of each fragment at every dispatch, worked out once: its side (circuit calls are
-        # dispatched first), its classical resource and replicas, and where each input port's value comes from
+        # each fragment's side (circuit calls are dispatched first), classical resource and replicas, worked out once
         self.sides = {quantum: [(f, "gpu" if f.resource == "gpu" else "cpu",
-                                 self.replicas.learners if f.kind == "learn" else 1)
+                                 self.config.learners if f.kind == "learn" else 1)
                                 for f in self.order if isinstance(f, CircuitCall) == quantum] for quantum in (True, False)}
-        self.wiring = {f.name: [self._wire(f, p.name) for p in f.inputs] for f in self.order}
-        self.output_sources = {p.name: self.graph.edges[self.incoming[(None, p.name)]].src for p in self.graph.outputs}
         self.started = threading.Event()
-
-    def _wire(self, f: Fragment, port: str) -> tuple:
-        """``(port, edge index, loop-carried, max staleness, source)`` of an input port."""
-        i = self.incoming[(f.name, port)]
-        e = self.graph.edges[i]
-        return port, i, e.loop, e.max_staleness, e.src
 
     # -- the loop -------------------------------------------------------------------
     def run(self, stream: Iterable[Mapping[str, Any]] | int, *, initial_state: Mapping[PortRef | str, Any] | None = None,
@@ -103,13 +73,10 @@ class Scheduler:
             stream = ({} for _ in range(stream))
         items, self.checkpoints, self.service = iter(stream), None, None
         try:
-            if self.config.checkpoints is not None:
-                self.checkpoints = Checkpointer(self.config.checkpoints, self.graph)
+            self.checkpoints = Checkpointer(self.config.checkpoints, self.graph)
             self._reset(initial_state)
             self.started.set()  # a RunHandle may change the pools from here on
-            if self.checkpoints is not None:
-                self.stats.completed = self.checkpoints.restore(items, self.carried, self.outputs)
-            next_step = self.stats.completed
+            next_step = self.stats.completed = self.checkpoints.restore(items, self.values, self.outputs)
         except BaseException:
             self._close()
             raise
@@ -129,13 +96,12 @@ class Scheduler:
                 if exhausted and not self.admitted:
                     break
                 self._wait_and_handle(progress)
-            if self.checkpoints is not None:
-                self.checkpoints.finished(self.outputs, self.carried, self.service.run_id, final=True)
+            self.checkpoints.finished(self.outputs, self.values, self.service.run_id, final=True)
         except (FragmentError, BackendError) as exc:
             failure = exc
         except KeyboardInterrupt:
             threads.hurry()  # the exit does not wait for the fragment still running
-            if self.checkpoints is None:
+            if self.checkpoints.files is None:
                 raise
             raise KeyboardInterrupt(f"run interrupted after {self.checkpoints.prefix} steps; continue it with "
                                     f"run_dir={str(self.checkpoints.files.path)!r}, resume=True") from None
@@ -152,19 +118,18 @@ class Scheduler:
         self.t0 = self.clock.now()
         self.events: queue.Queue[Event] = queue.Queue()
         self.admitted: dict[int, set[str]] = {}  # step -> fragments not yet done
-        self.values: dict[tuple, Any] = {}  # (fragment or None, port, step) -> value
         self.outputs: dict[int, dict] = {}
         self.running: set[tuple[str, int]] = set()
         self.replies: dict[tuple[str, int], dict[int, dict]] = {}  # replicated instance -> rank -> outputs
         self.busy = {"cpu": set(), "gpu": set()}  # taken worker slots
         self.spans: list[Span] = []
         jobs = self.config.jobs
-        run_id = jobs.run_id or (self.checkpoints.run_id if self.checkpoints else None)
+        run_id = jobs.run_id or self.checkpoints.run_id
         self.service = JobService(self.pools, max_retries=jobs.max_retries, job_timeout=jobs.job_timeout,
                                   rows_per_job=jobs.rows_per_job, t0=self.t0, record=self.spans.append, run_id=run_id,
                                   ledger=self.executor.ledger(jobs.budget), now=self.clock.now)
         self.stats = RunStats(self.config.executor.value)
-        self.carried = LoopValues(self.graph, initial_state)
+        self.values = Values(self.graph, initial_state)
         self.window = Window(self.config.backpressure, self.pools)
         self.elastic.attach(self.service, self.window, self.events)
 
@@ -181,66 +146,42 @@ class Scheduler:
 
     def _result(self, next_step: int) -> RunResult:
         """What completed: every finished step's outputs (in step order), the spans, the newest loop values."""
-        steps = sorted(self.outputs)
-        state = self.carried.newest()
-        extra = self.stats.extra(next_step, self.service, self.pools, getattr(self, "moved", {}))
+        steps, extra = sorted(self.outputs), self.stats.extra(next_step, self.service, self.pools, self.moved)
         spans = sorted(self.spans, key=lambda s: (s.start, str(s.row)))  # ties: by the lanes' text, as ever
-        return RunResult([self.outputs[i] for i in steps], spans, state, self.clock.now() - self.t0, extra,
-                         None if steps == list(range(next_step)) else steps)
+        return RunResult([self.outputs[i] for i in steps], spans, self.values.newest(), self.clock.now() - self.t0,
+                         extra, None if steps == list(range(next_step)) else steps)
 
     # -- admit and dispatch -----------------------------------------------------------
     def _admit(self, step: int, item: Mapping[str, Any]) -> None:
-        if self.checkpoints is not None:  # a resumed run checks that its stream is the same
-            self.checkpoints.admit(step, item)
+        self.checkpoints.admit(step, item)  # a resumed run checks that its stream is the same
         self.admitted[step] = {f.name for f in self.order}
-        for k, v in item.items():
-            self.values[(None, k, step)] = v
+        self.values.admit(step, item)
         self.stats.admitted(len(self.admitted))
 
-    def _inputs(self, f: Fragment, step: int) -> tuple[dict, int | None] | None:
-        """The arguments of ``(f, step)`` and the oldest parameter version among them, or None if not ready."""
-        args, versions = {}, []
-        for port, i, loop, staleness, src in self.wiring[f.name]:
-            if loop:
-                taken = self.carried.take(i, step, staleness)
-                if taken is None:
-                    return None
-                versions.append(taken[0])
-                args[port] = taken[1]
-            else:
-                value = self.values.get((*src, step), _MISSING)
-                if value is _MISSING:
-                    return None
-                args[port] = value
-        return args, (min(versions) if versions else None)
-
     def _dispatch(self) -> None:
-        """Quantum work first: its jobs go out before classical tasks compete for this process."""
-        self._dispatch_instances(quantum=True)
-        self._dispatch_instances(quantum=False)
-
-    def _dispatch_instances(self, quantum: bool) -> None:
-        """Start every ready instance of one side that has a free slot (lowest step first; one at a time in sync mode)."""
+        """Start every ready instance that has a free slot: circuit calls first (their jobs go out before classical
+        tasks compete for this process), lowest step first; one at a time under the sync executor."""
         one_at_a_time = self.config.executor.one_at_a_time
-        for step in sorted(self.admitted):
-            pending = self.admitted[step]
-            for f, resource, replicas in self.sides[quantum]:
-                if one_at_a_time and self.running:
-                    return
-                key = (f.name, step)
-                if f.name not in pending or key in self.running:
-                    continue
-                if not quantum and len(self.busy[resource]) + replicas > self.slots[resource]:
-                    continue
-                ready = self._inputs(f, step)
-                if ready is None:
-                    continue
-                args, version = ready
-                self.running.add(key)
-                if quantum:
-                    self._start_execute(f, step, args, version)
-                else:
-                    self._start_task(f, step, args, version, resource, replicas)
+        for quantum in (True, False):
+            for step in sorted(self.admitted):
+                pending = self.admitted[step]
+                for f, resource, replicas in self.sides[quantum]:
+                    if one_at_a_time and self.running:
+                        return
+                    key = (f.name, step)
+                    if f.name not in pending or key in self.running:
+                        continue
+                    if not quantum and len(self.busy[resource]) + replicas > self.slots[resource]:
+                        continue
+                    ready = self.values.inputs(f, step)
+                    if ready is None:
+                        continue
+                    args, version = ready
+                    self.running.add(key)
+                    if quantum:
+                        self._start_execute(f, step, args, version)
+                    else:
+                        self._start_task(f, step, args, version, resource, replicas)
 
     def _start_task(self, f: Fragment, step: int, args: dict, version: int | None, resource: str, size: int) -> None:
         group = f"{self.service.run_id}/{f.name}/{step}"
@@ -253,7 +194,7 @@ class Scheduler:
             client = (JobClient(self.service, f.job_backends,
                                 Parent(f.name, step, lane, version, True, f.kind, Lane(resource)))
                       if f.job_backends else None)
-            replica = (Replica(rank, size, group, self.executor.rendezvous(), self.replicas.compression)
+            replica = (Replica(rank, size, group, self.executor.rendezvous(), self.config.compression)
                        if size > 1 else None)
             start = self.clock.now()
             fut = self.executor.submit(f, args, resource, client, replica, self.kept.get(f.name, ()))
@@ -275,37 +216,33 @@ class Scheduler:
     def _wait_and_handle(self, progress) -> None:
         if not self.running and self.events.empty():
             raise RuntimeError(f"scheduler stalled with steps {sorted(self.admitted)} unfinished (a bug: please report)")
-        event: Event = self.clock.wait(self.events)
-        match event:
-            case TaskDone():
+        match self.clock.wait(self.events):
+            case TaskDone() as event:
                 self._task_done(event, progress)
-            case CallDone():
+            case CallDone() as event:
                 self._execute_done(event, progress)
             case Wake():  # the slots changed (RunHandle.set_workers): dispatch again
                 pass
 
     def _task_done(self, event: TaskDone, progress) -> None:
-        f, step, version, lane, rank = event.fragment, event.step, event.version, event.lane, event.rank
-        start, end, fut = event.start, event.end, event.future
+        f, step, version, lane, rank, fut = event.fragment, event.step, event.version, event.lane, event.rank, event.future
         self.busy[lane.kind].discard(lane.slot)
-        resource = Lane(lane.kind)
-        exc = fut.exception()
+        start, end, resource, exc = event.start - self.t0, event.end - self.t0, Lane(lane.kind), fut.exception()
         replies = self.replies.get((f.name, step))
         if exc is not None:
-            self.spans.append(Span(f.name, f.kind, resource, step, start - self.t0, end - self.t0, Outcome.error(exc), version, lane))
+            self.spans.append(Span(f.name, f.kind, resource, step, start, end, Outcome.error(exc), version, lane))
             if replies is not None:  # its peers wait in a reduction that cannot finish
                 self.executor.rendezvous().abort(f"{self.service.run_id}/{f.name}/{step}/", f"replica {rank} failed: {exc}")
             if isinstance(exc, FragmentError):
                 raise exc  # its cause stays the fragment's own exception ("raise exc from exc" would loop)
             raise FragmentError(f"fragment {f.name!r} step {step}: {exc}") from exc
         out, remote_spans, node = fut.result()
-        self.spans.append(Span(f.name, f.kind, resource, step, start - self.t0, end - self.t0, OK, version, lane,
-                               node=node))
-        shift = start - self.t0  # spans of jobs submitted in another process: times from the call's start
-        self.spans += [dataclasses.replace(s, start=s.start + shift, end=s.end + shift) for s in remote_spans]
+        self.spans.append(Span(f.name, f.kind, resource, step, start, end, OK, version, lane, node=node))
+        # spans of jobs submitted in another process: times from the call's start
+        self.spans += [dataclasses.replace(s, start=s.start + start, end=s.end + start) for s in remote_spans]
         if replies is not None:  # a replica: the instance is done when all are, with rank 0's outputs
             replies[rank] = out
-            if len(replies) < self.replicas.learners:
+            if len(replies) < self.config.learners:
                 return
             del self.replies[(f.name, step)]
             self.executor.rendezvous().forget(f"{self.service.run_id}/{f.name}/{step}/")
@@ -326,19 +263,15 @@ class Scheduler:
         self._complete(f, step, out, progress)
 
     def _complete(self, f: Fragment, step: int, out: dict, progress) -> None:
-        for name, value in out.items():
-            self.values[(f.name, name, step)] = value
-        self.carried.produced(f.name, step, out)
+        self.values.produced(f.name, step, out)
         pending = self.admitted[step]
         pending.discard(f.name)
         if pending:
             return
         del self.admitted[step]
-        self.outputs[step] = {p: self.values[(*src, step)] for p, src in self.output_sources.items()}
-        self.values = {k: v for k, v in self.values.items() if k[2] != step}
-        if self.checkpoints is not None:
-            self.checkpoints.finished(self.outputs, self.carried, self.service.run_id)
-        self.carried.forget(min(self.admitted, default=self.stats.completed))
+        self.outputs[step] = self.values.finish(step)
+        self.checkpoints.finished(self.outputs, self.values, self.service.run_id)
+        self.values.forget(min(self.admitted, default=self.stats.completed))
         self.stats.completed += 1
         if progress is not None:
             progress(self.stats.completed, self.outputs[step])
@@ -347,8 +280,7 @@ class Scheduler:
 def start(graph: Graph, stream: Iterable[Mapping[str, Any]] | int, *, backends: Mapping[str, Any] | None = None,
           initial_state: Mapping[PortRef | str, Any] | None = None, progress=None, config: SchedulerConfig | None = None,
           on_change=None, **options) -> RunHandle:
-    """``run``, in a thread of its own: returns at once with a :class:`RunHandle` (``hqflow.elastic``).
-    ``on_change(handle)`` is called after every ``add_backend`` and ``remove_backend``."""
+    """``run`` in a thread of its own: a :class:`RunHandle` at once; ``on_change(handle)`` follows each pool change."""
     return RunHandle(Scheduler(graph, backends, configure(config, options)), stream, initial_state, progress, on_change)
 
 
@@ -362,8 +294,7 @@ def run(graph: Graph, stream: Iterable[Mapping[str, Any]] | int, *, backends: Ma
     their first value, by port (``hqflow.ports.PortRef`` or ``"frag.port"``; a run's ``result.state``
     continues it). ``options`` are ``SchedulerConfig`` fields (``executor="ray"``, ``window=4``, ...).
     """
-    return Scheduler(graph, backends, configure(config, options)).run(stream, initial_state=initial_state,
-                                                                     progress=progress)
+    return Scheduler(graph, backends, configure(config, options)).run(stream, initial_state=initial_state, progress=progress)
 
 
 __all__ = ["RunHandle", "Scheduler", "SchedulerConfig", "run", "start"]

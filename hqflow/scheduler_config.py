@@ -1,14 +1,10 @@
-"""How a graph is run: ``SchedulerConfig``, one flat frozen set of knobs, grouped by the component that reads them.
+"""How a graph is run: ``SchedulerConfig``, one flat frozen set of knobs, its fields grouped by who reads them.
 
 Users, plans and saved configs name its fields flat (``hq.SchedulerConfig(cpu_workers=2, window=4)``,
-``hq.run(..., prefetch=0)``). Each component of the scheduler gets only its own part, a small frozen view:
-
-* ``config.workers`` (``WorkersConfig``): the executor and its classical worker slots;
-* ``config.replicas`` (``ReplicasConfig``): the replicas of each ``learn`` instance;
-* ``config.pools`` (``PoolsConfig``): how a backend becomes a pool member (``hqflow.elastic``);
-* ``config.jobs`` (``JobsConfig``): the job service's retries, timeouts, cuts, identity and budget;
-* ``config.backpressure`` (``WindowConfig``): the window of steps in flight (``hqflow.window``);
-* ``config.checkpoints`` (``CheckpointConfig``): the run directory (``hqflow.checkpoint``).
+``hq.run(..., prefetch=0)``); the loop (``hqflow.scheduler``) reads its own group, and gives each component
+only its part as a small frozen view: ``config.workers`` (the executor), ``config.pools`` and
+``config.jobs`` (``hqflow.elastic``, the job service and its budget), ``config.backpressure``
+(``hqflow.window``) and ``config.checkpoints`` (``hqflow.checkpoint``).
 """
 from __future__ import annotations
 
@@ -30,14 +26,6 @@ class WorkersConfig:
     ray_num_cpus: int | None
     ray_address: str | None
     placement: Placement
-
-
-@dataclass(frozen=True)
-class ReplicasConfig:
-    """Replicas of each ``learn`` instance and how they compress what they reduce (``hqflow.collective``)."""
-
-    learners: int
-    compression: Compression
 
 
 @dataclass(frozen=True)
@@ -83,9 +71,14 @@ class SchedulerConfig:
     """How a graph is run. Changing it never changes the algorithm; with every
     loop edge at ``max_staleness=0`` it never changes the results either."""
 
-    # -- the run ------------------------------------------------------------------------------
+    # -- the loop: the seed and the learner replicas ---------------------------------------------
     seed: int | None = 0
     """run seed; shot seeds derive from (seed, step, fragment)"""
+    learners: int = 1
+    """replicas of each ``learn`` fragment instance, each on a learner slot (``gpu_workers`` must be at
+    least this many); they reduce with ``hqflow.collective`` and rank 0's outputs are the instance's"""
+    compression: Compression = Compression()
+    """how the learner replicas compress the gradient shares they reduce (``hqflow.collective.Compression``)"""
 
     # -- where classical work runs: ``workers`` -------------------------------------------------
     executor: ExecutorKind = ExecutorKind.LOCAL
@@ -101,13 +94,6 @@ class SchedulerConfig:
     or ``"auto"``); None: the Ray this process is connected to, or a local one it starts"""
     placement: Placement = Placement()
     """where the ray executor puts its actors on a cluster's nodes (``hqflow.placement``)"""
-
-    # -- learner replicas: ``replicas`` ---------------------------------------------------------
-    learners: int = 1
-    """replicas of each ``learn`` fragment instance, each on a learner slot (``gpu_workers`` must be at
-    least this many); they reduce with ``hqflow.collective`` and rank 0's outputs are the instance's"""
-    compression: Compression = Compression()
-    """how the learner replicas compress the gradient shares they reduce (``hqflow.collective.Compression``)"""
 
     # -- backend pools: ``pools`` ---------------------------------------------------------------
     max_in_flight: int = 1
@@ -189,10 +175,6 @@ class SchedulerConfig:
     def workers(self) -> WorkersConfig:
         return WorkersConfig(self.executor, self.cpu_workers, self.gpu_workers, self.ray_num_cpus, self.ray_address,
                              self.placement)
-
-    @property
-    def replicas(self) -> ReplicasConfig:
-        return ReplicasConfig(self.learners, self.compression)
 
     @property
     def pools(self) -> PoolsConfig:

@@ -1,9 +1,10 @@
-"""The window of steps in flight: how many steps the loop admits at once, and which loop-carried value each may take.
+"""The window of steps in flight: how many steps the loop admits at once, and the values they read.
 
 * **Backpressure** (``Window``): at most ``size`` steps are admitted and unfinished.
-* **Bounded staleness** (``LoopValues``). The value a loop edge's source produces at step ``t`` is version
-  ``t + 1`` (its initial value is version 0). A consumer at step ``i`` of an edge with ``max_staleness=k``
-  takes the newest version in ``[i - k, i]``: ``k = 0`` is exactly one fragment at a time in graph order
+* **Values** (``Values``): each step's port values, from its stream item and its fragments' outputs, and
+  every loop edge's versions. The value a loop edge's source produces at step ``t`` is version ``t + 1``
+  (its initial value is version 0). A consumer at step ``i`` of an edge with ``max_staleness=k`` takes the
+  newest version in ``[i - k, i]``: ``k = 0`` is exactly one fragment at a time in graph order
   (bit-identical results for the same seed, whatever the executor), and ``k > 0`` lets producers run up to
   ``k`` versions ahead. Versions no admitted step may take any more are forgotten; each edge's newest is
   the run's final state.
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hqflow.ir.graph import Graph, GraphError
+from hqflow.ir.graph import Fragment, Graph, GraphError
 
 from .dispatch import Pool
 from .fragments import as_port_value
@@ -39,13 +40,25 @@ class Window:
         self.size = max(self.size, self.auto())
 
 
-class LoopValues:
-    """The versions of every loop edge's value; an edge is known by its index in ``graph.edges``."""
+_MISSING = object()
+
+
+class Values:
+    """The values on a run's edges; a loop edge is known by its index in ``graph.edges``."""
 
     def __init__(self, graph: Graph, initial_state: Mapping[PortRef | str, Any] | None = None):
         """Version 0 of each loop edge: ``initial_state``'s value for its source port (``PortRef`` or
         ``"frag.port"``), else the edge's ``init``."""
         self.graph = graph
+        incoming = {e.dst: i for i, e in enumerate(graph.edges)}
+
+        def wire(f: Fragment, name: str) -> tuple:  # (port, edge index, loop-carried, max staleness, source)
+            i = incoming[(f.name, name)]
+            return name, i, graph.edges[i].loop, graph.edges[i].max_staleness, graph.edges[i].src
+
+        self.wiring = {f.name: [wire(f, p.name) for p in f.inputs] for f in graph.fragments}  # worked out once
+        self.outputs = {p.name: graph.edges[incoming[(None, p.name)]].src for p in graph.outputs}
+        self.steps: dict[tuple, Any] = {}  # (fragment or None, port, step) -> value
         self.edges = {i: e for i, e in enumerate(graph.edges) if e.loop}
         self.versions: dict[int, dict[int, Any]] = {}  # loop edge index -> version -> value
         overrides, named = {}, {}  # by port; each port's key as the caller wrote it
@@ -75,20 +88,42 @@ class LoopValues:
         for i, e in self.edges.items():
             self.versions[i] = {steps: self._typed(i, state[PortRef(*e.src)])}
 
-    def take(self, i: int, step: int, staleness: int) -> tuple[int, Any] | None:
-        """The newest version of edge ``i`` a consumer at ``step`` may take, and its value; None if none is there yet."""
-        versions = self.versions[i]
-        usable = [v for v in versions if step - staleness <= v <= step]
-        if not usable:
-            return None
-        newest = max(usable)
-        return newest, versions[newest]
+    def admit(self, step: int, item: Mapping[str, Any]) -> None:
+        """Step ``step`` begins: its stream item's values are the graph inputs'."""
+        for k, v in item.items():
+            self.steps[(None, k, step)] = v
+
+    def inputs(self, f: Fragment, step: int) -> tuple[dict, int | None] | None:
+        """The arguments of ``(f, step)`` and the oldest loop-carried version among them, or None if not ready."""
+        args, taken = {}, []
+        for name, i, loop, staleness, src in self.wiring[f.name]:
+            if loop:
+                usable = [v for v in self.versions[i] if step - staleness <= v <= step]
+                if not usable:
+                    return None
+                taken.append(max(usable))
+                args[name] = self.versions[i][taken[-1]]
+            else:
+                value = self.steps.get((*src, step), _MISSING)
+                if value is _MISSING:
+                    return None
+                args[name] = value
+        return args, (min(taken) if taken else None)
 
     def produced(self, fragment: str, step: int, outputs: Mapping[str, Any]) -> None:
-        """``fragment`` finished ``step``: its outputs are version ``step + 1`` of the edges it is the source of."""
+        """``fragment`` finished ``step``: its outputs are the step's values of its ports, and version
+        ``step + 1`` of the loop edges it is the source of."""
+        for name, value in outputs.items():
+            self.steps[(fragment, name, step)] = value
         for i, e in self.edges.items():
             if e.src[0] == fragment:
                 self.versions[i][step + 1] = outputs[e.src[1]]
+
+    def finish(self, step: int) -> dict[str, Any]:
+        """Step ``step`` is done: the graph's outputs, and its values are dropped."""
+        outputs = {name: self.steps[(*src, step)] for name, src in self.outputs.items()}
+        self.steps = {k: v for k, v in self.steps.items() if k[2] != step}
+        return outputs
 
     def forget(self, oldest: int) -> None:
         """Drop the versions that no step from ``oldest`` on may take (each edge keeps its newest)."""
