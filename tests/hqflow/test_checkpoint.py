@@ -138,3 +138,65 @@ def test_ctrl_c_stops_at_once_and_says_how_to_continue(tmp_path):
         proc.kill()
     assert "finished" not in out
     assert "run interrupted after 0 steps; continue it with run_dir=" in err and "resume=True" in err
+
+
+# -- the Checkpointer by itself: what the loop asks of the run directory ------------------------------
+def _total(y, acc):
+    return {"acc": acc + y}
+
+
+def _loop_graph():
+    pipe = hq.Pipeline("ckpt")
+    pipe.input("y", "scalar")
+    pipe.learn(_total, outputs={"acc": "scalar"})
+    pipe.connect("input.y", "_total.y")
+    pipe.loop("_total.acc", "_total.acc", init=0.0)
+    pipe.output("_total.acc")
+    return pipe.build()
+
+
+def test_without_a_run_dir_nothing_is_recorded():
+    from hqflow.checkpoint import Checkpointer
+    from hqflow.window import Values
+
+    graph = _loop_graph()
+    ckpt, values = Checkpointer(None, graph), Values(graph)
+    ckpt.admit(0, {"y": 1.0})
+    ckpt.finished({0: {"acc": 1.0}}, values, "run")
+    assert ckpt.restore(iter([{"y": 1.0}]), values, {}) == 0
+    assert (ckpt.run_id, ckpt.digests, ckpt.prefix) == (None, {}, 0)
+    ckpt.close()
+
+
+def test_the_finished_prefix_is_recorded_in_order_and_the_values_saved_when_due(tmp_path):
+    from hqflow.checkpoint import Checkpointer
+    from hqflow.scheduler_config import CheckpointConfig
+    from hqflow.window import Values
+
+    graph, config = _loop_graph(), CheckpointConfig(str(tmp_path / "run"), 2, False, 5)
+    ckpt, values, outputs = Checkpointer(config, graph), Values(graph), {}
+    items = [{"y": float(k)} for k in range(4)]
+    for step, item in enumerate(items):
+        ckpt.admit(step, item)
+    for step in (1, 0, 2):  # steps finish out of order; the prefix grows in order
+        values.produced("_total", step, {"acc": 10.0 * (step + 1)})
+        outputs[step] = {"acc": 10.0 * (step + 1)}
+        ckpt.finished(outputs, values, "run-1")
+    assert ckpt.prefix == 3 and _steps_saved(tmp_path / "run") == 2  # every 2 steps: the save after step 1
+    assert sorted(ckpt.digests) == [2, 3]  # the fingerprints a later save needs: the prefix's last step's on
+    ckpt.finished(outputs, values, "run-1", final=True)  # the end is always saved
+    assert _steps_saved(tmp_path / "run") == 3
+    ckpt.close()
+
+    resumed = Checkpointer(CheckpointConfig(str(tmp_path / "run"), 2, True, 5), graph)
+    values, outputs, stream = Values(graph), {}, iter(items)
+    assert resumed.restore(stream, values, outputs) == 3 and resumed.run_id == "run-1"
+    assert outputs == {k: {"acc": 10.0 * (k + 1)} for k in range(3)}
+    assert values.newest()["_total.acc"] == 30.0 and next(stream) == items[3]  # the stream goes on after them
+    resumed.close()
+    for stream, message in ((items[:2], "the stream ended after 2 items"),
+                            (items[:2] + [{"y": 9.0}], "the stream differs from the checkpointed run's: item 2")):
+        again = Checkpointer(CheckpointConfig(str(tmp_path / "run"), 2, True, 5), graph)
+        with pytest.raises(CheckpointError, match=message):
+            again.restore(iter(stream), Values(graph), {})
+        again.close()

@@ -1,5 +1,6 @@
 """Elastic pools (hqflow.start): backends removed and added while a run goes on; nothing is lost or
 run twice, and with exact backends at staleness 0 the result is an undisturbed run's, bit for bit."""
+import queue
 import threading
 import time
 
@@ -9,6 +10,12 @@ import pytest
 import hqflow as hq
 from hqflow.backends import BackendError, get_backend
 from hqflow.backends.emulated import EmulatedQPU
+from hqflow.clock import REAL
+from hqflow.elastic import Elastic
+from hqflow.executors import SyncExecutor
+from hqflow.ir.graph import GraphError
+from hqflow.scheduler_config import WindowConfig
+from hqflow.window import Window
 from hqflow.workloads import synthetic
 
 CFG = synthetic.Config(staleness=0, backend="qpu")
@@ -179,3 +186,97 @@ def test_classical_workers_added_and_removed_mid_run_change_nothing():
     with pytest.raises(ValueError, match="under the local executor only"):
         sync.set_workers("cpu", 2)
     sync.result()
+
+
+
+# -- the Elastic component by itself: pools from specs, changes given to the job service -------------
+class _Service:
+    """Stands in for the run's JobService: records what the component asks of it."""
+
+    def __init__(self, pools):
+        self.pools, self.calls = pools, []
+
+    def add_backend(self, pool, member):
+        self.pools[pool].members.append(member)
+        self.calls.append(("add", pool, str(member.lane), member.devices, member.capacity))
+        return len(self.pools[pool].members) - 1
+
+    def remove_backend(self, pool, index):
+        self.calls.append(("remove", pool, index))
+        return 0
+
+    def tune(self, prefetch, rows_per_job):
+        self.calls.append(("tune", prefetch, rows_per_job))
+
+
+def _elastic(backends, made=None, backend="qpu", **config):
+    cfg = hq.SchedulerConfig(**config)
+    graph = synthetic.build_graph(synthetic.Config(staleness=0, backend=backend))
+    return Elastic(graph, backends, made or SyncExecutor(), cfg.pools, cfg.workers, cfg.learners, REAL.now)
+
+
+def _attached(elastic, **window):
+    service, events = _Service(elastic.pools), queue.Queue()
+    elastic.attach(service, Window(WindowConfig(window.get("size"), False), elastic.pools), events)
+    return service, events
+
+
+def test_pools_are_made_once_from_specs_with_lanes_and_capacities():
+    one = _elastic({"qpu": _qpu("solo")}, prefetch=2)
+    (member,) = one.pools["qpu"].members
+    assert str(member.lane) == "qpu:solo" and (member.devices, member.capacity) == (1, 3)  # the only one: no index
+    many = _elastic({"qpu": [_qpu("a"), EmulatedQPU(name="b", max_in_flight=4)]}, prefetch=0)
+    assert [(str(m.lane), m.devices, m.capacity) for m in many.pools["qpu"].members] == \
+        [("qpu:a#0", 1, 1), ("qpu:b#1", 4, 4)]
+    assert list(_elastic({}, backend="reference").pools) == ["reference"]  # a registered backend's name
+    with pytest.raises(GraphError, match="backend pool 'qpu' is empty"):
+        _elastic({"qpu": []})
+    with pytest.raises(GraphError, match="backend 'qpu' is neither a registered backend"):
+        _elastic({})
+
+
+def test_a_joining_backend_gets_the_next_index_the_prefetch_in_force_and_grows_the_window():
+    elastic = _elastic({"qpu": [_qpu("a"), _qpu("b")]}, prefetch=1)
+    service, _ = _attached(elastic)
+    assert elastic.window.size == 10  # 2 * (2 + 2) + 2
+    elastic.tune(prefetch=3)
+    assert elastic.add_backend("qpu", _qpu("c")) == 2
+    assert service.calls == [("tune", 3, "keep"), ("add", "qpu", "qpu:c#2", 1, 4)]
+    assert elastic.window.size == 2 * (2 + 2 + 4) + 2  # the members before keep their capacity (the service's)
+    with pytest.raises(ValueError, match="prefetch must be an integer >= 0, got -1"):
+        elastic.tune(prefetch=-1)
+    with pytest.raises(ValueError, match="no backend pool named 'gpu'; pools: qpu"):
+        elastic.add_backend("gpu", _qpu("x"))
+
+
+def test_a_backend_leaves_by_index_or_by_name():
+    elastic = _elastic({"qpu": [_qpu("a"), _qpu("b"), _qpu("b")]})
+    service, _ = _attached(elastic)
+    elastic.remove_backend("qpu", "b")
+    elastic.pools["qpu"].members[1].removed = True  # (the service marks it)
+    elastic.remove_backend("qpu", "qpu:b#2")
+    elastic.remove_backend("qpu", 0)
+    assert service.calls == [("remove", "qpu", 1), ("remove", "qpu", 2), ("remove", "qpu", 0)]
+    with pytest.raises(ValueError, match="pool 'qpu' has no backend 'zz' in it"):
+        elastic.remove_backend("qpu", "zz")
+
+
+def test_worker_slots_change_under_the_local_executor_only_and_wake_the_loop():
+    from hqflow.events import Wake
+    from hqflow.executors import LocalExecutor
+
+    executor = LocalExecutor(1, 2)
+    try:
+        elastic = _elastic({"qpu": _qpu("a")}, made=executor, gpu_workers=2, learners=2)
+        _, events = _attached(elastic)
+        elastic.set_workers("cpu", 3)
+        assert elastic.slots == {"cpu": 3, "gpu": 2} and isinstance(events.get_nowait(), Wake)
+        for args, message in ((("tpu", 1), "resource must be 'cpu' or 'gpu'"),
+                              (("cpu", 0), "workers must be an integer >= 1"),
+                              (("gpu", 1), "the run's learn steps need 2 learner slots")):
+            with pytest.raises(ValueError, match=message):
+                elastic.check_workers(*args)
+    finally:
+        executor.close()
+    with pytest.raises(ValueError, match="under the local executor only, not 'sync'"):
+        _elastic({"qpu": _qpu("a")}, executor="sync").check_workers("cpu", 2)

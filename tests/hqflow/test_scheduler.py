@@ -183,17 +183,6 @@ def test_classical_and_quantum_work_overlap():
     assert any(a.start < b.end and b.start < a.end for a in learn for b in qpu)
 
 
-def test_config_is_validated():
-    with pytest.raises(ValueError, match="window must be an integer >= 1"):
-        hq.SchedulerConfig(window=0)
-    with pytest.raises(ValueError, match="executor must be 'sync', 'local' or 'ray'"):
-        hq.SchedulerConfig(executor="dask")
-    with pytest.raises(ValueError, match="job_timeout must be positive"):
-        hq.SchedulerConfig(job_timeout=-1)
-    with pytest.raises(TypeError, match=r"unknown scheduler option\(s\) \['windw'\]"):
-        hq.run(synthetic.build_graph(CFG), 1, windw=3)
-
-
 def test_fragment_error_stops_the_run_and_names_the_fragment():
     g = synthetic.build_graph(CFG)
     with pytest.raises(hq.FragmentError, match=r"fragment 'circuit' step 0: inputs for 'synthetic2' must have shape \[B, 2\]"):
