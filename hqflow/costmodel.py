@@ -104,16 +104,20 @@ class _Host:
         """Be woken when the piece with the least left ends (a later change of ``n`` makes a new wake-up)."""
         self.generation += 1
         if self.running:
-            least = min(piece[0] for piece in self.running.values())
+            token = min(self.running, key=lambda t: self.running[t][0])
             generation = self.generation
-            self.clock.at(self.clock.now() + max(0.0, least) / self._rate(), lambda: self._wake(generation))
+            self.clock.at(self.clock.now() + max(0.0, self.running[token][0]) / self._rate(),
+                          lambda: self._wake(generation, token))
 
-    def _wake(self, generation: int) -> None:
+    def _wake(self, generation: int, token: int) -> None:
         if generation != self.generation:
             return
         self._advance()
-        ended = [token for token, piece in self.running.items() if piece[0] <= 1e-12]
-        calls = [self.running.pop(token)[1] for token in ended]
+        # the piece this wake-up was for ends now, whatever rounding left of it (a clock far from 0 cannot
+        # step by less than its own precision), and so does any piece within that precision of its end
+        tolerance = 1e-9 * max(1.0, self.clock.now())
+        ended = [t for t, piece in self.running.items() if t == token or piece[0] <= tolerance]
+        calls = [self.running.pop(t)[1] for t in ended]
         self._next()
         for then in calls:
             then()
@@ -176,7 +180,7 @@ class _SimBackend:
         self.busy += self.clock.now() - start
         self.free += 1
         if not future.cancelled():
-            if self.draw is not None and self.draw.random() < self.p.failure_rate:
+            if self.draw is not None and self.draw.random() < min(self.p.failure_rate, 0.99):  # a job ends some day
                 future.set_exception(JobFailed(f"simulated failure on {self.name}"))
             else:
                 future.set_result(BatchResult(values=np.zeros((batch.size, 0))))
@@ -184,20 +188,23 @@ class _SimBackend:
 
 
 class _SimExecutor(SyncExecutor):
-    """Fragment calls that compute nothing: after the scheduler's overhead, each computes its profiled
-    seconds on this machine's CPUs (``_Host``), in the simulated clock's time."""
+    """Fragment calls that compute nothing: after the scheduler's overhead, each takes its profiled seconds
+    in the simulated clock's time; a ``cpu`` call computes them on this machine's CPUs (``_Host``), shared
+    with the jobs that compute here (a ``gpu`` call's time is the GPU's)."""
 
     def __init__(self, profile: Profile, clock: SimClock, host: _Host, rows: dict, nested: dict):
         super().__init__()
         self.profile, self.clock, self.host, self.rows, self.nested = profile, clock, host, rows, nested
+        self.elsewhere = _Host(clock, None)
 
     def submit(self, fragment, args, resource, client=None, replica=None, kept=()) -> cf.Future:
         future: cf.Future = cf.Future()
         outputs = ({p.name: None for p in fragment.outputs}, [], None)
         now, overhead = self.clock.now(), self.profile.overhead
+        host = self.host if resource == "cpu" else self.elsewhere
         if fragment.name not in self.nested or client is None:
             seconds = self.profile.fragment(fragment.name).seconds
-            self.clock.at(now + overhead, lambda: self.host.run(seconds, lambda: future.set_result(outputs)))
+            self.clock.at(now + overhead, lambda: host.run(seconds, lambda: future.set_result(outputs)))
             return future
         pool, rounds, size, piece = self.nested[fragment.name]
         batch = CircuitBatch(CircuitTemplate(1, ()), np.zeros((size, 0)), np.zeros(0))
@@ -205,10 +212,10 @@ class _SimExecutor(SyncExecutor):
         def round_(left: int) -> None:  # a slice of the call's own work is done: its job goes out
             job = client.submit(pool, batch)
             job.add_done_callback(lambda job: future.set_exception(job.exception()) if job.exception() else
-                                  self.host.run(piece, lambda: round_(left - 1)) if left > 1 else
+                                  host.run(piece, lambda: round_(left - 1)) if left > 1 else
                                   future.set_result(outputs))
 
-        self.clock.at(now + overhead, lambda: self.host.run(piece, lambda: round_(rounds)))
+        self.clock.at(now + overhead, lambda: host.run(piece, lambda: round_(rounds)))
         return future
 
     def circuit_batch(self, fragment, args, seed):
@@ -344,28 +351,45 @@ def calibrate(graph: Graph, spans: list, profile: Profile, config: SchedulerConf
 def calibrate_cores(graph: Graph, spans: list, profile: Profile, config: SchedulerConfig = SchedulerConfig(), *,
                     rows: int | Mapping[str, int] = 1, members: Mapping[str, Sequence[str]] | None = None) -> Profile:
     """``profile`` with the CPUs that the run's own work got at once (``Profile.cores``): the figure, from 1
-    to this machine's count, at which :func:`predict` gives the makespan that ``spans`` measured, a run
-    that computed side by side (jobs cut over a pool's members that compute here, classical calls
-    beside them). With Python's GIL that is often far fewer than the machine has."""
+    to this machine's count, at which the simulated run takes as long as ``spans`` measured, a run that
+    computed side by side (jobs cut over a pool's members that compute here, classical calls beside
+    them). With Python's GIL that is often far fewer than the machine has. Where the CPUs hardly matter
+    to that run (its two ends differ by less than 2%), or it took longer or shorter than either end
+    explains, it tells nothing of them: ``profile`` as it is."""
     most = float(os.cpu_count() or 1)
+    total, warm, measured = _measured(spans)
+    if measured is None or most <= 1.0:
+        return profile
+    one, every = (_timed(graph, total, warm, replace(profile, cores=c), config, rows, members) for c in (1.0, most))
+    if one - every < 0.02 * measured or not every <= measured <= one:
+        return profile
     found = _fit(graph, spans, lambda x: replace(profile, cores=x), config, rows, members, 1.0, most, grows=False)
     return profile if found is None else replace(profile, cores=found)
+
+
+def _measured(spans) -> tuple[int, int, float | None]:
+    """(steps, warm-up steps, seconds after the warm-up) of a measured run."""
+    total = max((s.step for s in spans), default=-1) + 1
+    warm = max(1, total // 4)
+    return total, warm, _after_warm_up(spans, warm)
+
+
+def _timed(graph, total: int, warm: int, profile: Profile, config, rows, members) -> float:
+    """The simulated run's seconds after its warm-up steps (averaged where failures are drawn)."""
+    runs = _runs(graph, total, profile, config, rows, members)[0]
+    return sum(_after_warm_up(r[0].spans, warm) or 0.0 for r in runs) / len(runs)
 
 
 def _fit(graph, spans, changed, config, rows, members, low: float, high: float, grows: bool) -> float | None:
     """The figure in ``[low, high]`` at which the simulated run of ``changed(figure)`` takes as long as ``spans``
     measured, by bisection (``grows``: the time grows with the figure, else it falls); None where the spans
     have too few steps. Both runs are timed alike (:func:`_after_warm_up`)."""
-    total = max((s.step for s in spans), default=-1) + 1
-    warm = max(1, total // 4)
-    measured = _after_warm_up(spans, warm)
+    total, warm, measured = _measured(spans)
     if measured is None:
         return None
     for _ in range(30):
         mid = (low + high) / 2
-        runs = _runs(graph, total, changed(mid), config, rows, members)[0]
-        guess = sum(_after_warm_up(r[0].spans, warm) or 0.0 for r in runs) / len(runs)
-        if (guess < measured) == grows:
+        if (_timed(graph, total, warm, changed(mid), config, rows, members) < measured) == grows:
             low = mid
         else:
             high = mid

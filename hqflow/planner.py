@@ -152,11 +152,19 @@ def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time",
     if not screened:
         raise ValueError(f"no configuration fits a budget of {budget:g}: the cheapest is predicted to spend more")
     screened.sort(key=lambda pair: pair[0][0])
-    finalists = [score(c, min(steps, HORIZON)) for _, c in screened[:FINALISTS]]
-    finalists = [f for f in finalists if f is not None] or [screened[0][0]]
+    finalists = []  # the best that keep the budget over the longer horizon too
+    for _, candidate in screened:
+        found = score(candidate, min(steps, HORIZON))
+        finalists += [found] if found is not None else []
+        if len(finalists) == FINALISTS:
+            break
     seen = len(candidates)
-    _, (staleness, cfg, members) = min(finalists, key=lambda found: found[0])
-    final = predict(with_staleness(graph, staleness), steps, profile, cfg, rows=rows, members=members)
+    for _, (staleness, cfg, members) in sorted(finalists, key=lambda found: found[0]):
+        final = predict(with_staleness(graph, staleness), steps, profile, cfg, rows=rows, members=members)
+        if budget is None or final.spend <= budget:
+            break
+    else:
+        raise ValueError(f"no configuration fits a budget of {budget:g}: the cheapest is predicted to spend more")
     return Plan(staleness, cfg, tuple((k, tuple(v)) for k, v in members.items()), final, objective, budget, seen,
                 profile, rows, steps)
 
@@ -222,7 +230,11 @@ def calibration(run, steps: int, graph: Graph, config: SchedulerConfig = Schedul
     rows = rows_of(graph, fitted)
     fitted = calibrate(graph, first, fitted, config, rows=rows)
     if cut is not None and len(fitted.backends) > 1:  # its parts ran side by side: how many CPUs they shared
-        fitted = calibrate_cores(graph, cut, fitted, dataclasses.replace(config, rows_per_job=half), rows=rows)
+        for _ in range(2):  # the overhead fitted without the CPUs' sharing took some of it: fit both again
+            shared = calibrate_cores(graph, cut, fitted, dataclasses.replace(config, rows_per_job=half), rows=rows)
+            if shared.cores is None:
+                break
+            fitted = calibrate(graph, first, shared, config, rows=rows)
     return fitted
 
 

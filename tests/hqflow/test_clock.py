@@ -92,3 +92,18 @@ def test_jobs_that_compute_on_this_machine_contend_with_each_other_and_with_clas
     assert costmodel.predict(graph, n, free, rows=1).makespan == pytest.approx(n * 0.01, rel=0.15)
     one_core = Profile(computing, free.fragments, cores=1.0)
     assert costmodel.predict(graph, n, one_core, rows=1).makespan == pytest.approx(n * 0.02 + 0.002, rel=0.05)
+
+
+def test_work_shared_far_from_time_zero_always_ends():
+    """A clock hours from 0 cannot step by less than its own precision: every piece still ends, in order."""
+    import random
+
+    clock, events = SimClock(), queue.Queue()
+    clock.at(8 * 3600.0, lambda: events.put("late"))
+    assert clock.wait(events) == "late"
+    host, draw = costmodel._Host(clock, 1.3), random.Random(7)
+    works = [draw.uniform(1e-6, 0.05) for _ in range(200)]
+    for k, work in enumerate(works):
+        clock.at(clock.now() + draw.uniform(0, 0.5), lambda k=k, work=work: host.run(work, lambda k=k: events.put(k)))
+    done = [clock.wait(events) for _ in works]
+    assert sorted(done) == list(range(200)) and clock.now() < 8 * 3600.0 + 0.5 + sum(works)

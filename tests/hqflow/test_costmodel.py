@@ -2,6 +2,7 @@
 measured spans by arithmetic the tests check with figures they choose (how close a calibrated prediction
 comes to a real run is measured by benchmarks/planner.py, whatever the machine's load)."""
 import dataclasses
+import os
 
 import pytest
 
@@ -163,22 +164,40 @@ def test_the_warm_up_steps_are_left_out_of_the_calibration():
     assert calibrate(graph, slow_start, prof, config).overhead == pytest.approx(0.003, abs=1e-6)
 
 
-def test_cores_are_calibrated_from_work_done_side_by_side():
+def test_cores_are_calibrated_from_work_done_side_by_side(monkeypatch):
     graph = _graph(2)
     backends = tuple(BackendProfile(f"qpu:q#{k}", "qpu:qpu", 0.0, 0.0, 0.0, 0.0, 0.0, None, jobs=10,
                                     compute_per_job=0.02) for k in range(2))
     prof = Profile(backends, (FragmentProfile("learn", "cpu", 0.001, 0.0, 10),))
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)  # the machine's count bounds the search, whatever runs this
     for cores in (1.0, 1.5):
         measured = simulate(graph, 16, dataclasses.replace(prof, cores=cores)).spans
         assert calibrate_cores(graph, measured, prof).cores == pytest.approx(cores, rel=1e-3)
+    # where the jobs compute nothing here, the CPUs do not matter to the run: it tells nothing of them
+    idle = Profile(tuple(dataclasses.replace(b, compute_per_job=0.0, per_job=0.02) for b in backends), prof.fragments)
+    assert calibrate_cores(graph, simulate(graph, 16, idle).spans, idle).cores is None
+
+
+def test_a_member_that_always_fails_still_ends_its_prediction():
+    backends = (BackendProfile("qpu:q", "qpu:qpu", 0.0, 0.01, 0.0, 0.0, 1.0, None, jobs=10),)
+    guess = predict(_graph(0), 5, Profile(backends, (FragmentProfile("learn", "cpu", 0.001, 0.0, 10),)))
+    assert 5 * 0.01 < guess.makespan < float("inf")  # every attempt but one in a hundred fails
+
+
+def test_a_budget_holds_for_the_whole_run_not_only_for_the_steps_ranked():
+    fast_paid = BackendProfile("qpu:q#0", "qpu:qpu", 0.0, 0.01, 0.0, 0.0, 0.0, 1.0, jobs=10)
+    slow_free = BackendProfile("qpu:q#1", "qpu:qpu", 0.0, 0.3, 0.0, 0.0, 0.0, 0.0, jobs=10)
+    prof = Profile((fast_paid, slow_free), (FragmentProfile("learn", "cpu", 0.005, 0.0, 10),))
+    plan = hq.plan(_graph(0), 600, prof, budget=565.0, max_staleness=2, rows=8)
+    assert plan.prediction.spend <= 565.0
 
 
 def test_calibration_is_bounded_and_leaves_a_short_run_alone():
     graph, prof = _graph(0), _profile()
     slow = [_Span(0, 0.0, 1.0), _Span(3, 1.0, 1000.0)]  # more than any overhead explains: the bracket's end
     assert 0.049 < calibrate(graph, slow, prof).overhead <= 0.05
-    fast = [_Span(0, 0.0, 1.0), _Span(3, 1.0, 1.0)]  # less than the profile alone: no overhead
-    assert calibrate(graph, fast, prof).overhead == 0.0
+    fast = [_Span(0, 0.0, 1.0), _Span(3, 1.0, 1.001)]  # less than the profile alone: no overhead
+    assert calibrate(graph, fast, dataclasses.replace(prof, overhead=0.01)).overhead == 0.0  # bisected down to 0
     assert calibrate(graph, [_Span(0, 0.0, 1.0)], prof) is prof  # nothing after the warm-up
 
 
