@@ -44,6 +44,16 @@ def check_fields(cfg: Any, bounds: dict[str, tuple] | None = None) -> None:
             object.__setattr__(cfg, f.name, value)
 
 
+def as_type(cfg: Any, name: str, kind: type) -> None:
+    """Field ``name`` of the frozen ``cfg`` as a ``kind``: a dict (from a run directory's JSON) is made one,
+    anything else that is not one is refused."""
+    value = getattr(cfg, name)
+    if isinstance(value, dict):
+        object.__setattr__(cfg, name, value := kind(**value))
+    if not isinstance(value, kind):
+        raise ValueError(f"{name} must be a {kind.__module__}.{kind.__name__}, got {value!r}")
+
+
 def _alternatives(t: Any) -> tuple:
     if typing.get_origin(t) in (typing.Union, types.UnionType):
         return typing.get_args(t)

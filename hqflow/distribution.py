@@ -27,6 +27,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from hqflow.collective import Compression
+from hqflow.config import as_type
 from hqflow.executors import ExecutorKind
 from hqflow.placement import Placement
 from hqflow.scheduler_config import SchedulerConfig
@@ -83,10 +84,7 @@ class RayActors:
     def __post_init__(self):
         _check_int("staleness", self.staleness, 0)
         _check_int("actors", self.actors, 1)
-        if isinstance(self.placement, dict):  # from a run directory's JSON
-            object.__setattr__(self, "placement", Placement(**self.placement))
-        if not isinstance(self.placement, Placement):
-            raise ValueError(f"placement must be a hqflow.placement.Placement, got {self.placement!r}")
+        as_type(self, "placement", Placement)
 
     def scheduler_config(self, seed: int | None = 0) -> SchedulerConfig:
         return SchedulerConfig(executor=ExecutorKind.RAY, cpu_workers=self.actors, gpu_workers=1, seed=seed,
@@ -120,16 +118,10 @@ class MultiLearner:
         if self.executor not in (ExecutorKind.RAY, ExecutorKind.LOCAL):  # also a name, from a run directory's JSON
             raise ValueError(f"executor must be 'ray' or 'local', got {self.executor!r}")
         object.__setattr__(self, "executor", ExecutorKind(self.executor))
-        if isinstance(self.placement, dict):  # from a run directory's JSON
-            object.__setattr__(self, "placement", Placement(**self.placement))
-        if not isinstance(self.placement, Placement):
-            raise ValueError(f"placement must be a hqflow.placement.Placement, got {self.placement!r}")
+        as_type(self, "placement", Placement)
         if isinstance(self.compression, str):
             object.__setattr__(self, "compression", Compression.parse(self.compression))
-        if isinstance(self.compression, dict):  # from a run directory's JSON
-            object.__setattr__(self, "compression", Compression(**self.compression))
-        if not isinstance(self.compression, Compression):
-            raise ValueError(f"compression must be a hqflow.collective.Compression, got {self.compression!r}")
+        as_type(self, "compression", Compression)
 
     def scheduler_config(self, seed: int | None = 0) -> SchedulerConfig:
         return SchedulerConfig(executor=self.executor, cpu_workers=self.actors, gpu_workers=self.learners,

@@ -1,14 +1,9 @@
 """A run's resources: its backend pools, made from specs once at the start, and their changes while it runs.
 
-* A backend joins a pool (``add_backend``): the run's executor makes it, and waiting jobs may go to it
-  at once; the window grows with the jobs the pools keep in flight.
-* A backend leaves (``remove_backend``): its jobs in flight are cancelled and run again on the others.
-* ``tune``: prefetch and rows per job for the jobs dispatched from now on.
-* ``set_workers``: classical worker slots added or removed (local executor).
-
-``RunHandle`` is a run in a thread of its own (``hqflow.start``) that asks for these changes. What a run
-computes depends on its steps, rows and shot seeds only, never on the backend that ran a job or the slot
-that ran a call: with exact backends at staleness 0 a changed run ends with an undisturbed run's result.
+Backends join a pool (waiting jobs may go to them at once; the window grows with the jobs the pools keep in
+flight) and leave it (their jobs in flight run again on the others); prefetch and rows per job are tuned, and
+classical worker slots added or removed (local executor), for the work dispatched from then on. ``RunHandle``,
+a run in a thread of its own (``hqflow.start``), asks for these changes. None changes what the run computes.
 """
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from .collective import Compression
+from .config import as_type
 from .executors import ExecutorKind
 from .placement import Placement
 
@@ -140,10 +141,7 @@ class SchedulerConfig:
             value = getattr(self, name)
             if not (value is None and name in ("window", "rows_per_job")) and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if isinstance(self.compression, dict):  # from a run directory's JSON
-            object.__setattr__(self, "compression", Compression(**self.compression))
-        if not isinstance(self.compression, Compression):
-            raise ValueError(f"compression must be a hqflow.collective.Compression, got {self.compression!r}")
+        as_type(self, "compression", Compression)
         if self.learners > self.gpu_workers:
             raise ValueError(f"learners={self.learners} needs as many learner slots, but gpu_workers={self.gpu_workers}")
         if self.learners > 1 and self.executor.one_at_a_time:
@@ -154,10 +152,7 @@ class SchedulerConfig:
             raise ValueError(f"max_retries must be an integer >= 0, got {self.max_retries!r}")
         if self.job_timeout is not None and self.job_timeout <= 0:
             raise ValueError(f"job_timeout must be positive or None, got {self.job_timeout!r}")
-        if isinstance(self.placement, dict):  # from a run directory's JSON
-            object.__setattr__(self, "placement", Placement(**self.placement))
-        if not isinstance(self.placement, Placement):
-            raise ValueError(f"placement must be a hqflow.placement.Placement, got {self.placement!r}")
+        as_type(self, "placement", Placement)
         if self.ray_address is not None and (not isinstance(self.ray_address, str) or not self.ray_address):
             raise ValueError(f"ray_address must be a non-empty string or None, got {self.ray_address!r}")
         if self.ray_address is not None and self.ray_num_cpus is not None:
