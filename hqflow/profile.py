@@ -36,7 +36,7 @@ from .lanes import Lane, member
 from .trace import Span, is_quantum
 
 PROFILE_FORMAT = "hqflow.profile"
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2  # 2 added ``cores`` and a backend's ``compute_per_*``; 1 is read too
 
 
 class ProfileError(ValueError):
@@ -68,10 +68,11 @@ class BackendProfile:
     """attempts measured"""
     devices: int = 1
     """device slots the member ran jobs on at once (the job spans' lanes)"""
-    compute_per_job: float = 0.0
-    """CPU seconds a job computes on this machine (beside its time on the device: it ends when both are done)"""
-    compute_per_row: float = 0.0
-    compute_per_shot: float = 0.0
+    compute_per_job: float | None = None
+    """CPU seconds a job computes on this machine (beside its time on the device: it ends when both are done);
+    None: not measured (the backend does not say, or the profile is older), merged as unknown"""
+    compute_per_row: float | None = None
+    compute_per_shot: float | None = None
 
     def __post_init__(self):  # names as a user writes them ("qpu:emulated-qpu#1") become lanes
         for name in ("backend", "pool"):
@@ -80,7 +81,8 @@ class BackendProfile:
 
     def compute(self, rows: int, shots: int | None = None) -> float:
         """Predicted CPU seconds one job of ``rows`` circuits computes on this machine."""
-        return self.compute_per_job + self.compute_per_row * rows + self.compute_per_shot * rows * (shots or 0)
+        return ((self.compute_per_job or 0.0) + (self.compute_per_row or 0.0) * rows
+                + (self.compute_per_shot or 0.0) * rows * (shots or 0))
 
     def seconds(self, rows: int, shots: int | None = None) -> float:
         """Predicted seconds of one job of ``rows`` circuits, queue included."""
@@ -170,7 +172,7 @@ class Profile:
     def from_dict(doc, where: str = "profile") -> Profile:
         if not isinstance(doc, dict) or doc.get("format") != PROFILE_FORMAT:
             raise ProfileError(f"{where}: not an {PROFILE_FORMAT} document")
-        if doc.get("version") != PROFILE_VERSION:
+        if doc.get("version") not in (1, PROFILE_VERSION):
             raise ProfileError(f"{where}: unsupported {PROFILE_FORMAT} version {doc.get('version')!r}")
         try:
             overhead = doc.get("overhead", 0.0)
@@ -294,11 +296,11 @@ def profile(spans: list[Span]) -> Profile:
         priced = [j for j, s in enumerate(ok) if s.cost is not None]
         price = _fit(X[priced], np.array([ok[j].cost for j in priced])) if priced else (None, 0.0, 0.0)
         computed = [j for j, s in enumerate(ok) if s.compute is not None]
-        compute = _fit(X[computed], np.array([ok[j].compute for j in computed])) if computed else (0.0, 0.0, 0.0)
+        compute = _fit(X[computed], np.array([ok[j].compute for j in computed])) if computed else (None,) * 3
         backends.append(BackendProfile(lane, attempts[0].resource, float(queued.mean()), float(per_job), float(per_row), float(per_shot),
                                        failed / len(attempts), None if price[0] is None else float(price[0]),
                                        float(price[1]), float(price[2]), len(attempts),
-                                       len({s.lane for s in attempts}), *(float(c) for c in compute)))
+                                       len({s.lane for s in attempts}), *(None if c is None else float(c) for c in compute)))
     fragments = []
     for name, resource in dict.fromkeys((s.fragment, s.resource.kind) for s in spans
                                         if not is_quantum(s.resource) and s.parent_lane is None):

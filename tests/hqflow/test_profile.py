@@ -121,3 +121,18 @@ def test_a_backend_profile_takes_member_names_as_a_user_writes_them():
 
     b = BackendProfile("qpu:emulated-qpu#1", "qpu:emulated-qpu", 0.0, 0.01, 0.0, 0.0, 0.0)
     assert b.backend == Lane("qpu", "emulated-qpu", member=1) and b.pool == Lane("qpu", "emulated-qpu")
+
+
+def test_a_version_1_profile_loads_with_its_computation_unknown_and_merges_as_such(tmp_path):
+    import json
+
+    old = {"format": "hqflow.profile", "version": 1, "overhead": 0.001, "rows": {},
+           "backends": [{"backend": "qpu:q", "pool": "qpu:qpu", "queue": 0.0, "per_job": 0.01, "per_row": 0.0,
+                         "per_shot": 0.0, "failure_rate": 0.0, "jobs": 90}], "fragments": []}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    loaded = Profile.load(str(path))
+    assert loaded.backends[0].compute_per_job is None and loaded.cores is None
+    fresh = Profile((BackendProfile("qpu:q", "qpu:qpu", 0.0, 0.01, 0.0, 0.0, 0.0, jobs=10, compute_per_job=0.02),))
+    assert loaded.merged(fresh).backends[0].compute_per_job == 0.02  # measured once, not averaged with "none"
+    assert Profile.load(loaded.merged(fresh).save(str(tmp_path / "new.json"))) == loaded.merged(fresh)
