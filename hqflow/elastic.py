@@ -31,6 +31,12 @@ class Elastic:
         them; a name not there is a registered backend's); ``now``: the clock the pools time jobs by."""
         self.executor, self.config, self.workers, self.learners = executor, config, workers, learners
         self.slots = {"cpu": workers.cpu, "gpu": workers.gpu}  # classical worker slots now, read by the loop
+        # the resources whose slots a learn step's replicas take, each of them at once
+        self.learning = {"gpu" if f.resource == "gpu" else "cpu" for f in graph.fragments if f.kind == "learn"}
+        for resource in sorted(self.learning):
+            if self.slots[resource] < learners:
+                raise ValueError(f"learners={learners} run side by side on {resource} slots, but "
+                                 f"{resource}_workers={self.slots[resource]}; give at least {learners}")
         self.service = self.window = self.events = None  # the run's, from ``attach``
         self._lock = threading.Lock()  # backends joining from other threads take their index in turn
         names = []
@@ -98,8 +104,9 @@ class Elastic:
             raise ValueError(f"resource must be 'cpu' or 'gpu', got {resource!r}")
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
-        if resource == "gpu" and workers < self.learners:
-            raise ValueError(f"the run's learn steps need {self.learners} learner slots; keep gpu workers >= that")
+        if resource in self.learning and workers < self.learners:
+            raise ValueError(f"the run's learn steps need {self.learners} learner slots; keep {resource} workers "
+                             ">= that")
         if not self.workers.kind.resizable:
             raise ValueError(f"worker slots change mid-run under the local executor only, not {str(self.workers.kind)!r}")
 

@@ -95,11 +95,11 @@ def _fails_on_rank_1(x, w):
     return {"w": w, "rank": 0}
 
 
-def _graph(fn):
+def _graph(fn, resource="gpu"):
     pipe = hq.Pipeline("replicas")
     pipe.input("x", "any")
     pipe.learn(fn, name="learn", inputs={"x": "any", "w": "any"}, outputs={"w": "any", "rank": "scalar"},
-               resource="gpu")
+               resource=resource)
     pipe.loop("learn.w", "learn.w", init=np.zeros(2))
     pipe.output("learn.w")
     pipe.output("learn.rank")
@@ -133,6 +133,11 @@ def test_learners_are_checked():
         hq.SchedulerConfig(executor="sync", gpu_workers=2, learners=2)
     with pytest.raises(ValueError, match="learners must be an integer >= 1"):
         hq.SchedulerConfig(learners=0)
+    # a learn step on cpu runs its replicas on cpu slots: too few is said at once, not a stalled run
+    with pytest.raises(ValueError, match="learners=2 run side by side on cpu slots, but cpu_workers=1"):
+        hq.run(_graph(_learn, "cpu"), STREAM, executor="local", gpu_workers=2, learners=2)
+    res = hq.run(_graph(_learn, "cpu"), STREAM, executor="local", cpu_workers=2, gpu_workers=2, learners=2)
+    np.testing.assert_allclose(res.outputs[-1]["w"], hq.run(_graph(_learn), STREAM, executor="sync").outputs[-1]["w"])
 
 
 # -- compression ------------------------------------------------------------------------------

@@ -265,15 +265,16 @@ def test_worker_slots_change_under_the_local_executor_only_and_wake_the_loop():
     from hqflow.events import Wake
     from hqflow.executors import LocalExecutor
 
-    executor = LocalExecutor(1, 2)
+    executor = LocalExecutor(2, 2)
     try:
-        elastic = _elastic({"qpu": _qpu("a")}, made=executor, gpu_workers=2, learners=2)
+        elastic = _elastic({"qpu": _qpu("a")}, made=executor, cpu_workers=2, gpu_workers=2, learners=2)
         _, events = _attached(elastic)
         elastic.set_workers("cpu", 3)
         assert elastic.slots == {"cpu": 3, "gpu": 2} and isinstance(events.get_nowait(), Wake)
+        elastic.check_workers("gpu", 1)  # the learn step runs on cpu slots here
         for args, message in ((("tpu", 1), "resource must be 'cpu' or 'gpu'"),
                               (("cpu", 0), "workers must be an integer >= 1"),
-                              (("gpu", 1), "the run's learn steps need 2 learner slots")):
+                              (("cpu", 1), "the run's learn steps need 2 learner slots; keep cpu workers")):
             with pytest.raises(ValueError, match=message):
                 elastic.check_workers(*args)
     finally:
