@@ -1,26 +1,19 @@
-"""Replicas of a fragment and the reduction between them (the ``multi-learner`` policy's collective).
+"""Replicas of a ``learn`` fragment and the reduction between them (the ``multi-learner`` policy's collective).
 
-With ``SchedulerConfig(learners=L)``, the scheduler runs each ``learn`` fragment instance as L
-replicas on L learner slots. A replica reads who it is with :func:`replica` (rank, size, group)
-and combines arrays with :func:`reduce`; the scheduler keeps rank 0's outputs. Outside replicas
-``replica()`` is None and ``reduce`` hands its arrays back.
+With ``SchedulerConfig(learners=L)`` each ``learn`` instance runs as L replicas, and the scheduler keeps
+rank 0's outputs. A replica reads who it is with :func:`replica` and combines arrays with :func:`reduce`;
+outside replicas ``replica()`` is None and ``reduce`` hands its arrays back.
 
-The reduction is a star over a :class:`Rendezvous`: in this process for the ``local`` executor,
-in a Ray actor for the ``ray`` executor (arrays travel through Ray's object store). Each rank
-contributes its arrays under a group key; when all L have, the rendezvous combines them in rank
-order, so every rank gets the same bits, run after run. A contribution is idempotent: a replica
-that Ray restarted after its process died redoes its step and contributes again, and its peers,
-which only wait, get the one result. Ray's gloo collectives are faster for large arrays, but a
-peer that dies inside one leaves the others blocked until gloo's timeout, and the group must be
-rebuilt; here nothing waits on a process, only on a key.
+The reduction is a star over a :class:`Rendezvous` (in this process, or in a Ray actor under ``ray``): once
+all L ranks have contributed under a group key, it combines them in rank order, so every rank gets the same
+bits, run after run. A contribution is idempotent: a replica that Ray restarted redoes its step and
+contributes again, and its peers, which only wait, get the one result. (Ray's gloo collectives are faster
+for large arrays, but a peer that dies inside one blocks the others until gloo's timeout; here nothing
+waits on a process, only on a key.)
 
-Ops per array: ``"sum"`` (in rank order) or ``"first"`` (rank 0's; for values every rank computed
-alike). ``None`` arrays (a gradient a rank did not get) count as absent: a sum over the ranks that
-have one, None when no rank has. A contribution may be :class:`Sparse` (a compressed one): it is
-summed as the dense array it stands for.
-
-:class:`Compression` says how replicas compress what they contribute (``hqflow.torch.ReducedGradients``
-applies it, with error feedback): it travels with each :class:`Replica`.
+Ops per array: ``"sum"`` (in rank order) or ``"first"`` (rank 0's, for values every rank computed alike).
+A ``None`` array (a gradient a rank did not get) is absent: the sum is over the ranks that have one, None
+when none has. A :class:`Sparse` contribution (see :class:`Compression`) counts as its dense array.
 """
 from __future__ import annotations
 
@@ -79,10 +72,7 @@ class Rendezvous:
             return self._done[group]
 
     def _why_aborted(self, group: str) -> str | None:
-        for prefix, why in self._aborted.items():
-            if group.startswith(prefix):
-                return why
-        return None
+        return next((why for prefix, why in self._aborted.items() if group.startswith(prefix)), None)
 
     def abort(self, prefix: str, why: str) -> None:
         """Fail every reduction whose group starts with ``prefix``, now and later (a replica failed)."""
@@ -139,7 +129,7 @@ def _combine(parts: list[list], ops: list[str]) -> list:
         else:
             total = np.array(have[0], dtype=np.float64)
             for a in have[1:]:
-                total += a
+                total += a  # in rank order
             out.append(total)
     return out
 

@@ -1,25 +1,16 @@
 """Backend pools: several backends behind one name, chosen by measured latency and health.
 
-A pool holds the backends a name stands for. Each backend keeps ``capacity``
-jobs in flight: its device slots plus a few prefetched jobs that wait in its own
-queue, so it never idles between jobs. ``choose`` picks, among the backends that
-fit a job, the one expected to deliver a *good* result first: a free slot now
-plus its moving-average job time, or, when all its slots are busy, the time
-until one frees plus that job time, divided by its recent success rate. So a
-slow QPU takes work only when that finishes earlier than waiting for a fast
-simulator, and never holds it back. Job times are kept per size class (rows
-within a factor of two), so one big gradient job does not make a member look
-slow for the small jobs that follow.
+Each member keeps ``capacity`` jobs in flight: its device slots plus a few prefetched jobs waiting in its own
+queue, so it never idles between jobs. ``Pool.choose`` gives a job to the fitting member expected to deliver
+a *good* result first (see ``Member.expected_finish``), so a slow QPU takes work only when that finishes
+earlier than waiting for a fast simulator. Job times are kept per size class (rows within a factor of two),
+so one big gradient job does not make a member look slow for the small jobs that follow.
 
-The pool also learns from what it has not seen and from failures:
-
-* **Exploration.** A member that has never run a job gets the next one it can
-  take. A member that has not been tried for ``stale_after`` jobs of the pool
-  gets one trial job, so a backend that got faster (or came back) is noticed.
-* **Circuit breaker.** ``breaker`` failures in a row open a member's circuit:
-  it rests ``rest`` seconds (doubling on each failed trial, up to ``max_rest``),
-  then gets one trial job; a success closes the circuit. A resting member is
-  used only when no other member fits.
+* **Exploration.** A member that has never run a job gets the next one it can take; one not tried for
+  ``stale_after`` jobs of the pool gets one trial job, so a backend that got faster (or came back) is noticed.
+* **Circuit breaker.** ``breaker`` failures in a row make a member rest ``rest`` seconds (doubling on each
+  failed trial, up to ``max_rest``), then get one trial job; a success ends it. A resting member is used
+  only when no other member fits.
 """
 from __future__ import annotations
 
@@ -55,10 +46,7 @@ class Member:
     removed: bool = False  # taken out of the pool mid-run (``JobService.remove_backend``): given no more jobs
 
     def free_slot(self) -> int | None:
-        for s in range(self.capacity):
-            if s not in self.busy:
-                return s
-        return None
+        return next((s for s in range(self.capacity) if s not in self.busy), None)
 
     def job_time(self, rows: int, guess: float) -> float:
         """Seconds a job of ``rows`` circuits is expected to take here: the moving average of jobs of
@@ -140,8 +128,7 @@ class Pool:
     def max_rows(self) -> int | None:
         """The largest job every member accepts (``None``: unlimited)."""
         limits = [m.handle.capabilities.max_circuits_per_job for m in self.members if not m.removed]
-        limits = [x for x in limits if x]
-        return min(limits) if limits else None
+        return min([x for x in limits if x], default=None)
 
     def choose(self, n_qubits: int, avoid: set[int], rows: int = 1) -> tuple[int, int] | None:
         """``(member index, slot)`` to run a job of ``rows`` circuits on now, or ``None`` to wait.
@@ -162,12 +149,20 @@ class Pool:
             slot = self.members[i].free_slot()
             if slot is not None:
                 return i, slot
-        known = [m.ewma for m in self.members if m.ewma is not None]
-        guess = sum(known) / len(known) if known else 0.0
+        guess = self._guess()
         best = min(preferred, key=lambda i: (self.members[i].expected_finish(now, guess, rows),
                                               len(self.members[i].busy), i))
         slot = self.members[best].free_slot()
         return None if slot is None else (best, slot)
+
+    def _guess(self) -> float:
+        """A job time for a member not yet measured: the mean of the measured members' (0 for none)."""
+        known = [m.ewma for m in self.members if m.ewma is not None]
+        return sum(known) / len(known) if known else 0.0
+
+    def _average(self, old: float | None, new: float) -> float:
+        """The moving average ``old`` with ``new`` added (``new`` itself when there was none)."""
+        return new if old is None else (1 - self.alpha) * old + self.alpha * new
 
     def _needs_trial(self, m: Member) -> bool:
         """Never tried, or not tried for ``stale_after`` pool jobs, and nothing of it in flight."""
@@ -182,8 +177,7 @@ class Pool:
     def start(self, member: int, slot: int, rows: int = 1) -> float:
         t = self.now()
         m = self.members[member]
-        known = [x.ewma for x in self.members if x.ewma is not None]
-        m.expect[slot] = m.job_time(rows, sum(known) / len(known) if known else 0.0)
+        m.expect[slot] = m.job_time(rows, self._guess())
         # the device this job will run on, as far as the pool can tell: the one with the fewest
         # jobs, then the one whose job started first (it frees first); queued jobs wait behind it
         load = {d: [m.busy[s] for s, dd in m.device.items() if dd == d] for d in range(m.devices)}
@@ -195,16 +189,12 @@ class Pool:
 
     def finish(self, member: int, slot: int, ok: bool, rows: int = 1) -> None:
         m = self.members[member]
-        started = m.busy.pop(slot)
-        m.device.pop(slot, None)
-        m.expect.pop(slot, None)
-        m.success = (1 - self.alpha) * m.success + self.alpha * (1.0 if ok else 0.0)
+        started = m.busy[slot]
+        self.release(member, slot)
+        m.success = self._average(m.success, 1.0 if ok else 0.0)
         if ok:
-            took = self.now() - started
-            m.ewma = took if m.ewma is None else (1 - self.alpha) * m.ewma + self.alpha * took
-            size = _size_class(rows)
-            old = m.by_size.get(size)
-            m.by_size[size] = took if old is None else (1 - self.alpha) * old + self.alpha * took
+            took, size = self.now() - started, _size_class(rows)
+            m.ewma, m.by_size[size] = self._average(m.ewma, took), self._average(m.by_size.get(size), took)
             m.streak, m.rest = 0, 0.0
             return
         m.failures += 1

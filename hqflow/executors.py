@@ -1,29 +1,11 @@
-"""Executors: where fragment work runs. One small interface, three implementations.
+"""Executors: where fragment work runs. ``sync`` runs it inline on the scheduler's thread (the reference),
+``local`` on a thread pool per classical resource (the default), ``ray`` on Ray actors.
 
-An executor (:class:`Executor`) has ``submit(fragment, args, resource, client, replica, kept) -> concurrent.futures.Future``
-for classical fragments (the future holds ``(outputs, spans, node)``: the spans of jobs
-the fragment submitted that the run's own job service did not see, with times
-from the call's start, and the Ray node the call ran on, or None in this process) and ``backend(spec) -> handle`` for quantum backends (a
-handle has ``name``, ``capabilities``, ``max_in_flight`` and
-``submit(batch) -> Job``), and turns a circuit call's arguments into its batch and its job's result into
-its outputs (``circuit_batch``, ``circuit_outputs``). The scheduler's one loop drives all of them, and
-the cost model's simulated executor (``hqflow.costmodel``) too:
-
-* ``sync``: runs each task inline, on the scheduler's thread (debugging, reference);
-* ``local``: a thread pool per classical resource (the default);
-* ``ray``: classical slots and backends are Ray actors. Fragments
-  travel by reference (``module:qualname``) and state is explicit, so nothing
-  but data crosses process boundaries. A fragment's job client there is a
-  per-process one (``_remote_client``): its pools hold the same backend actors
-  as the driver's, so jobs go straight to the devices, with retries, failover,
-  timeouts and spans, and no round trip through the driver. Outputs that only
-  later calls read (``kept``: an RL actor's batch for the learner) stay in Ray's
-  object store, and the next worker takes them from there: they never pass
-  through the driver. ``traffic`` counts the bytes each way.
-
-Which one a run uses is an :class:`ExecutorKind` (``SchedulerConfig.executor``); the scheduler asks the
-kind what it needs to know (``one_at_a_time``, ``resizable``), never its name. A backend spec is a
-backend instance (``sync``/``local`` only), a registry name, or ``(name, options)``.
+The scheduler's one loop (and the cost model's simulated executor) drives each through
+``submit(fragment, args, resource, client, replica, kept) -> Future[(outputs, spans, node)]`` for classical
+fragments (``spans``: jobs the run's own job service did not see, timed from the call's start; ``node``: the
+Ray node, or None in this process) and ``backend(spec, default_in_flight) -> handle`` for quantum backends.
+A backend spec is a backend instance (``sync``/``local`` only), a registry name, or ``(name, options)``.
 """
 from __future__ import annotations
 
@@ -31,16 +13,18 @@ import concurrent.futures as cf
 import contextlib
 import dataclasses
 import logging
+import os
 import pickle
 import re
+import sys
 import threading
 import time
 from collections.abc import Mapping
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from hqflow.backends import Backend, FutureJob, get_backend
-from hqflow.ir.graph import CircuitCall, Fragment, Graph
+from hqflow.ir.graph import CircuitCall, Fragment, Graph, resolve_fn
 from hqflow.ir.text import one_line
 
 from .collective import RayRendezvous, Rendezvous, Replica, as_replica
@@ -51,14 +35,12 @@ from .ledger import Ledger, RemoteLedger
 from .placement import Placement
 from .threads import DaemonPool
 
-BackendSpec = "Backend | str | tuple[str, Mapping[str, Any]]"
 
 
-class ExecutorKind(str, Enum):
-    """Where a run's fragment work runs: ``sync``, ``local`` or ``ray`` (see the module docstring).
-
-    A kind is its name too (a ``str``: it equals ``"sync"``, prints and saves to JSON as it), so a
-    config written with names keeps working; code asks its properties."""
+class ExecutorKind(StrEnum):
+    """Which executor a run uses (``SchedulerConfig.executor``). A kind is its name too (it equals
+    ``"sync"``, prints and saves to JSON as it), so a config written with names keeps working; the
+    scheduler asks a kind's properties, never its name."""
 
     SYNC = "sync"
     LOCAL = "local"
@@ -82,14 +64,8 @@ class ExecutorKind(str, Enum):
         """Its classical worker slots can change mid-run (``RunHandle.set_workers``)."""
         return self is ExecutorKind.LOCAL
 
-    def __str__(self) -> str:
-        return self.value
-
     def __repr__(self) -> str:
         return repr(self.value)  # a config or a policy prints as it did with names
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
 
 
 def _spec(spec: Any) -> tuple[str, dict]:
@@ -106,6 +82,9 @@ def make_backend(spec: Any) -> Backend:
         return spec
     name, options = _spec(spec)
     return get_backend(name, **options)
+
+
+_NO_TRAFFIC = {"driver_to_workers": 0, "workers_to_driver": 0, "worker_to_worker": 0}
 
 
 class Executor:
@@ -138,10 +117,8 @@ class _LocalHandle:
     def close(self) -> None:
         close = getattr(self.backend, "close", None)
         if self.owned and close is not None:
-            try:
+            with contextlib.suppress(Exception):
                 close()  # ends what the backend opened for the run (an Azure session, its threads)
-            except Exception:
-                pass
 
     def submit(self, batch):
         return self.backend.submit(batch)
@@ -155,7 +132,6 @@ class SyncExecutor(Executor):
     def __init__(self):
         self.handles: list[_LocalHandle] = []
         self._rendezvous: Rendezvous | None = None
-        self.traffic = {"driver_to_workers": 0, "workers_to_driver": 0, "worker_to_worker": 0}
 
     def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None,
                replica: Replica | None = None, kept: tuple = ()) -> cf.Future:
@@ -168,7 +144,7 @@ class SyncExecutor(Executor):
 
     def moved(self) -> dict:
         """Bytes this run moved between processes (none: everything ran in this one)."""
-        return dict(self.traffic, reduce=0)
+        return dict(_NO_TRAFFIC, reduce=0)
 
     def rendezvous(self) -> Rendezvous:
         """Where this run's fragment replicas reduce (``hqflow.collective``): in this process."""
@@ -221,14 +197,15 @@ _REMOTE_POOLS: dict[tuple, Pool] = {}
 
 
 def _remote_client(spec: dict, t0: float, record) -> JobClient:
-    """A job client inside a Ray worker, over pools of the driver's backend actors (see the module docstring)."""
+    """A job client inside a Ray worker, over pools of the driver's backend actors: its jobs go straight to
+    the devices, with retries, failover, timeouts and spans, and no round trip through the driver."""
     pools = {}
     for name, members in spec["pools"].items():
         key = (spec["run"], name)
         if key not in _REMOTE_POOLS:
             if len(_REMOTE_POOLS) > 64:  # pools of finished runs
                 _REMOTE_POOLS.clear()
-            _REMOTE_POOLS[key] = Pool(name, [Member(h, lane, devices, capacity) for h, lane, devices, capacity in members])
+            _REMOTE_POOLS[key] = Pool(name, [Member(*member) for member in members])
         pools[name] = _REMOTE_POOLS[key]
     service = JobService(pools, max_retries=spec["max_retries"], job_timeout=spec["job_timeout"],
                          rows_per_job=spec.get("rows_per_job"), t0=t0, record=record,
@@ -239,11 +216,8 @@ def _remote_client(spec: dict, t0: float, record) -> JobClient:
 def _by_value(fragment: Fragment):
     """The function of a fragment defined in the driver's ``__main__`` (a script), which no worker
     can import: Ray sends it by value (cloudpickle pickles ``__main__`` functions whole). None otherwise."""
-    if isinstance(fragment.fn, str) and fragment.fn.startswith("__main__:"):
-        from hqflow.ir.graph import resolve_fn
-
-        return resolve_fn(fragment.fn)
-    return None
+    in_main = isinstance(fragment.fn, str) and fragment.fn.startswith("__main__:")
+    return resolve_fn(fragment.fn) if in_main else None
 
 
 class _Worker:
@@ -271,8 +245,6 @@ class _Worker:
 
     def pid(self) -> int:
         """This worker's process id (what a fault test kills)."""
-        import os
-
         return os.getpid()
 
     def node(self) -> str:
@@ -292,14 +264,13 @@ def _size(value) -> int:
     return len(head) + sum(memoryview(b).nbytes for b in buffers)
 
 
+@dataclasses.dataclass(frozen=True, eq=False, slots=True)
 class RemoteValue:
     """An output a Ray worker kept in the object store (``Scheduler``'s ``kept`` ports): the driver holds
     the reference, and owns the object, and hands it to the call that takes the value."""
 
-    __slots__ = ("ref", "port")
-
-    def __init__(self, ref, port: str):
-        self.ref, self.port = ref, port
+    ref: Any
+    port: str
 
     def __repr__(self) -> str:
         return f"<RemoteValue {self.port} in Ray's object store>"
@@ -495,10 +466,10 @@ class RayExecutor(Executor):
     """Classical slots as long-lived Ray actors (``cpu`` slots hold one CPU each; ``gpu`` slots a
     GPU when the cluster has one), backends as Ray actors that reserve no CPU (they wait on devices).
 
-    Actors rather than tasks: a call on a warm actor costs about a millisecond,
-    a fresh task several, and the learner keeps its process (and GPU) between steps
-    and between runs. Backend actors hold state (seeded job counters) and are
-    made anew for each run.
+    Fragments travel by reference (``module:qualname``) and state by value, so only data crosses
+    processes. Actors rather than tasks: a call on a warm actor costs about a millisecond, a fresh task
+    several, and the learner keeps its process (and GPU) between steps and runs. Backend actors hold
+    state (seeded job counters) and are made anew for each run.
     """
 
     kind = ExecutorKind.RAY
@@ -518,6 +489,7 @@ class RayExecutor(Executor):
     def __init__(self, num_cpus: int | None = None, cpu_workers: int = 1, gpu_workers: int = 1,
                  address: str | None = None, placement: Placement = Placement()):
         import ray
+        from ray.util.placement_group import remove_placement_group
 
         if ray.is_initialized() and address is not None and address != "auto" \
                 and address.split("://")[-1] != ray.get_runtime_context().gcs_address:
@@ -547,15 +519,12 @@ class RayExecutor(Executor):
         context = ray.get_runtime_context()
         self.placement = placement
         self._session = (context.namespace, context.get_job_id())  # a Ray started anew has other actors
-        for key in [k for k in _WORKERS if k[:2] != self._session]:
-            del _WORKERS[key]  # handles of an earlier Ray session: not valid in this one
-        for key in [k for k in _GROUPS if k[:2] != self._session]:
-            del _GROUPS[key]
+        for table in (_WORKERS, _GROUPS):  # handles of an earlier Ray session: not valid in this one
+            for key in [k for k in table if k[:2] != self._session]:
+                del table[key]
         for key in [k for k in _WORKERS if k[2] != placement]:
             ray.kill(_WORKERS.pop(key), no_restart=True)  # placed otherwise: they would hold CPUs the new ones need
         for key in [k for k in _GROUPS if k[2] != placement]:
-            from ray.util.placement_group import remove_placement_group
-
             remove_placement_group(_GROUPS.pop(key)[0])  # its reserved CPUs too
         self._options = {"cpu": {"num_cpus": 1, **placement.options("cpu")},
                          "gpu": {"num_cpus": 0, "num_gpus": 1 if gpus else 0, **placement.options("gpu")}}
@@ -568,7 +537,7 @@ class RayExecutor(Executor):
         self._ledgers: list[RemoteLedger] = []
         self._rendezvous: RayRendezvous | None = None
         self._lock = threading.Lock()
-        self.traffic = {"driver_to_workers": 0, "workers_to_driver": 0, "worker_to_worker": 0}
+        self.traffic = dict(_NO_TRAFFIC)
 
     def _placement_group(self, bundles: int):
         """The session's placement group for ``pack``ed worker actors: one CPU bundle each, reserved at once.
@@ -726,9 +695,6 @@ class RayExecutor(Executor):
 
 def _import_path() -> str:
     """This process's ``sys.path`` as a PYTHONPATH for Ray's workers (the current directory made absolute)."""
-    import os
-    import sys
-
     paths = [os.path.abspath(p or os.curdir) for p in sys.path]
     extra = os.environ.get("PYTHONPATH", "")
     return os.pathsep.join(dict.fromkeys([p for p in paths if os.path.isdir(p)] + ([extra] if extra else [])))
@@ -737,10 +703,7 @@ def _import_path() -> str:
 def make_executor(kind: ExecutorKind | str, cpu_workers: int = 1, gpu_workers: int = 1, ray_num_cpus: int | None = None,
                   ray_address: str | None = None, placement: Placement | None = None):
     """An executor of ``kind`` (an :class:`ExecutorKind`, or its name)."""
-    match ExecutorKind.of(kind):
-        case ExecutorKind.SYNC:
-            return SyncExecutor()
-        case ExecutorKind.LOCAL:
-            return LocalExecutor(cpu_workers, gpu_workers)
-        case ExecutorKind.RAY:
-            return RayExecutor(ray_num_cpus, cpu_workers, gpu_workers, ray_address, placement or Placement())
+    kind = ExecutorKind.of(kind)
+    if kind is ExecutorKind.RAY:
+        return RayExecutor(ray_num_cpus, cpu_workers, gpu_workers, ray_address, placement or Placement())
+    return LocalExecutor(cpu_workers, gpu_workers) if kind is ExecutorKind.LOCAL else SyncExecutor()

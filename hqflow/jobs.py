@@ -1,35 +1,27 @@
-"""Every quantum job of a run goes through here: pools, retries, timeouts and spans.
+"""Every quantum job of a run goes through here: pools, retries, timeouts, budget and spans.
 
-``JobService.submit(pool, batch, parent) -> Future[BatchResult]`` is the one path
-for circuit jobs, whether an ``execute`` fragment's or one a classical fragment
-submits itself through its ``JobClient``:
+``JobService.submit(pool, batch, parent) -> Future[BatchResult]`` is the one path for circuit jobs, an
+``execute`` fragment's or one a classical fragment submits through its ``JobClient``:
 
-* the batch is split to the pool's smallest per-job limit (and ``rows_per_job``) and re-joined;
-* each part goes to the member ``Pool.choose`` picks, when it has a free slot
-  (parts wait in arrival order; a retried part goes first);
-* a failed part, or one past ``job_timeout`` (cancelled, its late result
-  dropped), is retried on another member where one fits, up to ``max_retries``
-  times; then the future fails with :class:`RetriesExhausted`. An error that is not
-  worth another try (``BackendError.retryable`` False: refused credentials, an
-  unreachable service) fails the future at once, with that error;
-* ``job_timeout`` counts a job's running time: from when it leaves its service's queue
-  (``Job.started()``, checked every ``job_timeout / 20``, at least 0.05 s and at most 1 s),
-  so a job queued behind others is waited for however long the queue is;
-* when the service closes (the run ends, fails or is interrupted) every job still in
-  flight is cancelled, and so are failed attempts, which ends any service jobs they
-  left running for a retry to reuse;
-* every attempt is a ``Span`` on its device slot's lane, with its parent: the
-  fragment, step and lane that asked for it, and its cost where the backend prices jobs;
-* each part carries its identity (``CircuitBatch.key``: run, fragment, step) and its
-  attempt, from which a cloud backend derives idempotent service job ids;
-* with a ``budget``, a part whose estimated cost (``backend.estimate_cost``) would take
-  the run's spend past it is refused: the request fails with :class:`BudgetExceeded`,
-  not retried. Spend counts each attempt's estimate until the job reports its actual
-  cost (``BatchResult.metadata["cost"]``, or a failed job's ``JobFailed.metadata``).
+* the batch is split to the pool's smallest per-job limit (and ``rows_per_job``), and re-joined;
+* each part goes, in arrival order (a retried part first), to the member ``Pool.choose`` picks once it
+  has a free slot, carrying its identity (``CircuitBatch.key``: run, fragment, step) and its attempt,
+  from which a cloud backend derives idempotent service job ids;
+* a failed part, or one past ``job_timeout`` (cancelled, its late result dropped), is retried on another
+  member where one fits, up to ``max_retries`` times, then fails with :class:`RetriesExhausted`; an
+  error not worth another try (``BackendError.retryable`` False) fails it at once;
+* ``job_timeout`` counts from when the job leaves its service's queue (``Job.started()``, asked every
+  ``job_timeout / 20``, within 0.05 s and 1 s), so a job queued behind others is waited for;
+* with a budget, a part whose estimated cost (``estimate_cost``) would take the run's spend past it fails
+  with :class:`BudgetExceeded`, not retried; each attempt's estimate counts as spend until the job
+  reports its actual cost (``metadata["cost"]`` of its result, or of its ``JobFailed``);
+* every attempt is a ``Span`` on its device slot's lane, with the fragment, step and lane that asked,
+  and its cost where the backend prices jobs;
+* closing the service (the run ends, fails or is interrupted) cancels every job in flight and every
+  failed attempt's job, which ends service jobs they left running for a retry to reuse.
 
-The service is thread-safe: fragments on worker threads submit while backends
-complete jobs on their own threads. ``get_client()`` gives a running fragment
-its client, as Dask's ``get_client()`` does for a task.
+Thread-safe: fragments submit from worker threads while backends complete jobs on theirs.
+``get_client()`` gives a running fragment its client, as Dask's ``get_client()`` does for a task.
 """
 from __future__ import annotations
 
@@ -124,11 +116,14 @@ class JobService:
         self._watchdog: threading.Thread | None = None
 
     # -- asking -----------------------------------------------------------------------
+    def _pool(self, name: str) -> Pool:
+        if name not in self.pools:
+            raise BackendError(f"no backend pool named {name!r}; pools: {', '.join(sorted(self.pools)) or 'none'}")
+        return self.pools[name]
+
     def submit(self, pool: str, batch: CircuitBatch, parent: Parent) -> cf.Future:
         """Run ``batch`` on pool ``pool``; the future holds its ``BatchResult`` (parts re-joined)."""
-        if pool not in self.pools:
-            raise BackendError(f"no backend pool named {pool!r}; pools: {', '.join(sorted(self.pools)) or 'none'}")
-        p = self.pools[pool]
+        p = self._pool(pool)
         if not p.any_fits(batch.template.n_qubits):
             raise BackendError(f"no backend in pool {pool!r} fits circuit {batch.template.name!r} "
                                f"({batch.template.n_qubits} qubits)")
@@ -359,9 +354,7 @@ class JobService:
     def add_backend(self, pool: str, member: Member) -> int:
         """``member`` joins pool ``pool`` now; waiting jobs may go to it at once. Returns its index."""
         with self._lock:
-            if pool not in self.pools:
-                raise BackendError(f"no backend pool named {pool!r}; pools: {', '.join(sorted(self.pools))}")
-            index = self.pools[pool].add(member)
+            index = self._pool(pool).add(member)
         self._pump()
         return index
 
@@ -382,9 +375,7 @@ class JobService:
         cancelled and queued again, first in line, for the other members (not counted as failures; a
         late result of a cancelled job is dropped). Returns how many jobs were taken back."""
         with self._lock:
-            if pool not in self.pools:
-                raise BackendError(f"no backend pool named {pool!r}; pools: {', '.join(sorted(self.pools))}")
-            members = self.pools[pool].members
+            members = self._pool(pool).members
             if not 0 <= index < len(members) or members[index].removed:
                 raise BackendError(f"pool {pool!r} has no member {index} in it")
             members[index].removed = True
@@ -425,20 +416,17 @@ class JobService:
 
 
 _DEFERRED: list[DaemonPool] = []
+_DEFERRED_LOCK = threading.Lock()
 
 
 def _deferred() -> DaemonPool:
     """One thread per process for job completions whose handling makes blocking Ray calls
     (pricing the next job, charging the run's ledger): a Ray future's callback runs on the
     thread that delivers Ray's replies, and a ``ray.get`` there would wait on itself."""
-    if not _DEFERRED:
-        with _DEFERRED_LOCK:
-            if not _DEFERRED:
-                _DEFERRED.append(DaemonPool(1, "hqflow-job-done"))
-    return _DEFERRED[0]
-
-
-_DEFERRED_LOCK = threading.Lock()
+    with _DEFERRED_LOCK:
+        if not _DEFERRED:
+            _DEFERRED.append(DaemonPool(1, "hqflow-job-done"))
+        return _DEFERRED[0]
 
 
 def _on_done(job, callback) -> None:
@@ -460,15 +448,9 @@ def _on_done(job, callback) -> None:
 # --- the client a fragment gets ----------------------------------------------------------
 
 class JobClient:
-    """What a running classical fragment submits circuit jobs through.
-
-    ``submit(name, batch)`` returns a ``concurrent.futures.Future`` of the
-    ``BatchResult``; ``backend(name)`` wraps a pool as a backend object
-    (``name``, ``capabilities``, ``submit(batch) -> Job``) for code that takes one;
-    ``devices(name)`` is how many jobs the pool runs at once; ``work(label)`` times
-    a stretch of the fragment's own work for the trace. Only the backend
-    names the fragment declared (``Fragment.job_backends``) are open to it.
-    """
+    """What a running classical fragment submits circuit jobs through: ``submit(name, batch)`` gives a
+    ``Future`` of the ``BatchResult``, ``backend(name)`` the pool as a backend for code that takes one.
+    Only the backend names the fragment declared (``Fragment.job_backends``) are open to it."""
 
     def __init__(self, service: JobService, names: tuple[str, ...], parent: Parent):
         self._service, self.names, self.parent = service, tuple(names), parent
@@ -487,6 +469,7 @@ class JobClient:
         return self._pool(name).capabilities
 
     def devices(self, name: str) -> int:
+        """How many jobs pool ``name`` runs at once."""
         return self._pool(name).devices
 
     def backend(self, name: str) -> PoolBackend:

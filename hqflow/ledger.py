@@ -1,9 +1,7 @@
 """A run's spend and budget: one ledger per run, charged before every priced job is submitted.
 
-``Ledger`` is the in-process one (``sync`` and ``local`` executors). Under the ``ray``
-executor, jobs are also submitted from fragments inside Ray workers, so the run's
-ledger lives in a Ray actor and every job service, the driver's and the workers',
-charges it through ``RemoteLedger``: one budget for the whole run, one figure of spend.
+Under the ``ray`` executor, fragments inside Ray workers submit jobs too, so the run's ledger lives in a Ray
+actor that every job service, the driver's and the workers', charges through ``RemoteLedger``.
 """
 from __future__ import annotations
 

@@ -1,20 +1,4 @@
-"""Where the ray executor puts its actors on a cluster's nodes: data, printed with its policy.
-
-``actors`` places the classical worker actors (RL actors, ``cpu`` fragments):
-
-* ``"spread"`` (default): on as many nodes as Ray can (Ray's ``SPREAD`` strategy);
-* ``"pack"``: together, in one placement group of one CPU bundle per actor (Ray's ``PACK``
-  strategy): reserved all at once, on as few nodes as fit, so co-located fragments stay together
-  and a run never starts with half its actors;
-* ``"default"``: Ray's default, which fills the driver's node first.
-
-``learner`` names a custom resource that the learner's node has (``ray start --resources
-'{"learner": 1}'``): the ``gpu`` slots then go there; they ask for a GPU whenever the cluster has one,
-label or not. ``backends="with-actors"`` puts each backend's actor (the QPU client that submits and
-waits on jobs) on the node of a worker actor, round-robin, so that the actors' jobs do not cross
-nodes (pinned there: Ray's soft affinity moved it elsewhere while that node was starting its
-workers); ``"default"`` leaves backends to Ray (usually the driver's node).
-"""
+"""Where the ray executor puts its actors on a cluster's nodes: :class:`Placement`, data printed with its policy."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,13 +9,19 @@ BACKEND_PLACEMENTS = ("default", "with-actors")
 
 @dataclass(frozen=True)
 class Placement:
+    """Ray placement of a run's actors. ``pack`` reserves the cpu worker actors all at once, on as few nodes
+    as fit, so co-located fragments stay together and a run never starts with half its actors.
+    ``with-actors`` pins each backend actor (the QPU client that submits and waits on jobs) to a node, so
+    that the actors' jobs do not cross nodes (Ray's soft affinity moved it while that node started workers)."""
+
     actors: str = "spread"
-    """``spread``: the cpu worker actors on as many nodes as possible; ``pack``: together, in one
-    placement group; ``default``: Ray's choice"""
+    """``spread`` (Ray's ``SPREAD``): the cpu worker actors on as many nodes as possible; ``pack``: together,
+    in one placement group of one CPU bundle each; ``default``: Ray's choice (the driver's node first)"""
     learner: str | None = None
-    """a custom resource the learner's node has (its ``gpu`` slot takes a sliver of it); None: any node"""
+    """a custom resource the learner's node has (``ray start --resources '{"learner": 1}'``): the ``gpu``
+    slots go there, and take a GPU wherever the cluster has one; None: any node"""
     backends: str = "default"
-    """``with-actors``: each backend actor on a worker actor's node; ``default``: Ray's choice"""
+    """``with-actors``: each backend actor on a worker actor's node, round-robin; ``default``: Ray's choice"""
 
     def __post_init__(self):
         if self.actors not in ACTOR_PLACEMENTS:

@@ -1,11 +1,9 @@
 """A pool of daemon worker threads: ``concurrent.futures.ThreadPoolExecutor`` without its exit join.
 
-Python joins a ``ThreadPoolExecutor``'s threads when the interpreter exits, so a fragment that is
-still running when Ctrl-C ends a run holds the exit until it returns (an 8 s learner step: 8 s).
-The scheduler never needs its results after the run ends, so these threads are daemons. Threads
-start with the pool and end at ``shutdown``. The interpreter's exit shuts every pool down and
-joins its threads for a bounded time (``hqflow.backends.threads``), since a daemon thread killed
-inside torch aborts the process; after Ctrl-C that wait is one second, not the running call's length.
+Python joins a ``ThreadPoolExecutor``'s threads at exit, so a fragment still running when Ctrl-C ends a run
+would hold the exit until it returns (an 8 s learner step: 8 s). The interpreter's exit shuts every pool down
+and joins its threads for a bounded time instead (``hqflow.backends.threads``: a daemon thread killed inside
+torch aborts the process); after Ctrl-C that wait is one second.
 """
 from __future__ import annotations
 
