@@ -34,7 +34,7 @@ from hqflow.ir.graph import Graph, GraphError
 
 from .files import atomic_write
 from .ports import PortRef
-from .scheduler_config import CheckpointConfig
+from .scheduler_config import SchedulerConfig
 from .window import Values
 
 VERSION = 2
@@ -158,11 +158,12 @@ class RunDir:
 
 class Checkpointer:
     """A run's checkpoints while it goes on: its stream items' fingerprints, the steps that join the finished
-    prefix recorded in order, and the loop values saved every ``every`` of them (and at the end). Without a
-    config (a run without a ``run_dir``) it records nothing."""
+    prefix recorded in order, and the loop values saved every ``checkpoint_every`` of them (and at the end).
+    Without a ``run_dir`` it records nothing."""
 
-    def __init__(self, config: CheckpointConfig | None, graph: Graph):
-        self.files = None if config is None else RunDir(config.run_dir, graph, config.seed, config.every, config.resume)
+    def __init__(self, config: SchedulerConfig, graph: Graph):
+        self.files = None if config.run_dir is None else RunDir(config.run_dir, graph, config.seed,
+                                                                config.checkpoint_every, config.resume)
         self.digests: dict[int, str | None] = {}  # step -> its stream item's fingerprint
         self.prefix = 0  # steps before the first unfinished one
 

@@ -7,7 +7,6 @@ a run in a thread of its own (``hqflow.start``), asks for these changes. None ch
 """
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Callable
 
@@ -18,25 +17,24 @@ from .dispatch import Member, Pool
 from .events import Wake
 from .fragments import RunResult
 from .lanes import Lane
-from .scheduler_config import PoolsConfig, WorkersConfig
+from .scheduler_config import SchedulerConfig
 
 
 class Elastic:
     """One scheduler's pools and worker slots. Changes apply once :meth:`attach` gave the run's job service."""
 
-    def __init__(self, graph: Graph, backends: dict, executor, config: PoolsConfig, workers: WorkersConfig,
-                 learners: int, now: Callable[[], float]):
+    def __init__(self, graph: Graph, backends: dict, executor, config: SchedulerConfig, now: Callable[[], float]):
         """One pool per backend name that ``graph`` uses (by ``execute`` fragments and in classical fragments'
         ``job_backends``), its members made by ``executor`` from ``backends[name]`` (a spec or a list of
         them; a name not there is a registered backend's); ``now``: the clock the pools time jobs by."""
-        self.executor, self.config, self.workers, self.learners = executor, config, workers, learners
-        self.slots = {"cpu": workers.cpu, "gpu": workers.gpu}  # classical worker slots now, read by the loop
+        self.executor, self.config, self.learners, self.prefetch = executor, config, config.learners, config.prefetch
+        self.slots = {"cpu": config.cpu_workers, "gpu": config.gpu_workers}  # worker slots now, read by the loop
         # the resources whose slots a learn step's replicas take, each of them at once
         self.learning = {"gpu" if f.resource == "gpu" else "cpu" for f in graph.fragments if f.kind == "learn"}
         for resource in sorted(self.learning):
-            if self.slots[resource] < learners:
-                raise ValueError(f"learners={learners} run side by side on {resource} slots, but "
-                                 f"{resource}_workers={self.slots[resource]}; give at least {learners}")
+            if self.slots[resource] < self.learners:
+                raise ValueError(f"learners={self.learners} run side by side on {resource} slots, but "
+                                 f"{resource}_workers={self.slots[resource]}; give at least {self.learners}")
         self.service = self.window = self.events = None  # the run's, from ``attach``
         self._lock = threading.Lock()  # backends joining from other threads take their index in turn
         names = []
@@ -58,8 +56,8 @@ class Elastic:
     def _member(self, spec, index: int | None) -> Member:
         """The executor's handle of backend ``spec`` as member ``index`` of its pool (None: the only one)."""
         handle = self.executor.backend(spec, self.config.max_in_flight)
-        return Member(handle, Lane("qpu", handle.name, index), handle.max_in_flight,
-                      handle.max_in_flight + self.config.prefetch)
+        devices = handle.max_in_flight
+        return Member(handle, Lane("qpu", handle.name, index), devices, devices + self.prefetch)
 
     def attach(self, service, window, events) -> None:
         """The run's job service, its window (``hqflow.window``) and its event queue: changes go to them."""
@@ -92,10 +90,10 @@ class Elastic:
 
     def tune(self, prefetch: int | None = None, rows_per_job: int | None | str = "keep") -> None:
         """Prefetch and rows per job for the jobs dispatched from now on (``"keep"``: as they are)."""
-        if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0):
-            raise ValueError(f"prefetch must be an integer >= 0, got {prefetch!r}")
-        if prefetch is not None:  # for the backends that join from now on too
-            self.config = dataclasses.replace(self.config, prefetch=prefetch)
+        if prefetch is not None:
+            if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+                raise ValueError(f"prefetch must be an integer >= 0, got {prefetch!r}")
+            self.prefetch = prefetch  # for the backends that join from now on too
         self.service.tune(prefetch, rows_per_job)
 
     def check_workers(self, resource: str, workers: int) -> None:
@@ -107,8 +105,9 @@ class Elastic:
         if resource in self.learning and workers < self.learners:
             raise ValueError(f"the run's learn steps need {self.learners} learner slots; keep {resource} workers "
                              ">= that")
-        if not self.workers.kind.resizable:
-            raise ValueError(f"worker slots change mid-run under the local executor only, not {str(self.workers.kind)!r}")
+        kind = self.config.executor
+        if not kind.resizable:
+            raise ValueError(f"worker slots change mid-run under the local executor only, not {str(kind)!r}")
 
     def set_workers(self, resource: str, workers: int) -> None:
         """``workers`` classical slots of ``resource`` from now on (local executor; see ``check_workers``)."""

@@ -44,11 +44,12 @@ class Scheduler:
                  *, executor=None, clock=REAL):
         """``executor`` and ``clock``: where the work runs and whose time it takes (default: the config's
         executor on the machine's clock; ``hqflow.costmodel`` gives a simulated executor and clock)."""
-        self.config, self.clock, w = config, clock, config.workers
+        self.config, self.clock = config, clock
         self.executor = executor if executor is not None else make_executor(
-            w.kind, w.cpu, w.gpu, w.ray_num_cpus, w.ray_address, w.placement)
+            config.executor, config.cpu_workers, config.gpu_workers, config.ray_num_cpus, config.ray_address,
+            config.placement)
         try:
-            self.elastic = Elastic(graph, dict(backends or {}), self.executor, config.pools, w, config.learners, clock.now)
+            self.elastic = Elastic(graph, dict(backends or {}), self.executor, config, clock.now)
             self.pools, self.slots = self.elastic.pools, self.elastic.slots
             self.graph = graph.validate(backends={name: pool.members[0].handle.capabilities
                                                   for name, pool in self.pools.items()})
@@ -73,7 +74,7 @@ class Scheduler:
             stream = ({} for _ in range(stream))
         items, self.checkpoints, self.service = iter(stream), None, None
         try:
-            self.checkpoints = Checkpointer(self.config.checkpoints, self.graph)
+            self.checkpoints = Checkpointer(self.config, self.graph)
             self._reset(initial_state)
             self.started.set()  # a RunHandle may change the pools from here on
             next_step = self.stats.completed = self.checkpoints.restore(items, self.values, self.outputs)
@@ -123,14 +124,14 @@ class Scheduler:
         self.replies: dict[tuple[str, int], dict[int, dict]] = {}  # replicated instance -> rank -> outputs
         self.busy = {"cpu": set(), "gpu": set()}  # taken worker slots
         self.spans: list[Span] = []
-        jobs = self.config.jobs
-        run_id = jobs.run_id or self.checkpoints.run_id
-        self.service = JobService(self.pools, max_retries=jobs.max_retries, job_timeout=jobs.job_timeout,
-                                  rows_per_job=jobs.rows_per_job, t0=self.t0, record=self.spans.append, run_id=run_id,
-                                  ledger=self.executor.ledger(jobs.budget), now=self.clock.now)
+        c = self.config
+        self.service = JobService(self.pools, max_retries=c.max_retries, job_timeout=c.job_timeout,
+                                  rows_per_job=c.rows_per_job, t0=self.t0, record=self.spans.append,
+                                  run_id=c.run_id or self.checkpoints.run_id, ledger=self.executor.ledger(c.budget),
+                                  now=self.clock.now)
         self.stats = RunStats(self.config.executor.value)
         self.values = Values(self.graph, initial_state)
-        self.window = Window(self.config.backpressure, self.pools)
+        self.window = Window(self.config, self.pools)
         self.elastic.attach(self.service, self.window, self.events)
 
     def _close(self) -> None:

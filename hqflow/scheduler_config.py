@@ -1,10 +1,8 @@
-"""How a graph is run: ``SchedulerConfig``, one flat frozen set of knobs, its fields grouped by who reads them.
+"""How a graph is run: ``SchedulerConfig``, one flat frozen set of knobs, checked at construction.
 
 Users, plans and saved configs name its fields flat (``hq.SchedulerConfig(cpu_workers=2, window=4)``,
-``hq.run(..., prefetch=0)``); the loop (``hqflow.scheduler``) reads its own group, and gives each component
-only its part as a small frozen view: ``config.workers`` (the executor), ``config.pools`` and
-``config.jobs`` (``hqflow.elastic``, the job service and its budget), ``config.backpressure``
-(``hqflow.window``) and ``config.checkpoints`` (``hqflow.checkpoint``).
+``hq.run(..., prefetch=0)``); the loop (``hqflow.scheduler``) and its components read the fields of their
+group below.
 """
 from __future__ import annotations
 
@@ -15,56 +13,6 @@ from .collective import Compression
 from .config import as_type
 from .executors import ExecutorKind
 from .placement import Placement
-
-
-@dataclass(frozen=True)
-class WorkersConfig:
-    """Where classical work runs: the executor of ``kind`` and its worker slots (``executors.make_executor``)."""
-
-    kind: ExecutorKind
-    cpu: int
-    gpu: int
-    ray_num_cpus: int | None
-    ray_address: str | None
-    placement: Placement
-
-
-@dataclass(frozen=True)
-class PoolsConfig:
-    """How a backend joins a pool: its device slots (unless it says), and jobs kept ahead of them."""
-
-    max_in_flight: int
-    prefetch: int
-
-
-@dataclass(frozen=True)
-class JobsConfig:
-    """The job service's knobs (``hqflow.jobs``), the run's identity and its budget (``hqflow.ledger``)."""
-
-    max_retries: int
-    job_timeout: float | None
-    rows_per_job: int | None
-    run_id: str | None
-    budget: float | None
-
-
-@dataclass(frozen=True)
-class WindowConfig:
-    """The window of steps in flight (``hqflow.window``): the config's size (None: automatic), and whether
-    the executor runs one thing at a time."""
-
-    size: int | None
-    one_at_a_time: bool
-
-
-@dataclass(frozen=True)
-class CheckpointConfig:
-    """The run directory (``hqflow.checkpoint``), and the seed a resumed run must have."""
-
-    run_dir: str
-    every: int
-    resume: bool
-    seed: int | None
 
 
 @dataclass(frozen=True)
@@ -81,7 +29,7 @@ class SchedulerConfig:
     compression: Compression = Compression()
     """how the learner replicas compress the gradient shares they reduce (``hqflow.collective.Compression``)"""
 
-    # -- where classical work runs: ``workers`` -------------------------------------------------
+    # -- where classical work runs (``hqflow.executors``) ---------------------------------------
     executor: ExecutorKind = ExecutorKind.LOCAL
     """``sync`` (one thing at a time), ``local`` (threads) or ``ray``: an ``ExecutorKind``, or its name"""
     cpu_workers: int = 1
@@ -96,14 +44,14 @@ class SchedulerConfig:
     placement: Placement = Placement()
     """where the ray executor puts its actors on a cluster's nodes (``hqflow.placement``)"""
 
-    # -- backend pools: ``pools`` ---------------------------------------------------------------
+    # -- backend pools (``hqflow.elastic``) -----------------------------------------------------
     max_in_flight: int = 1
     """device slots per backend, unless the backend says otherwise (``max_in_flight`` attribute)"""
     prefetch: int = 1
     """extra jobs submitted to each backend beyond its device slots, so its queue never runs dry
     and submission round-trips hide behind running jobs (0: submit only into free slots)"""
 
-    # -- the job service and the budget: ``jobs`` -----------------------------------------------
+    # -- the job service and the budget (``hqflow.jobs``, ``hqflow.ledger``) --------------------
     rows_per_job: int | None = None
     """circuits per quantum job at most: a step's batch is cut into jobs of this many rows, run side by
     side over a pool's members and joined again in row order (None: only a backend's own limit cuts it).
@@ -120,12 +68,12 @@ class SchedulerConfig:
     """the most the run may spend on priced quantum jobs, in their backend's currency (``estimate_cost``);
     a job that would go past it is refused and the run stops with ``BudgetExceeded``, results kept"""
 
-    # -- the window of steps in flight: ``backpressure`` ----------------------------------------
+    # -- the window of steps in flight (``hqflow.window``) --------------------------------------
     window: int | None = None
     """micro-batches admitted and not yet finished, at most (backpressure); None: twice the jobs
     all backends keep in flight, plus 2, and at least 8"""
 
-    # -- checkpoints: ``checkpoints`` -----------------------------------------------------------
+    # -- checkpoints (``hqflow.checkpoint``) ----------------------------------------------------
     run_dir: str | None = None
     """a folder for the run's checkpoints (``hqflow.checkpoint``): loop-carried values and the
     stream position after each ``checkpoint_every`` finished steps, and every step's outputs"""
@@ -165,29 +113,6 @@ class SchedulerConfig:
         if self.budget is not None and (isinstance(self.budget, bool) or not isinstance(self.budget, (int, float))
                                         or self.budget < 0):
             raise ValueError(f"budget must be a number >= 0 or None, got {self.budget!r}")
-
-    @property
-    def workers(self) -> WorkersConfig:
-        return WorkersConfig(self.executor, self.cpu_workers, self.gpu_workers, self.ray_num_cpus, self.ray_address,
-                             self.placement)
-
-    @property
-    def pools(self) -> PoolsConfig:
-        return PoolsConfig(self.max_in_flight, self.prefetch)
-
-    @property
-    def jobs(self) -> JobsConfig:
-        return JobsConfig(self.max_retries, self.job_timeout, self.rows_per_job, self.run_id, self.budget)
-
-    @property
-    def backpressure(self) -> WindowConfig:
-        return WindowConfig(self.window, self.executor.one_at_a_time)
-
-    @property
-    def checkpoints(self) -> CheckpointConfig | None:
-        """None without a ``run_dir``."""
-        return None if self.run_dir is None else CheckpointConfig(self.run_dir, self.checkpoint_every, self.resume,
-                                                                  self.seed)
 
 
 def configure(config: SchedulerConfig | None, options: dict) -> SchedulerConfig:

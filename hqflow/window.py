@@ -19,21 +19,21 @@ from hqflow.ir.graph import Fragment, Graph, GraphError
 from .dispatch import Pool
 from .fragments import as_port_value
 from .ports import PortRef, PortValues, port
-from .scheduler_config import WindowConfig
+from .scheduler_config import SchedulerConfig
 
 
 class Window:
     """Steps admitted and not yet finished, at most: see :meth:`auto`."""
 
-    def __init__(self, config: WindowConfig, pools: Mapping[str, Pool]):
+    def __init__(self, config: SchedulerConfig, pools: Mapping[str, Pool]):
         self.config, self.pools = config, pools
         self.size = self.auto()
 
     def auto(self) -> int:
-        """The config's size, or twice the jobs the pools keep in flight, plus 2 (at least 8); 1 where the
-        executor runs one thing at a time."""
+        """The config's ``window``, or twice the jobs the pools keep in flight, plus 2 (at least 8); 1 where
+        the executor runs one thing at a time."""
         in_flight = sum(m.capacity for pool in self.pools.values() for m in pool.members if not m.removed)
-        return 1 if self.config.one_at_a_time else self.config.size or max(8, 2 * in_flight + 2)
+        return 1 if self.config.executor.one_at_a_time else self.config.window or max(8, 2 * in_flight + 2)
 
     def grow(self) -> None:
         """The pools changed: as many steps as they keep busy now, never fewer than before."""

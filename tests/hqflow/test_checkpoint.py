@@ -1,5 +1,6 @@
 """hq.run(..., run_dir=...): checkpoints of loop values and stream position; a run killed with SIGKILL
 resumes to the result of an uninterrupted run; Ctrl-C stops at once and says how to continue."""
+import dataclasses
 import pickle
 import signal
 import subprocess
@@ -160,7 +161,7 @@ def test_without_a_run_dir_nothing_is_recorded():
     from hqflow.window import Values
 
     graph = _loop_graph()
-    ckpt, values = Checkpointer(None, graph), Values(graph)
+    ckpt, values = Checkpointer(hq.SchedulerConfig(), graph), Values(graph)
     ckpt.admit(0, {"y": 1.0})
     ckpt.finished({0: {"acc": 1.0}}, values, "run")
     assert ckpt.restore(iter([{"y": 1.0}]), values, {}) == 0
@@ -170,10 +171,9 @@ def test_without_a_run_dir_nothing_is_recorded():
 
 def test_the_finished_prefix_is_recorded_in_order_and_the_values_saved_when_due(tmp_path):
     from hqflow.checkpoint import Checkpointer
-    from hqflow.scheduler_config import CheckpointConfig
     from hqflow.window import Values
 
-    graph, config = _loop_graph(), CheckpointConfig(str(tmp_path / "run"), 2, False, 5)
+    graph, config = _loop_graph(), hq.SchedulerConfig(run_dir=str(tmp_path / "run"), checkpoint_every=2, seed=5)
     ckpt, values, outputs = Checkpointer(config, graph), Values(graph), {}
     items = [{"y": float(k)} for k in range(4)]
     for step, item in enumerate(items):
@@ -188,7 +188,8 @@ def test_the_finished_prefix_is_recorded_in_order_and_the_values_saved_when_due(
     assert _steps_saved(tmp_path / "run") == 3
     ckpt.close()
 
-    resumed = Checkpointer(CheckpointConfig(str(tmp_path / "run"), 2, True, 5), graph)
+    config = dataclasses.replace(config, resume=True)
+    resumed = Checkpointer(config, graph)
     values, outputs, stream = Values(graph), {}, iter(items)
     assert resumed.restore(stream, values, outputs) == 3 and resumed.run_id == "run-1"
     assert outputs == {k: {"acc": 10.0 * (k + 1)} for k in range(3)}
@@ -196,7 +197,7 @@ def test_the_finished_prefix_is_recorded_in_order_and_the_values_saved_when_due(
     resumed.close()
     for stream, message in ((items[:2], "the stream ended after 2 items"),
                             (items[:2] + [{"y": 9.0}], "the stream differs from the checkpointed run's: item 2")):
-        again = Checkpointer(CheckpointConfig(str(tmp_path / "run"), 2, True, 5), graph)
+        again = Checkpointer(config, graph)
         with pytest.raises(CheckpointError, match=message):
             again.restore(iter(stream), Values(graph), {})
         again.close()

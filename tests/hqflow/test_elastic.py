@@ -14,7 +14,6 @@ from hqflow.clock import REAL
 from hqflow.elastic import Elastic
 from hqflow.executors import SyncExecutor
 from hqflow.ir.graph import GraphError
-from hqflow.scheduler_config import WindowConfig
 from hqflow.window import Window
 from hqflow.workloads import synthetic
 
@@ -212,12 +211,12 @@ class _Service:
 def _elastic(backends, made=None, backend="qpu", **config):
     cfg = hq.SchedulerConfig(**config)
     graph = synthetic.build_graph(synthetic.Config(staleness=0, backend=backend))
-    return Elastic(graph, backends, made or SyncExecutor(), cfg.pools, cfg.workers, cfg.learners, REAL.now)
+    return Elastic(graph, backends, made or SyncExecutor(), cfg, REAL.now)
 
 
 def _attached(elastic, **window):
     service, events = _Service(elastic.pools), queue.Queue()
-    elastic.attach(service, Window(WindowConfig(window.get("size"), False), elastic.pools), events)
+    elastic.attach(service, Window(hq.SchedulerConfig(window=window.get("size")), elastic.pools), events)
     return service, events
 
 

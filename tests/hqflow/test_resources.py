@@ -54,7 +54,7 @@ class _FakeService:
 def test_a_change_keeps_equal_members_adds_before_it_removes_and_refuses_an_empty_pool():
     sched = hq.Scheduler(synthetic.build_graph(synthetic.Config(staleness=0, backend="qpu")), {"qpu": [("emulated-qpu", {"name": "a"}), ("emulated-qpu", {"name": "b"})]})
     service = _FakeService()
-    sched.elastic.attach(service, Window(sched.config.backpressure, sched.pools), None)
+    sched.elastic.attach(service, Window(sched.config, sched.pools), None)
     try:
         elastic = ElasticPools(sched, {"qpu": [["emulated-qpu", {"name": "a"}], ["emulated-qpu", {"name": "b"}]]})
         changes = elastic.apply({"qpu": [("emulated-qpu", {"name": "b"}), ("emulated-qpu", {"name": "c"})]})

@@ -8,7 +8,7 @@ import pytest
 import hqflow as hq
 from hqflow.ir.graph import GraphError
 from hqflow.ports import PortRef
-from hqflow.scheduler_config import WindowConfig
+from hqflow.scheduler_config import SchedulerConfig
 from hqflow.window import Values, Window
 
 
@@ -40,15 +40,15 @@ def _pools(*capacities, removed=()):
 
 
 def test_the_window_is_the_configs_or_twice_the_jobs_in_flight_plus_two_and_at_least_eight():
-    assert Window(WindowConfig(None, False), _pools(2)).size == 8
-    assert Window(WindowConfig(None, False), _pools(3, 4, 9, removed=(2,))).size == 2 * 7 + 2
-    assert Window(WindowConfig(5, False), _pools(30)).size == 5
-    assert Window(WindowConfig(5, True), _pools(30)).size == 1  # one thing at a time: one step
+    assert Window(SchedulerConfig(), _pools(2)).size == 8
+    assert Window(SchedulerConfig(), _pools(3, 4, 9, removed=(2,))).size == 2 * 7 + 2
+    assert Window(SchedulerConfig(window=5), _pools(30)).size == 5
+    assert Window(SchedulerConfig(window=5, executor="sync"), _pools(30)).size == 1  # one thing at a time: one step
 
 
 def test_the_window_grows_with_the_pools_and_never_shrinks():
     pools = _pools(4, 4)
-    window = Window(WindowConfig(None, False), pools)
+    window = Window(SchedulerConfig(), pools)
     assert window.size == 18
     pools["qpu"].members.append(SimpleNamespace(capacity=6, removed=False))
     window.grow()
