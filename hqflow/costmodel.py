@@ -1,24 +1,14 @@
-"""Predict a run's makespan, each resource's utilization and its spend, from profiles.
+"""Predict a run's makespan, each resource's utilization and its spend, from a profile.
 
-``predict(graph, steps, profile, config)`` runs the scheduler itself (``hqflow.scheduler``: its loop,
-window, dispatch, job service and pools) on a simulated clock (``hqflow.clock.SimClock``), where
-nothing is computed and everything takes the time the profile (``hqflow.profile``) says:
-
-* a classical call holds its slot for its fragment's profiled mean plus the scheduler's overhead;
-  one that submits jobs itself does so in rounds: a slice of its own work, then a job, and so on;
-* a quantum job waits out its member's queue (in parallel with other jobs), then holds one of the
-  member's devices for ``per_job + per_row * rows + per_shot * rows * shots``;
-* where a member fails jobs, the run is simulated ``REPLAYS`` times with failures drawn from seeded
-  generators (a failed job is retried by the job service's own rule) and the figures are averaged;
-  with no failures one run is exact.
-
-So a rule changed in the scheduler (window, quantum-first dispatch, slots, the pools' choice of member,
-retries, their circuit breaker) changes the prediction with it. Not modelled: ``job_timeout`` (jobs
-take their profiled time), budgets (``spend`` is predicted instead) and running out of retries.
-
-The prediction also carries the overlap bound of a two-stage loop, ``N * max(C, D) + min(C, Q)``:
-C a step's classical seconds, D its device seconds spread over the pool's devices, Q a job's
-seconds with its queue (with one device and no queue, ``overlap.py``'s ``N * max(C, Q) + min(C, Q)``).
+``predict(graph, steps, profile, config)`` runs the scheduler itself (its loop, window, dispatch, job
+service and pools) on a simulated clock (``hqflow.clock.SimClock``), where nothing is computed and
+everything takes the time the profile says. A classical call holds its slot for its profiled mean
+plus the scheduler's overhead (one that submits jobs itself alternates slices of its own work and
+jobs); a quantum job waits out its member's queue, then holds a device for ``per_job + per_row * rows
++ per_shot * rows * shots``; work computed on this machine shares its CPUs. Where a member fails jobs,
+``REPLAYS`` runs with seeded failures are averaged. So a rule changed in the scheduler changes the
+prediction with it. Not modelled: ``job_timeout``, budgets (``spend`` is predicted instead) and
+running out of retries.
 """
 from __future__ import annotations
 
@@ -57,7 +47,8 @@ class Prediction:
     spend: float = 0.0
     """expected spend on priced jobs, retries included"""
     bound: float = 0.0
-    """``N * max(C, Q) + min(C, Q)``: no schedule of this loop is faster"""
+    """``N * max(C, D) + min(C, Q)``, no schedule of this loop is faster: C a step's classical seconds, D its
+    device seconds spread over the pools' devices, Q a job's seconds with its queue"""
     jobs: int = 0
     """quantum jobs, retries not counted"""
 
@@ -275,12 +266,7 @@ def predict(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig 
     runs, chosen, nested, n_rows = _runs(graph, steps, profile, config, rows, members)
     makespan = sum(r[1] for r in runs) / len(runs)
     utilization = {k: sum(r[2].get(k, 0.0) for r in runs) / len(runs) for k in runs[0][2]}
-    seconds = {f.name: profile.fragment(f.name).seconds + profile.overhead
-               for f in graph.fragments if not isinstance(f, CircuitCall)}
-    cut = {name: min(n, config.rows_per_job or n) for name, n in n_rows.items()}
-    cut.update({name: min(n[2], config.rows_per_job or n[2]) for name, n in nested.items()})
-    bound = _bound(graph.topological_order(), steps, seconds, n_rows, cut, chosen, nested,
-                   {"cpu": config.cpu_workers, "gpu": config.gpu_workers})
+    bound = _bound(graph, steps, profile, config, chosen, nested, n_rows)
     return Prediction(makespan, utilization, runs[0][3], bound, runs[0][4])
 
 
@@ -344,8 +330,7 @@ def calibrate(graph: Graph, spans: list, profile: Profile, config: SchedulerConf
     simulated run takes as long as ``spans`` (a run of ``graph`` under ``config``) measured, both timed
     from the end of their first quarter of steps (at least step 0: it warms caches, compiles programs and
     starts threads) to their end."""
-    found = _fit(graph, spans, lambda x: replace(profile, overhead=x), config, rows, members, 0.0, 0.05, grows=True)
-    return profile if found is None else replace(profile, overhead=found)
+    return _fit(graph, spans, profile, "overhead", config, rows, members, 0.0, 0.05)
 
 
 def calibrate_cores(graph: Graph, spans: list, profile: Profile, config: SchedulerConfig = SchedulerConfig(), *,
@@ -357,43 +342,36 @@ def calibrate_cores(graph: Graph, spans: list, profile: Profile, config: Schedul
     to that run (its two ends differ by less than 2%), or it took longer or shorter than either end
     explains, it tells nothing of them: ``profile`` as it is."""
     most = float(os.cpu_count() or 1)
-    total, warm, measured = _measured(spans)
-    if measured is None or most <= 1.0:
-        return profile
-    one, every = (_timed(graph, total, warm, replace(profile, cores=c), config, rows, members) for c in (1.0, most))
-    if one - every < 0.02 * measured or not every <= measured <= one:
-        return profile
-    found = _fit(graph, spans, lambda x: replace(profile, cores=x), config, rows, members, 1.0, most, grows=False)
-    return profile if found is None else replace(profile, cores=found)
+    return profile if most <= 1.0 else _fit(graph, spans, profile, "cores", config, rows, members, 1.0, most)
 
 
-def _measured(spans) -> tuple[int, int, float | None]:
-    """(steps, warm-up steps, seconds after the warm-up) of a measured run."""
+def _fit(graph, spans, profile: Profile, name: str, config, rows, members, low: float, high: float) -> Profile:
+    """``profile`` with its figure ``name`` set, by bisection in ``[low, high]``, where the simulated run
+    takes as long as ``spans`` measured (the time grows with the overhead and falls with the cores), both
+    timed alike (:func:`_after_warm_up`). ``profile`` as it is where the spans have too few steps, or, for
+    the cores, where the run's time tells nothing of them (see :func:`calibrate_cores`)."""
     total = max((s.step for s in spans), default=-1) + 1
     warm = max(1, total // 4)
-    return total, warm, _after_warm_up(spans, warm)
-
-
-def _timed(graph, total: int, warm: int, profile: Profile, config, rows, members) -> float:
-    """The simulated run's seconds after its warm-up steps (averaged where failures are drawn)."""
-    runs = _runs(graph, total, profile, config, rows, members)[0]
-    return sum(_after_warm_up(r[0].spans, warm) or 0.0 for r in runs) / len(runs)
-
-
-def _fit(graph, spans, changed, config, rows, members, low: float, high: float, grows: bool) -> float | None:
-    """The figure in ``[low, high]`` at which the simulated run of ``changed(figure)`` takes as long as ``spans``
-    measured, by bisection (``grows``: the time grows with the figure, else it falls); None where the spans
-    have too few steps. Both runs are timed alike (:func:`_after_warm_up`)."""
-    total, warm, measured = _measured(spans)
+    measured = _after_warm_up(spans, warm)
     if measured is None:
-        return None
+        return profile
+
+    def timed(figure: float) -> float:  # the simulated run's seconds after its warm-up, averaged over its runs
+        runs = _runs(graph, total, replace(profile, **{name: figure}), config, rows, members)[0]
+        return sum(_after_warm_up(r[0].spans, warm) or 0.0 for r in runs) / len(runs)
+
+    grows = name == "overhead"
+    if not grows:
+        one, every = timed(low), timed(high)
+        if one - every < 0.02 * measured or not every <= measured <= one:
+            return profile
     for _ in range(30):
         mid = (low + high) / 2
-        if (_timed(graph, total, warm, changed(mid), config, rows, members) < measured) == grows:
+        if (timed(mid) < measured) == grows:
             low = mid
         else:
             high = mid
-    return low if grows else high
+    return replace(profile, **{name: low if grows else high})
 
 
 def _after_warm_up(spans, warm: int) -> float | None:
@@ -404,34 +382,36 @@ def _after_warm_up(spans, warm: int) -> float | None:
     return max(after) - max(before) if before and after and max(after) > max(before) else None
 
 
-def _bound(order, steps: int, seconds: dict, n_rows: dict, cut: dict, pools: dict, nested: dict,
-           slots: dict) -> float:
+def _bound(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig, pools: dict, nested: dict,
+           n_rows: dict) -> float:
     """``N * max(C, D) + min(C, Q)``: C a step's classical seconds on its busiest resource (per worker
     slot), D its device seconds spread over the pools' devices (the QPUs' throughput), Q one job's
-    seconds (``cut`` rows), queue included (the loop's fill). A fragment's own jobs count in D and Q,
-    its seconds outside them in C."""
+    seconds (rows cut by ``rows_per_job``), queue included (the loop's fill). A fragment's own jobs count
+    in D and Q, its seconds outside them in C."""
     c, d, q = 0.0, 0.0, 0.0
     per = {"cpu": 0.0, "gpu": 0.0}
 
-    def job(pool, n, k):
+    def job(pool, n):
+        k = min(n, config.rows_per_job or n)
         jobs = -(-n // k) if k else 1
         best = min(pool, key=lambda m: m.per_job * jobs + m.per_row * n)
         return ((best.per_job * jobs + best.per_row * n) / sum(max(1, m.devices) for m in pool),
                 min(m.queue + m.per_job + m.per_row * k for m in pool))
 
-    for f in order:
+    for f in graph.topological_order():
         if isinstance(f, CircuitCall):
-            dd, qq = job(pools[f.backend], n_rows[f.name], cut[f.name])
+            dd, qq = job(pools[f.backend], n_rows[f.name])
             d, q = d + dd, q + qq
-        elif f.name in nested:
+            continue
+        if f.name in nested:
             pool_name, rounds, size, piece = nested[f.name]
-            dd, qq = job(pools[pool_name], size, cut[f.name])
-            c, d, q = c + piece * rounds, d + dd * rounds, q + qq
-            per["gpu" if f.resource == "gpu" else "cpu"] += piece * rounds
+            dd, qq = job(pools[pool_name], size)
+            own, d, q = piece * rounds, d + dd * rounds, q + qq
         else:
-            c += seconds[f.name]
-            per["gpu" if f.resource == "gpu" else "cpu"] += seconds[f.name]
-    busiest = max(per[r] / slots[r] for r in per)
+            own = profile.fragment(f.name).seconds + profile.overhead
+        c += own
+        per["gpu" if f.resource == "gpu" else "cpu"] += own
+    busiest = max(per["cpu"] / config.cpu_workers, per["gpu"] / config.gpu_workers)
     return steps * max(busiest, d) + min(c, q) if steps else 0.0
 
 

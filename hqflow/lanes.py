@@ -11,12 +11,10 @@ A :class:`Lane` is one of:
   ``Lane("qpu", "emulated-qpu", member=1)`` (``qpu:emulated-qpu#1``), and one of its device slots,
   ``Lane("qpu", "emulated-qpu", member=1, slot=0)`` (``qpu:emulated-qpu#1/0``).
 
-``str(lane)`` is that text, exactly as earlier versions wrote it: Gantt rows, Perfetto threads and
-tables print it, and a lane equals its text (so a script's ``span.lane == "cpu/0"`` keeps working).
-Code reads the fields; nothing of hqflow takes a lane's text apart. Files store a lane as an
-object (``to_dict``/``from_dict``); :meth:`Lane.parse` reads the text that files of earlier
-versions hold, and :func:`member` is the one place where a member's name as a user types it
-(``"qpu:emulated-qpu#1"``, ``"emulated-qpu"``) becomes a lane.
+``str(lane)`` is that text, as earlier versions wrote it, and a lane equals its text (a script's
+``span.lane == "cpu/0"`` keeps working). Code reads the fields, never the text; files store a lane as
+an object (``to_dict``). :meth:`Lane.parse` reads the text of older files, and :func:`member` turns a
+member's name as a user types it (``"emulated-qpu#1"``) into a lane.
 """
 from __future__ import annotations
 
@@ -80,8 +78,7 @@ class Lane:
 
     def __eq__(self, other) -> bool:
         if isinstance(other, Lane):
-            return (self.kind, self.name, self.member, self.slot, self.label) == \
-                (other.kind, other.name, other.member, other.slot, other.label)
+            return vars(self) == vars(other)
         if isinstance(other, str):
             return str(self) == other
         return NotImplemented
@@ -97,8 +94,7 @@ class Lane:
 
     def to_dict(self) -> dict:
         """The lane as JSON-friendly data: its fields that are set."""
-        return {k: v for k, v in (("kind", self.kind), ("name", self.name), ("member", self.member),
-                                  ("slot", self.slot), ("label", self.label)) if v is not None}
+        return {k: v for k, v in vars(self).items() if v is not None}
 
     @staticmethod
     def from_dict(d: dict) -> Lane:

@@ -1,25 +1,16 @@
 """The planner: how to run a graph, chosen by the cost model (Alpa's lesson: a plan is an optimization).
 
-``plan(graph, steps, profile, objective=..., budget=..., max_staleness=...)`` searches the
-knobs a user would otherwise set by hand, and predicts each choice with ``hqflow.costmodel``:
+``plan(graph, steps, profile, ...)`` predicts each choice of the knobs a user would otherwise set by
+hand with ``hqflow.costmodel``: the staleness of the loop edges between fragments (at most the graph's
+own: a plan never lets parameters be older than the algorithm allows), ``prefetch``, ``rows_per_job``,
+``cpu_workers`` (where a classical fragment without a loop onto itself can run several steps at once)
+and the subset of each pool's members to use. Shots are not searched: they change the estimator, which
+only the user may trade. The objective is ``"time"``, ``"cost"`` (the least spend, then the shortest),
+or time under ``budget``.
 
-* the staleness of the learner-to-actor loop edges, up to ``max_staleness`` (the graph's own, by
-  default: a plan never lets parameters be older than the algorithm allows);
-* jobs in flight per backend beyond its devices (``prefetch``), and the window;
-* rows per job (``rows_per_job``): a step's circuits cut into jobs that run side by side;
-* classical worker slots (``cpu_workers``), where a classical fragment without a loop onto itself
-  can run several steps at once;
-* the subset of each pool's members to use.
-
-Shots per step are not searched: they change the estimator, which only the user may trade.
-
-The objective is ``"time"`` (the shortest makespan), ``"cost"`` (the least spend, then the
-shortest), or time under ``budget`` (the shortest whose spend fits). The :class:`Plan` prints as a
-table of its choices and their prediction; ``apply(plan, graph, backends)`` gives the graph,
-backends and ``SchedulerConfig`` to run, and ``hq.run(graph, stream, plan=plan)`` does it.
-
-Applying a plan never changes the algorithm, only where and how much at once. At staleness 0 with
-exact backends it never changes the result.
+``hq.run(graph, stream, plan=plan)`` runs a plan (``apply`` gives its graph, backends and config). A
+plan never changes the algorithm, only where and how much runs at once: at staleness 0 with exact
+backends it never changes the result.
 """
 from __future__ import annotations
 
@@ -80,14 +71,14 @@ class Plan:
         return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
-def _loop_staleness(graph: Graph) -> int:
-    return max((e.max_staleness for e in graph.edges if e.loop and e.src[0] != e.dst[0]), default=0)
+def _between(edge) -> bool:
+    """A loop edge from one fragment to another (a plan's staleness applies to these; self-loops stay)."""
+    return edge.loop and edge.src[0] != edge.dst[0]
 
 
 def with_staleness(graph: Graph, staleness: int) -> Graph:
     """``graph`` with every loop edge between two fragments at ``max_staleness=staleness``."""
-    edges = tuple(dataclasses.replace(e, max_staleness=staleness) if e.loop and e.src[0] != e.dst[0] else e
-                  for e in graph.edges)
+    edges = tuple(dataclasses.replace(e, max_staleness=staleness) if _between(e) else e for e in graph.edges)
     return dataclasses.replace(graph, edges=edges)
 
 
@@ -120,7 +111,8 @@ def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time",
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0):
         raise ValueError(f"budget must be a number >= 0 or None, got {budget!r}")
-    limit = _loop_staleness(graph) if max_staleness is None else max_staleness
+    limit = max((e.max_staleness for e in graph.edges if _between(e)), default=0) if max_staleness is None \
+        else max_staleness
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ValueError(f"max_staleness must be an integer >= 0, got {limit!r}")
     pools = {name: [b.backend for b in profile.backends if b.pool.name == name]
@@ -178,16 +170,16 @@ def replan(plan: Plan, graph: Graph, steps: int, members: Mapping[str, Sequence[
     know is taken to be like the pool's median member (the next profile measures it)."""
     members = {pool: [member(m) for m in names] for pool, names in members.items()}
     prof = _with_members(profile or plan.profile, members)
-    best = None
-    for ahead, cut in itertools.product(PREFETCH, _cuts(plan.rows, sum(len(m) for m in members.values()))):
-        cfg = dataclasses.replace(plan.config, prefetch=ahead, rows_per_job=cut)
-        guess = predict(with_staleness(graph, plan.staleness), min(steps, HORIZON), prof, cfg, rows=plan.rows,
-                        members=members)
-        key = (round(guess.makespan, 9), ahead, -(cut or 1 << 30))
-        if best is None or key < best[0]:
-            best = (key, cfg)
-    cfg = best[1]
-    final = predict(with_staleness(graph, plan.staleness), steps, prof, cfg, rows=plan.rows, members=members)
+    graph = with_staleness(graph, plan.staleness)
+
+    def key(cfg: SchedulerConfig) -> tuple:  # the shortest; ties: fewer jobs ahead, fewer and larger jobs
+        guess = predict(graph, min(steps, HORIZON), prof, cfg, rows=plan.rows, members=members)
+        return round(guess.makespan, 9), cfg.prefetch, -(cfg.rows_per_job or 1 << 30)
+
+    cuts = _cuts(plan.rows, sum(len(m) for m in members.values()))
+    cfg = min((dataclasses.replace(plan.config, prefetch=ahead, rows_per_job=cut)
+               for ahead, cut in itertools.product(PREFETCH, cuts)), key=key)
+    final = predict(graph, steps, prof, cfg, rows=plan.rows, members=members)
     return dataclasses.replace(plan, config=cfg, members=tuple((k, tuple(v)) for k, v in members.items()),
                                prediction=final, candidates=len(PREFETCH), profile=prof, steps=steps)
 
@@ -241,7 +233,7 @@ def calibration(run, steps: int, graph: Graph, config: SchedulerConfig = Schedul
 def apply(plan: Plan, graph: Graph, backends: Mapping | None = None) -> tuple[Graph, dict, SchedulerConfig]:
     """``(graph, backends, config)`` to run ``plan``: its staleness, its pool members (``#k``: the k-th
     of the pool ``backends`` gives), its scheduler knobs."""
-    if plan.staleness and not any(e.loop and e.src[0] != e.dst[0] for e in graph.edges):
+    if plan.staleness and not any(_between(e) for e in graph.edges):
         raise ValueError(f"the plan's staleness {plan.staleness} needs a loop edge between two fragments, and "
                          "this graph has none: plan with this graph")
     chosen = dict(plan.members)
@@ -266,6 +258,7 @@ def run(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping | N
         raise ValueError("give a plan or a config, not both: a plan carries its SchedulerConfig")
     graph, backends, config = apply(plan, graph, backends)
     return scheduler_run(graph, stream, backends=backends, config=config, **options)  # options override the plan's
+
 
 
 def start(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping | None = None, **options) -> RunHandle:

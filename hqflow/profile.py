@@ -1,27 +1,17 @@
-"""Profiles: what a run measured about its fragments and backends, as data a cost model reads.
+"""Profiles: what a run measured about its fragments and backends, as data the cost model reads.
 
-``profile(spans)`` fits them from a run's spans (``RunResult.spans``, or ``load_spans`` of a run
-directory's ``spans.json``):
+``profile(spans)`` fits them from a run's spans (``RunResult.spans`` or a run's ``spans.json``): a
+:class:`BackendProfile` per pool member and a :class:`FragmentProfile` per classical fragment and
+resource. A job's time past its queue (``Span.device`` where the backend says, else its seconds less
+``Span.queued``) is fitted by least squares as ``per_job + per_row * rows + per_shot * rows * shots``,
+each coefficient at least 0; its price (``Span.cost``) and its computation on this machine
+(``Span.compute``) are fitted the same way. Where every job had the same rows the time is all
+``per_job``: a calibration that cuts some jobs smaller tells the two apart. Of three or more jobs or
+calls the first is left out: it warms caches, compiles programs and starts threads.
 
-* a :class:`BackendProfile` per member of each pool (its lane, ``qpu:<backend>``): a job's seconds split into
-  ``queue`` (what the backend says the job waited, ``Span.queued``; 0 where it says nothing, and
-  the wait is then part of ``per_job``) plus the time it holds a device, ``per_job + per_row * rows
-  + per_shot * rows * shots`` (least squares over the jobs' ``Span.device``, where the backend says,
-  else their seconds less the queue; each coefficient at least 0; where every job had the same rows
-  the time is all ``per_job``: a calibration that cuts some jobs smaller tells the two apart), the share of attempts that
-  failed or timed out, the price per job fitted the same way from ``Span.cost``, and the CPU seconds a job
-  computes on this machine (``Span.compute``, where the backend says: a simulator or an emulated QPU),
-  fitted the same way: that work shares the machine's CPUs with the run's classical calls;
-* a :class:`FragmentProfile` per classical fragment and resource: the mean and spread of its
-  calls' seconds; for a fragment that submits jobs itself (``job_backends``), also its jobs per
-  call, their rows, and the seconds of a call outside them.
-
-Of three or more jobs or calls, the first is left out of the times: it warms caches, compiles
-programs and starts threads, which later ones do not.
-
-Profiles are saved as JSON (``save``/``load``; a member's and a pool's lanes as objects, and a file
-of an earlier version, with their text, still loads) and combined with ``merged``, weighted by what
-each measured, so every run can update the profile a later run plans with.
+Profiles are saved as JSON (``save``/``load``; files of version 1, lanes as text, still load) and
+combined with ``merged``, weighted by what each measured, so every run can update the profile a later
+run plans with.
 """
 from __future__ import annotations
 
@@ -33,7 +23,7 @@ import numpy as np
 
 from .files import atomic_text
 from .lanes import Lane, member
-from .trace import Span, is_quantum
+from .trace import Span
 
 PROFILE_FORMAT = "hqflow.profile"
 PROFILE_VERSION = 2  # 2 added ``cores`` and a backend's ``compute_per_*``; 1 is read too
@@ -256,11 +246,6 @@ def _warm(spans: list[Span]) -> list[Span]:
     return sorted(spans, key=lambda s: s.start)[1:] if len(spans) >= 3 else spans
 
 
-def _member(span: Span) -> Lane:
-    """The pool member a job span ran on: its lane without the device slot."""
-    return span.row.at(None)
-
-
 def _own_jobs(call: Span, jobs: list[Span]) -> list[Span]:
     """The ok jobs that ``call`` (a classical fragment's span) submitted itself."""
     return [s for s in jobs if s.parent_lane == call.lane and s.fragment == call.fragment and s.step == call.step
@@ -279,9 +264,9 @@ def _covered(jobs: list[Span]) -> float:
 def profile(spans: list[Span]) -> Profile:
     """The profiles that ``spans`` measure (see the module docstring)."""
     backends = []
-    jobs = [s for s in spans if is_quantum(s.resource) and s.outcome.kind != "cancelled"]  # (a job's span is on a pool)
-    for lane in dict.fromkeys(_member(s) for s in jobs):
-        attempts = [s for s in jobs if _member(s) == lane]
+    jobs = [s for s in spans if s.resource.quantum and s.outcome.kind != "cancelled"]
+    for lane in dict.fromkeys(s.row.at(None) for s in jobs):  # the member: a job's lane without its device slot
+        attempts = [s for s in jobs if s.row.at(None) == lane]
         ok = [s for s in attempts if s.outcome.ok and s.rows is not None]
         failed = sum(1 for s in attempts if not s.outcome.ok)
         if not ok:
@@ -303,7 +288,7 @@ def profile(spans: list[Span]) -> Profile:
                                        len({s.lane for s in attempts}), *(None if c is None else float(c) for c in compute)))
     fragments = []
     for name, resource in dict.fromkeys((s.fragment, s.resource.kind) for s in spans
-                                        if not is_quantum(s.resource) and s.parent_lane is None):
+                                        if not s.resource.quantum and s.parent_lane is None):
         calls = _warm([s for s in spans if (s.fragment, s.resource.kind) == (name, resource)
                        and s.parent_lane is None and s.outcome.ok])
         if not calls:
@@ -311,13 +296,10 @@ def profile(spans: list[Span]) -> Profile:
         times = np.array([s.seconds for s in calls])
         own = [_own_jobs(c, jobs) for c in calls]
         n_jobs = np.array([len(j) for j in own], dtype=float)
-        if n_jobs.sum():
-            rows = float(np.mean([s.rows for j in own for s in j]))
-            outside = float(np.mean([c.seconds - _covered(j) for c, j in zip(calls, own)]))
-            fragments.append(FragmentProfile(name, resource, float(times.mean()), float(times.std()), len(times),
-                                             float(n_jobs.mean()), rows, max(0.0, outside)))
-        else:
-            fragments.append(FragmentProfile(name, resource, float(times.mean()), float(times.std()), len(times)))
+        nested = () if not n_jobs.sum() else (  # its own jobs per call, their rows, its seconds outside them
+            float(n_jobs.mean()), float(np.mean([s.rows for j in own for s in j])),
+            max(0.0, float(np.mean([c.seconds - _covered(j) for c, j in zip(calls, own)]))))
+        fragments.append(FragmentProfile(name, resource, float(times.mean()), float(times.std()), len(times), *nested))
     return Profile(tuple(backends), tuple(fragments), rows=tuple(step_rows(spans).items()))
 
 
@@ -326,7 +308,7 @@ def step_rows(spans: list[Span]) -> dict[str, int]:
     (a batch cut into parts counts whole), the median step."""
     per: dict[str, dict[int, int]] = {}
     for s in spans:
-        if is_quantum(s.resource) and s.parent_lane is None and s.outcome.ok and s.rows:
+        if s.resource.quantum and s.parent_lane is None and s.outcome.ok and s.rows:
             steps = per.setdefault(s.fragment, {})
             steps[s.step] = steps.get(s.step, 0) + s.rows
     return {name: int(np.median(list(steps.values()))) for name, steps in per.items()}

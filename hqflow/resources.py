@@ -4,22 +4,12 @@
 
     {"pools": {"qpu": ["emulated-qpu", ["emulated-qpu", {"per_job": 0.01}]]}}
 
-* ``pools`` maps a pool name (the run's ``--backend``, its config's ``backend``) to a non-empty
-  list of members. A member is a backend name, or ``[name, {options}]`` with the options
-  ``--backend-opt`` would give (``hqflow backends`` lists the names). A pool the file leaves
-  out keeps its members; nothing else may be in the file.
-* :class:`ResourceWatcher` checks the file's modification time every ``POLL`` seconds on a
-  thread of its own, and re-reads the file at once on :meth:`ResourceWatcher.poke` (the CLI
-  pokes it on SIGHUP, :meth:`ResourceWatcher.sighup`).
-* A change is the difference between the file and the pool: members equal in name and options
-  stay, the others leave, the new ones join. Members join first, so jobs taken back from a
-  leaving member find a place at once. A leaving member's jobs in flight are cancelled and run
-  again on the others, none lost and none counted twice (``JobService.remove_backend``).
-  What a run computes depends on its steps and rows only, so with exact backends at staleness 0
-  it ends bit-identical to an undisturbed run.
-* A file that cannot be used (not JSON, an unknown backend or option, a pool with no member, a
-  pool the run does not have) changes nothing: one line names the problem. Each applied change
-  is one line too (``pool 'qpu' now 3 backends (+1, -0)``), and goes to ``record``.
+``pools`` maps a pool name to a non-empty list of members: a backend name, or ``[name, {options}]``
+with the options ``--backend-opt`` would give. A pool the file leaves out keeps its members. The file
+is looked at every ``POLL`` seconds, and at once on SIGHUP. A change is the difference between the
+file and the pool: members equal in name and options stay, the others leave, new ones join (first, so
+that jobs taken back from a leaving member find a place at once; none is lost or run twice). A file
+that cannot be used changes nothing; that, and each change applied, is said in one line.
 
     watcher = ResourceWatcher("resources.json")   # ResourceError: the file is unusable now
     sched = Scheduler(graph, watcher.pools, config)
@@ -108,8 +98,8 @@ def read(path) -> dict[str, list[Spec]]:
 
 class ElasticPools:
     """Backends join and leave a running ``Scheduler``'s pools (``scheduler.elastic``'s ``add_backend`` and
-    ``remove_backend``, as ``RunHandle`` uses them), for a scheduler that runs in the caller's own thread. Apply changes only
-    once ``scheduler.started`` is set (before that the run has no job service)."""
+    ``remove_backend``), for a scheduler that runs in the caller's own thread. Apply changes only once
+    ``scheduler.started`` is set (before that the run has no job service)."""
 
     def __init__(self, scheduler, pools: Mapping[str, list]):
         self.scheduler = scheduler
@@ -147,9 +137,6 @@ class ElasticPools:
             changes.append({"pool": name, "backends": [list(s) for s in self.current(name)], "added": len(joined),
                             "removed": len(leave), "requeued": requeued})
         return changes
-
-def _backends(n: int) -> str:
-    return f"{n} backend" if n == 1 else f"{n} backends"
 
 
 def _say(line: str) -> None:
@@ -224,10 +211,10 @@ class ResourceWatcher:
             self.say(f"hqflow: resources: {exc}; the pools stay as they are")
             return []
         for c in changes:
-            n = c["requeued"]
+            n, size = c["requeued"], len(c["backends"])
             moved = "" if not n else "; 1 job in flight runs again on the others" if n == 1 else \
                 f"; {n} jobs in flight run again on the others"
-            self.say(f"hqflow: resources: pool {c['pool']!r} now {_backends(len(c['backends']))} "
+            self.say(f"hqflow: resources: pool {c['pool']!r} now {size} backend{'' if size == 1 else 's'} "
                      f"(+{c['added']}, -{c['removed']}){moved}")
             if self._record is not None:
                 self._record(c)

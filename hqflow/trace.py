@@ -1,38 +1,24 @@
-"""Timed spans: what ran where, and when.
+"""Timed spans: what ran where, and when; their utilization, idle time and overlap; ``spans.json``.
 
-Every executor records one ``Span`` per fragment instance (and per quantum job
-attempt, whether an ``execute`` fragment's or one a classical fragment submitted
-through its job client: ``parent_lane`` then names the lane of the fragment call
-that asked for it). ``lane`` names the one worker the span occupied (``cpu/0``,
-``qpu:emulated-qpu#1``...), ``resource`` the pool it belongs to, both as
-:class:`hqflow.lanes.Lane`; the Gantt chart draws one row per lane.
-
-This module also measures a list of spans and saves it:
-
-* busy time is the length of the *union* of the spans' intervals, so spans that
-  run in parallel on two lanes of one resource are not counted twice; failed,
-  timed-out and cancelled spans count as busy (the worker was occupied);
-* ``utilization`` is busy time over the makespan, ``idle`` is makespan - busy;
-* ``overlap_fraction`` is how much of the classical and quantum work ran at the
-  same time (see its docstring);
-* ``save_spans`` / ``load_spans`` write and read a run directory's
-  ``spans.json``.
-
-Chrome-trace export and the Gantt chart live in :mod:`hqflow.trace_export`.
+Every executor records one ``Span`` per fragment call and per quantum job attempt (``parent_lane`` marks
+a job that a classical fragment submitted through its job client). Busy time is the length of the
+*union* of the spans' intervals, so parallel spans on two lanes of one resource count once; failed,
+timed-out and cancelled spans count as busy (the worker was occupied). Chrome-trace export and the
+Gantt chart live in :mod:`hqflow.trace_export`.
 """
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from collections import Counter
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 
 from .files import atomic_text
 from .lanes import Lane
 from .outcome import OK, Outcome
 
 SPANS_FORMAT = "hqflow.spans"
-SPANS_VERSION = 6  # 2 added ``parent_lane``, 3 ``cost``, 4 ``rows``, ``shots``, ``queued``, ``device``, 5
-# ``service_jobs``, 6 wrote outcomes as objects (``Outcome.to_dict``) and added ``compute``; all are read
+SPANS_VERSION = 6  # 6: outcomes and lanes as objects, and ``compute``; every earlier version is read too
 
 
 @dataclass(frozen=True)
@@ -124,19 +110,10 @@ class TraceError(ValueError):
 
 # --- analytics -------------------------------------------------------------
 
-def is_quantum(resource: Lane) -> bool:
-    """``qpu`` resources are quantum; everything else (cpu, gpu) is classical."""
-    return resource.quantum
-
-
-def _row_key(resource: Lane, row: Lane) -> tuple:
-    rank = {"cpu": 0, "gpu": 1, "qpu": 2}[resource.kind]
-    return resource.quantum, rank, resource, row  # lanes sort by their text, cpu/2 before cpu/10
-
-
 def rows(spans: list[Span]) -> list[tuple[Lane, Lane]]:
-    """The distinct ``(row, resource)`` pairs: classical lanes first, then quantum ones."""
-    return sorted({(s.row, s.resource) for s in spans}, key=lambda rr: _row_key(rr[1], rr[0]))
+    """The distinct ``(row, resource)`` pairs: cpu lanes, then gpu, then quantum; each in natural order."""
+    rank = {"cpu": 0, "gpu": 1, "qpu": 2}
+    return sorted({(s.row, s.resource) for s in spans}, key=lambda rr: (rank[rr[1].kind], rr[1], rr[0]))
 
 
 def makespan(spans: list[Span]) -> float:
@@ -185,16 +162,15 @@ def _busy_by(spans: list[Span], key) -> dict[Lane, float]:
     return {k: _length(intervals_union(group)) for k, group in groups.items()}
 
 
-def utilization(spans: list[Span]) -> dict[Lane, float]:
-    """Per resource: the union of its spans' intervals over the makespan (0..1)."""
+def utilization(spans: list[Span], key=lambda s: s.resource) -> dict[Lane, float]:
+    """Per resource (or per ``key(span)``): the union of its spans' intervals over the makespan (0..1)."""
     total = makespan(spans)
-    return {r: busy / total if total else 0.0 for r, busy in _busy_by(spans, lambda s: s.resource).items()}
+    return {r: busy / total if total else 0.0 for r, busy in _busy_by(spans, key).items()}
 
 
 def lane_utilization(spans: list[Span]) -> dict[Lane, float]:
     """Per lane (``Span.row``): the union of its spans' intervals over the makespan (0..1)."""
-    total = makespan(spans)
-    return {r: busy / total if total else 0.0 for r, busy in _busy_by(spans, lambda s: s.row).items()}
+    return utilization(spans, lambda s: s.row)
 
 
 def idle(spans: list[Span]) -> dict[Lane, float]:
@@ -220,11 +196,6 @@ def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[t
     return out
 
 
-def is_nested_job(s: Span) -> bool:
-    """A quantum job that a classical fragment submitted itself (through ``hqflow.get_client()``)."""
-    return s.parent_lane is not None and is_quantum(s.resource)
-
-
 def _classical_quantum(spans: list[Span]) -> tuple[list, list]:
     """Classical and quantum busy intervals. A classical lane's time while jobs it submitted itself
     are in flight (spans whose ``parent_lane`` is that lane) counts as quantum only: the fragment
@@ -233,13 +204,13 @@ def _classical_quantum(spans: list[Span]) -> tuple[list, list]:
     waits: dict[Lane, list[Span]] = {}
     lanes: dict[Lane, list[Span]] = {}
     for s in spans:
-        if is_nested_job(s):
+        if s.resource.quantum and s.parent_lane is not None:  # a job a classical fragment submitted itself
             waits.setdefault(s.parent_lane, []).append(s)
-        elif not is_quantum(s.resource):
+        elif not s.resource.quantum:
             lanes.setdefault(s.row, []).append(s)
     classical = [iv for lane, group in lanes.items()
                  for iv in _minus(intervals_union(group), intervals_union(waits.get(lane, [])))]
-    return _merge(classical), intervals_union([s for s in spans if is_quantum(s.resource)])
+    return _merge(classical), intervals_union([s for s in spans if s.resource.quantum])
 
 
 def overlap_seconds(spans: list[Span]) -> float:
@@ -250,13 +221,11 @@ def overlap_seconds(spans: list[Span]) -> float:
 def overlap_fraction(spans: list[Span]) -> float:
     """How much classical and quantum work ran at the same time, 0..1.
 
-    ``overlap_seconds / min(classical busy, quantum busy)``, where classical
-    busy is the union of all cpu/gpu spans and quantum busy the union of all
-    ``qpu:*`` spans (a classical fragment blocked on a job it ran itself counts as
-    quantum, not classical, for that time). 0 when the two never run together (a strictly sequential
-    hybrid loop), 1 when the shorter of the two is entirely hidden behind the
-    other, which is the best any overlapping schedule can do. 0 when either side
-    has no busy time.
+    ``overlap_seconds / min(classical busy, quantum busy)``, where classical busy is the union of all
+    cpu/gpu spans and quantum busy that of all ``qpu:*`` spans (a classical fragment blocked on a job it
+    submitted itself counts as quantum for that time). 0 when the two never run together (a strictly
+    sequential loop) or either side has no busy time; 1 when the shorter is entirely hidden behind the
+    other, the best any overlapping schedule can do.
     """
     classical, quantum = _classical_quantum(spans)
     shorter = min(_length(classical), _length(quantum))
@@ -265,26 +234,20 @@ def overlap_fraction(spans: list[Span]) -> float:
 
 def outcome_counts(spans: list[Span]) -> dict[str, int]:
     """Spans per outcome kind: an error counts as ``"error"``, whatever its message."""
-    out: dict[str, int] = {}
-    for s in spans:
-        out[s.outcome.kind] = out.get(s.outcome.kind, 0) + 1
-    return out
+    return dict(Counter(s.outcome.kind for s in spans))
 
 
 def summary(spans: list[Span]) -> dict:
     """The figures of a run's spans as one JSON-friendly dict.
 
     ``resources`` and ``lanes`` map each one's text (``str(lane)``) to its span count, busy and idle
-    seconds and utilization; ``outcomes`` counts spans by outcome kind
-    (retried attempts show up as ``error``/``timeout`` spans).
+    seconds and utilization; ``outcomes`` counts spans by outcome kind (retried attempts show up as
+    ``error``/``timeout`` spans).
     """
     total = makespan(spans)
 
     def figures(key) -> dict:
-        busy = _busy_by(spans, key)
-        counts: dict[Lane, int] = {}
-        for s in spans:
-            counts[key(s)] = counts.get(key(s), 0) + 1
+        busy, counts = _busy_by(spans, key), Counter(key(s) for s in spans)
         return {k: {"spans": counts[k], "busy": b, "idle": total - b, "utilization": b / total if total else 0.0}
                 for k, b in busy.items()}
 
@@ -308,7 +271,7 @@ def summary(spans: list[Span]) -> dict:
 def service_jobs(spans: list[Span]) -> int:
     """The service jobs the spans' quantum jobs created: each span's ``service_jobs``, or 1 for a job
     whose backend does not say (one backend job, one service job)."""
-    return sum(1 if s.service_jobs is None else s.service_jobs for s in spans if is_quantum(s.resource))
+    return sum(1 if s.service_jobs is None else s.service_jobs for s in spans if s.resource.quantum)
 
 
 def format_table(spans: list[Span]) -> str:
@@ -359,15 +322,13 @@ def save_spans(path: str, spans: list[Span], meta: dict | None = None) -> str:
     return path
 
 
+_NONE = type(None)
 _FIELD_TYPES = {"fragment": str, "kind": str, "resource": (str, dict), "step": int, "start": (int, float),
-                "end": (int, float), "outcome": (str, dict), "version": (int, type(None)),
-                "lane": (str, dict, type(None)), "parent_lane": (str, dict, type(None)), "cost": (int, float, type(None)), "node": (str, type(None)),
-                "rows": (int, type(None)), "shots": (int, type(None)), "queued": (int, float, type(None)),
-                "device": (int, float, type(None)), "service_jobs": (int, type(None)),
-                "compute": (int, float, type(None))}
-_OPTIONAL = ("outcome", "version", "lane", "parent_lane", "cost", "node", "rows", "shots", "queued", "device",
-             "service_jobs", "compute")
-_REQUIRED = [f.name for f in fields(Span) if f.name not in _OPTIONAL]
+                "end": (int, float), "outcome": (str, dict), "version": (int, _NONE), "lane": (str, dict, _NONE),
+                "parent_lane": (str, dict, _NONE), "cost": (int, float, _NONE), "node": (str, _NONE),
+                "rows": (int, _NONE), "shots": (int, _NONE), "queued": (int, float, _NONE),
+                "device": (int, float, _NONE), "service_jobs": (int, _NONE), "compute": (int, float, _NONE)}
+_REQUIRED = [f.name for f in fields(Span) if f.default is MISSING]
 
 
 def _from_version_1(d):

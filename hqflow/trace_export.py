@@ -1,20 +1,9 @@
-"""Show a run's spans: as a Chrome trace (open it in https://ui.perfetto.dev) or as a Gantt PNG.
-
-Both draw one row per lane (``Span.row``), classical lanes first, then quantum
-lanes, in the order of :func:`hqflow.trace.rows`.
-"""
+"""Show a run's spans as a Chrome trace (open it in https://ui.perfetto.dev) or as a Gantt PNG: both draw
+one row per lane (``Span.row``) in the order of :func:`hqflow.trace.rows`, classical lanes first."""
 from __future__ import annotations
 
 from .lanes import Lane
-from .trace import (
-    Span,
-    is_quantum,
-    lane_utilization,
-    makespan,
-    overlap_fraction,
-    rows,
-    write_json_atomic,
-)
+from .trace import Span, lane_utilization, makespan, overlap_fraction, rows, write_json_atomic
 
 KIND_COLORS = {"preprocess": "#8ecae6", "prepare": "#219ebc", "execute": "#f4a261",
                "postprocess": "#90be6d", "learn": "#b388eb"}
@@ -25,11 +14,10 @@ _FAILED_EDGE = "#d00000"
 def to_chrome_trace(spans: list[Span], meta: dict | None = None) -> dict:
     """The spans in the Chrome Trace Event format (JSON object form).
 
-    One process (``pid`` 1, named ``hqflow``); one thread per lane, named after
-    it and sorted classical-first with ``thread_sort_index``; one ``"X"``
-    (complete) event per span with ``ts``/``dur`` in microseconds since the run
-    began, ``name`` the fragment, ``cat`` its kind and the step, parameter
-    version, outcome and resource in ``args``. ``meta`` goes to ``otherData``.
+    One process (``pid`` 1, named ``hqflow``); one thread per lane, named after it and ordered with
+    ``thread_sort_index``; one ``"X"`` (complete) event per span with ``ts``/``dur`` in microseconds since
+    the run began, ``name`` the fragment, ``cat`` its kind, and the step, parameter version, outcome,
+    resource and the job's figures in ``args``. ``meta`` goes to ``otherData``.
     """
     order = rows(spans)
     tid = {row: i + 1 for i, (row, _) in enumerate(order)}
@@ -60,11 +48,10 @@ def draw_gantt(spans: list[Span], path: str, title: str | None = None,
                marks: list[tuple[float, str]] = ()) -> str:
     """Draw the spans as a Gantt chart PNG; returns ``path``.
 
-    One row per lane with its utilization on the right; bars coloured by
-    fragment kind and labelled with their step when there is room; spans that
-    did not end ``ok`` are hatched with a red outline. The figure grows with the
-    number of lanes. ``marks``: ``(time, label)`` events (a resource change, say), drawn as
-    labelled vertical lines; times on the spans' clock.
+    One row per lane with its utilization on the right; bars coloured by fragment kind and labelled
+    with their step where there is room; spans that did not end ``ok`` hatched with a red outline.
+    ``marks``: ``(time, label)`` events (a resource change, say) on the spans' clock, drawn as labelled
+    vertical lines.
     """
     import matplotlib
 
@@ -104,7 +91,7 @@ def draw_gantt(spans: list[Span], path: str, title: str | None = None,
         ax.axvline(at - t0, color="#c0392b", lw=1.2, ls=":")
         ax.text(at - t0, -0.45, f" {label}", color="#c0392b", fontsize=8, va="top", ha="left",
                 bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
-    classical = sum(1 for _, r in order if not is_quantum(r))
+    classical = sum(1 for _, r in order if not r.quantum)
     if 0 < classical < len(order):
         ax.axhline(classical - 0.5, color="#888888", lw=0.8, ls="--")
 
@@ -115,8 +102,7 @@ def draw_gantt(spans: list[Span], path: str, title: str | None = None,
     if handles:
         ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=len(handles),
                   fontsize=8, frameon=False)
-    heading = title or "hqflow run"
-    ax.set_title(f"{heading}\nmakespan {makespan(spans):.3f} s, {len(spans)} spans, "
+    ax.set_title(f"{title or 'hqflow run'}\nmakespan {makespan(spans):.3f} s, {len(spans)} spans, "
                  f"classical/quantum overlap {100 * overlap_fraction(spans):.0f}%", fontsize=10, loc="left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
