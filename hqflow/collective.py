@@ -139,13 +139,10 @@ COMPRESSIONS = ("none", "topk", "float16")
 
 @dataclass(frozen=True)
 class Compression:
-    """How a replica compresses each gradient it contributes; what compression drops stays in the
-    replica as a residual and is added to its next contribution (error feedback).
-
-    ``none``: float64 as computed (the ``sync`` result up to summation order). ``topk``: only the
-    ``ratio`` largest entries by magnitude, as float32 values with int32 indices. ``float16``: every
-    entry in half precision (a quarter of the bytes).
-    """
+    """How a replica compresses each gradient it contributes (``hqflow.torch.ReducedGradients`` applies it,
+    with error feedback: what compression drops stays in the replica and is added to its next contribution).
+    ``none``: float64 as computed (the ``sync`` result up to summation order); ``topk``: only the ``ratio``
+    largest entries by magnitude, float32 values at int32 indices; ``float16``: a quarter of the bytes."""
 
     kind: str = "none"
     """``none``, ``topk`` or ``float16``"""

@@ -55,14 +55,10 @@ class Member:
         return guess if known is None else known
 
     def expected_finish(self, now: float, guess: float, rows: int = 1) -> float:
-        """When a good result of a job of ``rows`` given now would arrive; ``guess`` stands in for
-        an unmeasured backend.
-
-        With a device idle it starts now; otherwise it waits behind the jobs
-        ahead of it: the soonest running job ends, then one job time per job queued.
-        The wait is divided by the member's recent success rate (a job that fails
-        half the time takes twice as long to succeed, on average).
-        """
+        """When a good result of a job of ``rows`` given now would arrive (``guess``: the job time of an
+        unmeasured backend). With a device idle it starts now; otherwise it waits for the soonest running
+        job to end, then one job time per job queued. Divided by the recent success rate: a job that
+        fails half the time takes twice as long to succeed, on average."""
         job = self.job_time(rows, guess)
         ahead = len(self.busy) - self.devices + 1
         if ahead <= 0:
@@ -131,11 +127,8 @@ class Pool:
         return min([x for x in limits if x], default=None)
 
     def choose(self, n_qubits: int, avoid: set[int], rows: int = 1) -> tuple[int, int] | None:
-        """``(member index, slot)`` to run a job of ``rows`` circuits on now, or ``None`` to wait.
-
-        ``avoid`` holds members that already failed this job; they, and resting
-        members, are used only when no other member fits.
-        """
+        """``(member index, slot)`` to run a job of ``rows`` circuits on now, or ``None`` to wait. Members
+        in ``avoid`` (they failed this job already) and resting ones are used only when no other fits."""
         now = self.now()
         fitting = [i for i, m in enumerate(self.members) if m.fits(n_qubits)]
         healthy = [i for i in fitting if not self.members[i].resting(now)]

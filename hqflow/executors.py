@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from enum import StrEnum
+from enum import Enum
 from typing import Any
 
 from hqflow.backends import Backend, FutureJob, get_backend
@@ -37,7 +37,7 @@ from .threads import DaemonPool
 
 
 
-class ExecutorKind(StrEnum):
+class ExecutorKind(str, Enum):
     """Which executor a run uses (``SchedulerConfig.executor``). A kind is its name too (it equals
     ``"sync"``, prints and saves to JSON as it), so a config written with names keeps working; the
     scheduler asks a kind's properties, never its name."""
@@ -63,6 +63,9 @@ class ExecutorKind(StrEnum):
     def resizable(self) -> bool:
         """Its classical worker slots can change mid-run (``RunHandle.set_workers``)."""
         return self is ExecutorKind.LOCAL
+
+    def __str__(self) -> str:  # and so format(): Enum's defers to an overridden __str__
+        return self.value
 
     def __repr__(self) -> str:
         return repr(self.value)  # a config or a policy prints as it did with names
@@ -103,6 +106,16 @@ class Executor:
         """A circuit call's output ports from its job's result."""
         return execute_outputs(fragment, result, post)
 
+    _rendezvous = None
+    _new_rendezvous = Rendezvous
+
+    def rendezvous(self) -> Rendezvous | RayRendezvous:
+        """Where this run's fragment replicas reduce (``hqflow.collective``), made at first use: in this
+        process, or in a Ray actor under ``ray``."""
+        if self._rendezvous is None:
+            self._rendezvous = self._new_rendezvous()
+        return self._rendezvous
+
 
 class _LocalHandle:
     """A backend in this process."""
@@ -131,7 +144,6 @@ class SyncExecutor(Executor):
 
     def __init__(self):
         self.handles: list[_LocalHandle] = []
-        self._rendezvous: Rendezvous | None = None
 
     def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None,
                replica: Replica | None = None, kept: tuple = ()) -> cf.Future:
@@ -145,12 +157,6 @@ class SyncExecutor(Executor):
     def moved(self) -> dict:
         """Bytes this run moved between processes (none: everything ran in this one)."""
         return dict(_NO_TRAFFIC, reduce=0)
-
-    def rendezvous(self) -> Rendezvous:
-        """Where this run's fragment replicas reduce (``hqflow.collective``): in this process."""
-        if self._rendezvous is None:
-            self._rendezvous = Rendezvous()
-        return self._rendezvous
 
     def backend(self, spec: Any, default_in_flight: int) -> _LocalHandle:
         handle = _LocalHandle(make_backend(spec), default_in_flight, owned=not hasattr(spec, "submit"))
@@ -333,12 +339,12 @@ def _folded(ref, then=None, lost=None) -> cf.Future:
     return out
 
 
-def _ray_get(ref, timeout: float | None = None):
+def _ray_get(ref):
     """``ray.get`` with Ray's error folded."""
     import ray
 
     try:
-        return ray.get(ref, timeout=timeout)
+        return ray.get(ref)
     except ray.exceptions.RayError as exc:
         raise _ray_failure(exc) from None
 
@@ -389,27 +395,21 @@ class _RayHandle:
     the retries are not used up on a process that is still starting."""
 
     def __init__(self, actor_cls, spec: Any, default_in_flight: int, node: str | None = None):
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
         if hasattr(spec, "submit"):
-            raise ValueError(
-                f"the ray executor makes its backends inside Ray actors; give {getattr(spec, 'name', spec)!r} "
-                "as a name or (name, options), not as an instance"
-            )
+            raise ValueError(f"the ray executor makes its backends inside Ray actors; give "
+                             f"{getattr(spec, 'name', spec)!r} as a name or (name, options), not as an instance")
         name, options = _spec(spec)
         slots = int(options.get("max_in_flight", default_in_flight))
+        # beside the worker actors that use it (Placement.backends="with-actors")
+        near = {} if node is None else {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}
         # slots for the jobs, and two more so that pricing and closing never wait behind them
-        near = {}
-        if node is not None:  # beside the worker actors that use it (Placement.backends="with-actors")
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-            near = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}
-        self.actor = actor_cls.options(max_concurrency=max(slots, 1) + 2, max_restarts=-1,
-                                       **near).remote(name, options)
-        self.name, self.capabilities, own, priced, self.node = _ray_get(self.actor.describe.remote())
+        self.actor = actor_cls.options(max_concurrency=max(slots, 1) + 2, max_restarts=-1, **near).remote(name, options)
+        self.name, self.capabilities, own, self._priced, self.node = _ray_get(self.actor.describe.remote())
         self.max_in_flight = own or default_in_flight
-        self._priced = priced
         self._lock, self.restarts = threading.Lock(), 0
-        self._back = None  # after a loss or a restart: a call that returns once the actor answers again
-        self._lost = False
+        self._back, self._lost = None, False  # after a loss or a restart: a call that returns once the actor answers
 
     def __getstate__(self):  # sent to worker actors inside their job clients' pools
         return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_back")}
@@ -463,16 +463,15 @@ def _quiet_ray_auth():
 
 
 class RayExecutor(Executor):
-    """Classical slots as long-lived Ray actors (``cpu`` slots hold one CPU each; ``gpu`` slots a
-    GPU when the cluster has one), backends as Ray actors that reserve no CPU (they wait on devices).
-
-    Fragments travel by reference (``module:qualname``) and state by value, so only data crosses
-    processes. Actors rather than tasks: a call on a warm actor costs about a millisecond, a fresh task
-    several, and the learner keeps its process (and GPU) between steps and runs. Backend actors hold
-    state (seeded job counters) and are made anew for each run.
-    """
+    """Classical slots as long-lived Ray actors (``cpu`` slots hold one CPU each; ``gpu`` slots a GPU when
+    the cluster has one), backends as Ray actors that reserve no CPU (they wait on devices). Fragments
+    travel by reference (``module:qualname``) and state by value, so only data crosses processes. Actors,
+    not tasks: a call on a warm actor costs about a millisecond, a fresh task several, and the learner
+    keeps its process (and GPU) between steps and runs. Backend actors hold state (seeded job counters)
+    and are made anew for each run."""
 
     kind = ExecutorKind.RAY
+    _new_rendezvous = staticmethod(RayRendezvous.start)
 
     def kept_ports(self, graph: Graph) -> dict[str, tuple[str, ...]]:
         """Per classical fragment, the output ports that only other classical fragments read, in the same
@@ -498,14 +497,13 @@ class RayExecutor(Executor):
         if not ray.is_initialized():  # workers import what this process can (a user's env module, say)
             env = {"env_vars": {"PYTHONPATH": _import_path()}}
             try:
+                # no address: "local", a Ray of its own, even where another runs on this machine; its workers
+                # are the run's own work, as urgent as this process: Ray's default (niceness 15) starved them
+                # to a few percent of a core beside any other busy process
+                own = {"num_cpus": num_cpus, "include_dashboard": False, "_system_config": {"worker_niceness": 0}}
                 with _quiet_ray_auth():
-                    if address is None:  # "local": a Ray of its own, even where another runs on this machine
-                        # its workers are the run's own work, as urgent as this process: Ray's default
-                        # (niceness 15) starved them to a few percent of a core beside any other busy process
-                        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                                 configure_logging=False, runtime_env=env, _system_config={"worker_niceness": 0})
-                    else:
-                        ray.init(address=address, log_to_driver=False, configure_logging=False, runtime_env=env)
+                    ray.init(address="local" if address is None else address, log_to_driver=False, configure_logging=False, runtime_env=env,
+                             **(own if address is None else {}))
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 where = "a local Ray" if address is None else f"the Ray cluster at {address}"
                 raise RayFailure(f"cannot start or reach {where}: {one_line(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}") from None
@@ -535,7 +533,6 @@ class RayExecutor(Executor):
         self._running: dict[int, Any] = {}  # id -> worker actor, while it runs a call
         self._backends: list[_RayHandle] = []
         self._ledgers: list[RemoteLedger] = []
-        self._rendezvous: RayRendezvous | None = None
         self._lock = threading.Lock()
         self.traffic = dict(_NO_TRAFFIC)
 
@@ -656,12 +653,6 @@ class RayExecutor(Executor):
         """Bytes this run moved between processes: arguments the driver sent, outputs it read, outputs
         that went worker to worker through the object store, and the replicas' reductions."""
         return dict(self.traffic, reduce=self._rendezvous.traffic() if self._rendezvous else 0)
-
-    def rendezvous(self) -> RayRendezvous:
-        """Where this run's fragment replicas reduce (``hqflow.collective``): an actor, made at first use."""
-        if self._rendezvous is None:
-            self._rendezvous = RayRendezvous.start()
-        return self._rendezvous
 
     def ledger(self, budget: float | None) -> RemoteLedger:
         """The run's spend and budget in an actor: the workers' job services charge it too."""

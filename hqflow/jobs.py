@@ -36,7 +36,7 @@ import time
 import uuid
 from collections import deque
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from hqflow.backends import BackendError, BatchResult, Capabilities, CircuitBatch, FutureJob, JobFailed
@@ -68,15 +68,19 @@ class Parent:
 
 @dataclass
 class _Request:
+    """A batch asked for, in parts; per part: its result, its attempts, the members that failed it, and
+    the attempts withdrawn (taken back from a removed backend: not failures)."""
+
     pool: Pool
     parts: list[CircuitBatch]
     parent: Parent
-    future: cf.Future
-    results: list = field(default_factory=list)
-    attempts: list = field(default_factory=list)
-    avoid: list = field(default_factory=list)
-    left: int = 0
-    withdrawn: list = field(default_factory=list)  # attempts taken back from a removed backend (not failures)
+
+    def __post_init__(self):
+        n = self.left = len(self.parts)
+        self.results, self.attempts, self.withdrawn = [None] * n, [0] * n, [0] * n
+        self.avoid: list[set[int]] = [set() for _ in range(n)]
+        self.future = cf.Future()
+        self.future.set_running_or_notify_cancel()
 
 
 @dataclass
@@ -95,10 +99,10 @@ class JobService:
     """Runs circuit jobs over named pools; see the module docstring."""
 
     def __init__(self, pools: dict[str, Pool], *, max_retries: int = 3, job_timeout: float | None = None,
-                 rows_per_job: int | None = None, t0: float | None = None, record=None, run_id: str | None = None, budget: float | None = None,
-                 ledger=None, now=time.perf_counter):
-        self.pools, self.max_retries, self.job_timeout = pools, max_retries, job_timeout
-        self.rows_per_job = rows_per_job
+                 rows_per_job: int | None = None, t0: float | None = None, record=None, run_id: str | None = None,
+                 budget: float | None = None, ledger=None, now=time.perf_counter):
+        self.pools, self.max_retries = pools, max_retries
+        self.job_timeout, self.rows_per_job = job_timeout, rows_per_job
         self.now = now  # the run's clock (``hqflow.clock``): spans are timed by it
         self.t0 = now() if t0 is None else t0
         self.run_id = run_id or uuid.uuid4().hex
@@ -128,14 +132,11 @@ class JobService:
             raise BackendError(f"no backend in pool {pool!r} fits circuit {batch.template.name!r} "
                                f"({batch.template.n_qubits} qubits)")
         limit = min((x for x in (p.max_rows(), self.rows_per_job) if x), default=None)
-        parts = batch.split(limit) if limit else [batch]
-        n = len(parts)
-        req = _Request(p, parts, parent, cf.Future(), [None] * n, [0] * n, [set() for _ in parts], n, [0] * n)
-        req.future.set_running_or_notify_cancel()
+        req = _Request(p, batch.split(limit) if limit else [batch], parent)
         with self._lock:
             if self._closed:
                 raise BackendError("the run has ended; no more jobs are taken")
-            self._waiting.extend((req, j) for j in range(n))
+            self._waiting.extend((req, j) for j in range(req.left))
             self.stats["max_job_queue"] = max(self.stats["max_job_queue"], len(self._waiting))
         self._pump()
         return req.future
@@ -184,12 +185,13 @@ class JobService:
                 att.job = job
                 if self.job_timeout:  # the watchdog asks at once whether it has started
                     heapq.heappush(self._deadlines, (att.start, token))
-                    self._start_watchdog()
+                    if self._watchdog is None:
+                        self._watchdog = threading.Thread(target=self._watch, name="hqflow-job-timeouts", daemon=True)
+                        self._watchdog.start()
                     self._wake.notify()
-            if getattr(self.ledger, "blocking", False):  # Ray: never block Ray's callback thread
-                _on_done(job, lambda _job, token=token: _deferred().submit(self._done, token))
-            else:
-                _on_done(job, lambda _job, token=token: self._done(token))
+            blocking = getattr(self.ledger, "blocking", False)  # Ray: never block Ray's callback thread
+            _on_done(job, lambda _, token=token: (_deferred().submit(self._done, token) if blocking
+                                                 else self._done(token)))
 
     def _charge(self, att: _Attempt, handle, part: CircuitBatch) -> None:
         """Count the attempt's estimated cost as spend, or refuse it past the budget."""
@@ -239,8 +241,7 @@ class JobService:
             if self._live.pop(token, None) is None:
                 return
             req = att.request
-            self._span(att, OK, result.metadata.get("queue_seconds"), result.metadata.get("device_seconds"),
-                       result.metadata.get("service_jobs"), result.metadata.get("compute_seconds"))
+            self._span(att, OK, result.metadata)
             req.pool.finish(att.member, att.slot, True, req.parts[att.part].size)
             req.results[att.part] = result
             req.left -= 1
@@ -262,7 +263,7 @@ class JobService:
                 return
             req, j = att.request, att.part
             self._account(att, used.get("cost"))
-            self._span(att, outcome, service_jobs=used.get("service_jobs"))
+            self._span(att, outcome, {"service_jobs": used.get("service_jobs")})
             req.pool.finish(att.member, att.slot, False, req.parts[att.part].size)
             self.stats["failed_jobs"] += 1
             if att.job is not None and error is not None:  # (a timed-out one is cancelled by the watchdog)
@@ -287,25 +288,22 @@ class JobService:
             self.ledger.adjust(float(actual) - att.estimate)
             att.estimate = float(actual)
 
-    def _span(self, att: _Attempt, outcome: Outcome, queued=None, device=None, service_jobs=None, compute=None) -> None:
-        p, req = att.request.parent, att.request
+    def _span(self, att: _Attempt, outcome: Outcome, meta: dict | None = None) -> None:
+        """Record the attempt's span, with the figures its job reported in ``meta`` that make sense."""
+        p, req, meta = att.request.parent, att.request, meta or {}
         part = req.parts[att.part]
         queued, device, compute = (float(t) if isinstance(t, (int, float)) and not isinstance(t, bool)
-                                   and 0 <= t < math.inf else None for t in (queued, device, compute))
-        service_jobs = int(service_jobs) if isinstance(service_jobs, int) and not isinstance(service_jobs, bool) \
-            and service_jobs >= 0 else None
+                                   and 0 <= t < math.inf else None
+                                   for t in map(meta.get, ("queue_seconds", "device_seconds", "compute_seconds")))
+        jobs = meta.get("service_jobs")
+        jobs = int(jobs) if isinstance(jobs, int) and not isinstance(jobs, bool) and jobs >= 0 else None
         self.record(Span(p.fragment, "execute", req.pool.resource, p.step, att.start - self.t0,
                          self.now() - self.t0, outcome, p.version, req.pool.lane(att.member, att.slot),
                          p.lane if p.submitted else None, att.estimate,
                          getattr(req.pool.members[att.member].handle, "node", None), part.size, part.shots, queued,
-                         device, service_jobs, compute))
+                         device, jobs, compute))
 
     # -- timeouts ----------------------------------------------------------------------
-    def _start_watchdog(self) -> None:
-        if self._watchdog is None:
-            self._watchdog = threading.Thread(target=self._watch, name="hqflow-job-timeouts", daemon=True)
-            self._watchdog.start()
-
     def _watch(self) -> None:
         """Each attempt's entry comes due: an attempt not yet out of its service's queue is asked again a
         tick later; one that is gets ``job_timeout`` from when it was first seen out; past that it is
@@ -513,11 +511,8 @@ _CLIENT: contextvars.ContextVar[JobClient | None] = contextvars.ContextVar("hqfl
 
 
 def get_client() -> JobClient:
-    """The job client of the fragment running on this thread (``BackendError`` outside one).
-
-    Threads a fragment starts do not inherit it: hand them the client (or
-    ``client.backend(name)``) explicitly.
-    """
+    """The job client of the fragment running on this thread (``BackendError`` outside one). Threads a
+    fragment starts do not inherit it: hand them the client (or ``client.backend(name)``) explicitly."""
     client = _CLIENT.get()
     if client is None:
         raise BackendError("get_client() is only available inside a running fragment that declares job_backends")

@@ -51,11 +51,8 @@ class Ledger:
 
 
 class RemoteLedger:
-    """The same calls on a ``Ledger`` inside a Ray actor (picklable: it travels to the workers).
-
-    Its calls block on Ray (``blocking``): the job service handles completions off Ray's
-    callback thread when its ledger is this one.
-    """
+    """The same calls on a ``Ledger`` inside a Ray actor (picklable: it travels to the workers). Its calls
+    block on Ray (``blocking``), so the job service handles completions off Ray's callback thread."""
 
     blocking = True
 
@@ -70,20 +67,19 @@ class RemoteLedger:
         Ledger(budget)  # a bad budget fails here, in the caller
         return cls(ray.remote(num_cpus=0)(Ledger).remote(budget), budget)
 
-    def charge(self, amount: float, currency: str, what: str) -> str | None:
+    def _call(self, method: str, *args):
         import ray
 
-        return ray.get(self.actor.charge.remote(amount, currency, what))
+        return ray.get(getattr(self.actor, method).remote(*args))
+
+    def charge(self, amount: float, currency: str, what: str) -> str | None:
+        return self._call("charge", amount, currency, what)
 
     def adjust(self, delta: float) -> None:
-        import ray
-
-        ray.get(self.actor.adjust.remote(delta))  # done before the job's result is handed on
+        self._call("adjust", delta)  # done before the job's result is handed on
 
     def figures(self) -> dict:
-        import ray
-
-        return dict(self._final) if self._final is not None else ray.get(self.actor.figures.remote())
+        return dict(self._final) if self._final is not None else self._call("figures")
 
     def stop(self) -> None:
         """Keep the final figures and end the actor (at the end of the run)."""
