@@ -22,7 +22,7 @@ import os
 import sys
 
 from . import __version__
-from .cli_errors import UsageError
+from .cli_pool import UsageError, check_backend, make_folder
 from .files import atomic_text
 
 
@@ -36,6 +36,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"hqflow {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
+    from hqflow.workloads import WORKLOADS
+
+    workloads = ", ".join(sorted(WORKLOADS))
+    one_json_line = "print the figures as one JSON line"
+    member_opt = "a backend option (K: only the pool's K-th member), repeatable"
 
     b = sub.add_parser("backends", help="list backends and their capabilities",
                        description="List the registered quantum backends and what each can do.")
@@ -52,27 +57,24 @@ def _parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run a registered workload",
                        description="Run a registered workload and print its figures.")
-    r.add_argument("workload", metavar="WORKLOAD", help="one of: " + ", ".join(_workload_names()))
+    r.add_argument("workload", metavar="WORKLOAD", help="one of: " + workloads)
     r.add_argument("--steps", type=_positive, help="optimization steps (default: the workload's)")
     r.add_argument("--seed", type=int, help="random seed (default: the workload's)")
     r.add_argument("--backend", help="backend name, e.g. reference, aer, pennylane:default.qubit")
     r.add_argument("--out", metavar="FILE", help="also write the figures as JSON to FILE")
-    r.add_argument("--json", action="store_true", help="print the figures as one JSON line")
+    r.add_argument("--json", action="store_true", help=one_json_line)
     r.add_argument("--run-dir", metavar="DIR",
                    help="write config.json, result.json and (when the workload reports them) spans.json to DIR")
-    r.add_argument("--dry-run", action="store_true",
-                   help="submit nothing: price every job the run would send to --backend (jobs, shots, "
-                        "estimated cost), answering them from a local simulator")
-
-    r.add_argument("--plan", choices=["auto"], help="auto: plan the run with the cost model first (as hqflow "
-                                                   "plan does) and run the plan")
-    r.add_argument("--profile", metavar="FILE", help="with --plan auto: plan from this saved profile, and fold "
-                                                     "this run's measurements into it")
+    r.add_argument("--dry-run", action="store_true", help="submit nothing: price every job the run would send to "
+                   "--backend (jobs, shots, estimated cost), answering them from a local simulator")
+    r.add_argument("--plan", choices=["auto"],
+                   help="auto: plan the run with the cost model first (as hqflow plan does) and run the plan")
+    r.add_argument("--profile", metavar="FILE",
+                   help="with --plan auto: plan from this saved profile, and fold this run's measurements into it")
     r.add_argument("--max-staleness", type=_natural, default=None,
                    help="with --plan auto: how many versions old the parameters may be (default: the graph's own)")
     r.add_argument("--pool", type=_positive, default=None, help="with --backend: a pool of N such backends")
-    r.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[],
-                   help="a backend option (K: only the pool's K-th member), repeatable")
+    r.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[], help=member_opt)
 
     pl = sub.add_parser("plan", help="choose how to run a workload with the cost model",
                         description="Profile a workload (a short calibration run, a saved --profile, or a run "
@@ -80,22 +82,21 @@ def _parser() -> argparse.ArgumentParser:
                                     "the pool's members, and print the plan with its predicted makespan, "
                                     "utilization and spend.")
     pl.add_argument("workload", metavar="WORKLOAD|RUN_DIR",
-                    help="one of: " + ", ".join(_workload_names()) + "; or a directory of hqflow run --run-dir")
+                    help="one of: " + workloads + "; or a directory of hqflow run --run-dir")
     pl.add_argument("--steps", type=_positive, help="steps of the run to plan (default: the workload's)")
     pl.add_argument("--seed", type=int, help="random seed (default: the workload's)")
     pl.add_argument("--backend", help="backend name, e.g. emulated-qpu, aer, azure:ionq.simulator")
     pl.add_argument("--pool", type=_positive, default=None, help="a pool of N such backends")
-    pl.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[],
-                    help="a backend option (K: only the pool's K-th member), repeatable")
+    pl.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[], help=member_opt)
     pl.add_argument("--objective", choices=["time", "cost"], default="time",
                     help="the shortest run (default), or the cheapest")
-    pl.add_argument("--budget", type=_amount, default=None, help="the most the run may spend: the fastest plan "
-                                                                 "predicted within it")
+    pl.add_argument("--budget", type=_amount, default=None,
+                    help="the most the run may spend: the fastest plan predicted within it")
     pl.add_argument("--max-staleness", type=_natural, default=None,
                     help="how many versions old the parameters may be (default: the graph's own)")
     pl.add_argument("--calibrate", type=_positive, default=None, help="steps of the calibration run (default 5)")
     pl.add_argument("--profile", metavar="FILE", help="plan from this saved profile (no calibration run unless "
-                                                      "--calibrate), and save the merged profile to it")
+                    "--calibrate), and save the merged profile to it")
     pl.add_argument("--measure", action="store_true", help="then run the plan and print its measured makespan")
     pl.add_argument("--json", action="store_true", help="print the plan's figures as one JSON line")
 
@@ -106,79 +107,72 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--out", metavar="DIR", help="write trace.json and gantt.png here (default: the run directory)")
 
     ev = sub.add_parser("eval", help="run greedy episodes of a trained policy",
-                        description="Load a run directory's policy at its last checkpoint and run greedy "
-                                    "evaluation episodes; print the mean and standard deviation of the return.")
+                        description="Load a run directory's policy at its last checkpoint and run greedy evaluation "
+                                    "episodes; print the mean and standard deviation of the return.")
     ev.add_argument("run", metavar="RUN_DIR", help="a directory written by hqflow train")
     ev.add_argument("--episodes", type=_positive, default=10, help="evaluation episodes (default 10)")
     ev.add_argument("--seed", type=_natural, default=10_000, help="seed of the first episode (default 10000)")
     ev.add_argument("--backend", help="run the policy circuit here instead of the run's backend, e.g. compiled")
     ev.add_argument("--record", metavar="DIR", help="save a video of every episode in DIR (gymnasium's RecordVideo; "
-                                                    "needs pip install \"gymnasium[other]\")")
-    ev.add_argument("--json", action="store_true", help="print the figures as one JSON line")
+                    "needs pip install \"gymnasium[other]\")")
+    ev.add_argument("--json", action="store_true", help=one_json_line)
 
     tr = sub.add_parser("train", help="train a variational quantum policy with RL",
                         description="Train a variational quantum policy on a gymnasium environment and write a run "
                                     "directory: config.json, metrics.jsonl, checkpoint.pt, learning_curve.png, "
                                     "spans.json and trace.json. Defaults: REINFORCE with the softmax-PQC policy "
                                     "(Jerbi et al. 2021) on the compiled simulator.")
-    tr.add_argument("env", metavar="ENV", nargs="?", help="cartpole, acrobot, frozenlake, or any gymnasium id (CartPole-v1, MountainCar-v0, "
-                    "MODULE:ID for your own, or an id a package registers through a gymnasium.envs entry point) "
-                    "(not with --resume)")
-    tr.add_argument("--env-module", metavar="MODULE",
-                    help="import MODULE (it registers ENV) in every process that makes the environment; the same as "
-                         "ENV given as MODULE:ENV")
+    tr.add_argument("env", metavar="ENV", nargs="?", help="cartpole, acrobot, frozenlake, or any gymnasium id "
+                    "(CartPole-v1, MountainCar-v0, MODULE:ID for your own, or an id a package registers through a "
+                    "gymnasium.envs entry point) (not with --resume)")
+    tr.add_argument("--env-module", metavar="MODULE", help="import MODULE (it registers ENV) in every process that "
+                    "makes the environment; the same as ENV given as MODULE:ENV")
     tr.add_argument("--algo", default=None, help="reinforce (default), dqn or ppo")
     tr.add_argument("--backend", help="backend of the policy circuit (default: compiled)")
     tr.add_argument("--seed", type=int, help="random seed (default 0)")
     tr.add_argument("--episodes", type=_positive, help="episode budget (default: the algorithm's, 1000 for reinforce)")
     tr.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[],
-                    help="an option of the backend, e.g. --backend-opt per_job=0.05 (repeatable); K: only for "
-                         "pool member K (0-based), e.g. --backend-opt 1:failure_rate=0.2")
+                    help="an option of the backend, e.g. --backend-opt per_job=0.05 (repeatable); K: only for pool "
+                         "member K (0-based), e.g. --backend-opt 1:failure_rate=0.2")
     tr.add_argument("--pool", type=_positive, default=None,
                     help="run the policy's jobs on a pool of this many copies of --backend (default 1)")
-    tr.add_argument("--distribution", default="auto",
-                    help="auto (default: sync on an in-process simulator, pipelined with staleness 1 on a job "
-                         "backend), sync, pipelined, ray-actors or multi-learner")
-    tr.add_argument("--staleness", type=_natural,
-                    help="parameter versions an actor may lag behind (pipelined, ray-actors, multi-learner; "
-                         "default 1)")
+    tr.add_argument("--distribution", default="auto", help="auto (default: sync on an in-process simulator, "
+                    "pipelined with staleness 1 on a job backend), sync, pipelined, ray-actors or multi-learner")
+    tr.add_argument("--staleness", type=_natural, help="parameter versions an actor may lag behind (pipelined, "
+                    "ray-actors, multi-learner; default 1)")
     tr.add_argument("--learners", type=_positive,
                     help="with --distribution multi-learner: learners that share each update (default 2)")
-    tr.add_argument("--compression", metavar="KIND",
-                    help="with --distribution multi-learner: how learners compress the gradients they reduce: "
-                         "none (default, exact), float16, topk or topk:RATIO (default ratio 0.1), with error feedback")
+    tr.add_argument("--compression", metavar="KIND", help="with --distribution multi-learner: how learners compress "
+                    "the gradients they reduce: none (default, exact), float16, topk or topk:RATIO (default ratio "
+                    "0.1), with error feedback")
     tr.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                     help="any field of the algorithm's Config, e.g. --set n_layers=3 (repeatable)")
     tr.add_argument("--run-dir", metavar="DIR", help="where to write the run (default: runs/ALGO-ENV-seedN)")
-    tr.add_argument("--resume", metavar="RUN_DIR",
-                    help="continue a run from its last checkpoint, with its own algorithm settings; --backend, "
-                         "--backend-opt, --pool, --resources, --distribution and its options may change for the "
-                         "rest (at staleness 0 on exact backends of the run's kind, the result stays the one the "
-                         "run would have reached)")
-    tr.add_argument("--resources", metavar="FILE",
-                    help='elastic backend pool: a JSON file {"pools": {"NAME": [member, ...]}}, each member a '
-                         'backend name or [name, {options}]; the run starts with it and follows its changes '
-                         '(polled every 0.5 s; SIGHUP: read it now), adding and removing backends mid-run')
+    tr.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint, with its own "
+                    "algorithm settings; --backend, --backend-opt, --pool, --resources, --distribution and its options "
+                    "may change for the rest (at staleness 0 on exact backends of the run's kind, the result stays the "
+                    "one the run would have reached)")
+    tr.add_argument("--resources", metavar="FILE", help='elastic backend pool: a JSON file {"pools": {"NAME": '
+                    '[member, ...]}}, each member a backend name or [name, {options}]; the run starts with it and '
+                    'follows its changes (polled every 0.5 s; SIGHUP: read it now), adding and removing backends '
+                    'mid-run')
     tr.add_argument("--plan", choices=["auto"], help="auto: calibrate briefly (or read --profile), let the cost model "
-                                                    "choose the distribution, prefetch, rows per job and the pool's "
-                                                    "members, print the plan, and train with it")
-    tr.add_argument("--max-staleness", type=_natural, default=None,
-                    help="with --plan auto: how many versions old the actors' parameters may be (default: the "
-                         "default distribution's, 1 on a job backend, 0 in process)")
-    tr.add_argument("--profile", metavar="FILE", help="with --plan auto: plan from this saved profile (no calibration), "
-                                                      "and fold the run's measurements into it")
+                    "choose the distribution, prefetch, rows per job and the pool's members, print the plan, and train "
+                    "with it")
+    tr.add_argument("--max-staleness", type=_natural, default=None, help="with --plan auto: how many versions old the "
+                    "actors' parameters may be (default: the default distribution's, 1 on a job backend, 0 in process)")
+    tr.add_argument("--profile", metavar="FILE", help="with --plan auto: plan from this saved profile (no "
+                    "calibration), and fold the run's measurements into it")
     tr.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
-                    help="write TensorBoard event files to RUN_DIR/tensorboard (default: on; "
-                         "tensorboard --logdir RUN_DIR to view)")
+                    help="write TensorBoard event files to RUN_DIR/tensorboard (default: on; tensorboard --logdir "
+                         "RUN_DIR to view)")
     tr.add_argument("--checkpoint-every", type=_positive, default=5, help="updates between checkpoints (default 5)")
-    tr.add_argument("--budget", type=_amount, metavar="AMOUNT",
-                    help="the most the run may spend on priced quantum jobs (Azure Quantum), in the target's "
-                         "currency (USD, or HQC on Quantinuum); a job that would pass it is refused and the run "
-                         "stops, checkpointed")
-    tr.add_argument("--ray-address", metavar="ADDR",
-                    help="with --distribution ray-actors or multi-learner: a running Ray cluster to connect to (host:port, "
-                         "ray://host:port or auto); default: a local Ray")
-    tr.add_argument("--json", action="store_true", help="print the figures as one JSON line")
+    tr.add_argument("--budget", type=_amount, metavar="AMOUNT", help="the most the run may spend on priced quantum "
+                    "jobs (Azure Quantum), in the target's currency (USD, or HQC on Quantinuum); a job that would pass "
+                    "it is refused and the run stops, checkpointed")
+    tr.add_argument("--ray-address", metavar="ADDR", help="with --distribution ray-actors or multi-learner: a running "
+                    "Ray cluster to connect to (host:port, ray://host:port or auto); default: a local Ray")
+    tr.add_argument("--json", action="store_true", help=one_json_line)
     return p
 
 
@@ -208,12 +202,6 @@ def _integer(low: int, expected: str):
 _natural, _positive = _integer(0, "an integer >= 0"), _integer(1, "a positive integer")
 
 
-def _workload_names() -> list[str]:
-    from hqflow.workloads import WORKLOADS
-
-    return sorted(WORKLOADS)
-
-
 def cmd_backends(args) -> int:
     from hqflow.backends import backend_names, get_backend
 
@@ -222,15 +210,21 @@ def cmd_backends(args) -> int:
         try:
             caps = get_backend(name).capabilities
         except Exception as exc:  # a missing plugin or device shows as unavailable
-            line = {"name": name, "available": False, "reason": str(exc).splitlines()[0]}
-            print(json.dumps(line) if args.json else f"{name:<28} unavailable: {line['reason']}", file=args.json_out)
+            _unavailable(args, name, str(exc))
             continue
-        if args.json:
-            print(json.dumps({"name": name, "available": True, **dataclasses.asdict(caps)}), file=args.json_out)
-        else:
-            print(f"{name:<28} {caps.describe()}")
-    _azure_targets(azure, args.json, args.json_out)
+        _line(args, {"name": name, "available": True, **dataclasses.asdict(caps)}, f"{name:<28} {caps.describe()}")
+    _azure_targets(args, azure)
     return 0
+
+
+def _line(args, record: dict, text: str) -> None:
+    """One line of ``hqflow backends``: ``record`` with --json, else ``text``."""
+    print(json.dumps(record) if args.json else text, file=args.json_out)
+
+
+def _unavailable(args, name: str, reason: str, label: str = "unavailable: ") -> None:
+    reason = reason.splitlines()[0]
+    _line(args, {"name": name, "available": False, "reason": reason}, f"{name:<28} {label}{reason}")
 
 
 def _options(items: list[str], flag: str) -> dict:
@@ -249,30 +243,24 @@ def _options(items: list[str], flag: str) -> dict:
 _AZURE_VARS = ("AZURE_QUANTUM_CONNECTION_STRING", "AZURE_QUANTUM_WORKSPACE_NAME", "AZURE_QUANTUM_ENDPOINT")
 
 
-def _azure_targets(options: dict, as_json: bool, out) -> None:
+def _azure_targets(args, options: dict) -> None:
     """The targets of the configured Azure Quantum workspace, or how to configure one."""
     if not options and not any(os.environ.get(v) for v in _AZURE_VARS):
-        why = ("no workspace configured: set AZURE_QUANTUM_SUBSCRIPTION_ID, AZURE_QUANTUM_WORKSPACE_RG, "
-               "AZURE_QUANTUM_WORKSPACE_NAME and AZURE_QUANTUM_WORKSPACE_LOCATION (and AZURE_QUANTUM_API_KEY, or "
-               "sign in with az login), or AZURE_QUANTUM_CONNECTION_STRING, or pass --azure-opt; "
-               "see README 'Run on Azure Quantum'")
-        print(json.dumps({"name": "azure:<target>", "available": False, "reason": why}) if as_json
-              else f"{'azure:<target>':<28} {why}", file=out)
-        return
+        return _unavailable(args, "azure:<target>", "no workspace configured: set AZURE_QUANTUM_SUBSCRIPTION_ID, "
+                            "AZURE_QUANTUM_WORKSPACE_RG, AZURE_QUANTUM_WORKSPACE_NAME and "
+                            "AZURE_QUANTUM_WORKSPACE_LOCATION (and AZURE_QUANTUM_API_KEY, or sign in with az login), "
+                            "or AZURE_QUANTUM_CONNECTION_STRING, or pass --azure-opt; see README 'Run on Azure Quantum'",
+                            label="")
     from hqflow.backends import BackendError
     from hqflow.backends.azure.backend import AzureBackend
 
     try:
         found = AzureBackend("any", **options).targets()
     except (BackendError, TypeError) as exc:
-        reason = str(exc).splitlines()[0]
-        print(json.dumps({"name": "azure:<target>", "available": False, "reason": reason}) if as_json
-              else f"{'azure:<target>':<28} unavailable: {reason}", file=out)
-        return
+        return _unavailable(args, "azure:<target>", str(exc))
     for provider, target, status in found:
-        name = f"azure:{target}"
-        print(json.dumps({"name": name, "available": status == "Available", "provider": provider, "status": status})
-              if as_json else f"{name:<28} {status} (provider {provider})", file=out)
+        _line(args, {"name": f"azure:{target}", "available": status == "Available", "provider": provider,
+                     "status": status}, f"{f'azure:{target}':<28} {status} (provider {provider})")
 
 
 def cmd_inspect(args) -> int:
@@ -317,27 +305,18 @@ def _check_output(path: str, extensions: tuple[str, ...] | None, flag: str) -> N
 def cmd_run(args) -> int:
     from hqflow.workloads import get_workload
 
+    from .cli_plan import with_options
     from .progress import Progress
 
     try:
         module = get_workload(args.workload)
     except (KeyError, ValueError) as exc:
         raise UsageError(str(exc).strip("'\"")) from None
-    cfg = module.Config()
-    overrides = {k: v for k, v in (("steps", args.steps), ("seed", args.seed), ("backend", args.backend)) if v is not None}
-    unknown = [k for k in overrides if not hasattr(cfg, k)]
-    if unknown:
-        raise UsageError(f"workload {args.workload!r} has no option {unknown[0]!r}")
-    cfg = dataclasses.replace(cfg, **overrides)
+    cfg = with_options(args.workload, module.Config(), args)
     if args.out:
         _check_output(args.out, None, "--out")
     if args.backend:
-        from hqflow.backends import BackendError, get_backend
-
-        try:
-            get_backend(args.backend)
-        except BackendError as exc:
-            raise UsageError(str(exc)) from None
+        check_backend(args.backend)
     tally = None
     if args.dry_run:
         if not hasattr(cfg, "backend"):
@@ -350,10 +329,7 @@ def cmd_run(args) -> int:
                          suffix="target")
         cfg = dataclasses.replace(cfg, backend=f"dry-run:{cfg.backend}")
     if args.run_dir:
-        try:
-            os.makedirs(args.run_dir, exist_ok=True)
-        except OSError as exc:
-            raise UsageError(f"cannot create run directory {args.run_dir}: {exc.strerror}") from None
+        make_folder(args.run_dir)
     options = {}
     if args.pool or args.backend_opt:
         from .cli_pool import backend_pool as _backend_pool
@@ -369,17 +345,15 @@ def cmd_run(args) -> int:
 
         if args.dry_run or not hasattr(cfg, "backend"):
             raise UsageError("--plan auto needs a workload that runs quantum jobs, and no --dry-run")
-        plan_args = argparse.Namespace(profile=args.profile, calibrate=5, calibrate_given=False, objective="time",
-                                       budget=None, max_staleness=args.max_staleness)
-        options["plan"] = make_plan(plan_args, module, cfg, options.get("backends"),
-                                       say=lambda m: print(m, file=sys.stderr))
+        options["plan"] = make_plan(module, cfg, options.get("backends"), profile_path=args.profile,
+                                    max_staleness=args.max_staleness)
         print(f"{options['plan']}\n", file=sys.stderr)
     with Progress(getattr(cfg, "steps", 1), args.workload) as bar:
         result = module.run(cfg, progress=bar, **options)
     if args.plan:
         from .cli_plan import fold, _spans
 
-        fold(args, _spans(result))
+        fold(args.profile, _spans(result))
     if tally is not None:
         print(json.dumps(tally.figures()) if args.json else tally.table(), file=args.json_out)
         return 0
@@ -425,10 +399,7 @@ def cmd_trace(args) -> int:
     except TraceError as exc:
         raise UsageError(str(exc)) from None
     out = args.out or os.path.dirname(os.path.abspath(path))
-    try:
-        os.makedirs(out, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot create {out}: {exc.strerror}") from None
+    make_folder(out, "")
     print(format_table(spans))
     title = meta.get("workload") or os.path.basename(os.path.dirname(os.path.abspath(path)))
     print(f"wrote {write_chrome_trace(os.path.join(out, 'trace.json'), spans, meta)}")

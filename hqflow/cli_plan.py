@@ -6,10 +6,9 @@
     hqflow plan runs/clf                              # a run directory of hqflow run --run-dir: its spans
     hqflow run classifier ... --plan auto --profile prof.json   # plan, run, and fold the run into prof.json
 
-The profile comes from, in this order: a run directory's ``spans.json``; ``--profile FILE`` (a
-profile saved before); else a calibration run of ``--calibrate`` steps with every backend of the
-pool. With ``--profile FILE`` the calibration (and ``hqflow run``'s own spans) are merged into
-FILE, so every run updates the profile the next plan uses.
+The profile comes from a run directory's ``spans.json``, else ``--profile FILE``, else a calibration
+run of ``--calibrate`` steps on every backend of the pool. With ``--profile FILE`` the calibration (and
+``hqflow run``'s own spans) are merged into FILE, so every run updates the profile the next plan uses.
 """
 from __future__ import annotations
 
@@ -18,7 +17,9 @@ import json
 import os
 import sys
 
-from .cli_errors import UsageError
+from .cli_pool import UsageError
+
+QUOTES = "'\""  # around a KeyError's message
 
 
 def _spans(result: dict):
@@ -55,62 +56,74 @@ def _target(args):
         try:
             module = get_workload(name)
         except KeyError as exc:
-            raise UsageError(f"{str(exc).strip(chr(39) + chr(34))}, or a run directory") from None
+            raise UsageError(f"{str(exc).strip(QUOTES)}, or a run directory") from None
         cfg = module.Config()
-    overrides = {k: v for k, v in (("steps", args.steps), ("seed", args.seed), ("backend", args.backend))
-                 if v is not None}
+    return module, name, with_options(name, cfg, args), spans
+
+
+def with_options(name: str, cfg, args):
+    """Workload ``name``'s ``cfg`` with ``--steps``, ``--seed`` and ``--backend`` where given."""
+    overrides = {k: getattr(args, k) for k in ("steps", "seed", "backend") if getattr(args, k) is not None}
     unknown = [k for k in overrides if not hasattr(cfg, k)]
     if unknown:
         raise UsageError(f"workload {name!r} has no option {unknown[0]!r}")
-    return module, name, dataclasses.replace(cfg, **overrides), spans
+    return dataclasses.replace(cfg, **overrides)
 
 
-def make_plan(args, module, cfg, backends, spans=None, say=print):
-    """The plan for ``cfg`` (see the module docstring)."""
+def make_plan(module, cfg, backends, spans=None, *, profile_path: str | None = None, calibrate: int | None = None,
+              objective: str = "time", budget: float | None = None, max_staleness: int | None = None):
+    """The plan for ``cfg``, from the profile the module docstring says. ``calibrate``: the calibration
+    run's steps (default 5), given to calibrate beside a saved profile too."""
     import hqflow as hq
-    from hqflow.costmodel import calibrate
+    from hqflow.costmodel import calibrate as fit
     from hqflow.planner import calibration, rows_of
-    from hqflow.profile import Profile, ProfileError, profile
+    from hqflow.profile import profile
 
     graph = module.build_graph(cfg)
-    saved = None
-    if args.profile and os.path.exists(args.profile):
-        try:
-            saved = Profile.load(args.profile)
-        except ProfileError as exc:
-            raise UsageError(str(exc)) from None
+    saved = _saved_profile(profile_path)
     prof = None
-    if spans is None and (saved is None or args.calibrate_given):
-        say(f"hqflow: calibrating: {args.calibrate} steps of {module.__name__.rsplit('.', 1)[1]} on every backend")
+    if spans is None and (saved is None or calibrate is not None):
+        steps = calibrate or 5
+        print(f"hqflow: calibrating: {steps} steps of {module.__name__.rsplit('.', 1)[1]} on every backend",
+              file=sys.stderr)
         prof = calibration(lambda n, cut: _spans(module.run(dataclasses.replace(cfg, steps=n), backends=backends,
-                                                            rows_per_job=cut)), args.calibrate, graph)
+                                                            rows_per_job=cut)), steps, graph)
     elif spans:
         measured = profile(spans)
-        prof = calibrate(graph, spans, measured, hq.SchedulerConfig(), rows=rows_of(graph, measured))
+        prof = fit(graph, spans, measured, hq.SchedulerConfig(), rows=rows_of(graph, measured))
     if saved is not None:
         prof = saved if prof is None else saved.merged(prof)
     if prof is None:
         raise UsageError("nothing to plan from: no calibration run, run directory or --profile")
-    if args.profile and prof is not saved:
-        prof.save(args.profile)
-    rows = rows_of(graph, prof)
+    if profile_path and prof is not saved:
+        prof.save(profile_path)
     try:
-        chosen = hq.plan(graph, cfg.steps, prof, objective=args.objective, budget=args.budget,
-                         max_staleness=args.max_staleness, rows=rows)
+        return hq.plan(graph, cfg.steps, prof, objective=objective, budget=budget, max_staleness=max_staleness,
+                       rows=rows_of(graph, prof))
     except (KeyError, ValueError) as exc:
-        raise UsageError(str(exc).strip("'\"")) from None
-    return chosen
+        raise UsageError(str(exc).strip(QUOTES)) from None
 
 
-def fold(args, spans) -> None:
+def _saved_profile(path: str | None):
+    """The profile saved at ``path``, or None where there is none (yet)."""
+    from hqflow.profile import Profile, ProfileError
+
+    if not path or not os.path.exists(path):
+        return None
+    try:
+        return Profile.load(path)
+    except ProfileError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def fold(profile_path: str | None, spans) -> None:
     """Merge a finished run's spans into ``--profile FILE`` (every run updates the profile)."""
-    if not args.profile or not spans:
+    if not profile_path or not spans:
         return
-    from hqflow.profile import Profile, profile
+    from hqflow.profile import profile
 
-    fresh = profile(spans)
-    prof = Profile.load(args.profile).merged(fresh) if os.path.exists(args.profile) else fresh
-    prof.save(args.profile)
+    fresh, saved = profile(spans), _saved_profile(profile_path)
+    (fresh if saved is None else saved.merged(fresh)).save(profile_path)
 
 
 def cmd_plan(args) -> int:
@@ -121,12 +134,11 @@ def cmd_plan(args) -> int:
         raise UsageError(f"workload {name!r} runs no quantum jobs to plan")
     pool = _backend_pool(args)
     backends = None if pool is None else {cfg.backend: pool}
-    args.calibrate_given = args.calibrate is not None
-    args.calibrate = args.calibrate or 5
-    chosen = make_plan(args, module, cfg, backends, spans, say=lambda m: print(m, file=sys.stderr))
+    chosen = make_plan(module, cfg, backends, spans, profile_path=args.profile, calibrate=args.calibrate,
+                       objective=args.objective, budget=args.budget, max_staleness=args.max_staleness)
     figures = {"workload": name, "steps": cfg.steps, "staleness": chosen.staleness,
                "prefetch": chosen.config.prefetch, "rows_per_job": chosen.config.rows_per_job,
-               "cpu_workers": chosen.config.cpu_workers, "members": {pool: [str(m) for m in members] for pool, members in chosen.members},
+               "cpu_workers": chosen.config.cpu_workers, "members": {p: list(map(str, m)) for p, m in chosen.members},
                "predicted_s": round(chosen.prediction.makespan, 4), "predicted_spend": chosen.prediction.spend}
     if not args.json:
         print(f"plan for {name}, {cfg.steps} steps\n{chosen}")
@@ -136,7 +148,7 @@ def cmd_plan(args) -> int:
 
         spans = _spans(result)
         measured = makespan(spans)
-        fold(args, spans)
+        fold(args.profile, spans)
         figures.update(measured_s=round(measured, 4),
                        prediction_error=round(abs(chosen.prediction.makespan - measured) / measured, 4))
         if not args.json:
@@ -148,19 +160,16 @@ def cmd_plan(args) -> int:
 
 
 def plan_training(algo: str, cfg, backends, *, profile_path: str | None = None, max_staleness: int | None = None,
-                  calibrate_updates: int = 3, say=print):
+                  calibrate_updates: int = 3):
     """How ``hqflow train --plan auto`` runs: ``(plan, distribution, scheduler options, backends)``.
 
-    The profile is ``profile_path``'s where it exists, else that of a calibration: ``calibrate_updates``
-    updates of the default distribution on every backend, in no run directory (and, where all jobs had
-    the same rows, as many again with the rows cut in two). The planner searches the actors' staleness
-    up to ``max_staleness`` (default: the default distribution's), the actor slots, prefetch, rows per
-    job and the pool's members; the rollouts' and the learner's own jobs are modelled in rounds
-    (``hqflow.costmodel``)."""
+    The profile is ``profile_path``'s where it exists, else a calibration's: ``calibrate_updates`` updates
+    of the default distribution on every backend, in no run directory. The planner searches the actors'
+    staleness up to ``max_staleness`` (default: the default distribution's), the actor slots, prefetch,
+    rows per job and the pool's members."""
     import hqflow as hq
     from hqflow.distribution import get_distribution
     from hqflow.planner import apply, calibration, with_staleness
-    from hqflow.profile import Profile, ProfileError
     from hqflow.workloads.rl import runner
 
     mod = runner.algorithm(algo)
@@ -170,14 +179,9 @@ def plan_training(algo: str, cfg, backends, *, profile_path: str | None = None, 
     resolved = mod.resolve(cfg, in_process, devices)
     graph = runner.build_graph(algo, resolved, 0, () if in_process else (cfg.backend,))
     updates = -(-cfg.max_episodes // mod.episodes_per_update(resolved))
-    prof = None
-    if profile_path and os.path.exists(profile_path):
-        try:
-            prof = Profile.load(profile_path)
-        except ProfileError as exc:
-            raise UsageError(str(exc)) from None
+    prof = _saved_profile(profile_path)
     if prof is None:
-        say(f"hqflow: calibrating: {calibrate_updates} updates of {algo} on every backend")
+        print(f"hqflow: calibrating: {calibrate_updates} updates of {algo} on every backend", file=sys.stderr)
 
         def run(n, cut):
             small = dataclasses.replace(cfg, max_episodes=n * mod.episodes_per_update(resolved), stop_when_solved=False)
@@ -191,7 +195,7 @@ def plan_training(algo: str, cfg, backends, *, profile_path: str | None = None, 
     try:
         chosen = hq.plan(graph, updates, prof, max_staleness=bound)
     except (KeyError, ValueError) as exc:
-        raise UsageError(f"cannot plan the training: {str(exc).strip(chr(39) + chr(34))}") from None
+        raise UsageError(f"cannot plan the training: {str(exc).strip(QUOTES)}") from None
     actors = chosen.config.cpu_workers
     distribution = get_distribution("sync") if chosen.staleness == 0 and actors == 1 and in_process \
         else get_distribution("pipelined", staleness=chosen.staleness, actors=actors)

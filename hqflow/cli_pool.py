@@ -1,16 +1,18 @@
-"""Command-line pool specs, shared by ``hqflow run``, ``plan`` and ``train``: ``--backend NAME``,
-``--pool N`` and ``--backend-opt [K:]KEY=VALUE`` as ``[(name, options), ...]``.
+"""What the subcommands share: ``UsageError``, and the pool spec ``[(name, options), ...]`` that
+``--backend NAME``, ``--pool N`` and ``--backend-opt [K:]KEY=VALUE`` give ``hqflow run``, ``plan`` and ``train``.
 
-A secret given as an option (``key``, ``connection_string``) is taken, with a one-line warning
-on stderr: the command line shows in ``ps`` and in the shell's history, so the key is better in
-the environment (``AZURE_QUANTUM_API_KEY``, ``AZURE_QUANTUM_CONNECTION_STRING``) or replaced by a
-credential (``az login``). Run directories never store secrets."""
+A secret given as an option (``key``, ``connection_string``) is taken with a one-line warning: the command
+line shows in ``ps`` and the shell's history. Run directories never store secrets."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 
-from .cli_errors import UsageError
+
+class UsageError(Exception):
+    """Bad usage or bad input: reported on one line, exit status 2."""
+
 
 SECRETS = ("key", "api_key", "connection_string", "credential", "password", "token", "secret")
 
@@ -30,6 +32,23 @@ def value(text: str):
         return json.loads(text)
     except ValueError:
         return text
+
+
+def check_backend(name: str) -> None:
+    """A usage error unless the registry can make backend ``name``."""
+    from hqflow.backends import BackendError, get_backend
+
+    try:
+        get_backend(name)
+    except BackendError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def make_folder(path: str, what: str = "run directory ") -> None:
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create {what}{path}: {exc.strerror}") from None
 
 
 def backend_pool(args, name: str | None = None, always: bool = False) -> list | None:

@@ -1,26 +1,19 @@
 """``hqflow train``: RL training of a variational quantum policy, with a run directory.
 
     hqflow train cartpole                          # REINFORCE, softmax-PQC, compiled simulator
-    hqflow train acrobot --algo ppo --seed 3
     hqflow train frozenlake --algo dqn --episodes 500
     hqflow train MyEnv-v0 --env-module mypkg.envs  # your own (or mypkg.envs:MyEnv-v0, or an entry point)
-    hqflow train cartpole --distribution pipelined --staleness 1 --backend emulated-qpu
     hqflow train cartpole --backend emulated-qpu --backend-opt per_job=0.05 --pool 2 \
         --backend-opt 1:failure_rate=0.2          # two emulated QPUs, the second flaky
-    hqflow train --resume runs/reinforce-cartpole-seed0
     hqflow train cartpole --backend emulated-qpu --pool 3 --plan auto --profile qpu.json   # the cost model chooses
     hqflow train --resume runs/reinforce-cartpole-seed0 --pool 3  # the rest on three such QPUs
-    hqflow train --resume RUN --distribution pipelined --staleness 0 --backend emulated-qpu --pool 2
-    hqflow train cartpole --resources pool.json --distribution sync  # the pool follows pool.json mid-run;
-        # pool.json: {"pools": {"qpu": ["emulated-qpu", ["emulated-qpu", {"per_job": 0.01}]]}}
-        # kill -HUP PID: read it now (hqflow.resources)
+    hqflow train cartpole --resources pool.json    # the pool follows pool.json mid-run (kill -HUP PID: read it now)
 
 A resumed run keeps its algorithm (ENV, --algo, --seed, --set, --episodes) and may change its pool and
-distribution: at staleness 0 on exact backends of the run's kind (another pool of emulated QPUs, sync to
-pipelined --staleness 0) it ends bit-identical to an undisturbed run, and under multi-learner up to
-floating-point summation order (float64: about 1e-10). A change that cannot keep the result (a higher
-staleness, another kind of backend) says so in one line. config.json records the latest settings (a
-later --resume takes them) and resources.jsonl each part's and each mid-run change.
+distribution: at staleness 0 on exact backends of the run's kind it ends bit-identical to an undisturbed
+run, and under multi-learner up to floating-point summation order (float64: about 1e-10). A change that
+cannot keep the result says so in one line. config.json records the latest settings (a later --resume
+takes them) and resources.jsonl each part's and each mid-run change.
 """
 from __future__ import annotations
 
@@ -32,8 +25,7 @@ import sys
 
 from hqflow.backends import BackendAccessError
 
-from .cli_errors import UsageError
-from .cli_pool import backend_pool as _backend_pool, value as _value
+from .cli_pool import UsageError, backend_pool as _backend_pool, check_backend, make_folder, value as _value
 from .fragments import RunFailed
 from .jobs import BudgetExceeded
 
@@ -60,10 +52,9 @@ def _config(args, mod):
         raise UsageError(str(exc)) from None
 
 
-def _complete(ckpt: dict, cfg, mod) -> bool:
-    """Whether a checkpointed run has nothing left to do: every update made, or solved and stopped."""
-    updates = -(-cfg.max_episodes // mod.episodes_per_update(cfg))
-    return ckpt["update"] + 1 >= updates or (cfg.stop_when_solved and ckpt.get("solved_at") is not None)
+def _updates(mod, cfg) -> int:
+    """The updates of a run that does not stop early."""
+    return -(-cfg.max_episodes // mod.episodes_per_update(cfg))
 
 
 def _watcher(args):
@@ -172,21 +163,19 @@ def _kind(spec) -> tuple:
         json.dumps(options.get("wrapped_options"), sort_keys=True)
 
 
-class _CostReport:
+def _cost_report(bar, updates: int):
     """The progress callback, plus one line after the first priced update: what it cost and what the
-    whole run will cost at that rate."""
+    whole run of ``updates`` will cost at that rate."""
+    said = []
 
-    def __init__(self, bar, mod, cfg):
-        self.bar, self.said = bar, False
-        self.updates = -(-cfg.max_episodes // mod.episodes_per_update(cfg))
-
-    def __call__(self, done, metrics=None):
-        self.bar(done, metrics)
+    def report(done, metrics=None):
+        bar(done, metrics)
         spend = (metrics or {}).get("spend")
-        if spend is not None and not self.said:
-            self.said = True
-            self.bar.write(f"hqflow: the first update cost {spend:.4f}; {self.updates} updates at that rate: about "
-                           f"{spend * self.updates:.4f} (--budget caps a run)")
+        if spend is not None and not said:
+            said.append(spend)
+            bar.write(f"hqflow: the first update cost {spend:.4f}; {updates} updates at that rate: about "
+                      f"{spend * updates:.4f} (--budget caps a run)")
+    return report
 
 
 def _importable_cwd() -> None:
@@ -242,13 +231,12 @@ def _planned(args, algo, cfg, pool, watcher, distribution):
         raise UsageError("--plan auto chooses the pool's members and --resources names them: give one of the two")
     chosen, distribution, options, backends = plan_training(
         algo, cfg, None if pool is None else {cfg.backend: pool}, profile_path=args.profile,
-        max_staleness=args.max_staleness, say=lambda m: print(m, file=sys.stderr))
+        max_staleness=args.max_staleness)
     print(f"{chosen}\n", file=sys.stderr)
     return distribution, None if backends is None else backends.get(cfg.backend, pool), options
 
 
 def cmd_train(args) -> int:
-    from hqflow.backends import BackendError, get_backend
     from hqflow.distribution import get_distribution
     from hqflow.workloads.rl import runner
 
@@ -281,13 +269,13 @@ def cmd_train(args) -> int:
                 runner.check_resume(run_dir, algo, cfg, ckpt)
             except runner.RunDirError as exc:
                 raise UsageError(str(exc)) from None
-        if ckpt is not None and _complete(ckpt, cfg, mod):
-            print(f"hqflow: {run_dir} is complete ({ckpt['update'] + 1} updates, {len(ckpt.get('returns', []))} "
-                  f"episodes{', solved' if ckpt.get('solved_at') else ''}): nothing to resume; "
-                  f"hqflow eval {run_dir} evaluates it", file=sys.stderr)
-            return 0
-        if warning and ckpt is not None:
-            print(warning, file=sys.stderr)
+            if ckpt["update"] + 1 >= _updates(mod, cfg) or (cfg.stop_when_solved and ckpt.get("solved_at") is not None):
+                print(f"hqflow: {run_dir} is complete ({ckpt['update'] + 1} updates, {len(ckpt.get('returns', []))} "
+                      f"episodes{', solved' if ckpt.get('solved_at') else ''}): nothing to resume; "
+                      f"hqflow eval {run_dir} evaluates it", file=sys.stderr)
+                return 0
+            if warning:
+                print(warning, file=sys.stderr)
     else:
         if not args.env:
             raise UsageError("give an environment (cartpole, acrobot, frozenlake, a gymnasium id such as CartPole-v1, "
@@ -310,10 +298,7 @@ def cmd_train(args) -> int:
         else:
             pool = _backend_pool(args)
         if args.backend and pool is None:
-            try:
-                get_backend(args.backend)
-            except BackendError as exc:
-                raise UsageError(str(exc)) from None
+            check_backend(args.backend)
         options = {} if args.staleness is None else {"staleness": args.staleness}
         if args.distribution == "auto" and options:
             raise UsageError("--staleness needs --distribution pipelined, ray-actors or multi-learner")
@@ -339,10 +324,7 @@ def cmd_train(args) -> int:
         if os.path.exists(os.path.join(run_dir, "config.json")):
             raise UsageError(f"{run_dir} already holds a run; use --resume {run_dir} (which also starts a run "
                              "stopped before its first checkpoint) or another --run-dir")
-        try:
-            os.makedirs(run_dir, exist_ok=True)
-        except OSError as exc:
-            raise UsageError(f"cannot create run directory {run_dir}: {exc.strerror}") from None
+        make_folder(run_dir)
 
     scheduler = {} if args.budget is None else {"budget": args.budget}
     if args.plan:
@@ -367,7 +349,7 @@ def cmd_train(args) -> int:
             watcher.say = bar.write  # a line above the progress bar
         try:
             out = runner.train(algo, cfg, distribution, run_dir=run_dir, resume=bool(args.resume),
-                               checkpoint_every=args.checkpoint_every, progress=_CostReport(bar, mod, cfg),
+                               checkpoint_every=args.checkpoint_every, progress=_cost_report(bar, _updates(mod, cfg)),
                                tensorboard=args.tensorboard, resources=watcher, backends=backends, **scheduler)
         except RunFailed as exc:
             what = ("raise --budget" if _caused_by(exc, BudgetExceeded) else
@@ -385,7 +367,7 @@ def cmd_train(args) -> int:
     if args.plan and args.profile:
         from .cli_plan import fold
 
-        fold(args, out["spans"])  # every planned run updates the profile the next one plans with
+        fold(args.profile, out["spans"])  # every planned run updates the profile the next one plans with
     returns = out["returns"]
     figures = {"algo": algo, "env": cfg.env, "seed": cfg.seed, "distribution": out["distribution"],
                "episodes": len(returns), "episodes_to_solve": out["episodes_to_solve"],
