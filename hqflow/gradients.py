@@ -1,26 +1,18 @@
 """Parameter-shift gradients for any backend, with every shifted row in one job.
 
-``param_shift(template, inputs, weights)`` returns ``(batch, postprocess)``: a
-single ``CircuitBatch`` that holds the unshifted rows and every shifted row,
-and a function that turns its ``BatchResult`` into a ``Gradient`` (values, jacobian, stderr) with
-``jacobian[b, o, j] = d values[b, o] / d weights[j]`` (and, with
-``wrt="inputs"``/``"both"``, ``input_jacobian[b, o, i] = d values[b, o] / d inputs[b, i]``).
-``spsa`` does the same with a few random simultaneous perturbations.
+``param_shift(template, inputs, weights)`` returns ``(batch, postprocess)``: one ``CircuitBatch`` with
+the unshifted and every shifted row, and a function that turns its ``BatchResult`` into a ``Gradient``
+with ``jacobian[b, o, j] = d values[b, o] / d weights[j]`` (and, with ``wrt="inputs"``/``"both"``,
+``input_jacobian[b, o, i] = d values[b, o] / d inputs[b, i]``). ``spsa`` does the same with a few random
+simultaneous perturbations.
 
-How: every occurrence of a weight or input in the circuit becomes its own
-column (``angle_k = scale_k * symbol + offset_k``): an input occurrence a column
-of the expanded circuit's inputs, a weight occurrence a column of its per-row
-weights. Shifting occurrence ``k`` by ``±s`` is then just another row, and the
-chain rule sums the occurrences of a symbol with their ``scale_k``. The rows
-share few distinct weight rows (the unshifted one, and one per shifted weight
-occurrence), which a simulator can batch by (``compiled`` does). Shift rules come
-from the gate table (two-term for rotations, four-term for controlled rotations).
-Derived inputs (``CircuitTemplate.derived``) are shifted as input columns, and the
-input jacobian follows the chain rule back to the raw inputs. Where that chain rule
-breaks down although the values are smooth (an amplitude encoding's all-zero block
-of features), the batch also holds two probe rows per such row and input, the row
-with that input moved by a tiny ``±h``, and the derivative there is the mean of the
-probes' (``CircuitTemplate.derivative_probes``).
+How: every occurrence of a weight or input becomes its own column (``angle_k = scale_k * symbol +
+offset_k``), so shifting occurrence ``k`` by ``±s`` (the gate table's two- or four-term rule) is just
+another row, and the chain rule sums a symbol's occurrences with their ``scale_k``. The rows share few
+distinct weight rows, which a simulator can batch by (``compiled`` does). Derived inputs are shifted as
+input columns and the chain rule leads back to the raw inputs; where it breaks down although the values
+are smooth (an amplitude encoding's all-zero block), two probe rows ``±h`` per such row and input give
+the derivative (``CircuitTemplate.derivative_probes``).
 """
 from __future__ import annotations
 
@@ -64,11 +56,9 @@ def _expand(template: CircuitTemplate) -> tuple[CircuitTemplate, list[_Occurrenc
             if a.kind == "const":
                 angles.append(a)
                 continue
-            rule = GATES[op.name].shift_rule
-            if rule is None:  # pragma: no cover - every parametrized gate has a rule
-                raise ValueError(f"gate {op.name!r} has no parameter-shift rule")
+            rule = SHIFT_RULES[GATES[op.name].shift_rule]  # every parametrized gate has one
             column = sum(o.kind == a.kind for o in occ)  # its column among the inputs or the weights
-            occ.append(_Occurrence(a.kind, a.index, a.scale, a.offset, SHIFT_RULES[rule]))
+            occ.append(_Occurrence(a.kind, a.index, a.scale, a.offset, rule))
             angles.append(Angle.input(column) if a.kind == "input" else Angle.weight(column))
         ops.append(Op(op.name, op.wires, tuple(angles)))
     n_in = sum(o.kind == "input" for o in occ)
@@ -94,14 +84,11 @@ def param_shift(
 ) -> tuple[CircuitBatch, Callable[[BatchResult], Gradient]]:
     """One batch with all shifted rows, and the function that reads the gradient off it.
 
-    ``wrt`` is ``"weights"`` (the jacobian), ``"inputs"`` (``input_jacobian``,
-    per sample) or ``"both"``.
+    ``wrt`` is ``"weights"`` (the jacobian), ``"inputs"`` (``input_jacobian``, per sample) or ``"both"``.
     """
     if wrt not in _WRT:
         raise ValueError(f"wrt must be 'weights', 'inputs' or 'both', got {wrt!r}")
-    base = CircuitBatch.make(template, inputs, weights, shots=shots, seed=seed)
-    if not template.observables:
-        raise ValueError(f"circuit {template.name!r} has no observables to differentiate")
+    base = _base(template, inputs, weights, shots, seed)
     kinds = _WRT[wrt]
     rows, probes = base.size, None  # rows: the caller's; probe rows (if any) follow them in the batch
     if "input" in kinds and template.derived:
@@ -156,6 +143,14 @@ def param_shift(
     return batch, postprocess
 
 
+def _base(template: CircuitTemplate, inputs, weights, shots, seed) -> CircuitBatch:
+    """The unshifted batch; a template without observables has nothing to differentiate."""
+    base = CircuitBatch.make(template, inputs, weights, shots=shots, seed=seed)
+    if not template.observables:
+        raise ValueError(f"circuit {template.name!r} has no observables to differentiate")
+    return base
+
+
 def _occurrence_angles(batch: CircuitBatch, occ: list[_Occurrence]) -> np.ndarray:
     """The unshifted angle of every occurrence, per row: ``[B, n_occ]``."""
     w, x = batch.weights_per_row(), batch.inputs
@@ -175,17 +170,14 @@ def spsa(
 ) -> tuple[CircuitBatch, Callable[[BatchResult], Gradient]]:
     """Simultaneous-perturbation estimate of the weight jacobian, in one job.
 
-    ``samples`` random ±1 directions ``d`` (seeded) give ``2 * samples + 1``
-    rows per input row, whatever the number of weights:
-    ``J ~ mean_d (f(w + eps d) - f(w - eps d)) / (2 eps) * d``. It is unbiased
-    up to ``O(eps**2)`` and noisy (its variance falls as ``1 / samples``); use it
-    where parameter shift's ``2 * n_weights`` rows per input are too many.
+    ``samples`` random ±1 directions ``d`` (seeded) give ``2 * samples + 1`` rows per input row, whatever
+    the number of weights: ``J ~ mean_d (f(w + eps d) - f(w - eps d)) / (2 eps) * d``. It is unbiased up
+    to ``O(eps**2)`` and noisy (variance ~ ``1 / samples``); use it where parameter shift's
+    ``2 * n_weights`` rows per input are too many.
     """
     if samples < 1 or epsilon <= 0:
         raise ValueError(f"spsa needs samples >= 1 and epsilon > 0, got {samples} and {epsilon}")
-    base = CircuitBatch.make(template, inputs, weights, shots=shots, seed=seed)
-    if not template.observables:
-        raise ValueError(f"circuit {template.name!r} has no observables to differentiate")
+    base = _base(template, inputs, weights, shots, seed)
     B, n_w = base.size, template.n_weights
     directions = np.random.default_rng(seed).choice([-1.0, 1.0], size=(samples, n_w))
     R = 1 + 2 * samples

@@ -17,15 +17,13 @@
     pipe.output("step.loss", "loss")
     graph = pipe.build()
 
-The decorators add ``Classical`` fragments and ``execute`` adds a ``CircuitCall``
-(``hqflow.ir.nodes``). A decorated function's parameters are its input ports,
-except the names in ``params`` and parameters with a default value (which keep it unless named in
-``inputs=``). An input port left unconnected is wired to the graph input of the
-same name, or else to the one earlier fragment with an output of that name.
-Loop-carried edges are always declared with ``loop``. A classical fragment
-that submits circuit jobs itself names the backends it uses
-(``job_backends="qpu"``) and gets them from ``hqflow.get_client()`` at run time. Cuts are explicit: the
-graph is what these calls say, and ``print(graph)`` shows it.
+The decorators add ``Classical`` fragments and ``execute`` adds a ``CircuitCall`` (``hqflow.ir.nodes``).
+A decorated function's parameters are its input ports, except the names in ``params`` and parameters
+with a default value (which keep it unless named in ``inputs=``). An input port left unconnected is
+wired to the graph input of the same name, or else to the one earlier fragment with an output of that
+name; loop-carried edges are always declared with ``loop``. A classical fragment that submits circuit
+jobs itself names the backends it uses (``job_backends="qpu"``) and gets them from
+``hqflow.get_client()`` at run time. The graph is what these calls say, and ``print(graph)`` shows it.
 """
 from __future__ import annotations
 
@@ -48,11 +46,6 @@ from hqflow.ir.graph import (
     json_constant,
 )
 
-_DEFAULT_RESOURCE = {"preprocess": "cpu", "prepare": "cpu", "postprocess": "cpu", "learn": "cpu"}
-
-PortSpec = "str | Iterable[str] | Mapping[str, str] | None"
-
-
 def _ports(spec: Any) -> tuple[Port, ...]:
     if spec is None:
         return ()
@@ -63,11 +56,6 @@ def _ports(spec: Any) -> tuple[Port, ...]:
     return tuple(Port(s) for s in spec)
 
 
-def _names(spec: Any) -> tuple:
-    """``job_backends=``: one backend name or several (``validate`` checks them)."""
-    return (spec,) if isinstance(spec, str) else tuple(spec or ())
-
-
 def _split(ref: str) -> tuple[str | None, str]:
     frag, sep, port = ref.rpartition(".")
     if not sep or not port:
@@ -76,6 +64,35 @@ def _split(ref: str) -> tuple[str | None, str]:
 
 
 _NO_INIT = object()  # loop() without init: the value comes from initial_state
+
+
+def _classical(kind: str, doc: str) -> Callable:
+    """The ``Pipeline`` method that adds a decorated function as a ``Classical`` fragment of ``kind``."""
+
+    def method(self, fn=None, *, name=None, outputs=None, inputs=None, resource=None, params=None, job_backends=()):
+        def wrap(fn: Callable) -> Callable:
+            fname = name or fn.__name__
+            consts = {k: json_constant(v, f"param {k!r} of fragment {fname!r}") for k, v in (params or {}).items()}
+            types = dict(inputs or {})
+            ports = tuple(
+                Port(p, types.pop(p, "any"))
+                for p, par in inspect.signature(fn).parameters.items()
+                if p not in consts
+                and par.kind not in (par.VAR_POSITIONAL, par.VAR_KEYWORD)
+                and (par.default is par.empty or p in types)
+            )
+            if types:
+                raise GraphError(f"fragment {fname!r}: inputs= names {sorted(types)}, which are not parameters of "
+                                 f"{fn.__qualname__}")
+            backends = (job_backends,) if isinstance(job_backends, str) else tuple(job_backends or ())
+            self.add(Classical(fname, kind, ports, _ports(outputs), resource=resource or "cpu", fn=fn_ref(fn, fname),
+                               params=tuple(consts.items()), job_backends=backends))
+            return fn
+
+        return wrap(fn) if fn else wrap
+
+    method.__name__, method.__qualname__, method.__doc__ = kind, f"Pipeline.{kind}", doc
+    return method
 
 
 class Pipeline:
@@ -128,46 +145,10 @@ class Pipeline:
         self._fragments.append(fragment)
         return fragment
 
-    def _decorator(self, kind: str, name, outputs, inputs, resource, params, job_backends=()) -> Callable:
-        def wrap(fn: Callable) -> Callable:
-            fname = name or fn.__name__
-            consts = {k: json_constant(v, f"param {k!r} of fragment {fname!r}") for k, v in (params or {}).items()}
-            types = dict(inputs or {})
-            sig = inspect.signature(fn)
-            ports = tuple(
-                Port(p, types.pop(p, "any"))
-                for p, par in sig.parameters.items()
-                if p not in consts
-                and par.kind not in (par.VAR_POSITIONAL, par.VAR_KEYWORD)
-                and (par.default is par.empty or p in types)
-            )
-            if types:
-                raise GraphError(f"fragment {fname!r}: inputs= names {sorted(types)}, which are not parameters of {fn.__qualname__}")
-            self.add(Classical(fname, kind, ports, _ports(outputs), resource=resource or _DEFAULT_RESOURCE[kind],
-                               fn=fn_ref(fn, fname), params=tuple(consts.items()), job_backends=_names(job_backends)))
-            return fn
-
-        return wrap
-
-    def preprocess(self, fn=None, *, name=None, outputs=None, inputs=None, resource=None, params=None, job_backends=()):
-        """Decorate a classical preprocessing function (see the module docstring)."""
-        deco = self._decorator("preprocess", name, outputs, inputs, resource, params, job_backends)
-        return deco(fn) if fn else deco
-
-    def prepare(self, fn=None, *, name=None, outputs=None, inputs=None, resource=None, params=None, job_backends=()):
-        """Decorate a state-preparation function (turns data into circuit inputs)."""
-        deco = self._decorator("prepare", name, outputs, inputs, resource, params, job_backends)
-        return deco(fn) if fn else deco
-
-    def postprocess(self, fn=None, *, name=None, outputs=None, inputs=None, resource=None, params=None, job_backends=()):
-        """Decorate a function that reads circuit results."""
-        deco = self._decorator("postprocess", name, outputs, inputs, resource, params, job_backends)
-        return deco(fn) if fn else deco
-
-    def learn(self, fn=None, *, name=None, outputs=None, inputs=None, resource=None, params=None, job_backends=()):
-        """Decorate a learner step (usually returns the next weights for a loop edge)."""
-        deco = self._decorator("learn", name, outputs, inputs, resource, params, job_backends)
-        return deco(fn) if fn else deco
+    preprocess = _classical("preprocess", "Decorate a classical preprocessing function (see the module docstring).")
+    prepare = _classical("prepare", "Decorate a state-preparation function (turns data into circuit inputs).")
+    postprocess = _classical("postprocess", "Decorate a function that reads circuit results.")
+    learn = _classical("learn", "Decorate a learner step (usually returns the next weights for a loop edge).")
 
     def execute(self, name: str, circuit: CircuitTemplate, backend: str = DEFAULT_BACKEND,
                 gradient: str | None = None) -> CircuitCall:
@@ -200,7 +181,8 @@ class Pipeline:
     def build(self, validate: bool = True, backends: Mapping[str, Any] | None = None) -> Graph:
         """The frozen graph, validated against ``backends`` (name -> ``Capabilities`` or backend), or
         by default against the backend registry (:func:`registry_backends`)."""
-        graph = Graph(self.name, tuple(self._fragments), tuple(self._autowire()), tuple(self._inputs), tuple(self._outputs))
+        graph = Graph(self.name, tuple(self._fragments), tuple(self._autowire()), tuple(self._inputs),
+                      tuple(self._outputs))
         if not validate:
             return graph
         return graph.validate(registry_backends(graph) if backends is None else backends)

@@ -1,8 +1,7 @@
-"""Progress bars through tqdm: ``with Progress(total, "vqe") as p: p.update(i, loss=...)``.
+"""Progress bars through tqdm: ``with Progress(total, "vqe") as p: p(i, {"loss": ...})``.
 
-On a terminal, and in a Jupyter notebook (``tqdm.auto`` picks its widget), the bar
-redraws in place. Anywhere else (CI logs, a file) it prints nothing while running and
-one final line at the end, so logs stay short.
+On a terminal, and in a Jupyter notebook (``tqdm.auto`` picks its widget), the bar redraws in place.
+Anywhere else (CI logs, a file) it prints nothing while running and one final line at the end.
 """
 from __future__ import annotations
 
@@ -12,22 +11,24 @@ import time
 from tqdm.auto import tqdm
 
 
-def _interactive(stream) -> bool:
-    return (hasattr(stream, "isatty") and stream.isatty()) or "ipykernel" in sys.modules
-
-
 class Progress:
     def __init__(self, total: int, label: str = "", stream=None):
         self.total, self.label = max(int(total), 1), label
         self.stream = stream or sys.stderr
-        self.live = _interactive(self.stream)
+        live = (hasattr(self.stream, "isatty") and self.stream.isatty()) or "ipykernel" in sys.modules
         self.t0 = time.perf_counter()
         self.line = ""
-        self.bar = tqdm(total=self.total, desc=label, file=self.stream, dynamic_ncols=True) if self.live else None
+        self.bar = tqdm(total=self.total, desc=label, file=self.stream, dynamic_ncols=True) if live else None
 
-    def update(self, done: int, elapsed: float | None = None, **metrics) -> None:
-        """``done`` of ``total`` (a run that does more raises the total), ``elapsed``: the work's own
-        clock, when it has one (a resumed run's seconds go on from its checkpoint's)."""
+    def __call__(self, done: int, metrics: dict | None = None) -> None:
+        """The executors' callback: ``progress(steps_done, outputs_of_the_last_step)``.
+
+        ``done`` of ``total`` (a run that does more raises the total). Scalar outputs (numbers) are
+        shown; arrays and other values are not. ``seconds`` is the work's own clock, the bar's elapsed
+        time (a resumed run's seconds go on from its checkpoint's).
+        """
+        metrics = {k: v for k, v in (metrics or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        elapsed = metrics.pop("seconds", None)
         shown = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
         if elapsed is not None:
             self.t0 = time.perf_counter() - elapsed
@@ -43,16 +44,6 @@ class Progress:
             self.bar.n = done
             self.bar.set_postfix_str(shown, refresh=False)
             self.bar.refresh()
-
-    def __call__(self, done: int, metrics: dict | None = None) -> None:
-        """The executors' callback: ``progress(steps_done, outputs_of_the_last_step)``.
-
-        Scalar outputs (numbers) are shown; arrays and other values are not. ``seconds`` is the
-        work's own clock: the bar's elapsed time.
-        """
-        shown = {k: v for k, v in (metrics or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        elapsed = shown.pop("seconds", None)
-        self.update(done, elapsed=elapsed, **shown)
 
     def write(self, message: str) -> None:
         """A line of text above the bar (the bar is redrawn below it)."""

@@ -6,24 +6,21 @@
     model = torch.nn.Sequential(torch.nn.Linear(2, template.n_inputs), layer, torch.nn.Linear(n_obs, 1))
     opt = torch.optim.Adam(model.parameters(), lr=0.05)     # the circuit's weights are in there
 
-``layer(x)`` takes inputs ``[B, n_inputs]`` (or one row ``[n_inputs]``) and returns the
-observables' values ``[B, n_obs]`` (or ``[n_obs]``), differentiable with respect to both
-the inputs and the circuit's weights (``layer.weights``, an ``nn.Parameter``):
+``layer(x)`` maps inputs ``[B, n_inputs]`` (or ``[n_inputs]``) to the observables' values ``[B, n_obs]``
+(or ``[n_obs]``), differentiable in the inputs and the weights (``layer.weights``, an ``nn.Parameter``):
 
-* on a backend with a torch program (``gradient="autograd"``, such as ``compiled``), the
-  program runs in the autograd graph, and ``torch.compile`` sees through it (a template with
-  derived inputs breaks the graph where its rows are checked);
-* on any other backend, the forward pass is one job and the backward pass is one
-  batched parameter-shift job (``hqflow.gradients.param_shift``) for every row, with
-  respect to what needs a gradient; ``torch.compile`` runs it with a graph break.
+* on a backend with a torch program (``gradient="autograd"``, such as ``compiled``), the program runs in
+  the autograd graph, and ``torch.compile`` sees through it (derived inputs break the graph where their
+  rows are checked);
+* on any other backend, the forward pass is one job and the backward pass one batched parameter-shift
+  job for what needs a gradient; ``torch.compile`` runs it with a graph break.
 
-``backend`` is a registry name, a backend object, ``(name, options)``, or the name of a
-pool of the running fragment's job client (``job_backends``): inside a pipeline the
-layer's jobs then go through the scheduler (pools, retries, budget, spans).
+``backend`` is a registry name, a backend object, ``(name, options)``, or the name of a pool of the
+running fragment's job client (``job_backends``), whose jobs go through the scheduler (pools, retries,
+budget, spans).
 
-``TorchLearner`` lets a ``learn`` fragment own a torch model and its optimizer: they stay
-alive between steps in the learner's process, and the loop edge carries a snapshot of
-both (``state()``) as plain data, so checkpoints, ``initial_state`` and resumes are exact.
+``TorchLearner`` lets a ``learn`` fragment keep a torch model and its optimizer alive between steps
+while the loop edge carries a plain-data snapshot of both, so checkpoints and resumes are exact.
 """
 from __future__ import annotations
 
@@ -180,12 +177,9 @@ class _ShiftRule(torch.autograd.Function):
         return _values_job(layer, x, w)
 
     @staticmethod
-    def backward(ctx, grad):
-        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        if not (need_x or need_w):
-            return None, None, None
+    def backward(ctx, grad):  # called only when x or w needs a gradient
         x, w = ctx.saved_tensors
-        gx, gw = _gradient_job(ctx.layer, x, w, grad, need_x, need_w)
+        gx, gw = _gradient_job(ctx.layer, x, w, grad, *ctx.needs_input_grad[:2])
         return gx, gw, None
 
 
@@ -247,9 +241,9 @@ class ReducedGradients:
     optimizer's step, so every replica applies the same update (as ``DistributedDataParallel``).
 
     ``sharded``: parameters whose gradient each replica computed for its share of the rows only
-    (summed across replicas, in rank order); every other parameter's gradient is the same on every
-    replica and rank 0's is taken. A parameter with no gradient on any replica keeps none. The
-    replica's ``Compression`` applies to the shares, with error feedback (``hqflow.collective``).
+    (summed in rank order, compressed as the replica's ``Compression`` says, with error feedback);
+    every other parameter's gradient is the same on every replica and rank 0's is taken. A parameter
+    with no gradient on any replica keeps none.
 
         with ReducedGradients(policy, sharded=[...]):
             loss.backward()          # gradients reduced here
@@ -297,9 +291,8 @@ class ReducedGradients:
                 p.grad = torch.as_tensor(g, dtype=p.dtype).to(p.device).reshape(p.shape)
 
 
-# Error feedback of compressed gradient shares: replica stream -> (rank, parameter index) -> what
-# compression left out so far. Process-local: a learner that Ray restarts starts again from zero.
-# The newest few streams (runs) are kept.
+# Error feedback: replica stream -> (rank, parameter index) -> what compression left out so far, for the
+# newest few streams (runs). Process-local: a learner that Ray restarts starts again from zero.
 _RESIDUALS: collections.OrderedDict[str, dict] = collections.OrderedDict()
 _RESIDUAL_STREAMS = 8
 
