@@ -8,10 +8,8 @@
 """
 import os as _os
 
-# In a source checkout, ir/, backends/ and workloads/ sit beside this folder and
-# are installed as hqflow.ir, hqflow.backends and hqflow.workloads. When Python
-# imports hqflow from the checkout itself (e.g. ``python -c`` at the repo root),
-# let the package find them there too. Installed copies have them inside.
+# In a source checkout, ir/, backends/ and workloads/ sit beside this folder (installed as hqflow.ir, ...):
+# when Python imports hqflow from the checkout itself (``python -c`` at the repo root), find them there too.
 _root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
 if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isdir(_os.path.join(_root, "ir")):
     __path__.append(_root)
@@ -28,7 +26,6 @@ _EXPORTS = {
     "RunHandle": "elastic", "Scheduler": "scheduler", "SchedulerConfig": "scheduler_config",
     "Span": "trace",
 }
-_RENAMED: dict[str, str] = {}  # exported name -> the module's own, where they differ
 
 
 def __getattr__(name: str):
@@ -44,7 +41,7 @@ def __getattr__(name: str):
             if exc.name != f"{__name__}.{name}":
                 raise
             raise AttributeError(f"module 'hqflow' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), _RENAMED.get(name, name))
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value
 
@@ -53,22 +50,4 @@ def __dir__():
     return sorted(set(globals()) | set(_EXPORTS))
 
 
-__all__ = [
-    "FragmentError",
-    "JobClient",
-    "Pipeline",
-    "Plan",
-    "RetriesExhausted",
-    "BudgetExceeded",
-    "RunFailed",
-    "RunHandle",
-    "RunResult",
-    "Scheduler",
-    "SchedulerConfig",
-    "Span",
-    "__version__",
-    "get_client",
-    "plan",
-    "run",
-    "start",
-]
+__all__ = sorted([*_EXPORTS, "__version__"])

@@ -1,29 +1,23 @@
 """Checkpoints of a run: ``hq.run(..., run_dir=DIR)`` survives a kill and resumes with ``resume=True``.
 
-A run's steps finish out of order, but its *prefix* (the steps before the first unfinished one)
-only grows. When it does, the outputs of the newly finished steps are appended to
-``outputs.pkl`` and, every ``checkpoint_every`` steps, ``state.pkl`` is replaced (atomically)
-by the loop-carried values after the prefix, its length (the stream position) and the run's
-identity. A resumed run skips that many stream items, starts every loop edge from the saved
-value and numbers its steps on from there, so shot seeds and job ids are those of an
-uninterrupted run: with every loop edge at ``max_staleness=0`` the result is identical.
+A run's steps finish out of order, but its *prefix* (the steps before the first unfinished one) only grows. When
+it does, the newly finished steps' outputs are appended to ``outputs.pkl`` and, every ``checkpoint_every`` steps,
+``state.pkl`` is replaced (atomically) by the loop-carried values after the prefix, its length (the stream
+position) and the run's identity. A resumed run skips that many stream items, starts every loop edge from the
+saved value and numbers its steps on from there, so shot seeds and job ids are those of an uninterrupted run:
+with every loop edge at ``max_staleness=0`` the result is identical.
 
-``DIR`` holds:
-
-* ``state.pkl``: ``{"version", "graph", "seed", "run_id", "steps", "state", "item"}``, its ``state``
-  a list of ``[port, value]`` pairs, each loop edge's source port as an object (``PortRef.to_dict``;
-  version 1 keyed the values by the ``"frag.port"`` text, and is still read);
-* ``outputs.pkl``: one pickle per finished step, ``(step, outputs)``, in step order (a
-  frame cut short by a kill is dropped on resume).
+* ``state.pkl``: ``{"version", "graph", "seed", "run_id", "steps", "state", "item"}``, its ``state`` a list of
+  ``[port, value]`` pairs, each port as an object (``PortRef.to_dict``; version 1, its values keyed by the
+  ``"frag.port"`` text, is still read);
+* ``outputs.pkl``: one pickle per finished step, ``(step, outputs)``, in step order (a frame cut short by a kill
+  is dropped on resume).
 
 Pickle, as ``torch.save`` uses: load only checkpoints you wrote.
-
-``RunDir`` is the files; ``Checkpointer`` is what the scheduler's loop asks of them while a run goes on.
 """
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import pickle
@@ -70,26 +64,38 @@ def item_digest(item: Any) -> str | None:
         return None
 
 
-class RunDir:
-    """The checkpoint files of one run (see the module docstring)."""
+class Checkpointer:
+    """A run's checkpoint files while it goes on: its stream items' fingerprints, the steps that join the
+    finished prefix recorded in order, and the loop values saved every ``checkpoint_every`` of them (and at
+    the end). Without a ``run_dir`` (``path`` None) it records nothing."""
 
-    def __init__(self, path, graph: Graph, seed: int | None, every: int, resume: bool):
-        self.path, self.every = Path(path), every
-        self.graph_digest = graph_digest(graph)
+    def __init__(self, config: SchedulerConfig, graph: Graph):
+        self.digests: dict[int, str | None] = {}  # step -> its stream item's fingerprint
+        self.prefix = 0  # steps before the first unfinished one
+        self.saved: dict = {"steps": 0, "state": None, "item": None, "outputs": [], "seed": config.seed,
+                            "run_id": None}
+        self.path = None if config.run_dir is None else Path(config.run_dir)
+        if self.path is None:
+            return
+        self.every, self.graph_digest = config.checkpoint_every, graph_digest(graph)
         self.state_file, self.outputs_file = self.path / "state.pkl", self.path / "outputs.pkl"
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             exists = self.state_file.exists()
         except OSError as exc:
             raise CheckpointError(f"cannot use run directory {self.path}: {exc.strerror}") from None
-        self.saved: dict = {"steps": 0, "state": None, "item": None, "outputs": [], "seed": seed, "run_id": None}
-        if resume and exists:
-            self._load(seed)
+        if config.resume and exists:
+            self._load(config.seed)
         elif exists:
             raise CheckpointError(f"{self.path} holds a run's checkpoint: pass resume=True to continue it, "
                                   "or give an empty directory")
         self.saved_steps = self.saved["steps"]
         self._out = open(self.outputs_file, "ab")
+
+    @property
+    def run_id(self) -> str | None:
+        """The checkpointed run's identity (None for a fresh run)."""
+        return self.saved["run_id"]
 
     def _load(self, seed: int | None) -> None:
         try:
@@ -123,9 +129,7 @@ class RunDir:
                         raise ValueError("out of order")
                     outputs.append(out)
                     end = fh.tell()
-        except FileNotFoundError:
-            pass
-        except Exception:  # noqa: BLE001 - a torn frame: fewer outputs than the state says
+        except Exception:  # noqa: BLE001 - no file, or a torn frame: fewer outputs than the state says
             pass
         if len(outputs) < steps:
             raise CheckpointError(f"{self.outputs_file} is damaged: it holds {len(outputs)} steps' outputs, "
@@ -134,55 +138,26 @@ class RunDir:
             os.truncate(self.outputs_file, end)
         return outputs
 
-    def record(self, step: int, outputs: dict) -> None:
-        """Append a finished step's outputs (steps come in order)."""
-        pickle.dump((step, outputs), self._out, protocol=4)
-        self._out.flush()
-
-    def due(self, steps: int) -> bool:
-        return steps - self.saved_steps >= self.every
-
-    def save(self, steps: int, state: dict[PortRef, Any], item: str | None, run_id: str | None) -> None:
+    def _save(self, steps: int, state: dict[PortRef, Any], item: str | None, run_id: str | None) -> None:
         """The loop-carried values after ``steps`` finished steps (their outputs recorded first)."""
         os.fsync(self._out.fileno())
         data = {"version": VERSION, "graph": self.graph_digest, "seed": self.saved["seed"], "run_id": run_id,
                 "steps": steps, "state": [[ref.to_dict(), value] for ref, value in state.items()], "item": item}
-        buf = io.BytesIO()
-        pickle.dump(data, buf, protocol=4)
-        atomic_write(self.state_file, lambda p: Path(p).write_bytes(buf.getvalue()))
+        blob = pickle.dumps(data, protocol=4)
+        atomic_write(self.state_file, lambda p: Path(p).write_bytes(blob))
         self.saved_steps = steps
-
-    def close(self) -> None:
-        self._out.close()
-
-
-class Checkpointer:
-    """A run's checkpoints while it goes on: its stream items' fingerprints, the steps that join the finished
-    prefix recorded in order, and the loop values saved every ``checkpoint_every`` of them (and at the end).
-    Without a ``run_dir`` it records nothing."""
-
-    def __init__(self, config: SchedulerConfig, graph: Graph):
-        self.files = None if config.run_dir is None else RunDir(config.run_dir, graph, config.seed,
-                                                                config.checkpoint_every, config.resume)
-        self.digests: dict[int, str | None] = {}  # step -> its stream item's fingerprint
-        self.prefix = 0  # steps before the first unfinished one
-
-    @property
-    def run_id(self) -> str | None:
-        """The checkpointed run's identity (None for a fresh run)."""
-        return None if self.files is None else self.files.saved["run_id"]
 
     def restore(self, items, values: Values, outputs: dict) -> int:
         """Continue a checkpointed run: skip its steps in ``items``, restore its loop ``values`` and its
         ``outputs``; returns how many steps it had finished."""
-        if self.files is None or not self.files.saved["steps"]:
+        saved, steps = self.saved, self.saved["steps"]
+        if not steps:
             return 0
-        saved, steps = self.files.saved, self.files.saved["steps"]
         self.prefix = steps
         for j in range(steps):
             item = next(items, None)
             if item is None:
-                raise CheckpointError(f"the stream ended after {j} items; the checkpoint in {self.files.path} is "
+                raise CheckpointError(f"the stream ended after {j} items; the checkpoint in {self.path} is "
                                       f"past {steps} steps: give the run's own stream")
         if saved["item"] is not None and item_digest(item) not in (None, saved["item"]):
             raise CheckpointError(f"the stream differs from the checkpointed run's: item {steps - 1} is not the "
@@ -193,26 +168,28 @@ class Checkpointer:
 
     def admit(self, step: int, item: Any) -> None:
         """Step ``step`` begins with ``item``: its fingerprint goes with the checkpoint that ends after it."""
-        if self.files is not None:
+        if self.path is not None:
             self.digests[step] = item_digest(item)
 
     def finished(self, outputs: dict[int, dict], values: Values, run_id: str, final: bool = False) -> None:
         """Record the steps that joined the finished prefix; save the loop values when a save is due."""
-        if self.files is None:
+        if self.path is None:
             return
-        while self.prefix in outputs:
-            self.files.record(self.prefix, outputs[self.prefix])
+        while self.prefix in outputs:  # appended in step order
+            pickle.dump((self.prefix, outputs[self.prefix]), self._out, protocol=4)
+            self._out.flush()
             self.prefix += 1
-        if (final or self.files.due(self.prefix)) and self.prefix != self.files.saved_steps:
+        due = final or self.prefix - self.saved_steps >= self.every
+        if due and self.prefix != self.saved_steps:
             state = values.at(self.prefix)
             if state is not None:  # (never None) else the next finished step saves
-                self.files.save(self.prefix, state, self.digests.get(self.prefix - 1), run_id)
+                self._save(self.prefix, state, self.digests.get(self.prefix - 1), run_id)
         for k in [k for k in self.digests if k < self.prefix - 1]:
             del self.digests[k]
 
     def close(self) -> None:
-        if self.files is not None:
-            self.files.close()
+        if self.path is not None:
+            self._out.close()
 
 
 def _state(saved: dict) -> dict[PortRef, Any] | None:

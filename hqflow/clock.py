@@ -1,18 +1,11 @@
 """The scheduler's two clocks: the machine's, and a simulated one on which the cost model runs the same loop.
 
-The scheduler (``hqflow.scheduler``) reads time and waits for its next event only through a clock:
-
-* :data:`REAL`: ``now()`` is ``time.perf_counter()``; ``wait(events)`` blocks until a worker thread,
-  a Ray reply or a backend's job puts the next event in the queue.
-* :class:`SimClock`: time is a number that moves only when nothing is left to do at the present
-  instant. Whatever would happen later (a fragment call ending, a job leaving a device) is an
-  action registered with ``at(when, action)``; ``wait(events)`` runs those actions in time order,
-  moving ``now`` to each, until one of them puts an event in the queue. Actions at the same instant
-  run in the order they were registered, so a simulated run is the same every time.
-
-This is how a discrete-event simulator shares code with the system it models: the loop, the job
-service, the pools and their rules are the real ones; only what takes time is stood in for
-(``hqflow.costmodel``'s simulated executor and backends).
+The loop (``hqflow.scheduler``) reads time and waits for its next event only through a clock. On
+:class:`SimClock` whatever would happen later (a call ending, a job leaving a device) is an action
+registered with ``at(when, action)``; ``wait`` runs the actions in time order, moving ``now`` to each,
+until one puts an event in the queue. Actions at the same instant run in the order they were registered,
+so a simulated run is the same every time. The loop, job service and pools are the real ones; only what
+takes time is stood in for (``hqflow.costmodel``'s simulated executor and backends).
 """
 from __future__ import annotations
 

@@ -22,7 +22,6 @@ import typing
 from typing import Any
 
 
-
 def check_fields(cfg: Any, bounds: dict[str, tuple] | None = None) -> None:
     """Raise ``ValueError`` for the first field of ``cfg`` of the wrong type or out of its range."""
     hints = typing.get_type_hints(type(cfg))

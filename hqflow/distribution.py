@@ -1,21 +1,10 @@
 """Distribution policies: how an algorithm written once as fragments is run.
 
-A policy is a frozen dataclass selected by name. It never touches the
-algorithm's code: it only says how stale the parameters an actor uses may be
-(the ``max_staleness`` of the learner-to-actor loop edges) and how the
-scheduler runs the graph (``SchedulerConfig``).
-
-* ``sync``: the reference. One fragment at a time, actors always use the newest
-  parameters. Deterministic for a seed.
-* ``pipelined``: actors run ahead of the learner on their own worker slots, with
-  parameters at most ``staleness`` versions old; the learner has its own slot.
-  With ``staleness=0`` the results equal ``sync``'s, bit for bit.
-* ``ray-actors``: the same on Ray: actors are Ray actors (``actors`` of them), and
-  one learner.
-* ``multi-learner``: ``learners`` learners take a share of each update's batch (the rows of its
-  circuit evaluations), their gradients reduced after every backward pass (``hqflow.collective``);
-  every learner applies the same update, so with exact values the parameters equal ``sync``'s up to
-  floating-point summation order. On Ray by default (``executor="local"``: threads, one process).
+A policy is a frozen dataclass selected by name. It never touches the algorithm's code: it says how
+stale the parameters an actor uses may be (``staleness``, the ``max_staleness`` of the learner-to-actor
+loop edges) and how the scheduler runs the graph (``scheduler_config``). ``sync`` is the reference,
+deterministic for a seed; ``pipelined`` at ``staleness=0`` equals it bit for bit, and ``multi-learner``
+(every learner applies the same reduced update, ``hqflow.collective``) up to floating-point summation order.
 
     from hqflow.distribution import get_distribution
     policy = get_distribution("pipelined", staleness=1)

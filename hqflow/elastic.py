@@ -156,22 +156,20 @@ class RunHandle:
 
     def add_backend(self, pool: str, spec) -> int:
         """Add a backend (an instance, a name, or ``(name, options)``) to pool ``pool``; returns its index."""
-        self._running()
-        index = self.elastic.add_backend(pool, spec)
-        self._changed()
-        return index
+        return self._change(self.elastic.add_backend, pool, spec)
 
     def remove_backend(self, pool: str, which: int | str) -> int:
         """Take a backend out of pool ``pool``: its index, or its name (the first such still in the pool).
-        Its jobs in flight are cancelled and run again elsewhere. Returns how many were taken back."""
-        self._running()
-        taken = self.elastic.remove_backend(pool, which)  # the last one may go too: jobs wait for one to be added
-        self._changed()
-        return taken
+        Its jobs in flight are cancelled and run again elsewhere (the last one may go too: jobs wait for one
+        to be added). Returns how many were taken back."""
+        return self._change(self.elastic.remove_backend, pool, which)
 
-    def _changed(self) -> None:
+    def _change(self, change, *args) -> int:
+        self._running()
+        result = change(*args)
         if self._on_change is not None and not self._done.is_set():
             self._on_change(self)
+        return result
 
     def set_workers(self, resource: str, workers: int) -> None:
         """Add or remove classical worker slots of ``resource`` (``"cpu"`` or ``"gpu"``) mid-run, under the

@@ -1,12 +1,8 @@
 """How a span ended: ok, an error with its message, a timeout, or cancelled.
 
-An :class:`Outcome` is data: code asks ``outcome.ok`` or ``outcome.kind`` and reads an error's
-``message``; ``str(outcome)`` is its text (``"ok"``, ``"error: boom"``, ``"timeout"``,
-``"cancelled"``), as tables and Perfetto traces print it. An outcome also equals its text, so a
-script that compares ``span.outcome == "ok"`` keeps working.
-
-spans.json stores an outcome as an object (``to_dict``, ``{"kind": "error", "message": "boom"}``);
-:meth:`Outcome.parse` reads the text that files of earlier versions hold.
+``str(outcome)`` is its text (``"ok"``, ``"error: boom"``, ``"timeout"``, ``"cancelled"``), as tables and
+Perfetto traces print it; an outcome also equals its text, so ``span.outcome == "ok"`` keeps working.
+spans.json stores an outcome as an object (``to_dict``); :meth:`Outcome.parse` reads the text of older files.
 """
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
 """Port references: one port of one fragment as data, and a run's values by port.
 
-A :class:`PortRef` names a fragment's port: ``PortRef("adam", "weights")``, whose ``str()`` is
-``"adam.weights"``, the form users write. The scheduler keys a run's loop-carried values by them
-(``RunResult.state``, ``initial_state``, checkpoints) and never builds or splits that text.
-
-:class:`PortValues` is such a set of values: a read-only mapping keyed by ``PortRef`` whose lookups
-also take the ``"frag.port"`` text, so ``result.state["adam.weights"]`` works as it always has.
-:func:`port` is the one place where a user's ``"frag.port"`` becomes a ``PortRef``; checkpoints
-store ports as objects (``to_dict``) and read the text of earlier versions with :meth:`PortRef.parse`.
+A :class:`PortRef` (``PortRef("adam", "weights")``, whose ``str()`` is ``"adam.weights"``) keys a run's
+loop-carried values (``RunResult.state``, ``initial_state``, checkpoints); the scheduler never builds or
+splits that text. :func:`port` is the one place where a user's ``"frag.port"`` becomes a ``PortRef``.
 """
 from __future__ import annotations
 
@@ -58,9 +53,9 @@ def port(key: PortRef | str) -> PortRef:
 
 
 class PortValues(Mapping):
-    """Values by port (see the module docstring): iterating gives ``PortRef`` keys; ``values[k]``,
-    ``k in values`` and ``get`` take a ``PortRef`` or its ``"frag.port"`` text. It equals a mapping
-    that holds the same values under the same ports, named either way."""
+    """A read-only mapping of values by port: iterating gives ``PortRef`` keys; ``values[k]``, ``k in values``
+    and ``get`` take a ``PortRef`` or its ``"frag.port"`` text (``result.state["adam.weights"]``). It equals
+    a mapping that holds the same values under the same ports, named either way (and is not hashable)."""
 
     def __init__(self, values: Mapping[PortRef | str, Any] | None = None):
         self._values = {port(k): v for k, v in (values or {}).items()}
@@ -85,8 +80,6 @@ class PortValues(Mapping):
         except (ValueError, TypeError):
             return False
         return self._values == theirs
-
-    __hash__ = None  # a mapping: compared by value, not hashed
 
     def __repr__(self) -> str:
         return "PortValues({" + ", ".join(f"{str(k)!r}: {v!r}" for k, v in self._values.items()) + "})"

@@ -102,10 +102,10 @@ class Scheduler:
             failure = exc
         except KeyboardInterrupt:
             threads.hurry()  # the exit does not wait for the fragment still running
-            if self.checkpoints.files is None:
+            if self.checkpoints.path is None:
                 raise
             raise KeyboardInterrupt(f"run interrupted after {self.checkpoints.prefix} steps; continue it with "
-                                    f"run_dir={str(self.checkpoints.files.path)!r}, resume=True") from None
+                                    f"run_dir={str(self.checkpoints.path)!r}, resume=True") from None
         else:
             failure = None
         finally:
@@ -252,13 +252,10 @@ class Scheduler:
         self._complete(f, step, out, progress)
 
     def _execute_done(self, event: CallDone, progress) -> None:
-        f, step, post, fut = event.fragment, event.step, event.post, event.future
+        f, step = event.fragment, event.step
         self.running.discard((f.name, step))
-        exc = fut.exception()
-        if exc is not None:
-            raise FragmentError(f"fragment {f.name!r} step {step}: {exc}") from exc
-        try:
-            out = self.executor.circuit_outputs(f, fut.result(), post)
+        try:  # the job's error (the service's futures hold Exceptions only), or its outputs'
+            out = self.executor.circuit_outputs(f, event.future.result(), event.post)
         except Exception as exc:
             raise FragmentError(f"fragment {f.name!r} step {step}: {exc}") from exc
         self._complete(f, step, out, progress)

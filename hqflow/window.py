@@ -40,9 +40,6 @@ class Window:
         self.size = max(self.size, self.auto())
 
 
-_MISSING = object()
-
-
 class Values:
     """The values on a run's edges; a loop edge is known by its index in ``graph.edges``."""
 
@@ -104,10 +101,9 @@ class Values:
                 taken.append(max(usable))
                 args[name] = self.versions[i][taken[-1]]
             else:
-                value = self.steps.get((*src, step), _MISSING)
-                if value is _MISSING:
+                if (*src, step) not in self.steps:
                     return None
-                args[name] = value
+                args[name] = self.steps[(*src, step)]
         return args, (min(taken) if taken else None)
 
     def produced(self, fragment: str, step: int, outputs: Mapping[str, Any]) -> None:
