@@ -1,11 +1,7 @@
 """What the scheduler's loop hears: one small frozen type per kind of event.
 
 Worker threads, Ray replies and backends' jobs put these in the run's event queue; the loop
-(``hqflow.scheduler``) takes them out through its clock and dispatches on their type:
-
-* :class:`TaskDone`: a classical fragment call (one replica of it) ended, well or not;
-* :class:`CallDone`: a circuit call's job ended (all its parts, retries included);
-* :class:`Wake`: nothing ended, but the worker slots changed: dispatch again.
+(``hqflow.scheduler``) takes them out through its clock and dispatches on their type.
 """
 from __future__ import annotations
 

@@ -1,13 +1,12 @@
 """The overlap scheduler's loop: keep classical and quantum resources busy at once.
 
 The stream is cut into steps; instance ``(f, i)`` is ready when its inputs for step ``i`` exist. The loop admits
-steps, dispatches the ready instances (classical calls to the executor's ``cpu``/``gpu`` slots, circuit calls to
-the job service's backend pools: ``executors.py``, ``jobs.py``) and takes their completions, so while a backend
-runs step ``i`` the CPU prepares ``i + 1`` and the learner consumes ``i - 1``. The rest is components', each given
-its part of the config (``scheduler_config.py``): the window of steps and the values they read, loop-carried ones
-under bounded staleness (``window.py``), checkpoints (``checkpoint.py``), the pools and their changes mid-run
-(``elastic.py``), and ``result.extra`` (``runstats.py``). Time and events (``events.py``) come only through a
-clock (``clock.py``), so the cost model (``costmodel.py``) runs this same loop on a simulated clock.
+steps, dispatches the ready instances (classical calls to the executor's worker slots, circuit calls to the job
+service's backend pools) and takes their completions, so while a backend runs step ``i`` the CPU prepares
+``i + 1`` and the learner consumes ``i - 1``. Components do the rest: the window and the values the steps read
+(``window.py``), checkpoints (``checkpoint.py``), pool changes mid-run (``elastic.py``) and ``result.extra``
+(``runstats.py``). Time and events come only through a clock (``clock.py``), so the cost model runs this same
+loop on a simulated clock.
 """
 from __future__ import annotations
 

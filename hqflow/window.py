@@ -48,12 +48,8 @@ class Values:
         ``"frag.port"``), else the edge's ``init``."""
         self.graph = graph
         incoming = {e.dst: i for i, e in enumerate(graph.edges)}
-
-        def wire(f: Fragment, name: str) -> tuple:  # (port, edge index, loop-carried, max staleness, source)
-            i = incoming[(f.name, name)]
-            return name, i, graph.edges[i].loop, graph.edges[i].max_staleness, graph.edges[i].src
-
-        self.wiring = {f.name: [wire(f, p.name) for p in f.inputs] for f in graph.fragments}  # worked out once
+        # each fragment's inputs: (port, the index of the edge into it), worked out once
+        self.wiring = {f.name: [(p.name, incoming[(f.name, p.name)]) for p in f.inputs] for f in graph.fragments}
         self.outputs = {p.name: graph.edges[incoming[(None, p.name)]].src for p in graph.outputs}
         self.steps: dict[tuple, Any] = {}  # (fragment or None, port, step) -> value
         self.edges = {i: e for i, e in enumerate(graph.edges) if e.loop}
@@ -93,17 +89,18 @@ class Values:
     def inputs(self, f: Fragment, step: int) -> tuple[dict, int | None] | None:
         """The arguments of ``(f, step)`` and the oldest loop-carried version among them, or None if not ready."""
         args, taken = {}, []
-        for name, i, loop, staleness, src in self.wiring[f.name]:
-            if loop:
-                usable = [v for v in self.versions[i] if step - staleness <= v <= step]
+        for name, i in self.wiring[f.name]:
+            e = self.graph.edges[i]
+            if e.loop:
+                usable = [v for v in self.versions[i] if step - e.max_staleness <= v <= step]
                 if not usable:
                     return None
                 taken.append(max(usable))
                 args[name] = self.versions[i][taken[-1]]
             else:
-                if (*src, step) not in self.steps:
+                if (*e.src, step) not in self.steps:
                     return None
-                args[name] = self.steps[(*src, step)]
+                args[name] = self.steps[(*e.src, step)]
         return args, (min(taken) if taken else None)
 
     def produced(self, fragment: str, step: int, outputs: Mapping[str, Any]) -> None:
