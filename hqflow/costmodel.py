@@ -13,6 +13,7 @@ running out of retries.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import itertools
 import os
 import random
 from collections.abc import Mapping, Sequence
@@ -70,7 +71,7 @@ class _Host:
         self.clock, self.cores = clock, cores
         self.running: dict[int, list] = {}  # token -> [CPU seconds left, what to call when done]
         self.last, self.generation = 0.0, 0
-        self.tokens = iter(range(1 << 62))
+        self.tokens = itertools.count()
 
     def run(self, work: float, then) -> None:
         """Compute ``work`` CPU seconds, then call ``then()``."""
@@ -116,15 +117,14 @@ class _Host:
 
 class _SimBackend:
     """A pool member as its profile says it behaves, on the simulated clock: ``devices`` jobs at once, each
-    waiting out the queue, then taking the device that frees first, in the order jobs leave the queue. On
-    the device a job takes its device time and, at the same time, its computation on this machine's CPUs
-    (``_Host``): it ends when both are done. ``draw``: None folds a job's expected retries into its time
-    (it never fails); a ``random.Random`` fails each attempt with the member's rate."""
+    waiting out the queue, then taking the device that frees first. A job takes its device time and, at
+    the same time, its computation on this machine's CPUs (``_Host``), and ends when both are done.
+    ``draw``: None folds a job's expected retries into its time; a ``random.Random`` fails attempts."""
 
     def __init__(self, profile: BackendProfile, clock: SimClock, host: _Host, overhead: float,
                  draw: random.Random | None):
         self.p, self.clock, self.host, self.overhead, self.draw = profile, clock, host, overhead, draw
-        self.name = profile.backend.name
+        self.name, self.fails = profile.backend.name, min(profile.failure_rate, 0.99)  # a job ends some day
         self.capabilities = Capabilities(self.name, 1 << 20, device="qpu")
         self.max_in_flight = max(1, profile.devices)
         self.free = self.max_in_flight
@@ -137,7 +137,7 @@ class _SimBackend:
         """A first attempt's expected spend, its retries included (a retry adds nothing more)."""
         if batch.attempt:
             return _Price(0.0)
-        return _Price(self.p.price(batch.size, batch.shots) / max(1e-9, 1.0 - min(self.p.failure_rate, 0.99)))
+        return _Price(self.p.price(batch.size, batch.shots) / max(1e-9, 1.0 - self.fails))
 
     def submit(self, batch: CircuitBatch) -> FutureJob:
         future: cf.Future = cf.Future()
@@ -153,9 +153,8 @@ class _SimBackend:
         while self.free and self.ready:
             batch, future = self.ready.pop(0)
             self.free -= 1
-            p, rows, retries = self.p, batch.size, 1.0
-            if self.draw is None:
-                retries = 1.0 / max(1e-9, 1.0 - min(p.failure_rate, 0.99))
+            p, rows = self.p, batch.size
+            retries = 1.0 if self.draw is not None else 1.0 / max(1e-9, 1.0 - self.fails)
             hold = (p.per_job + p.per_row * rows + p.per_shot * rows * (batch.shots or 0)) * retries
             start, parts = self.clock.now(), [2]
 
@@ -171,7 +170,7 @@ class _SimBackend:
         self.busy += self.clock.now() - start
         self.free += 1
         if not future.cancelled():
-            if self.draw is not None and self.draw.random() < min(self.p.failure_rate, 0.99):  # a job ends some day
+            if self.draw is not None and self.draw.random() < self.fails:
                 future.set_exception(JobFailed(f"simulated failure on {self.name}"))
             else:
                 future.set_result(BatchResult(values=np.zeros((batch.size, 0))))
@@ -279,8 +278,7 @@ def simulate(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig
 
 
 def _runs(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig, rows, members):
-    """The simulated runs a prediction averages, with the pools' members, the fragments that submit jobs
-    themselves and each circuit call's rows."""
+    """The simulated runs a prediction averages; the pools' members; ``_nested``; each circuit call's rows."""
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
     for f in graph.fragments:  # a clear error before any run: every classical fragment needs its profile
@@ -317,9 +315,8 @@ def _simulate(graph: Graph, steps: int, profile: Profile, config: SchedulerConfi
         if s.resource.kind in used and s.parent_lane is None:
             used[s.resource.kind] += s.end - s.start
     utilization = {r: used[r] / (makespan * slots[r]) if makespan else 0.0 for r in used if used[r]}
-    for name, backends in members.items():
-        for b in backends:
-            utilization[str(b.p.backend)] = b.busy / (makespan * b.max_in_flight) if makespan else 0.0
+    for b in itertools.chain.from_iterable(members.values()):
+        utilization[str(b.p.backend)] = b.busy / (makespan * b.max_in_flight) if makespan else 0.0
     stats = result.extra
     return result, makespan, utilization, stats.get("spend") or 0.0, stats["quantum_jobs"] - stats["retries"]
 
@@ -335,12 +332,10 @@ def calibrate(graph: Graph, spans: list, profile: Profile, config: SchedulerConf
 
 def calibrate_cores(graph: Graph, spans: list, profile: Profile, config: SchedulerConfig = SchedulerConfig(), *,
                     rows: int | Mapping[str, int] = 1, members: Mapping[str, Sequence[str]] | None = None) -> Profile:
-    """``profile`` with the CPUs that the run's own work got at once (``Profile.cores``): the figure, from 1
-    to this machine's count, at which the simulated run takes as long as ``spans`` measured, a run that
-    computed side by side (jobs cut over a pool's members that compute here, classical calls beside
-    them). With Python's GIL that is often far fewer than the machine has. Where the CPUs hardly matter
-    to that run (its two ends differ by less than 2%), or it took longer or shorter than either end
-    explains, it tells nothing of them: ``profile`` as it is."""
+    """``profile`` with the CPUs the run's own work got at once (``Profile.cores``; with Python's GIL often
+    far fewer than the machine has): the figure, from 1 to this machine's count, at which the simulated run
+    takes as long as ``spans`` measured, a run that computed side by side. ``profile`` as it is where the
+    CPUs hardly matter to that run (its two ends differ by under 2%) or neither end explains its time."""
     most = float(os.cpu_count() or 1)
     return profile if most <= 1.0 else _fit(graph, spans, profile, "cores", config, rows, members, 1.0, most)
 

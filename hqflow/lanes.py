@@ -29,13 +29,11 @@ class Lane:
     kind: str
     """the resource's kind: ``cpu``, ``gpu`` or ``qpu``"""
     name: str | None = None
-    """``qpu`` only: the pool's name (a pool's lane, the resource of its jobs), or the member's backend's
-    name (a member's lane); None for ``cpu`` and ``gpu``"""
+    """``qpu`` only: the pool's name (a pool's lane) or the member's backend's name (a member's lane)"""
     member: int | None = None
     """a member's index in its pool, where the pool has several (``#k``); None otherwise"""
     slot: int | None = None
-    """the worker slot (``cpu``/``gpu``), or the device slot of a member with several; None: the
-    resource or the member itself"""
+    """the worker slot (``cpu``/``gpu``) or a member's device slot; None: the resource or member itself"""
     label: str | None = None
     """a stretch of work inside a call in this lane (``JobClient.work``); None otherwise"""
 

@@ -42,8 +42,7 @@ class Plan:
     config: SchedulerConfig
     """the scheduler knobs: prefetch, window (and what the caller gave)"""
     members: tuple[tuple[str, tuple[Lane, ...]], ...]
-    """per pool name, the members to use: their lanes in the profile (``qpu:<backend>``, ``#k`` for the
-    k-th of a pool)"""
+    """per pool name, the members to use: their lanes in the profile (``#k``: the pool's k-th)"""
     prediction: Prediction
     objective: str
     budget: float | None
@@ -163,11 +162,10 @@ def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time",
 
 def replan(plan: Plan, graph: Graph, steps: int, members: Mapping[str, Sequence[Lane | str]],
            profile: Profile | None = None) -> Plan:
-    """``plan`` made again for a pool that changed: ``members`` (their lanes or names in the profile, by
-    pool: ``hqflow.lanes.member``) are the pools
-    now, ``steps`` the steps left. The staleness and worker slots stay (a run does not change its
-    algorithm mid-way); prefetch and rows per job are searched again. A member the profile does not
-    know is taken to be like the pool's median member (the next profile measures it)."""
+    """``plan`` made again for pools that changed: ``members`` are their members now (lanes or names, by
+    pool: ``hqflow.lanes.member``), ``steps`` the steps left. Staleness and worker slots stay (a run does not
+    change its algorithm mid-way); prefetch and rows per job are searched again. A member the profile does
+    not know is taken to be like the pool's median member (the next profile measures it)."""
     members = {pool: [member(m) for m in names] for pool, names in members.items()}
     prof = _with_members(profile or plan.profile, members)
     graph = with_staleness(graph, plan.staleness)
@@ -197,20 +195,17 @@ def _with_members(profile: Profile, members: Mapping[str, Sequence[Lane]]) -> Pr
 
 
 def rows_of(graph: Graph, profile: Profile) -> dict[str, int]:
-    """Circuits per step of each ``execute`` fragment of ``graph``, as ``profile`` measured them (1 where
-    it measured none)."""
-    measured = dict(profile.rows)
-    return {f.name: measured.get(f.name, 1) for f in graph.fragments if isinstance(f, CircuitCall)}
+    """Circuits per step of each ``execute`` fragment of ``graph`` as ``profile`` measured them (else 1)."""
+    return {f.name: dict(profile.rows).get(f.name, 1) for f in graph.fragments if isinstance(f, CircuitCall)}
 
 
 def calibration(run, steps: int, graph: Graph, config: SchedulerConfig = SchedulerConfig()) -> Profile:
-    """A profile from calibration runs (with the rows per step they measured: :func:`rows_of`).
-    ``run(steps, rows_per_job)`` runs the workload (``graph`` under ``config``) and returns its spans.
-    The first run, ``run(steps, None)``, gives the fragments' times and the scheduler's overhead
-    (``costmodel.calibrate``). Where all its jobs had the same rows ``n > 1``, per-job and per-row
-    time look alike, so ``run(max(2, steps // 2), ceil(n / 2))`` runs too and its jobs join the
-    backends' fit; on a pool of several members its halves run side by side, and it gives how many
-    CPUs the run's own work gets at once (``costmodel.calibrate_cores``)."""
+    """A profile from calibration runs: ``run(steps, rows_per_job)`` runs the workload (``graph`` under
+    ``config``) and returns its spans. The first, ``run(steps, None)``, gives the fragments' times, the rows
+    per step and the scheduler's overhead (``costmodel.calibrate``). Where all its jobs had the same rows
+    ``n > 1``, per-job and per-row time look alike, so ``run(max(2, steps // 2), ceil(n / 2))`` runs too and
+    its jobs join the backends' fit; on a pool of several members its halves run side by side, and give
+    the CPUs the run's own work gets at once (``costmodel.calibrate_cores``)."""
     first = list(run(steps, None))
     jobs = [s for s in first if s.resource.quantum and s.outcome.ok and s.rows]
     sizes = {s.rows for s in jobs}
@@ -262,10 +257,9 @@ def run(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping | N
 
 
 def start(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping | None = None, **options) -> RunHandle:
-    """``hqflow.start``: the scheduler's ``start``, after applying ``plan`` if one is given. With a plan,
-    every ``add_backend`` and ``remove_backend`` re-plans (:func:`replan`) for the pool as it is now and
-    the steps left, and applies the new prefetch and rows per job at once; ``handle.plans`` lists
-    the plans in force, the first one first."""
+    """``hqflow.start``: the scheduler's ``start``, after applying ``plan`` if one is given. With a plan, every
+    ``add_backend`` and ``remove_backend`` re-plans (:func:`replan`) for the pool now and the steps left and
+    applies its prefetch and rows per job at once; ``handle.plans`` lists the plans in force, first first."""
     if plan is None:
         return scheduler_start(graph, stream, backends=backends, **options)
     if "config" in options:

@@ -36,33 +36,30 @@ class ProfileError(ValueError):
 @dataclass(frozen=True)
 class BackendProfile:
     backend: Lane
-    """the pool member: its lane (``qpu:<backend name>``, ``#k`` after it in a pool of several), a job
-    span's lane without its device slot"""
+    """the pool member's lane (``qpu:<backend name>``, ``#k`` in a pool of several): its jobs' lane, no slot"""
     pool: Lane
     """the pool's lane, the resource of its jobs (``qpu:<pool name>``)"""
     queue: float
     """mean seconds a job waits in the backend's queue (0 where the backend does not say)"""
     per_job: float
-    """seconds per job past the queue"""
     per_row: float
-    """seconds per circuit of a job"""
     per_shot: float
-    """seconds per shot of a circuit"""
+    """a job holds a device ``per_job + per_row * rows + per_shot * rows * shots`` seconds, past its queue"""
     failure_rate: float
     """the share of attempts that failed or timed out"""
     price_per_job: float | None = None
-    """spend per job (the backend's currency), or None where the backend prices none"""
     price_per_row: float = 0.0
     price_per_shot: float = 0.0
+    """a job's spend in the backend's currency, fitted as its device time (``price_per_job`` None: unpriced)"""
     jobs: int = 0
     """attempts measured"""
     devices: int = 1
     """device slots the member ran jobs on at once (the job spans' lanes)"""
     compute_per_job: float | None = None
-    """CPU seconds a job computes on this machine (beside its time on the device: it ends when both are done);
-    None: not measured (the backend does not say, or the profile is older), merged as unknown"""
     compute_per_row: float | None = None
     compute_per_shot: float | None = None
+    """CPU seconds a job computes on this machine beside its device time (it ends when both are done), fitted
+    the same way; None: not measured (the backend does not say, or the profile is older), merged as unknown"""
 
     def __post_init__(self):  # names as a user writes them ("qpu:emulated-qpu#1") become lanes
         for name in ("backend", "pool"):

@@ -19,6 +19,7 @@ from .outcome import OK, Outcome
 
 SPANS_FORMAT = "hqflow.spans"
 SPANS_VERSION = 6  # 6: outcomes and lanes as objects, and ``compute``; every earlier version is read too
+_LANES = ("resource", "lane", "parent_lane")
 
 
 @dataclass(frozen=True)
@@ -33,30 +34,26 @@ class Span:
     version: int | None = None  # parameter version used (loop-carried inputs), if any
     lane: Lane | None = None  # the worker within the resource; None means the resource itself
     parent_lane: Lane | None = None
-    """for work inside a classical fragment's call, recorded through its job client (a quantum job it
-    submitted, or a stretch of its own work, ``JobClient.work``): the lane of that call; ``fragment``
-    and ``step`` are then that fragment's. None otherwise"""
+    """the lane of the classical fragment's call whose job client recorded this span (a job it submitted,
+    or a stretch of its own work, ``JobClient.work``; ``fragment`` and ``step`` are the call's); else None"""
     cost: float | None = None
     """a quantum job's spend, in its backend's currency (``Backend.estimate_cost``); None where unpriced"""
     node: str | None = None
-    """the Ray node the work ran on (the first 8 hex digits of its id; a cross-node hop shows as a
-    change of node); None for work in the driver's process"""
+    """the Ray node the work ran on (its id's first 8 hex digits); None for work in the driver's process"""
     rows: int | None = None
     """a quantum job's circuits (rows of its batch); None for other spans"""
     shots: int | None = None
     """a quantum job's shots per circuit; None for exact values and other spans"""
     queued: float | None = None
-    """seconds of the job's span that it waited in its backend's queue, where the backend says
-    (``queue_seconds`` in the result's metadata); None where it does not"""
+    """seconds of the job's span it waited in its backend's queue (``queue_seconds`` in its metadata), or None"""
     device: float | None = None
     """seconds the job held a device, where the backend says (``device_seconds``); None where it does not"""
     service_jobs: int | None = None
-    """the jobs a cloud backend created on its service for this job (``service_jobs`` in the result's
-    metadata, or a failed job's ``JobFailed.metadata``: rows x measurement groups, and retried rows), each
-    priced; None where the backend does not say"""
+    """the priced jobs a cloud backend created on its service for this job (``service_jobs`` in the result's
+    or a failed job's metadata: rows x measurement groups, and retried rows), or None"""
     compute: float | None = None
-    """CPU seconds a quantum job's computation took on this machine (``compute_seconds`` in the result's
-    metadata: a simulator, or an emulated QPU, that shares the run's CPU); None where the backend does not say"""
+    """CPU seconds the job's computation took on this machine (``compute_seconds``: a simulator, an emulated
+    QPU), or None"""
 
     @property
     def seconds(self) -> float:
@@ -68,11 +65,9 @@ class Span:
         return self.resource if self.lane is None else self.lane
 
     def to_dict(self) -> dict:
-        """The span as JSON-friendly data: its outcome, lanes and resource as objects (their ``to_dict``; so
-        spans.json from version 6 on)."""
-        return dict(asdict(self), outcome=self.outcome.to_dict(), resource=self.resource.to_dict(),
-                    lane=None if self.lane is None else self.lane.to_dict(),
-                    parent_lane=None if self.parent_lane is None else self.parent_lane.to_dict())
+        """The span as JSON-friendly data: its outcome and lanes as objects (spans.json from version 6 on)."""
+        return dict(asdict(self), outcome=self.outcome.to_dict(),
+                    **{k: None if getattr(self, k) is None else getattr(self, k).to_dict() for k in _LANES})
 
     @staticmethod
     def from_dict(d: dict) -> Span:
@@ -81,7 +76,7 @@ class Span:
         outcome = d.get("outcome", OK)
         outcome = Outcome.parse(outcome) if isinstance(outcome, str) else \
             outcome if isinstance(outcome, Outcome) else Outcome.from_dict(outcome)
-        lanes = {k: _lane(d[k]) for k in ("resource", "lane", "parent_lane") if k in d}
+        lanes = {k: _lane(d[k]) for k in _LANES if k in d}
         return Span(**dict(d, outcome=outcome, **lanes))
 
 
@@ -111,16 +106,14 @@ class TraceError(ValueError):
 # --- analytics -------------------------------------------------------------
 
 def rows(spans: list[Span]) -> list[tuple[Lane, Lane]]:
-    """The distinct ``(row, resource)`` pairs: cpu lanes, then gpu, then quantum; each in natural order."""
-    rank = {"cpu": 0, "gpu": 1, "qpu": 2}
-    return sorted({(s.row, s.resource) for s in spans}, key=lambda rr: (rank[rr[1].kind], rr[1], rr[0]))
+    """The distinct ``(row, resource)`` pairs by resource, then row: cpu lanes, then gpu, then quantum (lanes
+    sort by their text, ``cpu/2`` before ``cpu/10``)."""
+    return sorted({(s.row, s.resource) for s in spans}, key=lambda rr: (rr[1], rr[0]))
 
 
 def makespan(spans: list[Span]) -> float:
     """Last end minus first start; 0 for no spans."""
-    if not spans:
-        return 0.0
-    return max(s.end for s in spans) - min(s.start for s in spans)
+    return max(s.end for s in spans) - min(s.start for s in spans) if spans else 0.0
 
 
 def intervals_union(spans: list[Span]) -> list[tuple[float, float]]:
