@@ -1,16 +1,9 @@
-"""The ``hqflow`` command line.
-
-    hqflow backends [--json]             list backends and their capabilities
-    hqflow inspect GRAPH.json [--png P]  validate and pretty-print a saved graph
-    hqflow run WORKLOAD [options]        run a registered workload (vqe, qaoa, classifier)
-    hqflow plan WORKLOAD|RUN_DIR         how the cost model would run it: a table of choices
-    hqflow trace RUN [--out DIR]         utilization table, Chrome trace and Gantt chart of a run
-    hqflow train ENV [options]           train a variational quantum policy with RL (cartpole, ...)
+"""The ``hqflow`` command line: ``backends``, ``inspect``, ``run``, ``plan``, ``trace``, ``train`` and
+``eval`` (README "Command line"); ``train`` and ``eval`` are in ``cli_train``, ``plan`` in ``cli_plan``.
 
 Bad usage or bad input, found before any job runs, exits with status 2 and a one-line message on
-stderr. A run that fails exits with status 1 and one line: a fragment's error, a job out of
-retries, or a backend that refused the credentials or could not be reached (those end the
-run at once, untried again).
+stderr. A run that fails exits with status 1 and one line: a fragment's error, a job out of retries,
+or a backend that refused the credentials or could not be reached (those end the run at once).
 """
 from __future__ import annotations
 
@@ -22,7 +15,7 @@ import os
 import sys
 
 from . import __version__
-from .cli_pool import UsageError, check_backend, make_folder
+from .cli_pool import UsageError, check_backend, make_folder, show_figures
 from .files import atomic_text
 
 
@@ -249,8 +242,8 @@ def _azure_targets(args, options: dict) -> None:
         return _unavailable(args, "azure:<target>", "no workspace configured: set AZURE_QUANTUM_SUBSCRIPTION_ID, "
                             "AZURE_QUANTUM_WORKSPACE_RG, AZURE_QUANTUM_WORKSPACE_NAME and "
                             "AZURE_QUANTUM_WORKSPACE_LOCATION (and AZURE_QUANTUM_API_KEY, or sign in with az login), "
-                            "or AZURE_QUANTUM_CONNECTION_STRING, or pass --azure-opt; see README 'Run on Azure Quantum'",
-                            label="")
+                            "or AZURE_QUANTUM_CONNECTION_STRING, or pass --azure-opt; see README 'Run on Azure "
+                            "Quantum'", label="")
     from hqflow.backends import BackendError
     from hqflow.backends.azure.backend import AzureBackend
 
@@ -358,11 +351,7 @@ def cmd_run(args) -> int:
         print(json.dumps(tally.figures()) if args.json else tally.table(), file=args.json_out)
         return 0
     figures = {k: v for k, v in result.items() if not isinstance(v, (list, dict))}
-    if args.json:  # first: a file that cannot be written after all loses no figures
-        print(json.dumps(figures, default=float), file=args.json_out)
-    else:
-        for k, v in figures.items():
-            print(f"{k:<24} {v:.6g}" if isinstance(v, float) else f"{k:<24} {v}")
+    show_figures(args, figures, 24)  # first: a file that cannot be written after all loses no figures
     try:
         if args.out:
             atomic_text(args.out, json.dumps(result, indent=2, default=float))
@@ -410,9 +399,8 @@ def cmd_trace(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
-        from .cli_train import cmd_eval, cmd_train
-
         from .cli_plan import cmd_plan
+        from .cli_train import cmd_eval, cmd_train
 
         commands = {"backends": cmd_backends, "inspect": cmd_inspect, "run": cmd_run, "trace": cmd_trace,
                     "train": cmd_train, "eval": cmd_eval, "plan": cmd_plan}

@@ -1,8 +1,6 @@
 """``hqflow plan``: how the cost model would run a workload, and ``hqflow run --plan auto``.
 
-    hqflow plan classifier --backend emulated-qpu --pool 3 --backend-opt per_circuit=0.002
-    hqflow plan classifier ... --objective cost --budget 20 --max-staleness 1
-    hqflow plan classifier ... --measure             # then run the plan: predicted against measured
+    hqflow plan classifier --backend emulated-qpu --pool 3 --objective cost --budget 20 --measure
     hqflow plan runs/clf                              # a run directory of hqflow run --run-dir: its spans
     hqflow run classifier ... --plan auto --profile prof.json   # plan, run, and fold the run into prof.json
 

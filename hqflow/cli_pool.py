@@ -51,6 +51,15 @@ def make_folder(path: str, what: str = "run directory ") -> None:
         raise UsageError(f"cannot create {what}{path}: {exc.strerror}") from None
 
 
+def show_figures(args, figures: dict, width: int) -> None:
+    """A command's figures: one JSON line with --json, else a table of ``width``-wide names."""
+    if args.json:
+        print(json.dumps(figures, default=float), file=args.json_out)
+    else:
+        for k, v in figures.items():
+            print(f"{k:<{width}} {v:.6g}" if isinstance(v, float) else f"{k:<{width}} {v}")
+
+
 def backend_pool(args, name: str | None = None, always: bool = False) -> list | None:
     """``--backend`` (or ``name``) with ``--backend-opt`` and ``--pool`` as a pool spec ``[(name, options),
     ...]`` (None without them, unless ``always``); each member is made once here, so a bad option is a

@@ -25,7 +25,7 @@ import sys
 
 from hqflow.backends import BackendAccessError
 
-from .cli_pool import UsageError, backend_pool as _backend_pool, check_backend, make_folder, value as _value
+from .cli_pool import UsageError, backend_pool, check_backend, make_folder, show_figures, value as _value
 from .fragments import RunFailed
 from .jobs import BudgetExceeded
 
@@ -135,7 +135,7 @@ def _resumed(args, meta: dict, cfg, runner, watcher):
             raise UsageError("--resources names the pool's members: give them in the file, not with --backend")
     else:
         given = args.backend or args.pool or args.backend_opt
-        pool = _backend_pool(args, args.backend or old[0][0], always=True) if given else None
+        pool = backend_pool(args, args.backend or old[0][0], always=True) if given else None
     if pool is not None:
         _job_pool(runner, cfg.backend, pool, "--resources" if watcher is not None else "--backend")
     why = []
@@ -226,7 +226,8 @@ def _planned(args, algo, cfg, pool, watcher, distribution):
     from .cli_plan import plan_training
 
     if distribution != "auto" or args.staleness is not None:
-        raise UsageError("--plan auto chooses the distribution: give --max-staleness, not --distribution or --staleness")
+        raise UsageError("--plan auto chooses the distribution: give --max-staleness, not --distribution or "
+                         "--staleness")
     if watcher is not None:
         raise UsageError("--plan auto chooses the pool's members and --resources names them: give one of the two")
     chosen, distribution, options, backends = plan_training(
@@ -296,7 +297,7 @@ def cmd_train(args) -> int:
         if watcher is not None:
             _job_pool(runner, cfg.backend, pool, "--resources")
         else:
-            pool = _backend_pool(args)
+            pool = backend_pool(args)
         if args.backend and pool is None:
             check_backend(args.backend)
         options = {} if args.staleness is None else {"staleness": args.staleness}
@@ -377,12 +378,9 @@ def cmd_train(args) -> int:
                "circuit_evals_per_s": round(out["circuit_evals_per_s"], 1), "run_dir": run_dir}
     if out.get("currency"):
         figures["spend"], figures["currency"] = round(out["spend"], 6), out["currency"]
-    if args.json:
-        print(json.dumps(figures), file=args.json_out)
-    else:
-        for k, v in figures.items():
-            shown = f"not within {cfg.max_episodes} episodes" if k == "episodes_to_solve" and v is None else v
-            print(f"{k:<22} {shown:.6g}" if isinstance(shown, float) else f"{k:<22} {shown}")
+    if not args.json and figures["episodes_to_solve"] is None:
+        figures["episodes_to_solve"] = f"not within {cfg.max_episodes} episodes"
+    show_figures(args, figures, 22)
     return 0
 
 

@@ -1,8 +1,7 @@
 """Files written atomically: into a temporary file beside the target, then renamed over it.
 
-A reader (or a resumed run) sees the old file or the new one, never half of one. The file gets
-the mode ``open()`` would give it (0666 less the umask), not ``mkstemp``'s 0600, and the
-temporary file is removed when writing fails.
+A reader (or a resumed run) sees the old file or the new one, never half of one. The file gets the
+mode ``open()`` would give it (0666 less the umask), not ``mkstemp``'s 0600; a failed write leaves none.
 """
 from __future__ import annotations
 

@@ -1,14 +1,12 @@
 """Calling fragments: the conventions every executor shares.
 
-* a classical fragment's function gets its input ports (and ``params``) as
-  keywords and returns its outputs as a dict, a tuple in port order, or a
-  single value when it has one output;
-* a micro-batch's shot seed depends only on (run seed, step, fragment index),
-  so every executor draws the same samples;
+* a classical fragment's function gets its input ports (and ``params``) as keywords and returns its
+  outputs as a dict, a tuple in port order, or a single value when it has one output;
+* a micro-batch's shot seed depends only on (run seed, step, fragment index), so every executor draws
+  the same samples;
 * numeric JSON ``init`` lists reach array ports as numpy arrays;
-* a classical fragment that declares ``job_backends`` runs with a job client
-  (``hqflow.get_client()``) whose jobs go through the run's pools
-  (``hqflow.jobs``).
+* a classical fragment that declares ``job_backends`` runs with a job client (``hqflow.get_client()``)
+  whose jobs go through the run's pools (``hqflow.jobs``).
 """
 from __future__ import annotations
 
@@ -55,9 +53,9 @@ class RunResult:
 class RunFailed(FragmentError):
     """A run stopped by a failure (a fragment raised, a quantum job ran out of retries).
 
-    ``result`` is a ``RunResult`` of everything that completed before: the
-    outputs of every finished step (``result.steps`` says which), every span,
-    and the newest value on each loop-carried edge. ``__cause__`` is the failure.
+    ``result`` is a ``RunResult`` of everything that completed before: the outputs of every finished
+    step (``result.steps`` says which), every span, and the newest value on each loop-carried edge.
+    ``__cause__`` is the failure.
     """
 
     def __init__(self, message: str, result: RunResult):

@@ -199,9 +199,4 @@ def spsa(
 def finite_difference(run: Callable[[np.ndarray], np.ndarray], weights: np.ndarray, eps: float = 1e-6) -> np.ndarray:
     """Central differences of ``run(weights) -> [B, n_obs]``: ``[B, n_obs, n_w]`` (for tests)."""
     weights = np.asarray(weights, dtype=float)
-    cols = []
-    for j in range(weights.shape[0]):
-        e = np.zeros_like(weights)
-        e[j] = eps
-        cols.append((run(weights + e) - run(weights - e)) / (2 * eps))
-    return np.stack(cols, axis=-1)
+    return np.stack([(run(weights + e) - run(weights - e)) / (2 * eps) for e in np.eye(len(weights)) * eps], axis=-1)

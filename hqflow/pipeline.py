@@ -128,11 +128,10 @@ class Pipeline:
     def loop(self, src: str, dst: str | Iterable[str], init: Any = _NO_INIT, max_staleness: int = 0) -> Pipeline:
         """Loop-carried edge(s): step ``t``'s ``src`` feeds step ``t + 1``'s ``dst`` (one or several).
 
-        ``init`` (JSON data, or an array) is the value before the first step;
-        numeric lists reach array ports as numpy arrays; ``init=None`` starts the
-        loop empty (the first step gets None); without ``init``, ``hq.run``'s
-        ``initial_state`` must give it. ``max_staleness`` is how many versions
-        behind a consumer may run (0: strictly synchronous).
+        ``init`` (JSON data, or an array) is the value before the first step; numeric lists reach
+        array ports as numpy arrays; ``init=None`` starts the loop empty (the first step gets None);
+        without ``init``, ``hq.run``'s ``initial_state`` must give it. ``max_staleness`` is how many
+        versions behind a consumer may run (0: strictly synchronous).
         """
         empty = init is None
         value = None if init is None or init is _NO_INIT else json_constant(init, f"init of loop {src}")
