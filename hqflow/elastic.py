@@ -37,12 +37,9 @@ class Elastic:
                                  f"{resource}_workers={self.slots[resource]}; give at least {self.learners}")
         self.service = self.window = self.events = None  # the run's, from ``attach``
         self._lock = threading.Lock()  # backends joining from other threads take their index in turn
-        names = []
-        for f in graph.fragments:
-            used = ((f.backend,) if f.backend else ()) if isinstance(f, CircuitCall) else tuple(f.job_backends)
-            names += [n for n in used if isinstance(n, str) and n and n not in names]
+        used = (n for f in graph.fragments for n in ((f.backend,) if isinstance(f, CircuitCall) else f.job_backends))
         self.pools: dict[str, Pool] = {}
-        for name in names:
+        for name in dict.fromkeys(n for n in used if isinstance(n, str) and n):  # each once, in graph order
             specs = backends.get(name, name)
             specs = specs if isinstance(specs, list) else [specs]
             if not specs:
@@ -125,8 +122,7 @@ class RunHandle:
         run.add_backend("qpu", ("emulated-qpu", {}))  # waiting jobs may go to it at once
         result = run.result()
 
-    What a run computes depends on its steps, rows and shot seeds only, never on the backend that
-    ran a job: with exact backends at staleness 0 it ends with the result of an undisturbed run.
+    With exact backends at staleness 0 it ends with the result of an undisturbed run.
     """
 
     def __init__(self, scheduler, stream, initial_state=None, progress=None, on_change=None):

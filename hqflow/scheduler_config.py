@@ -53,10 +53,9 @@ class SchedulerConfig:
 
     # -- the job service and the budget (``hqflow.jobs``, ``hqflow.ledger``) --------------------
     rows_per_job: int | None = None
-    """circuits per quantum job at most: a step's batch is cut into jobs of this many rows, run side by
-    side over a pool's members and joined again in row order (None: only a backend's own limit cuts it).
-    Exact values never change with the cut; with shots a part's seed is the batch's plus its first row,
-    so a different cut draws different (equally distributed) samples"""
+    """circuits per quantum job at most (None: only a backend's own limit cuts a step's batch); the parts run
+    side by side over a pool's members. Exact values never change with the cut; with shots a part's seed is
+    the batch's plus its first row, so a different cut draws different (equally distributed) samples"""
     max_retries: int = 3
     """retries of a failed or timed-out quantum job before the run fails"""
     job_timeout: float | None = None
@@ -75,8 +74,8 @@ class SchedulerConfig:
 
     # -- checkpoints (``hqflow.checkpoint``) ----------------------------------------------------
     run_dir: str | None = None
-    """a folder for the run's checkpoints (``hqflow.checkpoint``): loop-carried values and the
-    stream position after each ``checkpoint_every`` finished steps, and every step's outputs"""
+    """a folder for the run's checkpoints: loop-carried values and the stream position after each
+    ``checkpoint_every`` finished steps, and every step's outputs"""
     checkpoint_every: int = 1
     """finished steps between checkpoints in ``run_dir``"""
     resume: bool = False

@@ -1,13 +1,12 @@
 """The window of steps in flight: how many steps the loop admits at once, and the values they read.
 
 * **Backpressure** (``Window``): at most ``size`` steps are admitted and unfinished.
-* **Values** (``Values``): each step's port values, from its stream item and its fragments' outputs, and
-  every loop edge's versions. The value a loop edge's source produces at step ``t`` is version ``t + 1``
-  (its initial value is version 0). A consumer at step ``i`` of an edge with ``max_staleness=k`` takes the
-  newest version in ``[i - k, i]``: ``k = 0`` is exactly one fragment at a time in graph order
-  (bit-identical results for the same seed, whatever the executor), and ``k > 0`` lets producers run up to
-  ``k`` versions ahead. Versions no admitted step may take any more are forgotten; each edge's newest is
-  the run's final state.
+* **Values** (``Values``): each step's port values, from its stream item and its fragments' outputs, and every
+  loop edge's versions. The value a loop edge's source produces at step ``t`` is version ``t + 1`` (its initial
+  value is version 0). A consumer at step ``i`` of an edge with ``max_staleness=k`` takes the newest version in
+  ``[i - k, i]``: ``k = 0`` is exactly one fragment at a time in graph order (bit-identical results for the same
+  seed, whatever the executor), and ``k > 0`` lets producers run up to ``k`` versions ahead. Versions no
+  admitted step may take any more are forgotten; each edge's newest is the run's final state.
 """
 from __future__ import annotations
 
