@@ -43,8 +43,7 @@ class Prediction:
     makespan: float
     """seconds from the first dispatch to the last completion"""
     utilization: dict = field(default_factory=dict)
-    """busy seconds over makespan times slots: ``cpu``, ``gpu`` and each pool member's devices (by its
-    lane's text, ``qpu:<backend>#k``)"""
+    """busy seconds over makespan times slots: ``cpu``, ``gpu`` and each pool member (by its lane's text)"""
     spend: float = 0.0
     """expected spend on priced jobs, retries included"""
     bound: float = 0.0
@@ -325,8 +324,7 @@ def calibrate(graph: Graph, spans: list, profile: Profile, config: SchedulerConf
               rows: int | Mapping[str, int] = 1, members: Mapping[str, Sequence[str]] | None = None) -> Profile:
     """``profile`` with the scheduler's own overhead per dispatched job or call: the figure at which the
     simulated run takes as long as ``spans`` (a run of ``graph`` under ``config``) measured, both timed
-    from the end of their first quarter of steps (at least step 0: it warms caches, compiles programs and
-    starts threads) to their end."""
+    after their first quarter of steps (:func:`_after_warm_up`)."""
     return _fit(graph, spans, profile, "overhead", config, rows, members, 0.0, 0.05)
 
 

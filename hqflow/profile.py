@@ -238,6 +238,12 @@ def _fit(X: np.ndarray, y: np.ndarray) -> np.ndarray:
         keep = kept if kept != keep else keep[1:]
 
 
+def _fitted(jobs: list[Span], X: np.ndarray, figure) -> list[float] | None:
+    """:func:`_fit` of ``figure(job)`` over the jobs where it is not None; None where it is None for all."""
+    measured = [j for j, s in enumerate(jobs) if figure(s) is not None]
+    return [float(c) for c in _fit(X[measured], np.array([figure(jobs[j]) for j in measured]))] if measured else None
+
+
 def _warm(spans: list[Span]) -> list[Span]:
     """Without the first (the one that warms caches, compiles programs, starts threads) when there are 3 or more."""
     return sorted(spans, key=lambda s: s.start)[1:] if len(spans) >= 3 else spans
@@ -270,19 +276,12 @@ def profile(spans: list[Span]) -> Profile:
             continue
         ok = _warm(ok)
         rows = np.array([s.rows for s in ok], dtype=float)
-        shot_rows = rows * np.array([s.shots or 0 for s in ok], dtype=float)
-        queued = np.array([s.queued or 0.0 for s in ok])
-        X = np.column_stack([np.ones(len(ok)), rows, shot_rows])
-        held = np.array([s.device if s.device is not None else s.seconds - (s.queued or 0.0) for s in ok])
-        per_job, per_row, per_shot = _fit(X, held)
-        priced = [j for j, s in enumerate(ok) if s.cost is not None]
-        price = _fit(X[priced], np.array([ok[j].cost for j in priced])) if priced else (None, 0.0, 0.0)
-        computed = [j for j, s in enumerate(ok) if s.compute is not None]
-        compute = _fit(X[computed], np.array([ok[j].compute for j in computed])) if computed else (None,) * 3
-        backends.append(BackendProfile(lane, attempts[0].resource, float(queued.mean()), float(per_job), float(per_row), float(per_shot),
-                                       failed / len(attempts), None if price[0] is None else float(price[0]),
-                                       float(price[1]), float(price[2]), len(attempts),
-                                       len({s.lane for s in attempts}), *(None if c is None else float(c) for c in compute)))
+        X = np.column_stack([np.ones(len(ok)), rows, rows * np.array([s.shots or 0 for s in ok], dtype=float)])
+        held = _fitted(ok, X, lambda s: s.device if s.device is not None else s.seconds - (s.queued or 0.0))
+        price, compute = _fitted(ok, X, lambda s: s.cost), _fitted(ok, X, lambda s: s.compute)
+        backends.append(BackendProfile(lane, attempts[0].resource, float(np.mean([s.queued or 0.0 for s in ok])),
+                                       *held, failed / len(attempts), *(price or (None, 0.0, 0.0)), len(attempts),
+                                       len({s.lane for s in attempts}), *(compute or (None,) * 3)))
     fragments = []
     for name, resource in dict.fromkeys((s.fragment, s.resource.kind) for s in spans
                                         if not s.resource.quantum and s.parent_lane is None):
