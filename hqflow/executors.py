@@ -667,15 +667,12 @@ class RayExecutor(Executor):
         with self._lock:
             running = list(self._running.values())
         for actor in running:
-            for key, cached in list(_WORKERS.items()):
-                if cached is actor:
-                    del _WORKERS[key]
+            for key in [key for key, cached in _WORKERS.items() if cached is actor]:
+                del _WORKERS[key]
             self._ray.kill(actor, no_restart=True)
         for handle in self._backends:
-            try:
+            with contextlib.suppress(Exception):  # best effort: the actor may be gone already
                 self._ray.get(handle.actor.close.remote(), timeout=10)  # closes an Azure session
-            except Exception:
-                pass  # best effort: the actor may be gone already
             self._ray.kill(handle.actor)
         for ledger in self._ledgers:
             ledger.stop()

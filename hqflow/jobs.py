@@ -26,6 +26,7 @@ Thread-safe: fragments submit from worker threads while backends complete jobs o
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import contextvars
 import dataclasses
 import heapq
@@ -35,7 +36,6 @@ import threading
 import time
 import uuid
 from collections import deque
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -404,10 +404,8 @@ class JobService:
             spent, self._spent = self._spent, []
             self._wake.notify_all()
         for job in [att.job for att in live if att.job is not None] + spent:
-            try:
+            with contextlib.suppress(Exception):  # best effort: the run is over either way
                 job.cancel()
-            except Exception:  # noqa: BLE001 - best effort: the run is over either way
-                pass
         for req in [a.request for a in live] + [r for r, _ in waiting]:
             if not req.future.done():
                 req.future.set_exception(BackendError("the run ended before this job finished"))
@@ -434,10 +432,8 @@ def _on_done(job, callback) -> None:
         return
 
     def wait():
-        try:
+        with contextlib.suppress(Exception):
             job.result()
-        except Exception:
-            pass
         callback(job)
 
     threading.Thread(target=wait, daemon=True, name="hqflow-job-waiter").start()
@@ -474,7 +470,7 @@ class JobClient:
         self._pool(name)
         return PoolBackend(self, name)
 
-    @contextmanager
+    @contextlib.contextmanager
     def work(self, label: str):
         """Time a stretch of the fragment's own classical work, done while its jobs are in flight
         (an actor group stepping its environments), as a span in lane ``LANE/label`` with the
