@@ -15,7 +15,8 @@ import os
 import sys
 
 from . import __version__
-from .cli_pool import UsageError, check_backend, make_folder, show_figures
+from .cli_plan import _spans, cmd_plan, fold, make_plan, with_options
+from .cli_pool import UsageError, backend_pool, check_backend, make_folder, show_figures, warn_secrets
 from .files import atomic_text
 
 
@@ -221,8 +222,6 @@ def _unavailable(args, name: str, reason: str, label: str = "unavailable: ") -> 
 
 
 def _options(items: list[str], flag: str) -> dict:
-    from .cli_pool import warn_secrets
-
     out = {}
     for item in items:
         key, sep, text = item.partition("=")
@@ -298,7 +297,6 @@ def _check_output(path: str, extensions: tuple[str, ...] | None, flag: str) -> N
 def cmd_run(args) -> int:
     from hqflow.workloads import get_workload
 
-    from .cli_plan import with_options
     from .progress import Progress
 
     try:
@@ -325,17 +323,13 @@ def cmd_run(args) -> int:
         make_folder(args.run_dir)
     options = {}
     if args.pool or args.backend_opt:
-        from .cli_pool import backend_pool as _backend_pool
-
         if not hasattr(cfg, "backend"):
             raise UsageError(f"workload {args.workload!r} runs no quantum jobs for a pool")
         # under --dry-run every member is a dry-run:<backend> with the member's options: priced, never submitted
-        options["backends"] = {cfg.backend: _backend_pool(args, name=cfg.backend if args.dry_run else None)}
+        options["backends"] = {cfg.backend: backend_pool(args, name=cfg.backend if args.dry_run else None)}
     if (args.profile or args.max_staleness is not None) and not args.plan:
         raise UsageError(f"{'--profile' if args.profile else '--max-staleness'} goes with --plan auto")
     if args.plan:
-        from .cli_plan import make_plan
-
         if args.dry_run or not hasattr(cfg, "backend"):
             raise UsageError("--plan auto needs a workload that runs quantum jobs, and no --dry-run")
         options["plan"] = make_plan(module, cfg, options.get("backends"), profile_path=args.profile,
@@ -344,8 +338,6 @@ def cmd_run(args) -> int:
     with Progress(getattr(cfg, "steps", 1), args.workload) as bar:
         result = module.run(cfg, progress=bar, **options)
     if args.plan:
-        from .cli_plan import fold, _spans
-
         fold(args.profile, _spans(result))
     if tally is not None:
         print(json.dumps(tally.figures()) if args.json else tally.table(), file=args.json_out)
@@ -364,7 +356,6 @@ def cmd_run(args) -> int:
 
 def _write_run_dir(folder: str, workload: str, cfg, result: dict) -> None:
     """config.json, result.json and, if the result carries ``"spans"`` (span dicts), spans.json."""
-    from .cli_plan import _spans
     from .trace import save_spans
 
     config = dataclasses.asdict(cfg)
@@ -399,7 +390,6 @@ def cmd_trace(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
-        from .cli_plan import cmd_plan
         from .cli_train import cmd_eval, cmd_train
 
         commands = {"backends": cmd_backends, "inspect": cmd_inspect, "run": cmd_run, "trace": cmd_trace,

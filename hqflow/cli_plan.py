@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-from .cli_pool import UsageError
+from .cli_pool import UsageError, backend_pool
 
 QUOTES = "'\""  # around a KeyError's message
 
@@ -125,12 +125,10 @@ def fold(profile_path: str | None, spans) -> None:
 
 
 def cmd_plan(args) -> int:
-    from .cli_pool import backend_pool as _backend_pool
-
     module, name, cfg, spans = _target(args)
     if not hasattr(cfg, "backend"):
         raise UsageError(f"workload {name!r} runs no quantum jobs to plan")
-    pool = _backend_pool(args)
+    pool = backend_pool(args)
     backends = None if pool is None else {cfg.backend: pool}
     chosen = make_plan(module, cfg, backends, spans, profile_path=args.profile, calibrate=args.calibrate,
                        objective=args.objective, budget=args.budget, max_staleness=args.max_staleness)

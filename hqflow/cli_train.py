@@ -42,10 +42,8 @@ def _config(args, mod):
         if not sep or key not in fields:
             raise UsageError(f"--set {item!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(fields))}")
         overrides[key] = _value(text)
-    for key, value in (("env", args.env), ("seed", args.seed), ("max_episodes", args.episodes),
-                       ("backend", args.backend)):
-        if value is not None:
-            overrides[key] = value
+    given = {"env": args.env, "seed": args.seed, "max_episodes": args.episodes, "backend": args.backend}
+    overrides.update({k: v for k, v in given.items() if v is not None})
     try:
         return mod.Config(**overrides)
     except (TypeError, ValueError) as exc:
@@ -113,8 +111,7 @@ def _resumed(args, meta: dict, cfg, runner, watcher):
     from hqflow.distribution import get_distribution
 
     saved = get_distribution(meta.get("distribution", "sync"), **meta.get("distribution_options", {}))
-    options = {"staleness": args.staleness, "learners": args.learners, "compression": args.compression}
-    options = {k: v for k, v in options.items() if v is not None}
+    options = {k: getattr(args, k) for k in ("staleness", "learners", "compression") if getattr(args, k) is not None}
     name = saved.name if args.distribution == "auto" else args.distribution
     for flag, key in (("--learners", "learners"), ("--compression", "compression")):
         if key in options and name != "multi-learner":
