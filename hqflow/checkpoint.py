@@ -107,8 +107,10 @@ class Checkpointer:
         if not isinstance(saved, dict) or saved.get("version") not in (1, VERSION) \
                 or not isinstance(saved.get("steps"), int):
             raise CheckpointError(f"{self.state_file} is damaged: not a checkpoint of this hqflow")
-        try:
-            saved["state"] = _state(saved)
+        try:  # loop values by port: version 2's [port, value] pairs, version 1's keyed by "frag.port" text
+            if saved["state"] is not None:
+                saved["state"] = {PortRef.parse(k): v for k, v in saved["state"].items()} if saved["version"] == 1 \
+                    else {PortRef.from_dict(ref): value for ref, value in saved["state"]}
         except (AttributeError, TypeError, ValueError):
             raise CheckpointError(f"{self.state_file} is damaged: its loop values are not by port") from None
         if saved["graph"] != self.graph_digest:
@@ -181,9 +183,8 @@ class Checkpointer:
             self.prefix += 1
         due = final or self.prefix - self.saved_steps >= self.every
         if due and self.prefix != self.saved_steps:
-            state = values.at(self.prefix)
-            if state is not None:  # (never None) else the next finished step saves
-                self._save(self.prefix, state, self.digests.get(self.prefix - 1), run_id)
+            # never None: Values.forget keeps every version from the oldest unfinished step on
+            self._save(self.prefix, values.at(self.prefix), self.digests.get(self.prefix - 1), run_id)
         for k in [k for k in self.digests if k < self.prefix - 1]:
             del self.digests[k]
 
@@ -191,12 +192,3 @@ class Checkpointer:
         if self.path is not None:
             self._out.close()
 
-
-def _state(saved: dict) -> dict[PortRef, Any] | None:
-    """A checkpoint's loop values by port: version 2's ``[port, value]`` pairs, or version 1's values
-    keyed by ``"frag.port"`` text."""
-    if saved["state"] is None:
-        return None
-    if saved["version"] == 1:
-        return {PortRef.parse(key): value for key, value in saved["state"].items()}
-    return {PortRef.from_dict(ref): value for ref, value in saved["state"]}

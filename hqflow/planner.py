@@ -97,11 +97,6 @@ def _workers(graph: Graph) -> list[int]:
     return list(range(1, min(4, os.cpu_count() or 1) + 1)) if free else [1]
 
 
-def _subsets(names: list[str]):
-    for k in range(len(names), 0, -1):
-        yield from itertools.combinations(names, k)
-
-
 def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time", budget: float | None = None,
          max_staleness: int | None = None, config: SchedulerConfig = SchedulerConfig(executor="local"),
          rows: int | Mapping[str, int] = 1, prefetch: tuple[int, ...] = PREFETCH) -> Plan:
@@ -120,8 +115,9 @@ def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time",
         if not names:
             raise ValueError(f"no profile of a backend in pool {name!r}: calibrate with a run that uses it")
     devices = sum(max(1, b.devices) for b in profile.backends if b.pool.name in pools)
+    subsets = [[c for k in range(len(n), 0, -1) for c in itertools.combinations(n, k)] for n in pools.values()]
     space = itertools.product(range(limit + 1), prefetch, _cuts(rows, devices), _workers(graph),
-                              itertools.product(*(_subsets(n) for n in pools.values())))
+                              itertools.product(*subsets))  # each pool's subsets of members, the largest first
 
     def score(candidate, horizon: int):
         """The candidate's ranking key over ``horizon`` steps (None: past the budget), and its plan."""

@@ -84,19 +84,17 @@ class SchedulerConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "executor", ExecutorKind.of(self.executor))  # a name, from users and JSON
-        for name in ("cpu_workers", "gpu_workers", "max_in_flight", "window", "learners", "rows_per_job"):
+        lows = dict(cpu_workers=1, gpu_workers=1, max_in_flight=1, window=1, learners=1, rows_per_job=1, prefetch=0,
+                    max_retries=0)
+        for name, low in lows.items():
             value = getattr(self, name)
-            if not (value is None and name in ("window", "rows_per_job")) and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            if not (value is None and name in ("window", "rows_per_job")) and (not isinstance(value, int) or value < low):
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         as_type(self, "compression", Compression)
         if self.learners > self.gpu_workers:
             raise ValueError(f"learners={self.learners} needs as many learner slots, but gpu_workers={self.gpu_workers}")
         if self.learners > 1 and self.executor.one_at_a_time:
             raise ValueError("learners > 1 runs replicas at once: use the local or ray executor, not sync")
-        if not isinstance(self.prefetch, int) or self.prefetch < 0:
-            raise ValueError(f"prefetch must be an integer >= 0, got {self.prefetch!r}")
-        if not isinstance(self.max_retries, int) or self.max_retries < 0:
-            raise ValueError(f"max_retries must be an integer >= 0, got {self.max_retries!r}")
         if self.job_timeout is not None and self.job_timeout <= 0:
             raise ValueError(f"job_timeout must be positive or None, got {self.job_timeout!r}")
         as_type(self, "placement", Placement)
