@@ -80,11 +80,9 @@ def _coerce(value: Any, base: Any) -> tuple[bool, Any]:
 
 
 def _within(value: Any, bound: tuple) -> bool:
-    lo, hi, *ends = bound
-    ends = ends[0] if ends else "[]"
-    if lo is not None and (value < lo if ends[0] == "[" else value <= lo):
-        return False
-    return not (hi is not None and (value > hi if ends[1] == "]" else value >= hi))
+    lo, hi, ends = (*bound, "[]")[:3]
+    return ((lo is None or (value >= lo if ends[0] == "[" else value > lo))
+            and (hi is None or (value <= hi if ends[1] == "]" else value < hi)))
 
 
 def _describe(allowed: tuple, bound: tuple | None) -> str:
@@ -93,14 +91,9 @@ def _describe(allowed: tuple, bound: tuple | None) -> str:
              for a in allowed if a is not type(None)]
     text = " or ".join(kinds)
     if bound:
-        lo, hi, *ends = bound
-        ends = ends[0] if ends else "[]"
-        parts = []
-        if lo is not None:
-            parts.append(f"{'>=' if ends[0] == '[' else '>'} {lo}")
-        if hi is not None:
-            parts.append(f"{'<=' if ends[1] == ']' else '<'} {hi}")
-        text += " " + " and ".join(parts)
+        lo, hi, ends = (*bound, "[]")[:3]
+        sides = ((">=" if ends[0] == "[" else ">", lo), ("<=" if ends[1] == "]" else "<", hi))
+        text += " " + " and ".join(f"{op} {x}" for op, x in sides if x is not None)
     return text + (", or null" if type(None) in allowed else "")
 
 

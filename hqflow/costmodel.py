@@ -62,9 +62,8 @@ class _Price:  # what the job service reads of a cost estimate
 
 
 class _Host:
-    """This machine's CPUs as a simulated run shares them: work that computes here (classical calls in
-    this process, jobs' computation) progresses at ``min(1, cores / n)`` of its full speed while ``n``
-    such pieces run at once (processor sharing). ``cores`` None: every piece runs at full speed."""
+    """This machine's CPUs, shared (processor sharing): while ``n`` pieces of work compute here at once, each
+    progresses at ``min(1, cores / n)`` of its full speed (``cores`` None: full speed)."""
 
     def __init__(self, clock: SimClock, cores: float | None):
         self.clock, self.cores = clock, cores
@@ -115,10 +114,9 @@ class _Host:
 
 
 class _SimBackend:
-    """A pool member as its profile says it behaves, on the simulated clock: ``devices`` jobs at once, each
-    waiting out the queue, then taking the device that frees first. A job takes its device time and, at
-    the same time, its computation on this machine's CPUs (``_Host``), and ends when both are done.
-    ``draw``: None folds a job's expected retries into its time; a ``random.Random`` fails attempts."""
+    """A pool member as its profile says, on the simulated clock: ``devices`` jobs at once, each after the queue,
+    ending when both its device time and its computation here (``_Host``) are done. ``draw``: None folds a
+    job's expected retries into its time; a ``random.Random`` fails attempts."""
 
     def __init__(self, profile: BackendProfile, clock: SimClock, host: _Host, overhead: float,
                  draw: random.Random | None):
@@ -177,9 +175,8 @@ class _SimBackend:
 
 
 class _SimExecutor(SyncExecutor):
-    """Fragment calls that compute nothing: after the scheduler's overhead, each takes its profiled seconds
-    in the simulated clock's time; a ``cpu`` call computes them on this machine's CPUs (``_Host``), shared
-    with the jobs that compute here (a ``gpu`` call's time is the GPU's)."""
+    """Fragment calls that compute nothing: after the scheduler's overhead, each takes its profiled seconds,
+    on this machine's shared CPUs (``_Host``) for a ``cpu`` call."""
 
     def __init__(self, profile: Profile, clock: SimClock, host: _Host, rows: dict, nested: dict):
         super().__init__()
@@ -277,7 +274,7 @@ def simulate(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig
 
 
 def _runs(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig, rows, members):
-    """The simulated runs a prediction averages; the pools' members; ``_nested``; each circuit call's rows."""
+    """The simulated runs a prediction averages, the pools' members, ``_nested`` and each circuit call's rows."""
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
     for f in graph.fragments:  # a clear error before any run: every classical fragment needs its profile
@@ -339,10 +336,8 @@ def calibrate_cores(graph: Graph, spans: list, profile: Profile, config: Schedul
 
 
 def _fit(graph, spans, profile: Profile, name: str, config, rows, members, low: float, high: float) -> Profile:
-    """``profile`` with its figure ``name`` set, by bisection in ``[low, high]``, where the simulated run
-    takes as long as ``spans`` measured (the time grows with the overhead and falls with the cores), both
-    timed alike (:func:`_after_warm_up`). ``profile`` as it is where the spans have too few steps, or, for
-    the cores, where the run's time tells nothing of them (see :func:`calibrate_cores`)."""
+    """``profile`` with its figure ``name`` bisected in ``[low, high]`` (the time grows with the overhead and
+    falls with the cores), for :func:`calibrate` and :func:`calibrate_cores`; as it is for too few steps."""
     total = max((s.step for s in spans), default=-1) + 1
     warm = max(1, total // 4)
     measured = _after_warm_up(spans, warm)
@@ -377,10 +372,8 @@ def _after_warm_up(spans, warm: int) -> float | None:
 
 def _bound(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig, pools: dict, nested: dict,
            n_rows: dict) -> float:
-    """``N * max(C, D) + min(C, Q)``: C a step's classical seconds on its busiest resource (per worker
-    slot), D its device seconds spread over the pools' devices (the QPUs' throughput), Q one job's
-    seconds (rows cut by ``rows_per_job``), queue included (the loop's fill). A fragment's own jobs count
-    in D and Q, its seconds outside them in C."""
+    """``Prediction.bound``: C on the busiest resource per worker slot, Q's rows cut by ``rows_per_job``; a
+    fragment's own jobs count in D and Q, its seconds outside them in C."""
     c, d, q = 0.0, 0.0, 0.0
     per = {"cpu": 0.0, "gpu": 0.0}
 

@@ -1,17 +1,13 @@
 """Profiles: what a run measured about its fragments and backends, as data the cost model reads.
 
-``profile(spans)`` fits them from a run's spans (``RunResult.spans`` or a run's ``spans.json``): a
-:class:`BackendProfile` per pool member and a :class:`FragmentProfile` per classical fragment and
-resource. A job's time past its queue (``Span.device`` where the backend says, else its seconds less
-``Span.queued``) is fitted by least squares as ``per_job + per_row * rows + per_shot * rows * shots``,
-each coefficient at least 0; its price (``Span.cost``) and its computation on this machine
-(``Span.compute``) are fitted the same way. Where every job had the same rows the time is all
-``per_job``: a calibration that cuts some jobs smaller tells the two apart. Of three or more jobs or
-calls the first is left out: it warms caches, compiles programs and starts threads.
+``profile(spans)`` fits a :class:`BackendProfile` per pool member and a :class:`FragmentProfile` per
+classical fragment and resource from a run's spans. A job's time past its queue (``Span.device``, else its
+seconds less ``Span.queued``), its price (``Span.cost``) and its computation here (``Span.compute``) are each
+fitted as ``per_job + per_row * rows + per_shot * rows * shots`` (:func:`_fit`). Where every job had the same
+rows the time is all ``per_job``: a calibration that cuts some jobs smaller tells the two apart.
 
-Profiles are saved as JSON (``save``/``load``; files of version 1, lanes as text, still load) and
-combined with ``merged``, weighted by what each measured, so every run can update the profile a later
-run plans with.
+Profiles are saved as JSON (``save``/``load``; version 1 files still load) and combined with ``merged``,
+weighted by what each measured, so every run can update the profile a later run plans with.
 """
 from __future__ import annotations
 
@@ -224,9 +220,8 @@ def _merge(mine, theirs, key, weight: str):
 
 
 def _fit(X: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least squares ``y ~ X @ c`` with every ``c >= 0``: columns that do not vary beyond the first
-    (the intercept) get 0, and so does any whose coefficient came out negative (then refitted; the
-    intercept last, when it alone came out negative)."""
+    """Least squares ``y ~ X @ c`` with every ``c >= 0``: a column beyond the first (the intercept) that does
+    not vary, or whose coefficient came out negative, gets 0 and the rest are refitted (the intercept last)."""
     keep = [0] + [j for j in range(1, X.shape[1]) if np.ptp(X[:, j]) > 0]
     while True:
         c, *_ = np.linalg.lstsq(X[:, keep], y, rcond=None)

@@ -212,14 +212,9 @@ def overlap_seconds(spans: list[Span]) -> float:
 
 
 def overlap_fraction(spans: list[Span]) -> float:
-    """How much classical and quantum work ran at the same time, 0..1.
-
-    ``overlap_seconds / min(classical busy, quantum busy)``, where classical busy is the union of all
-    cpu/gpu spans and quantum busy that of all ``qpu:*`` spans (a classical fragment blocked on a job it
-    submitted itself counts as quantum for that time). 0 when the two never run together (a strictly
-    sequential loop) or either side has no busy time; 1 when the shorter is entirely hidden behind the
-    other, the best any overlapping schedule can do.
-    """
+    """How much classical and quantum work ran at the same time, 0..1: ``overlap_seconds / min(classical busy,
+    quantum busy)``, busy as :func:`_classical_quantum` counts it. 0 when the two never run together or either
+    has no busy time; 1 when the shorter is entirely hidden behind the other, the best a schedule can do."""
     classical, quantum = _classical_quantum(spans)
     shorter = min(_length(classical), _length(quantum))
     return _intersection_length(classical, quantum) / shorter if shorter > 0 else 0.0
