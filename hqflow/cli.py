@@ -116,56 +116,43 @@ def _parser() -> argparse.ArgumentParser:
                                     "directory: config.json, metrics.jsonl, checkpoint.pt, learning_curve.png, "
                                     "spans.json and trace.json. Defaults: REINFORCE with the softmax-PQC policy "
                                     "(Jerbi et al. 2021) on the compiled simulator.")
-    tr.add_argument("env", metavar="ENV", nargs="?", help="cartpole, acrobot, frozenlake, or any gymnasium id "
-                    "(CartPole-v1, MountainCar-v0, MODULE:ID for your own, or an id a package registers through a "
-                    "gymnasium.envs entry point) (not with --resume)")
-    tr.add_argument("--env-module", metavar="MODULE", help="import MODULE (it registers ENV) in every process that "
-                    "makes the environment; the same as ENV given as MODULE:ENV")
+    tr.add_argument("env", metavar="ENV", nargs="?", help="cartpole, acrobot, frozenlake, a gymnasium id, or MODULE:ID "
+                    "for your own (not with --resume)")
+    tr.add_argument("--env-module", metavar="MODULE", help="import MODULE (it registers ENV) in every process; the "
+                    "same as ENV given as MODULE:ENV")
     tr.add_argument("--algo", default=None, help="reinforce (default), dqn or ppo")
     tr.add_argument("--backend", help="backend of the policy circuit (default: compiled)")
     tr.add_argument("--seed", type=int, help="random seed (default 0)")
     tr.add_argument("--episodes", type=_positive, help="episode budget (default: the algorithm's, 1000 for reinforce)")
     tr.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[],
-                    help="an option of the backend, e.g. --backend-opt per_job=0.05 (repeatable); K: only for pool "
-                         "member K (0-based), e.g. --backend-opt 1:failure_rate=0.2")
-    tr.add_argument("--pool", type=_positive, default=None,
-                    help="run the policy's jobs on a pool of this many copies of --backend (default 1)")
-    tr.add_argument("--distribution", default="auto", help="auto (default: sync on an in-process simulator, "
-                    "pipelined with staleness 1 on a job backend), sync, pipelined, ray-actors or multi-learner")
-    tr.add_argument("--staleness", type=_natural, help="parameter versions an actor may lag behind (pipelined, "
-                    "ray-actors, multi-learner; default 1)")
-    tr.add_argument("--learners", type=_positive,
-                    help="with --distribution multi-learner: learners that share each update (default 2)")
-    tr.add_argument("--compression", metavar="KIND", help="with --distribution multi-learner: how learners compress "
-                    "the gradients they reduce: none (default, exact), float16, topk or topk:RATIO (default ratio "
-                    "0.1), with error feedback")
+                    help=member_opt + ", e.g. per_job=0.05 or 1:failure_rate=0.2")
+    tr.add_argument("--pool", type=_positive, default=None, help="a pool of N copies of --backend (default 1)")
+    tr.add_argument("--distribution", default="auto", help="auto (default: sync in process, pipelined with "
+                    "staleness 1 on a job backend), sync, pipelined, ray-actors or multi-learner")
+    tr.add_argument("--staleness", type=_natural, help="parameter versions an actor may lag behind (default 1)")
+    tr.add_argument("--learners", type=_positive, help="multi-learner: learners that share each update (default 2)")
+    tr.add_argument("--compression", metavar="KIND", help="multi-learner: how learners compress their gradients: "
+                    "none (default), float16, topk or topk:RATIO (default 0.1), with error feedback")
     tr.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
-                    help="any field of the algorithm's Config, e.g. --set n_layers=3 (repeatable)")
+                    help="a field of the algorithm's Config, e.g. n_layers=3, repeatable")
     tr.add_argument("--run-dir", metavar="DIR", help="where to write the run (default: runs/ALGO-ENV-seedN)")
-    tr.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint, with its own "
-                    "algorithm settings; --backend, --backend-opt, --pool, --resources, --distribution and its options "
-                    "may change for the rest (at staleness 0 on exact backends of the run's kind, the result stays the "
-                    "one the run would have reached)")
-    tr.add_argument("--resources", metavar="FILE", help='elastic backend pool: a JSON file {"pools": {"NAME": '
-                    '[member, ...]}}, each member a backend name or [name, {options}]; the run starts with it and '
-                    'follows its changes (polled every 0.5 s; SIGHUP: read it now), adding and removing backends '
-                    'mid-run')
-    tr.add_argument("--plan", choices=["auto"], help="auto: calibrate briefly (or read --profile), let the cost model "
-                    "choose the distribution, prefetch, rows per job and the pool's members, print the plan, and train "
-                    "with it")
-    tr.add_argument("--max-staleness", type=_natural, default=None, help="with --plan auto: how many versions old the "
-                    "actors' parameters may be (default: the default distribution's, 1 on a job backend, 0 in process)")
-    tr.add_argument("--profile", metavar="FILE", help="with --plan auto: plan from this saved profile (no "
-                    "calibration), and fold the run's measurements into it")
+    tr.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint; its pool and "
+                    "distribution may change")
+    tr.add_argument("--resources", metavar="FILE", help='an elastic pool: a JSON file {"pools": {"NAME": [member, '
+                    '...]}} whose changes the run follows (polled every 0.5 s; SIGHUP: read it now)')
+    tr.add_argument("--plan", choices=["auto"], help="auto: let the cost model choose the distribution, prefetch, "
+                    "rows per job and the pool's members, then train")
+    tr.add_argument("--max-staleness", type=_natural, default=None, help="with --plan auto: how many versions old "
+                    "the actors' parameters may be (default 1 on a job backend, 0 in process)")
+    tr.add_argument("--profile", metavar="FILE", help="with --plan auto: plan from this saved profile, and fold the "
+                    "run's measurements into it")
     tr.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
-                    help="write TensorBoard event files to RUN_DIR/tensorboard (default: on; tensorboard --logdir "
-                         "RUN_DIR to view)")
+                    help="write TensorBoard event files to RUN_DIR/tensorboard (default: on)")
     tr.add_argument("--checkpoint-every", type=_positive, default=5, help="updates between checkpoints (default 5)")
-    tr.add_argument("--budget", type=_amount, metavar="AMOUNT", help="the most the run may spend on priced quantum "
-                    "jobs (Azure Quantum), in the target's currency (USD, or HQC on Quantinuum); a job that would pass "
-                    "it is refused and the run stops, checkpointed")
-    tr.add_argument("--ray-address", metavar="ADDR", help="with --distribution ray-actors or multi-learner: a running "
-                    "Ray cluster to connect to (host:port, ray://host:port or auto); default: a local Ray")
+    tr.add_argument("--budget", type=_amount, metavar="AMOUNT", help="the most the run may spend on priced jobs, in "
+                    "the target's currency; past it the run stops, checkpointed")
+    tr.add_argument("--ray-address", metavar="ADDR", help="ray-actors or multi-learner: a Ray cluster to join "
+                    "(host:port, ray://host:port or auto; default: a local Ray)")
     tr.add_argument("--json", action="store_true", help=one_json_line)
     return p
 

@@ -198,6 +198,3 @@ def plan_training(algo: str, cfg, backends, *, profile_path: str | None = None, 
     options = {"prefetch": chosen.config.prefetch, "rows_per_job": chosen.config.rows_per_job}
     _, planned, _ = apply(chosen, graph, backends)
     return chosen, distribution, options, planned or None
-
-
-__all__ = ["cmd_plan", "fold", "make_plan", "plan_training"]

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import sys
 
 from hqflow.backends import BackendAccessError
 
+from .cli_plan import fold, plan_training
 from .cli_pool import UsageError, backend_pool, check_backend, make_folder, show_figures, value as _value
 from .fragments import RunFailed
 from .jobs import BudgetExceeded
@@ -220,8 +222,6 @@ def _caused_by(exc: BaseException, kind: type) -> bool:
 
 def _planned(args, algo, cfg, pool, watcher, distribution):
     """``--plan auto``: ``(distribution, pool, scheduler options)`` the cost model chooses (``hqflow plan``)."""
-    from .cli_plan import plan_training
-
     if distribution != "auto" or args.staleness is not None:
         raise UsageError("--plan auto chooses the distribution: give --max-staleness, not --distribution or "
                          "--staleness")
@@ -315,10 +315,8 @@ def cmd_train(args) -> int:
         run_dir = args.run_dir
         if run_dir is None:  # runs/ALGO-ENV-seedN, then -2, -3, ... : never over an earlier run
             base = os.path.join("runs", f"{algo}-{cfg.env.replace('/', '-')}-seed{cfg.seed}")  # a namespace/ID too
-            run_dir, k = base, 1
-            while os.path.exists(run_dir):
-                k += 1
-                run_dir = f"{base}-{k}"
+            names = itertools.chain([base], (f"{base}-{k}" for k in itertools.count(2)))
+            run_dir = next(d for d in names if not os.path.exists(d))
         if os.path.exists(os.path.join(run_dir, "config.json")):
             raise UsageError(f"{run_dir} already holds a run; use --resume {run_dir} (which also starts a run "
                              "stopped before its first checkpoint) or another --run-dir")
@@ -362,9 +360,7 @@ def cmd_train(args) -> int:
             raise UsageError(str(exc)) from None
         except OSError as exc:  # a run directory that cannot be written
             raise UsageError(f"cannot write the run directory {run_dir}: {exc.strerror} ({exc.filename})") from None
-    if args.plan and args.profile:
-        from .cli_plan import fold
-
+    if args.plan:
         fold(args.profile, out["spans"])  # every planned run updates the profile the next one plans with
     returns = out["returns"]
     figures = {"algo": algo, "env": cfg.env, "seed": cfg.seed, "distribution": out["distribution"],

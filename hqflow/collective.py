@@ -6,10 +6,9 @@ outside replicas ``replica()`` is None and ``reduce`` hands its arrays back.
 
 The reduction is a star over a :class:`Rendezvous` (in this process, or in a Ray actor under ``ray``): once
 all L ranks have contributed under a group key, it combines them in rank order, so every rank gets the same
-bits, run after run. A contribution is idempotent: a replica that Ray restarted redoes its step and
-contributes again, and its peers, which only wait, get the one result. (Ray's gloo collectives are faster
-for large arrays, but a peer that dies inside one blocks the others until gloo's timeout; here nothing
-waits on a process, only on a key.)
+bits, run after run. A contribution is idempotent, so a replica that Ray restarted may redo its step. (Ray's
+gloo collectives are faster, but a peer that dies inside one blocks the others until gloo's timeout; here
+nothing waits on a process, only on a key.)
 
 Ops per array: ``"sum"`` (in rank order) or ``"first"`` (rank 0's, for values every rank computed alike).
 A ``None`` array (a gradient a rank did not get) is absent: the sum is over the ranks that have one, None
@@ -140,12 +139,11 @@ COMPRESSIONS = ("none", "topk", "float16")
 @dataclass(frozen=True)
 class Compression:
     """How a replica compresses each gradient it contributes (``hqflow.torch.ReducedGradients`` applies it,
-    with error feedback: what compression drops stays in the replica and is added to its next contribution).
-    ``none``: float64 as computed (the ``sync`` result up to summation order); ``topk``: only the ``ratio``
-    largest entries by magnitude, float32 values at int32 indices; ``float16``: a quarter of the bytes."""
+    with error feedback: what compression drops is added to the replica's next contribution)."""
 
     kind: str = "none"
-    """``none``, ``topk`` or ``float16``"""
+    """``none``: float64 as computed; ``topk``: the ``ratio`` largest entries by magnitude (float32 values at
+    int32 indices); ``float16``: a quarter of the bytes"""
     ratio: float = 0.1
     """with ``topk``: the share of entries sent (0 < ratio <= 1)"""
 

@@ -2,9 +2,8 @@
 
 Each member keeps ``capacity`` jobs in flight: its device slots plus a few prefetched jobs waiting in its own
 queue, so it never idles between jobs. ``Pool.choose`` gives a job to the fitting member expected to deliver
-a *good* result first (see ``Member.expected_finish``), so a slow QPU takes work only when that finishes
-earlier than waiting for a fast simulator. Job times are kept per size class (rows within a factor of two),
-so one big gradient job does not make a member look slow for the small jobs that follow.
+a *good* result first (``Member.expected_finish``), so a slow QPU takes work only when that beats waiting
+for a fast simulator.
 
 * **Exploration.** A member that has never run a job gets the next one it can take; one not tried for
   ``stale_after`` jobs of the pool gets one trial job, so a backend that got faster (or came back) is noticed.
@@ -49,8 +48,9 @@ class Member:
         return next((s for s in range(self.capacity) if s not in self.busy), None)
 
     def job_time(self, rows: int, guess: float) -> float:
-        """Seconds a job of ``rows`` circuits is expected to take here: the moving average of jobs of
-        its size class (a big gradient job does not make small jobs look slow), else of all jobs."""
+        """Seconds a job of ``rows`` circuits is expected to take here: the moving average of jobs of its
+        size class (rows within a factor of two: a big gradient job does not make small jobs look slow),
+        else of all jobs, else ``guess``."""
         known = self.by_size.get(_size_class(rows), self.ewma)
         return guess if known is None else known
 
@@ -76,7 +76,6 @@ class Member:
 
 
 def _size_class(rows: int) -> int:
-    """Jobs within a factor of two in rows share a latency estimate."""
     return max(int(rows), 1).bit_length()
 
 
@@ -154,7 +153,6 @@ class Pool:
         return sum(known) / len(known) if known else 0.0
 
     def _average(self, old: float | None, new: float) -> float:
-        """The moving average ``old`` with ``new`` added (``new`` itself when there was none)."""
         return new if old is None else (1 - self.alpha) * old + self.alpha * new
 
     def _needs_trial(self, m: Member) -> bool:
@@ -209,7 +207,7 @@ class Pool:
         return m.lane if m.devices == 1 else m.lane.at(m.device.get(slot, slot % m.devices))
 
     def health(self) -> list[dict]:
-        """Per member: its lane's text, jobs, failures, latency estimate, success rate and whether it rests now."""
+        """Per member: its lane, jobs, failures, latency estimate, success rate, and whether it rests now."""
         now = self.now()
         return [{"lane": str(m.lane), "jobs": m.jobs, "failures": m.failures, "ewma": m.ewma,
                  "success": round(m.success, 3), "resting": m.resting(now), "removed": m.removed}

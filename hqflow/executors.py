@@ -38,9 +38,8 @@ from .threads import DaemonPool
 
 
 class ExecutorKind(str, Enum):
-    """Which executor a run uses (``SchedulerConfig.executor``). A kind is its name too (it equals
-    ``"sync"``, prints and saves to JSON as it), so a config written with names keeps working; the
-    scheduler asks a kind's properties, never its name."""
+    """Which executor a run uses (``SchedulerConfig.executor``). A kind equals, prints and saves to JSON as
+    its name, so configs written with names keep working; the scheduler asks its properties."""
 
     SYNC = "sync"
     LOCAL = "local"
@@ -126,15 +125,13 @@ class _LocalHandle:
         self.capabilities = backend.capabilities
         self.max_in_flight = getattr(backend, "max_in_flight", None) or default_in_flight
         self.estimate_cost = getattr(backend, "estimate_cost", None)  # priced backends (cloud QPUs)
+        self.submit = backend.submit
 
     def close(self) -> None:
         close = getattr(self.backend, "close", None)
         if self.owned and close is not None:
             with contextlib.suppress(Exception):
                 close()  # ends what the backend opened for the run (an Azure session, its threads)
-
-    def submit(self, batch):
-        return self.backend.submit(batch)
 
 
 class SyncExecutor(Executor):
@@ -388,11 +385,9 @@ class _RayJob(FutureJob):
 
 
 class _RayHandle:
-    """A backend in a Ray actor that Ray restarts when its process dies (``max_restarts``): the job
-    it held fails and the run's job service retries it; later jobs go to the new process. Ray fails
-    a call made while the process starts again, and on a busy machine that start takes seconds, so
-    after a loss each job is sent once the actor answers again (a call Ray retries until it does):
-    the retries are not used up on a process that is still starting."""
+    """A backend in a Ray actor that Ray restarts when its process dies: the job it held fails and is
+    retried. Ray fails a call made while the process starts again (seconds on a busy machine), so after a
+    loss each job waits for the actor to answer, and retries are not used up on a process still starting."""
 
     def __init__(self, actor_cls, spec: Any, default_in_flight: int, node: str | None = None):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -449,26 +444,11 @@ class _RayHandle:
             self.restarts += 1
 
 
-@contextlib.contextmanager
-def _quiet_ray_auth():
-    """Ray's notice that it enabled token authentication (its secure default, kept) is not the user's business:
-    its logger says only errors meanwhile."""
-    log = logging.getLogger("ray._private.authentication.authentication_token_setup")
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        log.setLevel(level)
-
-
 class RayExecutor(Executor):
     """Classical slots as long-lived Ray actors (``cpu`` slots hold one CPU each; ``gpu`` slots a GPU when
-    the cluster has one), backends as Ray actors that reserve no CPU (they wait on devices). Fragments
-    travel by reference (``module:qualname``) and state by value, so only data crosses processes. Actors,
-    not tasks: a call on a warm actor costs about a millisecond, a fresh task several, and the learner
-    keeps its process (and GPU) between steps and runs. Backend actors hold state (seeded job counters)
-    and are made anew for each run."""
+    the cluster has one), backends as Ray actors that reserve no CPU and are made anew for each run.
+    Fragments travel by reference (``module:qualname``) and state by value. Actors, not tasks: a call on a
+    warm actor costs about a millisecond, a fresh task several, and the learner keeps its process (and GPU)."""
 
     kind = ExecutorKind.RAY
     _new_rendezvous = staticmethod(RayRendezvous.start)
@@ -496,17 +476,23 @@ class RayExecutor(Executor):
                              f"not {address}; call ray.shutdown() first to connect elsewhere")
         if not ray.is_initialized():  # workers import what this process can (a user's env module, say)
             env = {"env_vars": {"PYTHONPATH": _import_path()}}
+            # no address: "local", a Ray of its own, even where another runs on this machine; its workers
+            # are the run's own work, as urgent as this process: Ray's default (niceness 15) starved them
+            # to a few percent of a core beside any other busy process
+            own = {"num_cpus": num_cpus, "include_dashboard": False, "_system_config": {"worker_niceness": 0}}
+            # Ray's notice that it enabled token authentication (its secure default, kept) is not the user's business
+            auth_log = logging.getLogger("ray._private.authentication.authentication_token_setup")
+            level = auth_log.level
+            auth_log.setLevel(logging.ERROR)
             try:
-                # no address: "local", a Ray of its own, even where another runs on this machine; its workers
-                # are the run's own work, as urgent as this process: Ray's default (niceness 15) starved them
-                # to a few percent of a core beside any other busy process
-                own = {"num_cpus": num_cpus, "include_dashboard": False, "_system_config": {"worker_niceness": 0}}
-                with _quiet_ray_auth():
-                    ray.init(address="local" if address is None else address, log_to_driver=False, configure_logging=False, runtime_env=env,
-                             **(own if address is None else {}))
+                ray.init(address="local" if address is None else address, log_to_driver=False,
+                         configure_logging=False, runtime_env=env, **(own if address is None else {}))
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 where = "a local Ray" if address is None else f"the Ray cluster at {address}"
-                raise RayFailure(f"cannot start or reach {where}: {one_line(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}") from None
+                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise RayFailure(f"cannot start or reach {where}: {one_line(first)}") from None
+            finally:
+                auth_log.setLevel(level)
         self._ray = ray
         self._actor = ray.remote(num_cpus=0)(_BackendActor)
         cluster = ray.cluster_resources()

@@ -7,12 +7,11 @@ with ``jacobian[b, o, j] = d values[b, o] / d weights[j]`` (and, with ``wrt="inp
 simultaneous perturbations.
 
 How: every occurrence of a weight or input becomes its own column (``angle_k = scale_k * symbol +
-offset_k``), so shifting occurrence ``k`` by ``±s`` (the gate table's two- or four-term rule) is just
-another row, and the chain rule sums a symbol's occurrences with their ``scale_k``. The rows share few
-distinct weight rows, which a simulator can batch by (``compiled`` does). Derived inputs are shifted as
-input columns and the chain rule leads back to the raw inputs; where it breaks down although the values
-are smooth (an amplitude encoding's all-zero block), two probe rows ``±h`` per such row and input give
-the derivative (``CircuitTemplate.derivative_probes``).
+offset_k``), so shifting occurrence ``k`` by ``±s`` (the gate's two- or four-term rule) is another row, and
+the chain rule sums a symbol's occurrences with their ``scale_k``. Derived inputs are shifted as input
+columns and the chain rule leads back to the raw inputs; where it breaks down although the values are
+smooth (an amplitude encoding's all-zero block), probe rows ``±h`` give the derivative
+(``CircuitTemplate.derivative_probes``).
 """
 from __future__ import annotations
 

@@ -1,27 +1,23 @@
 """Every quantum job of a run goes through here: pools, retries, timeouts, budget and spans.
 
 ``JobService.submit(pool, batch, parent) -> Future[BatchResult]`` is the one path for circuit jobs, an
-``execute`` fragment's or one a classical fragment submits through its ``JobClient``:
+``execute`` fragment's or one a classical fragment submits through its ``JobClient`` (``get_client()``):
 
 * the batch is split to the pool's smallest per-job limit (and ``rows_per_job``), and re-joined;
-* each part goes, in arrival order (a retried part first), to the member ``Pool.choose`` picks once it
-  has a free slot, carrying its identity (``CircuitBatch.key``: run, fragment, step) and its attempt,
-  from which a cloud backend derives idempotent service job ids;
+* each part goes, in arrival order (a retried part first), to the member ``Pool.choose`` picks, with its
+  identity (``CircuitBatch.key``) and attempt, from which a cloud backend derives idempotent job ids;
 * a failed part, or one past ``job_timeout`` (cancelled, its late result dropped), is retried on another
-  member where one fits, up to ``max_retries`` times, then fails with :class:`RetriesExhausted`; an
-  error not worth another try (``BackendError.retryable`` False) fails it at once;
-* ``job_timeout`` counts from when the job leaves its service's queue (``Job.started()``, asked every
-  ``job_timeout / 20``, within 0.05 s and 1 s), so a job queued behind others is waited for;
-* with a budget, a part whose estimated cost (``estimate_cost``) would take the run's spend past it fails
-  with :class:`BudgetExceeded`, not retried; each attempt's estimate counts as spend until the job
-  reports its actual cost (``metadata["cost"]`` of its result, or of its ``JobFailed``);
-* every attempt is a ``Span`` on its device slot's lane, with the fragment, step and lane that asked,
-  and its cost where the backend prices jobs;
-* closing the service (the run ends, fails or is interrupted) cancels every job in flight and every
-  failed attempt's job, which ends service jobs they left running for a retry to reuse.
+  member up to ``max_retries`` times, then fails with :class:`RetriesExhausted`; a ``BackendError`` with
+  ``retryable`` False fails it at once;
+* ``job_timeout`` counts from when the job leaves its service's queue (``Job.started()``);
+* with a budget, a part whose estimated cost would take the spend past it fails with
+  :class:`BudgetExceeded`, not retried; an estimate counts as spend until the job reports its actual
+  cost (``metadata["cost"]`` of its result, or of its ``JobFailed``);
+* every attempt is a ``Span`` on its device slot's lane;
+* closing the service cancels every job in flight and every failed attempt's job (which ends service
+  jobs it left running for a retry to reuse).
 
 Thread-safe: fragments submit from worker threads while backends complete jobs on theirs.
-``get_client()`` gives a running fragment its client, as Dask's ``get_client()`` does for a task.
 """
 from __future__ import annotations
 
@@ -211,7 +207,6 @@ class JobService:
         att.estimate = cost.amount
 
     def figures(self) -> dict:
-        """The run's spend, currency, budget and refused jobs (from its ledger)."""
         return self.ledger.figures()
 
     def _refuse(self, token: int, exc: BudgetExceeded) -> None:
@@ -305,9 +300,8 @@ class JobService:
 
     # -- timeouts ----------------------------------------------------------------------
     def _watch(self) -> None:
-        """Each attempt's entry comes due: an attempt not yet out of its service's queue is asked again a
-        tick later; one that is gets ``job_timeout`` from when it was first seen out; past that it is
-        cancelled and retried."""
+        """An attempt still in its service's queue is asked again a tick later (``job_timeout / 20``, within
+        0.05 s and 1 s); one out of it is cancelled and retried ``job_timeout`` after it was first seen out."""
         tick = min(max(self.job_timeout / 20, 0.05), 1.0)
         while True:
             due = []
@@ -395,8 +389,7 @@ class JobService:
 
     # -- the end -----------------------------------------------------------------------
     def close(self) -> None:
-        """Cancel every unfinished job, and every failed attempt's job (a cloud job ends the service jobs
-        it left running for a retry); pending futures fail."""
+        """Cancel every unfinished and every failed attempt's job; pending futures fail."""
         with self._lock:
             self._closed = True
             live, self._live = list(self._live.values()), {}
@@ -416,9 +409,8 @@ _DEFERRED_LOCK = threading.Lock()
 
 
 def _deferred() -> DaemonPool:
-    """One thread per process for job completions whose handling makes blocking Ray calls
-    (pricing the next job, charging the run's ledger): a Ray future's callback runs on the
-    thread that delivers Ray's replies, and a ``ray.get`` there would wait on itself."""
+    """One thread per process for job completions whose handling makes blocking Ray calls: a Ray future's
+    callback runs on the thread that delivers Ray's replies, and a ``ray.get`` there would wait on itself."""
     with _DEFERRED_LOCK:
         if not _DEFERRED:
             _DEFERRED.append(DaemonPool(1, "hqflow-job-done"))
@@ -472,9 +464,8 @@ class JobClient:
 
     @contextlib.contextmanager
     def work(self, label: str):
-        """Time a stretch of the fragment's own classical work, done while its jobs are in flight
-        (an actor group stepping its environments), as a span in lane ``LANE/label`` with the
-        fragment as parent: the trace then shows that work overlapping the jobs."""
+        """Time a stretch of the fragment's own work done while its jobs are in flight (an actor group
+        stepping its environments) as a span in lane ``LANE/label``, so the trace shows the overlap."""
         now = self._service.now
         start = now()
         outcome = OK

@@ -7,20 +7,14 @@
     opt = torch.optim.Adam(model.parameters(), lr=0.05)     # the circuit's weights are in there
 
 ``layer(x)`` maps inputs ``[B, n_inputs]`` (or ``[n_inputs]``) to the observables' values ``[B, n_obs]``
-(or ``[n_obs]``), differentiable in the inputs and the weights (``layer.weights``, an ``nn.Parameter``):
+(or ``[n_obs]``), differentiable in the inputs and ``layer.weights``. On a backend with a torch program
+(``gradient="autograd"``, such as ``compiled``) the program runs in the autograd graph; on any other, the
+forward pass is one job and the backward pass one batched parameter-shift job (a ``torch.compile`` graph
+break). ``backend`` is a registry name, a backend object, ``(name, options)``, or the name of a pool of
+the running fragment's job client (``job_backends``), whose jobs go through the scheduler.
 
-* on a backend with a torch program (``gradient="autograd"``, such as ``compiled``), the program runs in
-  the autograd graph, and ``torch.compile`` sees through it (derived inputs break the graph where their
-  rows are checked);
-* on any other backend, the forward pass is one job and the backward pass one batched parameter-shift
-  job for what needs a gradient; ``torch.compile`` runs it with a graph break.
-
-``backend`` is a registry name, a backend object, ``(name, options)``, or the name of a pool of the
-running fragment's job client (``job_backends``), whose jobs go through the scheduler (pools, retries,
-budget, spans).
-
-``TorchLearner`` lets a ``learn`` fragment keep a torch model and its optimizer alive between steps
-while the loop edge carries a plain-data snapshot of both, so checkpoints and resumes are exact.
+``TorchLearner`` keeps a ``learn`` fragment's model and optimizer alive between steps while the loop edge
+carries a plain-data snapshot of both; ``ReducedGradients`` reduces gradients across replicas.
 """
 from __future__ import annotations
 
@@ -184,7 +178,8 @@ class _ShiftRule(torch.autograd.Function):
 
 
 class TorchLearner:
-    """A model and its optimizer for a ``learn`` fragment, carried on a loop edge as plain state.
+    """A model and its optimizer for a ``learn`` fragment, carried on a loop edge as plain state, so
+    checkpoints and resumes are exact.
 
         learner = TorchLearner(build)          # build() -> (model, optimizer); module level
 
