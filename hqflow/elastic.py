@@ -132,7 +132,6 @@ class RunHandle:
         self._on_change = on_change
         self.plans: list = []
         """the plans in force, the first first (``hqflow.planner.start`` re-plans on every change)"""
-        self.initial_members = self.members()
         self._thread = threads.start(self._main, "hqflow-run", (stream, initial_state, progress))
 
     def _main(self, stream, initial_state, progress) -> None:

@@ -2,19 +2,15 @@
 
 A :class:`Lane` is one of:
 
-* a classical resource, ``Lane("cpu")`` (text ``cpu``), and one of its worker slots,
-  ``Lane("cpu", slot=0)`` (``cpu/0``);
-* a stretch of work inside a call in that slot (``JobClient.work``):
-  ``Lane("cpu", slot=0, label="envs1")`` (``cpu/0/envs1``);
-* a quantum pool, the resource of its jobs: ``Lane("qpu", "q")`` (``qpu:q``);
-* a member of a pool, named after its backend, with its index where the pool has several:
-  ``Lane("qpu", "emulated-qpu", member=1)`` (``qpu:emulated-qpu#1``), and one of its device slots,
-  ``Lane("qpu", "emulated-qpu", member=1, slot=0)`` (``qpu:emulated-qpu#1/0``).
+* a classical resource, ``Lane("cpu")`` (text ``cpu``); one of its worker slots, ``Lane("cpu", slot=0)``
+  (``cpu/0``); a stretch of work inside a call there (``JobClient.work``), ``Lane("cpu", slot=0, label="envs1")``
+  (``cpu/0/envs1``);
+* a quantum pool, the resource of its jobs: ``Lane("qpu", "q")`` (``qpu:q``); a member, named after its backend,
+  with its index where the pool has several: ``Lane("qpu", "emulated-qpu", member=1)`` (``qpu:emulated-qpu#1``);
+  one of a member's device slots, ``Lane("qpu", "emulated-qpu", member=1, slot=0)`` (``qpu:emulated-qpu#1/0``).
 
-``str(lane)`` is that text, as earlier versions wrote it, and a lane equals its text (a script's
-``span.lane == "cpu/0"`` keeps working). Code reads the fields, never the text; files store a lane as
-an object (``to_dict``). :meth:`Lane.parse` reads the text of older files, and :func:`member` turns a
-member's name as a user types it (``"emulated-qpu#1"``) into a lane.
+``str(lane)`` is that text, and a lane equals its text (``span.lane == "cpu/0"`` keeps working). Code reads
+the fields, never the text; files store a lane as an object (``to_dict``).
 """
 from __future__ import annotations
 

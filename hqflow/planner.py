@@ -251,7 +251,6 @@ def run(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping | N
     return scheduler_run(graph, stream, backends=backends, config=config, **options)  # options override the plan's
 
 
-
 def start(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping | None = None, **options) -> RunHandle:
     """``hqflow.start``: the scheduler's ``start``, after applying ``plan`` if one is given. With a plan, every
     ``add_backend`` and ``remove_backend`` re-plans (:func:`replan`) for the pool now and the steps left and
@@ -264,17 +263,15 @@ def start(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping |
     names: dict[Lane, Lane] = {}  # a member's lane in the run -> its lane in the plan's profile
 
     def changed(handle: RunHandle) -> None:
-        lanes = handle.members()
-        if not names:  # the first change: the members the plan chose, in its order
-            for pool, chosen in plan.members:
-                names.update(zip(handle.initial_members.get(pool, []), chosen))
-        members = {pool: [names.get(lane, lane) for lane in now] for pool, now in lanes.items()}
+        members = {pool: [names.get(lane, lane) for lane in now] for pool, now in handle.members().items()}
         new = replan(handle.plans[-1], planned, max(1, plan.steps - handle.steps_done()), members)
         handle.tune(prefetch=new.config.prefetch, rows_per_job=new.config.rows_per_job)
         handle.plans.append(new)
 
     handle = scheduler_start(planned, stream, backends=backends, config=config, on_change=changed, **options)
     handle.plans.append(plan)
+    first = handle.members()  # before any change: the members the plan chose, in its order
+    names.update((lane, was) for pool, chosen in plan.members for lane, was in zip(first.get(pool, []), chosen))
     return handle
 
 

@@ -1,12 +1,10 @@
 """The overlap scheduler's loop: keep classical and quantum resources busy at once.
 
 The stream is cut into steps; instance ``(f, i)`` is ready when its inputs for step ``i`` exist. The loop admits
-steps, dispatches the ready instances (classical calls to the executor's worker slots, circuit calls to the job
-service's backend pools) and takes their completions, so while a backend runs step ``i`` the CPU prepares
-``i + 1`` and the learner consumes ``i - 1``. Components do the rest: the window and the values the steps read
-(``window.py``), checkpoints (``checkpoint.py``), pool changes mid-run (``elastic.py``) and ``result.extra``
-(``runstats.py``). Time and events come only through a clock (``clock.py``), so the cost model runs this same
-loop on a simulated clock.
+steps, dispatches ready instances (classical calls to worker slots, circuit calls to the job service's pools) and
+takes their completions, so while a backend runs step ``i`` the CPU prepares ``i + 1`` and the learner consumes
+``i - 1``. Its components: ``window.py``, ``checkpoint.py``, ``elastic.py`` and ``runstats.py``; time and events
+come only through a clock (``clock.py``), so the cost model runs this same loop on a simulated clock.
 """
 from __future__ import annotations
 
@@ -42,7 +40,7 @@ class Scheduler:
     def __init__(self, graph: Graph, backends: Mapping[str, Any] | None = None, config: SchedulerConfig = SchedulerConfig(),
                  *, executor=None, clock=REAL):
         """``executor`` and ``clock``: where the work runs and whose time it takes (default: the config's
-        executor on the machine's clock; ``hqflow.costmodel`` gives a simulated executor and clock)."""
+        executor, the machine's clock; ``hqflow.costmodel`` gives simulated ones)."""
         self.config, self.clock = config, clock
         self.executor = executor if executor is not None else make_executor(
             config.executor, config.cpu_workers, config.gpu_workers, config.ray_num_cpus, config.ray_address,

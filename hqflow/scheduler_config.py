@@ -1,9 +1,5 @@
-"""How a graph is run: ``SchedulerConfig``, one flat frozen set of knobs, checked at construction.
-
-Users, plans and saved configs name its fields flat (``hq.SchedulerConfig(cpu_workers=2, window=4)``,
-``hq.run(..., prefetch=0)``); the loop (``hqflow.scheduler``) and its components read the fields of their
-group below.
-"""
+"""How a graph is run: ``SchedulerConfig``, one flat frozen set of knobs, checked at construction, that users,
+plans and saved configs name flat (``hq.run(..., prefetch=0)``); each component reads its group of fields."""
 from __future__ import annotations
 
 import dataclasses
