@@ -197,11 +197,10 @@ def rows_of(graph: Graph, profile: Profile) -> dict[str, int]:
 
 def calibration(run, steps: int, graph: Graph, config: SchedulerConfig = SchedulerConfig()) -> Profile:
     """A profile from calibration runs: ``run(steps, rows_per_job)`` runs the workload (``graph`` under
-    ``config``) and returns its spans. The first, ``run(steps, None)``, gives the fragments' times, the rows
-    per step and the scheduler's overhead (``costmodel.calibrate``). Where all its jobs had the same rows
-    ``n > 1``, per-job and per-row time look alike, so ``run(max(2, steps // 2), ceil(n / 2))`` runs too and
-    its jobs join the backends' fit; on a pool of several members its halves run side by side, and give
-    the CPUs the run's own work gets at once (``costmodel.calibrate_cores``)."""
+    ``config``) and returns its spans. ``run(steps, None)`` gives the fragments' times, the rows per step and
+    the scheduler's overhead. Where all its jobs had the same rows ``n > 1`` (per-job and per-row time look
+    alike), ``run(max(2, steps // 2), ceil(n / 2))`` joins the backends' fit, and on a pool of several members,
+    where its halves run side by side, gives the CPUs the run's own work gets (``costmodel.calibrate_cores``)."""
     first = list(run(steps, None))
     jobs = [s for s in first if s.resource.quantum and s.outcome.ok and s.rows]
     sizes = {s.rows for s in jobs}

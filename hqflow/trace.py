@@ -226,12 +226,8 @@ def outcome_counts(spans: list[Span]) -> dict[str, int]:
 
 
 def summary(spans: list[Span]) -> dict:
-    """The figures of a run's spans as one JSON-friendly dict.
-
-    ``resources`` and ``lanes`` map each one's text (``str(lane)``) to its span count, busy and idle
-    seconds and utilization; ``outcomes`` counts spans by outcome kind (retried attempts show up as
-    ``error``/``timeout`` spans).
-    """
+    """The figures of a run's spans as one JSON-friendly dict: ``resources`` and ``lanes`` map each one's text
+    to its span count, busy and idle seconds and utilization; ``outcomes`` counts spans by outcome kind."""
     total = makespan(spans)
 
     def figures(key) -> dict:
@@ -263,10 +259,8 @@ def service_jobs(spans: list[Span]) -> int:
 
 
 def format_table(spans: list[Span]) -> str:
-    """A utilization table: one line per resource, its lanes indented below it.
-
-    Times are in seconds, or in milliseconds when the whole run took under a second.
-    """
+    """A utilization table: one line per resource, its lanes indented below it; times in seconds, or in
+    milliseconds when the whole run took under a second."""
     if not spans:
         return "no spans"
     s = summary(spans)
