@@ -4,9 +4,8 @@
     hqflow plan runs/clf                              # a run directory of hqflow run --run-dir: its spans
     hqflow run classifier ... --plan auto --profile prof.json   # plan, run, and fold the run into prof.json
 
-The profile comes from a run directory's ``spans.json``, else ``--profile FILE``, else a calibration
-run of ``--calibrate`` steps on every backend of the pool. With ``--profile FILE`` the calibration (and
-``hqflow run``'s own spans) are merged into FILE, so every run updates the profile the next plan uses.
+The profile comes from a run directory's ``spans.json``, else ``--profile FILE``, else a calibration run
+of ``--calibrate`` steps on every backend of the pool; calibrations and runs are merged into FILE.
 """
 from __future__ import annotations
 
@@ -157,12 +156,10 @@ def cmd_plan(args) -> int:
 
 def plan_training(algo: str, cfg, backends, *, profile_path: str | None = None, max_staleness: int | None = None,
                   calibrate_updates: int = 3):
-    """How ``hqflow train --plan auto`` runs: ``(plan, distribution, scheduler options, backends)``.
-
-    The profile is ``profile_path``'s where it exists, else a calibration's: ``calibrate_updates`` updates
-    of the default distribution on every backend, in no run directory. The planner searches the actors'
-    staleness up to ``max_staleness`` (default: the default distribution's), the actor slots, prefetch,
-    rows per job and the pool's members."""
+    """How ``hqflow train --plan auto`` runs: ``(plan, distribution, scheduler options, backends)``, planned
+    from ``profile_path``'s profile, else from ``calibrate_updates`` updates of the default distribution.
+    The planner searches staleness up to ``max_staleness`` (default: the default distribution's), the actor
+    slots, prefetch, rows per job and the pool's members."""
     import hqflow as hq
     from hqflow.distribution import get_distribution
     from hqflow.planner import apply, calibration, with_staleness

@@ -90,8 +90,8 @@ def _file_pool(watcher, name: str | None) -> tuple[str, list]:
 
 
 def _job_pool(runner, name: str, pool: list, what: str) -> None:
-    """A pool that runs in process is called directly by the policy, by the run's own backend name:
-    refuse one that would stand in for another, or that a resources file would change."""
+    """Refuse an in-process pool (the policy calls it directly) that stands in for another backend or
+    that a resources file would change."""
     in_process, _ = runner.backend_facts(name, {name: pool})
     if in_process and (what == "--resources" or pool[0] != (name, {})):
         raise UsageError(f"{what}: {pool[0][0]!r} alone runs in process, where no pool can change or stand in "
@@ -108,8 +108,8 @@ def _in_process(policy, watcher) -> None:
 
 
 def _resumed(args, meta: dict, cfg, runner, watcher):
-    """The distribution and pool the resumed part runs with (None: the run's latest), and the line that
-    says when they cannot keep the result an undisturbed run would reach (or None)."""
+    """The distribution and pool the resumed part runs with (None: the run's latest), and a warning line
+    when they cannot keep an undisturbed run's result (or None)."""
     from hqflow.distribution import get_distribution
 
     saved = get_distribution(meta.get("distribution", "sync"), **meta.get("distribution_options", {}))

@@ -200,8 +200,8 @@ _REMOTE_POOLS: dict[tuple, Pool] = {}
 
 
 def _remote_client(spec: dict, t0: float, record) -> JobClient:
-    """A job client inside a Ray worker, over pools of the driver's backend actors: its jobs go straight to
-    the devices, with retries, failover, timeouts and spans, and no round trip through the driver."""
+    """A job client inside a Ray worker, over pools of the driver's backend actors: its jobs go straight
+    to the devices, with no round trip through the driver."""
     pools = {}
     for name, members in spec["pools"].items():
         key = (spec["run"], name)
@@ -228,10 +228,9 @@ class _Worker:
 
     def call(self, fragment: Fragment, args: dict, client_spec: dict | None = None, fn=None,
              replica: Replica | None = None, kept: tuple = (), taken: tuple = (), *payloads):
-        """Run ``fragment``; ``taken[i] = (arg, port)``: the argument ``arg`` is ``payloads[i][port]``, a
-        value another call kept. Returns two objects: what the driver reads (the outputs but the
-        ``kept`` ports, the spans, the node, bytes moved) and the kept outputs, which stay in Ray's
-        object store until a later call takes them (``RemoteValue``)."""
+        """Run ``fragment``; ``taken[i] = (arg, port)``: argument ``arg`` is ``payloads[i][port]``, a value
+        another call kept. Returns what the driver reads (the outputs but the ``kept`` ports, the spans, the
+        node, bytes moved) and the kept outputs, which stay in Ray's object store (``RemoteValue``)."""
         t0, spans = time.perf_counter(), []
         args = dict(args, **{arg: payload[port] for (arg, port), payload in zip(taken, payloads)})
         client = None if client_spec is None else _remote_client(client_spec, t0, spans.append)

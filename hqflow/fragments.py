@@ -4,9 +4,7 @@
   outputs as a dict, a tuple in port order, or a single value when it has one output;
 * a micro-batch's shot seed depends only on (run seed, step, fragment index), so every executor draws
   the same samples;
-* numeric JSON ``init`` lists reach array ports as numpy arrays;
-* a classical fragment that declares ``job_backends`` runs with a job client (``hqflow.get_client()``)
-  whose jobs go through the run's pools (``hqflow.jobs``).
+* numeric JSON ``init`` lists reach array ports as numpy arrays.
 """
 from __future__ import annotations
 
@@ -21,7 +19,7 @@ from hqflow.ir.graph import Fragment, resolve_fn
 from hqflow.ir.text import one_line
 
 from .gradients import param_shift
-from .jobs import JobClient, bind_client, unbind_client
+from .jobs import JobClient, bound_client
 from .ports import PortValues
 from .trace import Span
 
@@ -89,13 +87,11 @@ def call_fragment(f: Fragment, args: Mapping[str, Any], client: JobClient | None
     its outputs against its ports. ``fn``: the function itself, where it came by value (a
     ``__main__`` function in a Ray worker); otherwise it is resolved from ``f.fn``."""
     fn = fn if fn is not None else resolve_fn(f.fn)
-    token = bind_client(client)
-    try:
-        result = fn(**args, **f.kwargs)
-    except Exception as exc:
-        raise FragmentError(f"fragment {f.name!r} ({f.fn}) raised {type(exc).__name__}: {exc}") from exc
-    finally:
-        unbind_client(token)
+    with bound_client(client):
+        try:
+            result = fn(**args, **f.kwargs)
+        except Exception as exc:
+            raise FragmentError(f"fragment {f.name!r} ({f.fn}) raised {type(exc).__name__}: {exc}") from exc
     return _check_outputs(f, result)
 
 

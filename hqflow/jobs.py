@@ -520,10 +520,11 @@ def pool_backend(name):
     return None
 
 
-def bind_client(client: JobClient | None):
-    """Make ``client`` the current one; returns the token for :func:`unbind_client`."""
-    return _CLIENT.set(client)
-
-
-def unbind_client(token) -> None:
-    _CLIENT.reset(token)
+@contextlib.contextmanager
+def bound_client(client: JobClient | None):
+    """Run the body with ``client`` as the current one (what ``get_client()`` returns)."""
+    token = _CLIENT.set(client)
+    try:
+        yield
+    finally:
+        _CLIENT.reset(token)

@@ -47,13 +47,9 @@ from hqflow.ir.graph import (
 )
 
 def _ports(spec: Any) -> tuple[Port, ...]:
-    if spec is None:
-        return ()
-    if isinstance(spec, str):
-        return (Port(spec),)
-    if isinstance(spec, Mapping):
-        return tuple(Port(k, v) for k, v in spec.items())
-    return tuple(Port(s) for s in spec)
+    """Ports from None, a name, names, or a mapping of names to types."""
+    spec = [spec] if isinstance(spec, str) else spec or ()
+    return tuple(Port(k, v) for k, v in spec.items()) if isinstance(spec, Mapping) else tuple(map(Port, spec))
 
 
 def _split(ref: str) -> tuple[str | None, str]:

@@ -9,10 +9,9 @@ BACKEND_PLACEMENTS = ("default", "with-actors")
 
 @dataclass(frozen=True)
 class Placement:
-    """Ray placement of a run's actors. ``pack`` reserves the cpu worker actors all at once, on as few nodes
-    as fit, so co-located fragments stay together and a run never starts with half its actors.
-    ``with-actors`` pins each backend actor (the QPU client that submits and waits on jobs) to a node, so
-    that the actors' jobs do not cross nodes (Ray's soft affinity moved it while that node started workers)."""
+    """Ray placement of a run's actors. ``pack`` reserves the cpu worker actors all at once, so a run never
+    starts with half its actors; ``with-actors`` pins each backend actor to a worker's node (hard affinity:
+    Ray's soft one moved it while that node started workers), so jobs do not cross nodes."""
 
     actors: str = "spread"
     """``spread`` (Ray's ``SPREAD``): the cpu worker actors on as many nodes as possible; ``pack``: together,

@@ -21,12 +21,9 @@ class Progress:
         self.bar = tqdm(total=self.total, desc=label, file=self.stream, dynamic_ncols=True) if live else None
 
     def __call__(self, done: int, metrics: dict | None = None) -> None:
-        """The executors' callback: ``progress(steps_done, outputs_of_the_last_step)``.
-
-        ``done`` of ``total`` (a run that does more raises the total). Scalar outputs (numbers) are
-        shown; arrays and other values are not. ``seconds`` is the work's own clock, the bar's elapsed
-        time (a resumed run's seconds go on from its checkpoint's).
-        """
+        """The executors' callback: ``progress(steps_done, outputs_of_the_last_step)``, showing the numeric
+        outputs. ``done`` past ``total`` raises the total; ``seconds`` sets the elapsed time (a resumed
+        run's go on from its checkpoint's)."""
         metrics = {k: v for k, v in (metrics or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         elapsed = metrics.pop("seconds", None)
         shown = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())

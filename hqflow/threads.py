@@ -1,9 +1,8 @@
 """A pool of daemon worker threads: ``concurrent.futures.ThreadPoolExecutor`` without its exit join.
 
 Python joins a ``ThreadPoolExecutor``'s threads at exit, so a fragment still running when Ctrl-C ends a run
-would hold the exit until it returns (an 8 s learner step: 8 s). The interpreter's exit shuts every pool down
-and joins its threads for a bounded time instead (``hqflow.backends.threads``: a daemon thread killed inside
-torch aborts the process); after Ctrl-C that wait is one second.
+would hold the exit until it returns. Here the exit shuts every pool down and joins its threads for a
+bounded time (``hqflow.backends.threads``: a daemon thread killed inside torch aborts the process).
 """
 from __future__ import annotations
 

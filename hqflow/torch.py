@@ -231,14 +231,11 @@ class TorchLearner:
 
 
 class ReducedGradients:
-    """Inside a replicated ``learn`` fragment (``hqflow.collective``): at the end of every backward
-    pass, the gradients of ``module`` are combined across the replicas, before clipping and the
-    optimizer's step, so every replica applies the same update (as ``DistributedDataParallel``).
-
-    ``sharded``: parameters whose gradient each replica computed for its share of the rows only
-    (summed in rank order, compressed as the replica's ``Compression`` says, with error feedback);
-    every other parameter's gradient is the same on every replica and rank 0's is taken. A parameter
-    with no gradient on any replica keeps none.
+    """Inside a replicated ``learn`` fragment (``hqflow.collective``): at the end of every backward pass,
+    ``module``'s gradients are combined across the replicas, so every replica applies the same update
+    (as ``DistributedDataParallel``). ``sharded``: parameters whose gradient each replica computed for its
+    share of the rows (summed in rank order, compressed as the replica's ``Compression`` says); for every
+    other parameter rank 0's gradient is taken.
 
         with ReducedGradients(policy, sharded=[...]):
             loss.backward()          # gradients reduced here
