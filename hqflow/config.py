@@ -43,6 +43,14 @@ def check_fields(cfg: Any, bounds: dict[str, tuple] | None = None) -> None:
             object.__setattr__(cfg, f.name, value)
 
 
+def check_ints(cfg: Any, **lows: int) -> None:
+    """``ValueError`` unless each named field of ``cfg`` is an integer (not a bool) at least its given low."""
+    for name, low in lows.items():
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
 def as_type(cfg: Any, name: str, kind: type) -> None:
     """Field ``name`` of the frozen ``cfg`` as a ``kind``: a dict (from a run directory's JSON) is made one,
     anything else that is not one is refused."""

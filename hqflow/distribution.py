@@ -16,20 +16,12 @@ import dataclasses
 from dataclasses import dataclass
 
 from hqflow.collective import Compression
-from hqflow.config import as_type
+from hqflow.config import as_type, check_ints
 from hqflow.executors import ExecutorKind
 from hqflow.placement import Placement
 from hqflow.scheduler_config import SchedulerConfig
 
 __all__ = ["DISTRIBUTIONS", "MultiLearner", "Pipelined", "RayActors", "Sync", "get_distribution"]
-
-
-def _check_ints(policy, **lows: int) -> None:
-    """Each named field of ``policy`` is an integer at least as large as its given low."""
-    for name, low in lows.items():
-        value = getattr(policy, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -54,7 +46,7 @@ class Pipelined:
     name = "pipelined"
 
     def __post_init__(self):
-        _check_ints(self, staleness=0, actors=1)
+        check_ints(self, staleness=0, actors=1)
 
     def scheduler_config(self, seed: int | None = 0) -> SchedulerConfig:
         return SchedulerConfig(executor=ExecutorKind.LOCAL, cpu_workers=self.actors, gpu_workers=1, seed=seed)
@@ -73,7 +65,7 @@ class RayActors:
     name = "ray-actors"
 
     def __post_init__(self):
-        _check_ints(self, staleness=0, actors=1)
+        check_ints(self, staleness=0, actors=1)
         as_type(self, "placement", Placement)
 
     def scheduler_config(self, seed: int | None = 0) -> SchedulerConfig:
@@ -102,7 +94,7 @@ class MultiLearner:
     name = "multi-learner"
 
     def __post_init__(self):
-        _check_ints(self, learners=1, staleness=0, actors=1)
+        check_ints(self, learners=1, staleness=0, actors=1)
         if self.executor not in (ExecutorKind.RAY, ExecutorKind.LOCAL):  # also a name, from a run directory's JSON
             raise ValueError(f"executor must be 'ray' or 'local', got {self.executor!r}")
         object.__setattr__(self, "executor", ExecutorKind(self.executor))

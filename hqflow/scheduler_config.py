@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from .collective import Compression
-from .config import as_type
+from .config import as_type, check_ints
 from .executors import ExecutorKind
 from .placement import Placement
 
@@ -98,9 +98,7 @@ class SchedulerConfig:
             raise ValueError(f"ray_address must be a non-empty string or None, got {self.ray_address!r}")
         if self.ray_address is not None and self.ray_num_cpus is not None:
             raise ValueError("ray_num_cpus sizes a Ray that hqflow starts; a cluster at ray_address has its own CPUs")
-        if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int) \
-                or self.checkpoint_every < 1:
-            raise ValueError(f"checkpoint_every must be an integer >= 1, got {self.checkpoint_every!r}")
+        check_ints(self, checkpoint_every=1)
         if self.resume and self.run_dir is None:
             raise ValueError("resume=True needs the run_dir of the run to continue")
         if self.budget is not None and (isinstance(self.budget, bool) or not isinstance(self.budget, (int, float))
