@@ -22,11 +22,15 @@ from .base import (
     BatchResult,
     Capabilities,
     CircuitBatch,
+    Cost,
     FutureJob,
     Job,
     JobCancelled,
     JobFailed,
     LocalBackend,
+    as_backend,
+    as_job,
+    is_backend,
 )
 
 # name -> "module:factory" (or the factory), called with the backend's options as keywords
@@ -38,6 +42,7 @@ _REGISTRY: dict[str, str | Callable[..., Backend]] = {
     "compiled": "hqflow.backends.compiled:CompiledBackend",
     "azure": "hqflow.backends.azure.backend:AzureBackend",  # azure:<target>; its targets are listed from the workspace
 }
+_BUILTIN = dict(_REGISTRY)
 # name -> the keyword that the part after "name:" sets (pennylane:default.qubit, azure:ionq.simulator);
 # a backend not named here takes no suffix
 _SUFFIX: dict[str, str] = {"aer": "method", "pennylane": "device_name", "emulated-qpu": "wrapped", "compiled": "device",
@@ -95,14 +100,33 @@ def get_backend(name: str, /, **options) -> Backend:
         inspect.signature(factory).bind(**options)
     except TypeError as exc:
         raise BackendError(f"backend {one_line(repr(name))}: bad options {sorted(options)}: {exc}") from None
-    return factory(**options)
+    return as_backend(factory(**options))
+
+
+def registration(name: str) -> tuple | None:
+    """``(prefix, factory, suffix keyword)`` of ``name`` where it is registered in this process beyond the
+    built-ins (what another process, a Ray actor's, must register to make it); None for a built-in or an
+    unknown name."""
+    prefix = name.partition(":")[0] if isinstance(name, str) else None
+    factory = _REGISTRY.get(prefix)
+    if factory is None or _BUILTIN.get(prefix) is factory:
+        return None
+    return prefix, factory, _SUFFIX.get(prefix)
+
+
+def _capabilities(name: str) -> Capabilities:
+    backend = get_backend(name)
+    try:
+        return backend.capabilities
+    finally:
+        backend.close()  # made only to ask
 
 
 def registry_capabilities(names) -> dict[str, Capabilities | None]:
     """For ``Graph.validate(backends=...)``: each registered name's ``Capabilities``, and None for a
     name that is not registered (a pool name, which ``hq.run(..., backends={name: [...]})`` binds
     when the graph runs). A registered name whose backend cannot be made is a ``BackendError``."""
-    return {name: get_backend(name).capabilities if is_registered(name) else None
+    return {name: _capabilities(name) if is_registered(name) else None
             for name in names if isinstance(name, str) and name}
 
 
@@ -126,12 +150,17 @@ __all__ = [
     "BatchResult",
     "Capabilities",
     "CircuitBatch",
+    "Cost",
     "FutureJob",
     "Job",
     "JobCancelled",
     "JobFailed",
     "LocalBackend",
+    "as_backend",
+    "as_job",
     "backend_names",
     "get_backend",
+    "is_backend",
     "register_backend",
+    "registration",
 ]

@@ -8,10 +8,13 @@ from the start, because cloud QPUs answer in seconds to minutes:
     job.started()                    # out of the service's queue (running or finished)?
     result = job.result(timeout=30)  # block; raises TimeoutError / JobFailed
     job.cancel()                     # best effort
+    job.add_done_callback(fn)        # fn(job) once it ends
 
-Errors are ``BackendError``s. Most are worth another try (the runtime retries a
-failed job); a ``BackendAccessError`` (refused credentials, an unreachable
-service) is not: its ``retryable`` is False, and the runtime ends the run at once.
+``Backend`` and ``Job`` below are the whole contract: what a backend must write, and the defaults of
+everything else the runtime asks (``max_in_flight``, ``estimate_cost``, ``program``, ``close``). Errors are
+``BackendError``s. Most are worth another try (the runtime retries a failed job); a
+``BackendAccessError`` (refused credentials, an unreachable service) is not: its ``retryable`` is False,
+and the runtime ends the run at once.
 
 Most local backends only implement ``run(batch) -> BatchResult`` synchronously
 and inherit ``submit`` from ``LocalBackend``, which runs jobs on a small private
@@ -20,10 +23,12 @@ thread pool.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 from hqflow.ir.circuit import MAX_SHOTS, CircuitTemplate, DerivedInputError
@@ -250,30 +255,206 @@ class BatchResult:
         return BatchResult(cat("values"), cat("stderr"), cat("probs"), counts, meta)
 
 
-@runtime_checkable
-class Job(Protocol):
-    """A submitted batch. ``started()`` says whether it has left its service's queue: the runtime's
-    ``job_timeout`` counts from then, so a job that waits in a long queue is waited for, not timed out.
-    A cloud job's ``cancel()`` also ends what it still has running on its service, even after the job
-    failed (the runtime calls it when a run ends). ``FutureJob`` has the defaults (a job that cannot
-    see a queue has started when submitted)."""
+@dataclass(frozen=True)
+class Cost:
+    """An estimate: ``amount`` in ``currency`` for ``jobs`` service jobs of ``shots`` shots each."""
 
-    def done(self) -> bool: ...
-    def started(self) -> bool: ...
-    def result(self, timeout: float | None = None) -> BatchResult: ...
-    def cancel(self) -> bool: ...
+    amount: float
+    currency: str
+    jobs: int = 0
+    shots: int = 0
+    counts: dict = field(default_factory=dict)  # gates and measurements over all jobs: {"1q", "2q", "measurements"}
+
+    def __str__(self) -> str:
+        what = ", ".join(f"{k}={v}" for k, v in self.counts.items())
+        return f"{self.amount:.4f} {self.currency} for {self.jobs} jobs x {self.shots} shots ({what})"
+
+    def __add__(self, other: Cost) -> Cost:
+        if self.currency != other.currency:
+            raise BackendError(f"cannot add costs in {self.currency} and {other.currency}")
+        counts = {k: self.counts.get(k, 0) + other.counts.get(k, 0) for k in {**self.counts, **other.counts}}
+        return Cost(self.amount + other.amount, self.currency, self.jobs + other.jobs, max(self.shots, other.shots),
+                    counts)
 
 
-@runtime_checkable
-class Backend(Protocol):
-    name: str
+class Job:
+    """A submitted batch. Write ``done()``, ``result(timeout=None) -> BatchResult`` (raises ``TimeoutError``,
+    ``JobCancelled``, or a ``BackendError``/``JobFailed``) and ``cancel() -> bool`` (best effort; a cloud job
+    also ends what it still has running on its service, even after the job failed: the runtime calls it when
+    a run ends). ``FutureJob`` has them for a ``concurrent.futures.Future``. Defaults, to override where the
+    job knows better:
+
+    * ``started()``: whether the job has left its service's queue. The runtime's ``job_timeout`` counts from
+      then, so a job that waits in a long queue is waited for, not timed out. True here: a job that cannot
+      see a queue has started when submitted;
+    * ``add_done_callback(fn)``: call ``fn(job)`` once it finishes, fails or is cancelled (at once if it has);
+      here a daemon thread waits on ``result()``, one per call: override it where the job has its own hook."""
+
+    def done(self) -> bool:
+        raise NotImplementedError
+
+    def result(self, timeout: float | None = None) -> BatchResult:
+        raise NotImplementedError
+
+    def cancel(self) -> bool:
+        raise NotImplementedError
+
+    def started(self) -> bool:
+        return True
+
+    def add_done_callback(self, fn) -> None:
+        def wait():
+            with contextlib.suppress(Exception):
+                self.result()
+            fn(self)
+
+        threading.Thread(target=wait, daemon=True, name="hqflow-job-waiter").start()
+
+
+class Backend:
+    """A quantum backend: everything hqflow asks of one. Subclass it and write three things::
+
+        class Mine(Backend):
+            name = "mine"
+            capabilities = Capabilities("mine", max_qubits=8)  # or a property
+            def submit(self, batch: CircuitBatch) -> Job:       # return at once; FutureJob wraps a Future
+                return FutureJob(self._pool.submit(self._run, batch), self.name)
+
+    ``submit`` may be called from several threads at once; raise ``BackendError`` at once for a batch it
+    cannot run. A job's result is a ``BatchResult``; the runtime reads its metadata ``cost`` (the actual
+    spend), ``service_jobs``, ``queue_seconds``, ``device_seconds`` and ``compute_seconds`` where given.
+    ``batch.key`` and ``batch.attempt`` identify a job, for idempotent resubmission. Errors: ``BackendError``
+    (retried), ``BackendAccessError`` (ends the run), ``JobFailed(metadata=...)``.
+
+    Defaults here, to override where the backend has them:
+
+    * ``max_in_flight``: jobs it runs at once (device slots); None: the run's ``SchedulerConfig.max_in_flight``;
+    * ``estimate_cost(batch) -> Cost``: the price of a job before it runs, for ``budget=``. Defining it makes
+      the backend ``priced``; raise ``BackendError`` for a batch it cannot price (under a budget that job is
+      refused). An unpriced backend is free: no budget refuses it;
+    * ``program(template, dtype=None)``: only with ``capabilities.gradient == "autograd"``: a torch function
+      ``(inputs, weights) -> values`` that autograd differentiates in process (``QuantumLayer`` and the RL
+      policies call it instead of submitting jobs);
+    * ``close()``: ends what a run opened (threads, sessions); the backend stays usable.
+
+    By name (``hqflow train --backend mine``, ``--pool``, resources files, Ray):
+    ``register_backend("mine", Mine)``; options (``--backend-opt K=V``, ``("mine", {...})``) arrive as
+    keywords, and a ``max_in_flight`` option also sizes its Ray actor. An object that does not subclass
+    ``Backend`` but has ``name``, ``capabilities`` and ``submit`` works too: hqflow wraps it once
+    (``as_backend``) and uses whichever of the members above it has."""
+
+    name: str  # set it: a class attribute, an instance attribute or a property
+    capabilities: Capabilities  # likewise
+    max_in_flight: int | None = None
+    """jobs it runs at once (device slots); None: the run's ``SchedulerConfig.max_in_flight``"""
+    priced: bool = False
+    """whether ``estimate_cost`` prices its jobs; a subclass that defines ``estimate_cost`` is priced unless
+    it sets ``priced`` itself"""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "estimate_cost" in cls.__dict__ and "priced" not in cls.__dict__:
+            cls.priced = True
+
+    def submit(self, batch: CircuitBatch) -> Job:
+        raise NotImplementedError
+
+    def estimate_cost(self, batch: CircuitBatch) -> Cost:
+        raise BackendError(f"backend {self.name!r} does not price its jobs")
+
+    def program(self, template: CircuitTemplate, dtype=None):
+        raise BackendError(f"backend {self.name!r} has no torch program (capabilities.gradient is "
+                           f"{self.capabilities.gradient!r}, not 'autograd')")
+
+    def close(self) -> None:
+        """End what the backend opened for a run (threads, sessions). It stays usable afterwards."""
+
+
+def is_backend(obj) -> bool:
+    """Whether ``obj`` is a backend object (as opposed to a spec: a name or ``(name, options)``)."""
+    return isinstance(obj, Backend) or hasattr(obj, "submit")
+
+
+def as_backend(obj) -> Backend:
+    """``obj`` itself where it subclasses ``Backend``; otherwise ``obj`` with ``Backend``'s defaults for the
+    members it lacks (the one place that asks an object what it has)."""
+    return obj if isinstance(obj, Backend) else _Adapted(obj)
+
+
+def as_job(job) -> Job:
+    """``job`` itself where it subclasses ``Job``; otherwise ``job`` with ``Job``'s defaults."""
+    return job if isinstance(job, Job) else _AdaptedJob(job)
+
+
+class _Adapted(Backend):
+    """A backend object that does not subclass ``Backend``, with ``Backend``'s defaults for what it lacks."""
+
+    priced = False  # per instance, below
+
+    def __init__(self, inner):
+        for need in ("name", "capabilities", "submit"):
+            if not hasattr(inner, need):
+                raise TypeError(f"{type(inner).__name__} is not a backend: it has no {need!r} "
+                                "(see hqflow.backends.Backend)")
+        self.inner, self.name = inner, inner.name
+        self.max_in_flight = getattr(inner, "max_in_flight", None)
+        self.priced = callable(getattr(inner, "estimate_cost", None))
+        self._program, self._close = getattr(inner, "program", None), getattr(inner, "close", None)
 
     @property
-    def capabilities(self) -> Capabilities: ...
-    def submit(self, batch: CircuitBatch) -> Job: ...
+    def capabilities(self) -> Capabilities:
+        caps = self.inner.capabilities
+        if caps.gradient == "autograd" and self._program is None:  # claims a program it does not have
+            return dataclasses.replace(caps, gradient=None)
+        return caps
+
+    def submit(self, batch: CircuitBatch) -> Job:
+        return as_job(self.inner.submit(batch))
+
+    def estimate_cost(self, batch: CircuitBatch) -> Cost:
+        return self.inner.estimate_cost(batch) if self.priced else super().estimate_cost(batch)
+
+    def program(self, template: CircuitTemplate, dtype=None):
+        if self._program is None:
+            return super().program(template, dtype)
+        return self._program(template, dtype=dtype)
+
+    def close(self) -> None:
+        if self._close is not None:
+            self._close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self.inner).__name__} {self.name!r}>"
 
 
-class FutureJob:
+class _AdaptedJob(Job):
+    """A job that does not subclass ``Job``, with ``Job``'s defaults for what it lacks."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def done(self) -> bool:
+        return self.inner.done()
+
+    def result(self, timeout: float | None = None) -> BatchResult:
+        return self.inner.result(timeout)
+
+    def cancel(self) -> bool:
+        return self.inner.cancel()
+
+    def started(self) -> bool:
+        started = getattr(self.inner, "started", None)
+        return True if started is None else started()
+
+    def add_done_callback(self, fn) -> None:
+        hook = getattr(self.inner, "add_done_callback", None)
+        if hook is None:
+            super().add_done_callback(fn)
+        else:
+            hook(lambda _job: fn(self))
+
+
+class FutureJob(Job):
     """A ``Job`` backed by a ``concurrent.futures.Future``."""
 
     def __init__(self, future: cf.Future, backend: str):
@@ -318,7 +499,7 @@ class FutureJob:
             raise JobFailed(f"job on {self.backend} failed: {type(exc).__name__}: {exc}") from exc
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     """Base for in-process backends: implement ``capabilities`` and ``run``.
 
     ``submit`` checks the batch against the capabilities, splits it when it is

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from .base import BackendError, Capabilities, CircuitBatch
+from .base import Backend, BackendError, Capabilities, CircuitBatch
 
 
 @dataclass
@@ -75,7 +75,7 @@ class Tally:
         return "\n".join(rows)
 
 
-class DryRunBackend:
+class DryRunBackend(Backend):
     """Prices each batch on ``target`` (made with ``options``), runs it on ``simulator``; submits nothing."""
 
     def __init__(self, target: str | None = None, tally: Tally | None = None, simulator: str = "compiled",
@@ -96,8 +96,7 @@ class DryRunBackend:
         return Capabilities(self.name, caps.max_qubits, None, exact=True, shots=True, gradient=None, device="cpu")
 
     def submit(self, batch: CircuitBatch):
-        estimate = getattr(self.inner, "estimate_cost", None)
-        cost = estimate(batch) if estimate is not None else None
+        cost = self.inner.estimate_cost(batch) if self.inner.priced else None
         self.tally.add(self.inner.name, batch, cost, batch.shots or self._shots)
         if batch.shots is None and not self.inner.capabilities.exact and self._shots:
             batch = CircuitBatch(batch.template, batch.inputs, batch.weights, self._shots, batch.seed)
@@ -105,4 +104,4 @@ class DryRunBackend:
 
     def close(self) -> None:
         for b in (self.inner, self._sim):
-            getattr(b, "close", lambda: None)()
+            b.close()

@@ -57,6 +57,7 @@ from .base import (
     BatchResult,
     Capabilities,
     CircuitBatch,
+    Job,
     JobCancelled,
     JobFailed,
 )
@@ -110,7 +111,7 @@ class FaultModel:
             object.__setattr__(self, name, jobs)
 
 
-class EmulatedJob:
+class EmulatedJob(Job):
     """One job: the ``Job`` protocol plus ``status()``, timestamps and done callbacks.
 
     ``submitted_at``, ``started_at`` (device slot taken) and ``finished_at`` are
@@ -198,7 +199,7 @@ class EmulatedJob:
         return f"<EmulatedJob {self.index} on {self.backend!r}: {self._state}>"
 
 
-class EmulatedQPU:
+class EmulatedQPU(Backend):
     """A simulator behind cloud-QPU latency and faults; see the module docstring.
 
     ``latency=LatencyModel(...)`` / ``faults=FaultModel(...)`` may replace the

@@ -189,7 +189,9 @@ def cmd_backends(args) -> int:
     azure = _options(args.azure_opt, "--azure-opt")
     for name in backend_names():
         try:
-            caps = get_backend(name).capabilities
+            backend = get_backend(name)
+            caps = backend.capabilities
+            backend.close()  # made only to ask
         except Exception as exc:  # a missing plugin or device shows as unavailable
             _unavailable(args, name, str(exc))
             continue

@@ -39,7 +39,7 @@ def check_backend(name: str) -> None:
     from hqflow.backends import BackendError, get_backend
 
     try:
-        get_backend(name)
+        get_backend(name).close()  # made only to check
     except BackendError as exc:
         raise UsageError(str(exc)) from None
 
@@ -89,5 +89,5 @@ def backend_pool(args, name: str | None = None, always: bool = False) -> list | 
         except (BackendError, TypeError, ValueError) as exc:
             what = f"--backend-opt for {name!r} (member {member})" if options else "--backend"
             raise UsageError(f"{what}: {exc}") from None
-        getattr(backend, "close", lambda: None)()
+        backend.close()
     return specs

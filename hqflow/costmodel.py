@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from hqflow.backends import BatchResult, Capabilities, CircuitBatch, FutureJob, JobFailed
+from hqflow.backends import Backend, BatchResult, Capabilities, CircuitBatch, FutureJob, JobFailed
 from hqflow.ir.circuit import CircuitTemplate
 from hqflow.ir.graph import CircuitCall, Graph
 
@@ -113,7 +113,7 @@ class _Host:
             then()
 
 
-class _SimBackend:
+class _SimBackend(Backend):
     """A pool member as its profile says, on the simulated clock: ``devices`` jobs at once, each after the queue,
     ending when both its device time and its computation here (``_Host``) are done. ``draw``: None folds a
     job's expected retries into its time; a ``random.Random`` fails attempts."""
@@ -127,10 +127,9 @@ class _SimBackend:
         self.free = self.max_in_flight
         self.ready: list = []  # jobs out of the queue, waiting for a device, in order
         self.busy = 0.0
-        if profile.price_per_job is not None:
-            self.estimate_cost = self._estimate
+        self.priced = profile.price_per_job is not None
 
-    def _estimate(self, batch: CircuitBatch) -> _Price:
+    def estimate_cost(self, batch: CircuitBatch) -> _Price:
         """A first attempt's expected spend, its retries included (a retry adds nothing more)."""
         if batch.attempt:
             return _Price(0.0)

@@ -43,6 +43,7 @@ class Member:
     jobs: int = 0  # jobs given to this member
     failures: int = 0  # of them failed
     removed: bool = False  # taken out of the pool mid-run (``JobService.remove_backend``): given no more jobs
+    node: str | None = None  # the Ray node its backend runs on (None: this process), for its jobs' spans
 
     def free_slot(self) -> int | None:
         return next((s for s in range(self.capacity) if s not in self.busy), None)

@@ -54,7 +54,7 @@ class Elastic:
         """The executor's handle of backend ``spec`` as member ``index`` of its pool (None: the only one)."""
         handle = self.executor.backend(spec, self.config.max_in_flight)
         devices = handle.max_in_flight
-        return Member(handle, Lane("qpu", handle.name, index), devices, devices + self.prefetch)
+        return Member(handle, Lane("qpu", handle.name, index), devices, devices + self.prefetch, node=handle.node)
 
     def attach(self, service, window, events) -> None:
         """The run's job service, its window (``hqflow.window``) and its event queue: changes go to them."""

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Any
 
-from hqflow.backends import Backend, FutureJob, get_backend
+from hqflow.backends import Backend, FutureJob, as_backend, get_backend, is_backend, register_backend, registration
 from hqflow.ir.graph import CircuitCall, Fragment, Graph, resolve_fn
 from hqflow.ir.text import one_line
 
@@ -79,9 +79,10 @@ def _spec(spec: Any) -> tuple[str, dict]:
 
 
 def make_backend(spec: Any) -> Backend:
-    """The backend a spec stands for: the instance itself, or one made from a name or (name, options)."""
-    if hasattr(spec, "submit"):
-        return spec
+    """The backend a spec stands for: the instance itself (``as_backend``: a ``Backend``), or one made from a
+    name or (name, options)."""
+    if is_backend(spec):
+        return as_backend(spec)
     name, options = _spec(spec)
     return get_backend(name, **options)
 
@@ -116,22 +117,23 @@ class Executor:
         return self._rendezvous
 
 
-class _LocalHandle:
+class _LocalHandle(Backend):
     """A backend in this process."""
+
+    node = None  # in this process
 
     def __init__(self, backend: Backend, default_in_flight: int, owned: bool = False):
         self.backend, self.owned = backend, owned  # owned: made here from a name, so closed with the run
         self.name = backend.name
         self.capabilities = backend.capabilities
-        self.max_in_flight = getattr(backend, "max_in_flight", None) or default_in_flight
-        self.estimate_cost = getattr(backend, "estimate_cost", None)  # priced backends (cloud QPUs)
+        self.max_in_flight = backend.max_in_flight or default_in_flight
+        self.priced, self.estimate_cost = backend.priced, backend.estimate_cost  # priced backends (cloud QPUs)
         self.submit = backend.submit
 
     def close(self) -> None:
-        close = getattr(self.backend, "close", None)
-        if self.owned and close is not None:
+        if self.owned:
             with contextlib.suppress(Exception):
-                close()  # ends what the backend opened for the run (an Azure session, its threads)
+                self.backend.close()  # ends what the backend opened for the run (an Azure session, its threads)
 
 
 class SyncExecutor(Executor):
@@ -156,7 +158,7 @@ class SyncExecutor(Executor):
         return dict(_NO_TRAFFIC, reduce=0)
 
     def backend(self, spec: Any, default_in_flight: int) -> _LocalHandle:
-        handle = _LocalHandle(make_backend(spec), default_in_flight, owned=not hasattr(spec, "submit"))
+        handle = _LocalHandle(make_backend(spec), default_in_flight, owned=not is_backend(spec))
         self.handles.append(handle)
         return handle
 
@@ -208,7 +210,8 @@ def _remote_client(spec: dict, t0: float, record) -> JobClient:
         if key not in _REMOTE_POOLS:
             if len(_REMOTE_POOLS) > 64:  # pools of finished runs
                 _REMOTE_POOLS.clear()
-            _REMOTE_POOLS[key] = Pool(name, [Member(*member) for member in members])
+            _REMOTE_POOLS[key] = Pool(name, [Member(handle, lane, devices, capacity, node=node)
+                                             for handle, lane, devices, capacity, node in members])
         pools[name] = _REMOTE_POOLS[key]
     service = JobService(pools, max_retries=spec["max_retries"], job_timeout=spec["job_timeout"],
                          rows_per_job=spec.get("rows_per_job"), t0=t0, record=record,
@@ -348,12 +351,15 @@ def _ray_get(ref):
 class _BackendActor:
     """Holds one backend inside a Ray actor; ``run`` blocks until its job is done."""
 
-    def __init__(self, name: str, options: dict):
+    def __init__(self, name: str, options: dict, registration: tuple | None = None):
+        if registration is not None:  # a backend registered in the driver beyond the built-ins
+            prefix, factory, suffix = registration
+            register_backend(prefix, factory, listed=False, suffix=suffix)
         self.backend = get_backend(name, **options)
 
     def describe(self):
-        return (self.backend.name, self.backend.capabilities, getattr(self.backend, "max_in_flight", None),
-                hasattr(self.backend, "estimate_cost"), _node())
+        b = self.backend
+        return b.name, b.capabilities, b.max_in_flight, b.priced, _node()
 
     def estimate_cost(self, batch):
         return self.backend.estimate_cost(batch)
@@ -363,9 +369,7 @@ class _BackendActor:
         return self.backend.submit(batch).result()
 
     def close(self) -> None:
-        close = getattr(self.backend, "close", None)
-        if close is not None:
-            close()  # the run's session, the backend's threads
+        self.backend.close()  # the run's session, the backend's threads
 
 
 class _RayJob(FutureJob):
@@ -383,7 +387,7 @@ class _RayJob(FutureJob):
         return True
 
 
-class _RayHandle:
+class _RayHandle(Backend):
     """A backend in a Ray actor that Ray restarts when its process dies: the job it held fails and is
     retried. Ray fails a call made while the process starts again (seconds on a busy machine), so after a
     loss each job waits for the actor to answer, and retries are not used up on a process still starting."""
@@ -391,16 +395,18 @@ class _RayHandle:
     def __init__(self, actor_cls, spec: Any, default_in_flight: int, node: str | None = None):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        if hasattr(spec, "submit"):
+        if is_backend(spec):
             raise ValueError(f"the ray executor makes its backends inside Ray actors; give "
-                             f"{getattr(spec, 'name', spec)!r} as a name or (name, options), not as an instance")
+                             f"{as_backend(spec).name!r} as a name or (name, options), not as an instance")
         name, options = _spec(spec)
+        entry = registration(name)  # passed only where needed: a subclass of the actor may take (name, options)
+        extra = {} if entry is None else {"registration": entry}
         slots = int(options.get("max_in_flight", default_in_flight))
         # beside the worker actors that use it (Placement.backends="with-actors")
         near = {} if node is None else {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}
         # slots for the jobs, and two more so that pricing and closing never wait behind them
-        self.actor = actor_cls.options(max_concurrency=max(slots, 1) + 2, max_restarts=-1, **near).remote(name, options)
-        self.name, self.capabilities, own, self._priced, self.node = _ray_get(self.actor.describe.remote())
+        self.actor = actor_cls.options(max_concurrency=max(slots, 1) + 2, max_restarts=-1, **near).remote(name, options, **extra)
+        self.name, self.capabilities, own, self.priced, self.node = _ray_get(self.actor.describe.remote())
         self.max_in_flight = own or default_in_flight
         self._lock, self.restarts = threading.Lock(), 0
         self._back, self._lost = None, False  # after a loss or a restart: a call that returns once the actor answers
@@ -411,12 +417,11 @@ class _RayHandle:
     def __setstate__(self, state):
         self.__dict__.update(state, _lock=threading.Lock(), _back=None, _lost=False)
 
-    @property
-    def estimate_cost(self):
-        """The backend's ``estimate_cost``, where it prices jobs (the job service asks with getattr)."""
-        if not self._priced:
-            raise AttributeError(f"backend {self.name!r} does not price its jobs")
-        return lambda batch: _ray_get(self.actor.estimate_cost.remote(batch))
+    priced = False  # set from the actor's backend: what the job service asks before estimate_cost
+
+    def estimate_cost(self, batch):
+        """The backend's ``estimate_cost`` (asked only where it is ``priced``)."""
+        return _ray_get(self.actor.estimate_cost.remote(batch))
 
     def submit(self, batch) -> FutureJob:
         with self._lock:
@@ -619,7 +624,7 @@ class RayExecutor(Executor):
 
     def _client_spec(self, client: JobClient) -> dict:
         service = client._service
-        pools = {name: [(m.handle, m.lane, m.devices, m.capacity) for m in service.pools[name].members]
+        pools = {name: [(m.handle, m.lane, m.devices, m.capacity, m.node) for m in service.pools[name].members]
                  for name in client.names}
         return {"run": service.run_id, "names": client.names, "parent": client.parent, "pools": pools,
                 "max_retries": service.max_retries, "job_timeout": service.job_timeout,

@@ -35,7 +35,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from hqflow.backends import BackendError, BatchResult, Capabilities, CircuitBatch, FutureJob, JobFailed
+from hqflow.backends import Backend, BackendError, BatchResult, Capabilities, CircuitBatch, FutureJob, JobFailed, as_job
 
 from .dispatch import Member, Pool
 from .lanes import Lane
@@ -171,7 +171,7 @@ class JobService:
                 continue
             self.stats["jobs"] += 1
             try:
-                job = handle.submit(part)
+                job = as_job(handle.submit(part))
             except Exception as exc:  # refused at submission: counts as a failed attempt
                 self._failed(token, Outcome.error(exc), exc)
                 continue
@@ -185,17 +185,16 @@ class JobService:
                         self._watchdog = threading.Thread(target=self._watch, name="hqflow-job-timeouts", daemon=True)
                         self._watchdog.start()
                     self._wake.notify()
-            blocking = getattr(self.ledger, "blocking", False)  # Ray: never block Ray's callback thread
-            _on_done(job, lambda _, token=token: (_deferred().submit(self._done, token) if blocking
-                                                 else self._done(token)))
+            blocking = self.ledger.blocking  # Ray: never block Ray's callback thread
+            job.add_done_callback(lambda _, token=token: (_deferred().submit(self._done, token) if blocking
+                                                          else self._done(token)))
 
     def _charge(self, att: _Attempt, handle, part: CircuitBatch) -> None:
         """Count the attempt's estimated cost as spend, or refuse it past the budget."""
-        estimate = getattr(handle, "estimate_cost", None)
-        if estimate is None:
+        if not handle.priced:
             return
         try:
-            cost = estimate(part)
+            cost = handle.estimate_cost(part)
         except BackendError as exc:
             if self.ledger.budget is not None:  # an unpriced job cannot be held to a budget
                 raise BudgetExceeded(f"cannot hold a job to the budget: {exc}") from None
@@ -249,7 +248,7 @@ class JobService:
     def _failed(self, token: int, outcome: Outcome, error: BaseException | None = None) -> None:
         """An attempt failed (``error``, or timed out): retry it, or fail its request when it ran out of
         retries or its error is not worth another try (``BackendError.retryable``)."""
-        used = getattr(error, "metadata", None) if isinstance(error, JobFailed) else None
+        used = error.metadata if isinstance(error, JobFailed) else None
         used = used if isinstance(used, dict) else {}
         give_up = None
         with self._lock:
@@ -295,7 +294,7 @@ class JobService:
         self.record(Span(p.fragment, "execute", req.pool.resource, p.step, att.start - self.t0,
                          self.now() - self.t0, outcome, p.version, req.pool.lane(att.member, att.slot),
                          p.lane if p.submitted else None, att.estimate,
-                         getattr(req.pool.members[att.member].handle, "node", None), part.size, part.shots, queued,
+                         req.pool.members[att.member].node, part.size, part.shots, queued,
                          device, jobs, compute))
 
     # -- timeouts ----------------------------------------------------------------------
@@ -417,20 +416,6 @@ def _deferred() -> DaemonPool:
         return _DEFERRED[0]
 
 
-def _on_done(job, callback) -> None:
-    """Call ``callback(job)`` when ``job`` finishes: its own hook, or a waiter thread."""
-    if hasattr(job, "add_done_callback"):
-        job.add_done_callback(callback)
-        return
-
-    def wait():
-        with contextlib.suppress(Exception):
-            job.result()
-        callback(job)
-
-    threading.Thread(target=wait, daemon=True, name="hqflow-job-waiter").start()
-
-
 # --- the client a fragment gets ----------------------------------------------------------
 
 class JobClient:
@@ -480,15 +465,17 @@ class JobClient:
                                       outcome, p.version, p.lane.within(label), p.lane))
 
 
-class PoolBackend:
-    """A pool seen through a client, as a backend: ``submit(batch) -> Job``."""
+class PoolBackend(Backend):
+    """A pool seen through a client, as a backend: ``submit(batch) -> Job``. Its jobs go through the
+    scheduler, never in process: its capabilities say no ``program`` (gradient None for an "autograd" pool)."""
 
     def __init__(self, client: JobClient, name: str):
         self._client, self.name = client, name
 
     @property
     def capabilities(self) -> Capabilities:
-        return self._client.capabilities(self.name)
+        caps = self._client.capabilities(self.name)
+        return dataclasses.replace(caps, gradient=None) if caps.gradient == "autograd" else caps
 
     def submit(self, batch: CircuitBatch) -> FutureJob:
         return FutureJob(self._client.submit(self.name, batch), self.name)

@@ -17,6 +17,8 @@ class BudgetExceeded(BackendError):
 class Ledger:
     """Spend in one currency, held to an optional budget. Thread-safe."""
 
+    blocking = False  # its calls never block (``RemoteLedger``'s do)
+
     def __init__(self, budget: float | None = None):
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0):
             raise ValueError(f"budget must be a number >= 0 or None, got {budget!r}")

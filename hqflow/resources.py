@@ -79,7 +79,7 @@ def parse(text: str, where: str = "the resources file") -> dict[str, list[Spec]]
             except (BackendError, TypeError, ValueError) as exc:
                 raise ResourceError(f"{where}: pool {name!r}, member {k} ({backend}): "
                                     f"{' '.join(str(exc).split())}") from None
-            getattr(made, "close", lambda: None)()
+            made.close()
             pools[name].append((backend, options))
     return pools
 

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hqflow.backends import CircuitBatch, get_backend
+from hqflow.backends import CircuitBatch, as_backend, get_backend, is_backend
 from hqflow.ir import CircuitTemplate
 from hqflow.ir.circuit import MAX_SHOTS
 from hqflow.ir.text import shown
@@ -71,7 +71,7 @@ class QuantumLayer(nn.Module):
         return int(np.random.SeedSequence([int(self.seed), self._jobs]).generate_state(1)[0])
 
     def extra_repr(self) -> str:
-        name = self.backend if isinstance(self.backend, str) else getattr(self._backend, "name", self.backend)
+        name = self.backend if isinstance(self.backend, str) else self._backend.name
         return (f"{self.template.name!r}, qubits={self.template.n_qubits}, inputs={self.template.n_inputs}, "
                 f"weights={self.template.n_weights}, observables={len(self.template.observables)}, "
                 f"backend={name!r}" + (f", shots={self.shots}" if self.shots else ""))
@@ -122,13 +122,14 @@ class QuantumLayer(nn.Module):
 
 
 def differentiates(backend) -> bool:
-    """Whether ``backend`` gives an in-process torch program that autograd differentiates."""
-    return backend.capabilities.gradient == "autograd" and hasattr(backend, "program")
+    """Whether ``backend`` gives an in-process torch program that autograd differentiates (its capabilities
+    say so: ``gradient == "autograd"`` declares ``Backend.program``)."""
+    return as_backend(backend).capabilities.gradient == "autograd"
 
 
 def _resolve(backend):
-    if hasattr(backend, "submit"):
-        return backend
+    if is_backend(backend):
+        return as_backend(backend)
     if isinstance(backend, tuple) and len(backend) == 2:
         return get_backend(backend[0], **dict(backend[1]))
     if isinstance(backend, str):

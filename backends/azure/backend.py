@@ -58,8 +58,8 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from ..base import BackendAccessError, BackendError, BatchResult, Capabilities, CircuitBatch, FutureJob, JobCancelled, \
-    JobFailed
+from ..base import Backend, BackendAccessError, BackendError, BatchResult, Capabilities, CircuitBatch, FutureJob, \
+    JobCancelled, JobFailed
 from .cost import PRICES, Cost, gate_counts, job_cost, load_prices
 from .results import counts_of, estimate
 from .translate import Format, Payloads, format_for
@@ -106,7 +106,7 @@ class _Prepared:
         return job_cost(self.entry, self.target, self.counts[group], shots)
 
 
-class AzureBackend:
+class AzureBackend(Backend):
     """One Azure Quantum target; see the module docstring."""
 
     def __init__(self, target: str | None = None, *, subscription_id: str | None = None,

@@ -13,34 +13,12 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ..base import BackendError
+from ..base import Cost as Cost  # the protocol's; importable from here as before
 
 PRICES = os.path.join(os.path.dirname(__file__), "prices.json")
-
-
-@dataclass(frozen=True)
-class Cost:
-    """An estimate: ``amount`` in ``currency`` for ``jobs`` service jobs of ``shots`` shots each."""
-
-    amount: float
-    currency: str
-    jobs: int = 0
-    shots: int = 0
-    counts: dict = field(default_factory=dict)  # gates and measurements over all jobs: {"1q", "2q", "measurements"}
-
-    def __str__(self) -> str:
-        what = ", ".join(f"{k}={v}" for k, v in self.counts.items())
-        return f"{self.amount:.4f} {self.currency} for {self.jobs} jobs x {self.shots} shots ({what})"
-
-    def __add__(self, other: Cost) -> Cost:
-        if self.currency != other.currency:
-            raise BackendError(f"cannot add costs in {self.currency} and {other.currency}")
-        counts = {k: self.counts.get(k, 0) + other.counts.get(k, 0) for k in {**self.counts, **other.counts}}
-        return Cost(self.amount + other.amount, self.currency, self.jobs + other.jobs, max(self.shots, other.shots),
-                    counts)
 
 
 @lru_cache(maxsize=8)

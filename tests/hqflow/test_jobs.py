@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import hqflow as hq
-from hqflow.backends import BackendError, Capabilities, CircuitBatch, FutureJob, JobFailed, LocalBackend, get_backend
+from hqflow.backends import Backend, BackendError, Capabilities, CircuitBatch, FutureJob, JobFailed, LocalBackend, get_backend
 from hqflow.backends.base import BackendAccessError
 from hqflow.dispatch import Member, Pool
 from hqflow.jobs import JobService, Parent, RetriesExhausted
@@ -267,7 +267,7 @@ class _Queued(FutureJob):
         return self._future.cancel()
 
 
-class _QueuedBackend:
+class _QueuedBackend(Backend):  # a member handle: the job service asks it what Backend declares
     name, max_in_flight = "queued", 1
 
     def __init__(self, make=_Queued):

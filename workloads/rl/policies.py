@@ -36,7 +36,7 @@ import math
 
 import numpy as np
 import torch
-from hqflow.backends import BackendError, CircuitBatch, get_backend
+from hqflow.backends import BackendError, CircuitBatch, as_backend, get_backend, is_backend
 from hqflow.ir import Circuit, CircuitTemplate
 from torch import nn
 
@@ -133,14 +133,14 @@ class _PQC(Acting, nn.Module):
         super().__init__()
         if encoding not in ENCODINGS:
             raise ValueError(f"unknown encoding {encoding!r}; known: {', '.join(ENCODINGS)}")
-        if not isinstance(backend, str) and not hasattr(backend, "submit"):
+        if not isinstance(backend, str) and not is_backend(backend):
             raise ValueError(f"backend must be a backend name or a backend object, got {type(backend).__name__}")
         self.n_qubits, self.n_layers, self.encoding, self.backend = n_qubits, n_layers, encoding, backend
         self.template = pqc_template(n_qubits, n_layers, observables)
         gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
         self.input_scaling = nn.Parameter(torch.ones(n_layers, n_qubits, dtype=dtype))
         self.weights = nn.Parameter(torch.rand(self.template.n_weights, generator=gen, dtype=dtype) * math.pi)
-        self._own = None if isinstance(backend, str) else backend  # resolved backend outside a client
+        self._own = None if isinstance(backend, str) else as_backend(backend)  # resolved backend outside a client
         if isinstance(backend, str) and current_client() is None:
             try:
                 self._own = get_backend(backend)

@@ -247,7 +247,7 @@ def train(cfg: Config = Config(), progress=None) -> dict:
         policy = make_policy(cfg)
         optimizer = torch.optim.Adam(policy.param_groups(cfg.lr_in, cfg.lr_var, cfg.lr_out))
         backend = policy.job_backend()
-        cfg = resolve(cfg, differentiates(backend), getattr(backend, "max_in_flight", None) or 1)
+        cfg = resolve(cfg, differentiates(backend), backend.max_in_flight or 1)
         envs, carry = make_envs(cfg), init_carry(cfg)
         returns, solved_at, env_steps, evals = [], None, 0, 0
         t0 = time.perf_counter()

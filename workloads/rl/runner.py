@@ -246,13 +246,19 @@ def default_distribution(in_process: bool):
 def backend_facts(name: str, backends: Mapping | None = None) -> tuple[bool, int]:
     """``(in_process, devices)`` of the backend (or pool) ``name``: whether it differentiates in
     process (then the policy calls it directly, with no jobs) and how many device slots it has."""
+    from hqflow.backends import is_backend
     from hqflow.executors import make_backend
     from hqflow.workloads.rl.policies import differentiates
 
     specs = (backends or {}).get(name, name)
-    made = [make_backend(spec) for spec in (specs if isinstance(specs, list) else [specs])]
+    specs = specs if isinstance(specs, list) else [specs]
+    made = [make_backend(spec) for spec in specs]
     in_process = len(made) == 1 and differentiates(made[0])
-    return in_process, sum(int(getattr(b, "max_in_flight", None) or 1) for b in made)
+    devices = sum(int(b.max_in_flight or 1) for b in made)
+    for spec, backend in zip(specs, made):
+        if not is_backend(spec):  # made here only to ask: closed (a caller's instance is left as it is)
+            backend.close()
+    return in_process, devices
 
 
 # --- the run directory --------------------------------------------------------------------
