@@ -221,6 +221,11 @@ def test_ray(registered, tmp_path):
     res = _run({"qpu": [("mine", {}), ("duck", {})]}, "ray", steps=6, ray_num_cpus=2)
     _same(res, _run({"qpu": "reference"}, steps=6))
     assert {s.row.name for s in res.spans if s.kind == "execute"} == {"mine", "duck"}
+    from hqflow.cli import main
+
+    assert main(["train", "cartpole", "--backend", "mine", "--distribution", "ray-actors", "--set", "n_layers=1",
+                 "--set", "batch_episodes=2", "--episodes", "4", "--no-tensorboard",
+                 "--run-dir", str(tmp_path / "run")]) == 0
 
 
 def test_the_runtime_never_probes_a_backend():
