@@ -26,7 +26,7 @@ from .lanes import Lane
 class Member:
     """One backend of a pool, with its slots, its latency estimate and its health."""
 
-    handle: Any  # has .submit(batch) -> Job and .capabilities
+    handle: Any  # a Backend (the executor's handle): submit(batch) -> Job, capabilities, priced, estimate_cost
     lane: Lane  # the member's lane, e.g. qpu:emulated-qpu#1; its device slots' lanes are the Gantt rows
     devices: int  # jobs the backend runs at once (its device slots)
     capacity: int  # jobs kept in flight: devices plus prefetched ones waiting in its queue
