@@ -106,67 +106,85 @@ class _FusedSim(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
-        plan, n, kept = ctx.plan, ctx.plan.n, ctx.kept
+        return _Backward(ctx).run(ctx, grad_out)
+
+
+class _Backward:
+    """One call of ``_FusedSim.backward``: the saved tensors, the gradients being summed,
+    the conjugated phases and unitaries (made once, when first needed), and the reverse walk."""
+
+    def __init__(self, ctx):
+        self.plan, self.n, self.kept = ctx.plan, ctx.plan.n, ctx.kept
         psi, sym, bias, p_shared, *stacks = ctx.saved_tensors
+        self.psi, self.sym, self.bias, self.p_shared, self.stacks = psi, sym, bias, p_shared, stacks
         need_sym, need_bias = ctx.needs_input_grad[3], ctx.needs_input_grad[4]
-        need_s, need_sh, need_m = need_sym or need_bias, ctx.needs_input_grad[5], ctx.needs_input_grad[6:]
-        g_sample: dict = {}
-        g_shared = torch.zeros_like(p_shared) if need_sh else None
-        g_stacks: list = [None] * len(stacks)
-        conj_stacks: dict = {}
+        self.need_sym, self.need_bias = need_sym, need_bias
+        self.need_s, self.need_sh, self.need_m = need_sym or need_bias, ctx.needs_input_grad[5], ctx.needs_input_grad[6:]
+        self.g_sample: dict = {}
+        self.g_shared = torch.zeros_like(p_shared) if self.need_sh else None
+        self.g_stacks: list = [None] * len(stacks)
+        self.conj_stacks: dict = {}
         if ctx.uncompute:  # recomputed, one layer at a time, as the stages are visited backwards
-            conj_sample = _SamplePhases(plan, sym, bias, sign=-1, release=True, order=-1)
+            self.conj_sample = _SamplePhases(self.plan, sym, bias, sign=-1, release=True, order=-1)
         else:
-            forward, conj_cache = ctx.p_sample, {}
+            self.forward, self.conj_cache = ctx.p_sample, {}
+            self.conj_sample = self._conj_kept_sample
+        self.conj_shared = p_shared.conj().resolve_conj()
+        self.g_sym = torch.zeros_like(sym) if need_sym else None
+        self.g_bias = torch.zeros_like(bias) if need_bias else None
 
-            def conj_sample(cols, stage):
-                if cols not in conj_cache:
-                    conj_cache[cols] = forward(cols, stage).conj().resolve_conj()
-                return conj_cache[cols]
-        conj_shared = p_shared.conj().resolve_conj()
+    def _conj_kept_sample(self, cols, stage):
+        """The conjugate of a per-sample phase layer kept from the forward pass (made once per layer)."""
+        if cols not in self.conj_cache:
+            self.conj_cache[cols] = self.forward(cols, stage).conj().resolve_conj()
+        return self.conj_cache[cols]
 
-        def back_map(st: _Stage, s: int, carry: torch.Tensor) -> torch.Tensor:
-            """The adjoint of a stage's linear map, on ``[..., rows, d]``."""
-            if st.kind == "perm":
-                return _permute(carry, _inverse(st.perm), n)
-            if st.kind == "phase":
-                a, b = st.cols
-                return carry * (conj_sample(st.cols, s) if st.per_sample else conj_shared[a:b])
+    def back_map(self, st: _Stage, s: int, carry: torch.Tensor) -> torch.Tensor:
+        """The adjoint of a stage's linear map, on ``[..., rows, d]``."""
+        if st.kind == "perm":
+            return _permute(carry, _inverse(st.perm), self.n)
+        if st.kind == "phase":
+            a, b = st.cols
+            return carry * (self.conj_sample(st.cols, s) if st.per_sample else self.conj_shared[a:b])
+        i, j = st.unitary
+        if i not in self.conj_stacks:
+            self.conj_stacks[i] = self.stacks[i].conj().resolve_conj()
+        k = 2**st.width
+        return (carry.reshape(-1, k) @ self.conj_stacks[i][j]).reshape(carry.shape)
+
+    def param_grads(self, st: _Stage, s: int, lam_out, psi_in, psi_out) -> None:
+        """Add a stage's parameter gradients (per-sample phases, shared phases or a unitary's)."""
+        if st.kind == "phase" and st.per_sample and self.need_s:
+            self._sample_grads(st, s, lam_out, psi_out)
+        elif st.kind == "phase" and not st.per_sample and self.need_sh:
+            a, b = st.cols
+            self.g_shared[a:b] += (lam_out * psi_in.conj()).sum(0)
+        elif st.kind == "dense" and self.need_m[st.unitary[0]]:
             i, j = st.unitary
-            if i not in conj_stacks:
-                conj_stacks[i] = stacks[i].conj().resolve_conj()
             k = 2**st.width
-            return (carry.reshape(-1, k) @ conj_stacks[i][j]).reshape(carry.shape)
+            if self.g_stacks[i] is None:
+                self.g_stacks[i] = torch.zeros_like(self.stacks[i])
+            self.g_stacks[i][j] += (psi_in.reshape(-1, k).mH @ lam_out.reshape(-1, k)).transpose(0, 1)
 
-        g_sym = torch.zeros_like(sym) if need_sym else None
-        g_bias = torch.zeros_like(bias) if need_bias else None
+    def _sample_grads(self, st: _Stage, s: int, lam_out, psi_out) -> None:
+        a, b = st.cols
+        # d L / d theta = Im(lambda conj(psi)) at the stage's output: summed as complex
+        # products over the stages sharing the layer, the imaginary part taken at its first use
+        g = lam_out * psi_out.conj()
+        if (a, b) in self.g_sample:
+            g = g + self.g_sample.pop((a, b))
+        if s != self.plan.sample_uses[(a, b)][0]:
+            self.g_sample[(a, b)] = g
+            return
+        g_theta = g.imag  # [B, 2**n]
+        if self.need_sym:
+            self.g_sym.add_(g_theta @ self.plan.sample_a[a // (b - a)].transpose(0, 1))
+        if self.need_bias:
+            self.g_bias[a:b] += g_theta.sum(0)
 
-        def param_grads(st: _Stage, s: int, lam_out, psi_in, psi_out) -> None:
-            if st.kind == "phase" and st.per_sample and need_s:
-                a, b = st.cols
-                # d L / d theta = Im(lambda conj(psi)) at the stage's output: summed as complex
-                # products over the stages sharing the layer, the imaginary part taken at its first use
-                g = lam_out * psi_out.conj()
-                if (a, b) in g_sample:
-                    g = g + g_sample.pop((a, b))
-                if s != plan.sample_uses[(a, b)][0]:
-                    g_sample[(a, b)] = g
-                    return
-                g_theta = g.imag  # [B, 2**n]
-                if need_sym:
-                    g_sym.add_(g_theta @ plan.sample_a[a // (b - a)].transpose(0, 1))
-                if need_bias:
-                    g_bias[a:b] += g_theta.sum(0)
-            elif st.kind == "phase" and not st.per_sample and need_sh:
-                a, b = st.cols
-                g_shared[a:b] += (lam_out * psi_in.conj()).sum(0)
-            elif st.kind == "dense" and need_m[st.unitary[0]]:
-                i, j = st.unitary
-                k = 2**st.width
-                if g_stacks[i] is None:
-                    g_stacks[i] = torch.zeros_like(stacks[i])
-                g_stacks[i][j] += (psi_in.reshape(-1, k).mH @ lam_out.reshape(-1, k)).transpose(0, 1)
-
+    def run(self, ctx, grad_out) -> tuple:
+        """Walk the stages in reverse, carrying ``lambda`` (and, un-computing, ``psi``); the gradients."""
+        plan, kept, psi = self.plan, self.kept, self.psi
         lam = ctx.readout.grad(psi, grad_out.to(psi.real.dtype))
         stacked = ctx.uncompute and bool(plan.sample_a)  # else every stage's input was kept
         carry = torch.stack([lam, psi]) if stacked else lam
@@ -174,13 +192,12 @@ class _FusedSim(torch.autograd.Function):
         for s in range(len(plan.stages) - 1, -1, -1):
             st = plan.stages[s]
             lam_out = carry[0] if stacked else carry
-            new = back_map(st, s, carry)
+            new = self.back_map(st, s, carry)
             psi_in = new[1] if stacked and st.batched else kept[s]
-            param_grads(st, s, lam_out, psi_in, psi_out)
+            self.param_grads(st, s, lam_out, psi_in, psi_out)
             carry, psi_out = new, psi_in
             if st.kind == "phase" and st.per_sample and not st.batched:
                 # the first per-sample phase: its input was the same for every row
                 carry = (carry[0] if stacked else carry).sum(0, keepdim=True)
                 stacked = False
-        return (None, None, None, g_sym, g_bias, g_shared, *g_stacks)
-
+        return (None, None, None, self.g_sym, self.g_bias, self.g_shared, *self.g_stacks)
