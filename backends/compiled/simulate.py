@@ -109,6 +109,22 @@ class _FusedSim(torch.autograd.Function):
         return _Backward(ctx).run(ctx, grad_out)
 
 
+class _ConjKeptPhases:
+    """The conjugates of the per-sample phase layers kept from the forward pass, each made once.
+
+    A callable object rather than a bound method of ``_Backward``: stored there, a bound
+    method would make a reference cycle, and the states it holds would wait for the collector.
+    """
+
+    def __init__(self, forward: _SamplePhases):
+        self.forward, self.cache = forward, {}
+
+    def __call__(self, cols: tuple, stage: int) -> torch.Tensor:
+        if cols not in self.cache:
+            self.cache[cols] = self.forward(cols, stage).conj().resolve_conj()
+        return self.cache[cols]
+
+
 class _Backward:
     """One call of ``_FusedSim.backward``: the saved tensors, the gradients being summed,
     the conjugated phases and unitaries (made once, when first needed), and the reverse walk."""
@@ -127,17 +143,10 @@ class _Backward:
         if ctx.uncompute:  # recomputed, one layer at a time, as the stages are visited backwards
             self.conj_sample = _SamplePhases(self.plan, sym, bias, sign=-1, release=True, order=-1)
         else:
-            self.forward, self.conj_cache = ctx.p_sample, {}
-            self.conj_sample = self._conj_kept_sample
+            self.conj_sample = _ConjKeptPhases(ctx.p_sample)
         self.conj_shared = p_shared.conj().resolve_conj()
         self.g_sym = torch.zeros_like(sym) if need_sym else None
         self.g_bias = torch.zeros_like(bias) if need_bias else None
-
-    def _conj_kept_sample(self, cols, stage):
-        """The conjugate of a per-sample phase layer kept from the forward pass (made once per layer)."""
-        if cols not in self.conj_cache:
-            self.conj_cache[cols] = self.forward(cols, stage).conj().resolve_conj()
-        return self.conj_cache[cols]
 
     def back_map(self, st: _Stage, s: int, carry: torch.Tensor) -> torch.Tensor:
         """The adjoint of a stage's linear map, on ``[..., rows, d]``."""
