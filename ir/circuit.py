@@ -424,9 +424,21 @@ class CircuitTemplate:
         return list(self._memo["problems"])
 
     def _find_problems(self) -> list[str]:
-        out: list[str] = []
         if not _integer(self.n_qubits) or self.n_qubits < 1:
             return [f"circuit {_clip(self.name)}: n_qubits must be a positive integer, got {number(self.n_qubits)}"]
+        out = self._name_problems()
+        used: dict[str, set] = {"input": set(), "weight": set()}  # the parameters some gate (or derived input) uses
+        for k, op in enumerate(self.ops):
+            out += self._op_problems(k, op, used)
+        out += self._derived_problems(used)
+        out += self._unused_problems(used)
+        out += self._observable_problems()
+        out += self._shots_problems()
+        return out
+
+    def _name_problems(self) -> list[str]:
+        """Names that are not strings or not Unicode text, duplicates, and inputs that are also weights."""
+        out: list[str] = []
         for what, names in (("name", (self.name,)), ("input name", self.input_names),
                             ("weight name", self.weight_names)):
             for why, bad in (("is not a string", [n for n in names if not isinstance(n, str)]),
@@ -441,37 +453,50 @@ class CircuitTemplate:
         clash = set(self.input_names) & set(self.weight_names)
         if clash:
             out.append(f"circuit {_clip(self.name)}: parameters {sorted(clash)} are both inputs and weights")
-        used = {"input": set(), "weight": set()}
-        for k, op in enumerate(self.ops):
-            where = f"circuit {_clip(self.name)}, op {k} ({op.name if isinstance(op.name, str) else shown(op.name)})"
-            spec = GATES.get(op.name) if isinstance(op.name, str) else None
-            if spec is None:
-                out.append(f"{where}: unknown gate {shown(op.name)}; known gates: {', '.join(sorted(GATES))}")
-                continue
-            if len(op.wires) != spec.num_wires:
-                out.append(f"{where}: acts on {spec.num_wires} wire(s), got {_few(list(op.wires))}")
-            if not all(_integer(w) for w in op.wires):
-                out.append(f"{where}: wires must be integers, got {_few(list(op.wires))}")
-                continue
-            if len(set(op.wires)) != len(op.wires):
-                out.append(f"{where}: repeated wire in {_few(list(op.wires))}")
-            bad = [w for w in op.wires if not 0 <= w < self.n_qubits]
-            if bad:
-                out.append(f"{where}: wire(s) {_few(bad)} outside the circuit's {number(self.n_qubits)} qubits")
-            if len(op.angles) != spec.num_params:
-                out.append(f"{where}: takes {spec.num_params} angle(s), got {len(op.angles)}")
-            for a in op.angles:
-                if not (isinstance(a, Angle) and _finite(a.scale) and _finite(a.offset)):
-                    out.append(f"{where}: angle {shown(a, 160)} is not a finite number or affine symbol")
-                    continue
-                if a.kind == "const":
-                    continue
-                count = self.n_columns if a.kind == "input" else self.n_weights
-                if a.kind not in used or not 0 <= a.index < count:
-                    out.append(f"{where}: unbound parameter ({a.kind if isinstance(a.kind, str) else shown(a.kind)} "
-                               f"#{number(a.index)}) is not declared")
-                else:
-                    used[a.kind].add(a.index)
+        return out
+
+    def _op_problems(self, k: int, op: Op, used: dict[str, set]) -> list[str]:
+        """Op ``k``'s gate, wires and angles; the parameters its angles bind are added to ``used``."""
+        out: list[str] = []
+        where = f"circuit {_clip(self.name)}, op {k} ({op.name if isinstance(op.name, str) else shown(op.name)})"
+        spec = GATES.get(op.name) if isinstance(op.name, str) else None
+        if spec is None:
+            return [f"{where}: unknown gate {shown(op.name)}; known gates: {', '.join(sorted(GATES))}"]
+        if len(op.wires) != spec.num_wires:
+            out.append(f"{where}: acts on {spec.num_wires} wire(s), got {_few(list(op.wires))}")
+        if not all(_integer(w) for w in op.wires):
+            out.append(f"{where}: wires must be integers, got {_few(list(op.wires))}")
+            return out
+        if len(set(op.wires)) != len(op.wires):
+            out.append(f"{where}: repeated wire in {_few(list(op.wires))}")
+        bad = [w for w in op.wires if not 0 <= w < self.n_qubits]
+        if bad:
+            out.append(f"{where}: wire(s) {_few(bad)} outside the circuit's {number(self.n_qubits)} qubits")
+        if len(op.angles) != spec.num_params:
+            out.append(f"{where}: takes {spec.num_params} angle(s), got {len(op.angles)}")
+        for a in op.angles:
+            problem = self._angle_problem(where, a, used)
+            if problem is not None:
+                out.append(problem)
+        return out
+
+    def _angle_problem(self, where: str, a: Angle, used: dict[str, set]) -> str | None:
+        """What is wrong with one of an op's angles, or None (a bound parameter is added to ``used``)."""
+        if not (isinstance(a, Angle) and _finite(a.scale) and _finite(a.offset)):
+            return f"{where}: angle {shown(a, 160)} is not a finite number or affine symbol"
+        if a.kind == "const":
+            return None
+        count = self.n_columns if a.kind == "input" else self.n_weights
+        if a.kind not in used or not 0 <= a.index < count:
+            return (f"{where}: unbound parameter ({a.kind if isinstance(a.kind, str) else shown(a.kind)} "
+                    f"#{number(a.index)}) is not declared")
+        used[a.kind].add(a.index)
+        return None
+
+    def _derived_problems(self, used: dict[str, set]) -> list[str]:
+        """Derived inputs that are not expressions, use no input or other symbols, or that no gate uses;
+        the inputs they use are added to ``used``."""
+        out: list[str] = []
         n_in = self.n_inputs
         for k, e in enumerate(self.derived):
             where = f"circuit {_clip(self.name)}, derived input {k}"
@@ -489,10 +514,20 @@ class CircuitTemplate:
                     used["input"].add(i)
             if n_in + k not in used["input"]:
                 out.append(f"{where} ({e.format(self.input_names)}) is not used by any gate")
+        return out
+
+    def _unused_problems(self, used: dict[str, set]) -> list[str]:
+        """Declared inputs and weights that nothing uses."""
+        out: list[str] = []
         for kind, names in (("input", self.input_names), ("weight", self.weight_names)):
             extra = [n for i, n in enumerate(names) if i not in used[kind]]
             if extra:
                 out.append(f"circuit {_clip(self.name)}: extra {kind} parameter(s) {extra} not used by any gate")
+        return out
+
+    def _observable_problems(self) -> list[str]:
+        """Observables with a coefficient that is not finite or a qubit outside the circuit."""
+        out: list[str] = []
         for j, obs in enumerate(self.observables):
             text = _clip(str(obs))[1:-1]
             if not all(_finite(t.coeff) for t in obs.terms):
@@ -503,12 +538,15 @@ class CircuitTemplate:
                     f"circuit {_clip(self.name)}: observable {j} ({text}) acts on qubit(s) {_few(bad)} "
                     f"but the circuit has only {number(self.n_qubits)} qubits"
                 )
-        if self.shots is not None and not (_integer(self.shots) and self.shots >= 1):
-            out.append(f"circuit {_clip(self.name)}: shots must be a positive integer or None, got {shown(self.shots)}")
-        elif self.shots is not None and self.shots > MAX_SHOTS:
-            out.append(f"circuit {_clip(self.name)}: shots {number(self.shots)} are more than any backend takes "
-                       "(at most 2**63 - 1: random generators count in 64-bit integers)")
         return out
+
+    def _shots_problems(self) -> list[str]:
+        if self.shots is not None and not (_integer(self.shots) and self.shots >= 1):
+            return [f"circuit {_clip(self.name)}: shots must be a positive integer or None, got {shown(self.shots)}"]
+        if self.shots is not None and self.shots > MAX_SHOTS:
+            return [f"circuit {_clip(self.name)}: shots {number(self.shots)} are more than any backend takes "
+                    "(at most 2**63 - 1: random generators count in 64-bit integers)"]
+        return []
 
     def check(self) -> CircuitTemplate:
         """Raise ``CircuitError`` listing every problem; return self if none."""
