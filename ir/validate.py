@@ -68,6 +68,19 @@ def _fragment_problems(f, backends, resolve) -> list[str]:
         out.append(f"{where}: names must be non-empty and contain no '.'")
     if f.kind not in KINDS:
         return out + [f"{where}: unknown kind {f.kind!r}; kinds are {', '.join(KINDS)}"]
+    out += _resource_and_port_problems(f, where)
+    if isinstance(f, Classical):
+        return out + _classical_problems(f, where, resolve)
+    if not isinstance(f, CircuitCall):
+        return out + [f"{where}: a {type(f).__name__} is neither a Classical fragment nor a CircuitCall"]
+    if f.circuit is None:
+        return out + [f"{where}: an execute fragment needs a circuit template"]
+    return out + _circuit_call_problems(f, where, backends)
+
+
+def _resource_and_port_problems(f, where: str) -> list[str]:
+    """An unknown resource, ports of unknown types, and port names used twice."""
+    out: list[str] = []
     if f.resource not in RESOURCES:
         out.append(f"{where}: unknown resource {f.resource!r}; resources are {', '.join(RESOURCES)}")
     for p in f.inputs + f.outputs:
@@ -77,27 +90,32 @@ def _fragment_problems(f, backends, resolve) -> list[str]:
         dup = [n for n, c in Counter(p.name for p in ports).items() if c > 1]
         if dup:
             out.append(f"{where}: duplicate {what} port(s) {dup}")
-    if isinstance(f, Classical):
-        if f.job_backends:
-            bad = [b for b in f.job_backends if not isinstance(b, str) or not b]
-            if bad:
-                out.append(f"{where}: job_backends must be non-empty backend names, got {bad}")
-            dup = [n for n, c in Counter(f.job_backends).items() if c > 1]
-            if dup:
-                out.append(f"{where}: duplicate job backend(s) {dup}")
-        if not f.fn:
-            out.append(f"{where}: a {f.kind} fragment needs a function")
-        elif resolve:
-            try:
-                resolve_fn(f.fn)
-            except GraphError as exc:
-                out.append(f"{where}: {exc}")
-        return out
-    if not isinstance(f, CircuitCall):
-        return out + [f"{where}: a {type(f).__name__} is neither a Classical fragment nor a CircuitCall"]
-    if f.circuit is None:
-        return out + [f"{where}: an execute fragment needs a circuit template"]
-    out += [f"{where}: {p}" for p in f.circuit.problems()]
+    return out
+
+
+def _classical_problems(f: Classical, where: str, resolve: bool) -> list[str]:
+    """A Classical fragment's job backends and function (imported with ``resolve``)."""
+    out: list[str] = []
+    if f.job_backends:
+        bad = [b for b in f.job_backends if not isinstance(b, str) or not b]
+        if bad:
+            out.append(f"{where}: job_backends must be non-empty backend names, got {bad}")
+        dup = [n for n, c in Counter(f.job_backends).items() if c > 1]
+        if dup:
+            out.append(f"{where}: duplicate job backend(s) {dup}")
+    if not f.fn:
+        out.append(f"{where}: a {f.kind} fragment needs a function")
+    elif resolve:
+        try:
+            resolve_fn(f.fn)
+        except GraphError as exc:
+            out.append(f"{where}: {exc}")
+    return out
+
+
+def _circuit_call_problems(f: CircuitCall, where: str, backends) -> list[str]:
+    """A CircuitCall's circuit, gradient method, ports and backend (checked against ``backends``)."""
+    out = [f"{where}: {p}" for p in f.circuit.problems()]
     if f.gradient not in GRADIENTS:
         out.append(f"{where}: unknown gradient method {f.gradient!r}; use None or 'param-shift'")
     elif f.gradient and not f.circuit.observables:
@@ -152,6 +170,13 @@ def _edge_problems(graph: GraphLike) -> list[str]:
             fed[e.dst] += 1
             if not types_compatible(src_port.type, dst_port.type):
                 out.append(f"edge {e}: type mismatch, {src_port.type} output into {dst_port.type} input")
+    return out + _feed_problems(graph, fed, g_in, used_inputs)
+
+
+def _feed_problems(graph: GraphLike, fed: Counter, g_in: dict, used_inputs: set[str]) -> list[str]:
+    """Fragment inputs and graph outputs fed by no edge or by several, and graph inputs that feed nothing
+    (``fed``: the edges into each ``(fragment, port)``, ``None`` for the graph's outputs)."""
+    out: list[str] = []
     for f in graph.fragments:
         for p in f.inputs:
             n = fed[(f.name, p.name)]
