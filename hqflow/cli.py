@@ -33,9 +33,21 @@ def _parser() -> argparse.ArgumentParser:
     from hqflow.workloads import WORKLOADS
 
     workloads = ", ".join(sorted(WORKLOADS))
-    one_json_line = "print the figures as one JSON line"
-    member_opt = "a backend option (K: only the pool's K-th member), repeatable"
+    _add_backends(sub)
+    _add_inspect(sub)
+    _add_run(sub, workloads)
+    _add_plan(sub, workloads)
+    _add_trace(sub)
+    _add_eval(sub)
+    _add_train(sub)
+    return p
 
+
+_ONE_JSON_LINE = "print the figures as one JSON line"
+_MEMBER_OPT = "a backend option (K: only the pool's K-th member), repeatable"
+
+
+def _add_backends(sub) -> None:
     b = sub.add_parser("backends", help="list backends and their capabilities",
                        description="List the registered quantum backends and what each can do.")
     b.add_argument("--json", action="store_true", help="print one JSON object per line")
@@ -43,12 +55,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="an Azure Quantum workspace option (subscription_id, resource_group, name, location, "
                         "endpoint, ...; the key is best left to AZURE_QUANTUM_API_KEY), repeatable")
 
+
+def _add_inspect(sub) -> None:
     i = sub.add_parser("inspect", help="validate and pretty-print a saved graph",
                        description="Load GRAPH.json, validate it, and print it. Exit 2 if it is malformed or invalid.")
     i.add_argument("graph", metavar="GRAPH.json", help="a graph written by Graph.to_json()")
     i.add_argument("--png", metavar="PATH", help="also draw the graph to this PNG file")
     i.add_argument("--no-resolve", action="store_true", help="do not import fragment functions while validating")
 
+
+def _add_run(sub, workloads: str) -> None:
     r = sub.add_parser("run", help="run a registered workload",
                        description="Run a registered workload and print its figures.")
     r.add_argument("workload", metavar="WORKLOAD", help="one of: " + workloads)
@@ -56,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, help="random seed (default: the workload's)")
     r.add_argument("--backend", help="backend name, e.g. reference, aer, pennylane:default.qubit")
     r.add_argument("--out", metavar="FILE", help="also write the figures as JSON to FILE")
-    r.add_argument("--json", action="store_true", help=one_json_line)
+    r.add_argument("--json", action="store_true", help=_ONE_JSON_LINE)
     r.add_argument("--run-dir", metavar="DIR",
                    help="write config.json, result.json and (when the workload reports them) spans.json to DIR")
     r.add_argument("--dry-run", action="store_true", help="submit nothing: price every job the run would send to "
@@ -68,8 +84,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--max-staleness", type=_natural, default=None,
                    help="with --plan auto: how many versions old the parameters may be (default: the graph's own)")
     r.add_argument("--pool", type=_positive, default=None, help="with --backend: a pool of N such backends")
-    r.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[], help=member_opt)
+    r.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[], help=_MEMBER_OPT)
 
+
+def _add_plan(sub, workloads: str) -> None:
     pl = sub.add_parser("plan", help="choose how to run a workload with the cost model",
                         description="Profile a workload (a short calibration run, a saved --profile, or a run "
                                     "directory's spans), search staleness, prefetch, rows per job, worker slots and "
@@ -81,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--seed", type=int, help="random seed (default: the workload's)")
     pl.add_argument("--backend", help="backend name, e.g. emulated-qpu, aer, azure:ionq.simulator")
     pl.add_argument("--pool", type=_positive, default=None, help="a pool of N such backends")
-    pl.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[], help=member_opt)
+    pl.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[], help=_MEMBER_OPT)
     pl.add_argument("--objective", choices=["time", "cost"], default="time",
                     help="the shortest run (default), or the cheapest")
     pl.add_argument("--budget", type=_amount, default=None,
@@ -94,12 +112,16 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--measure", action="store_true", help="then run the plan and print its measured makespan")
     pl.add_argument("--json", action="store_true", help="print the plan's figures as one JSON line")
 
+
+def _add_trace(sub) -> None:
     t = sub.add_parser("trace", help="show where a run spent its time",
                        description="Read RUN/spans.json, print the utilization table and write trace.json "
                                    "(Chrome trace; open it in https://ui.perfetto.dev) and gantt.png.")
     t.add_argument("run", metavar="RUN", help="a run directory holding spans.json, or a spans JSON file")
     t.add_argument("--out", metavar="DIR", help="write trace.json and gantt.png here (default: the run directory)")
 
+
+def _add_eval(sub) -> None:
     ev = sub.add_parser("eval", help="run greedy episodes of a trained policy",
                         description="Load a run directory's policy at its last checkpoint and run greedy evaluation "
                                     "episodes; print the mean and standard deviation of the return.")
@@ -109,8 +131,10 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--backend", help="run the policy circuit here instead of the run's backend, e.g. compiled")
     ev.add_argument("--record", metavar="DIR", help="save a video of every episode in DIR (gymnasium's RecordVideo; "
                     "needs pip install \"gymnasium[other]\")")
-    ev.add_argument("--json", action="store_true", help=one_json_line)
+    ev.add_argument("--json", action="store_true", help=_ONE_JSON_LINE)
 
+
+def _add_train(sub) -> None:
     tr = sub.add_parser("train", help="train a variational quantum policy with RL",
                         description="Train a variational quantum policy on a gymnasium environment and write a run "
                                     "directory: config.json, metrics.jsonl, checkpoint.pt, learning_curve.png, "
@@ -125,7 +149,7 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--seed", type=int, help="random seed (default 0)")
     tr.add_argument("--episodes", type=_positive, help="episode budget (default: the algorithm's, 1000 for reinforce)")
     tr.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[],
-                    help=member_opt + ", e.g. per_job=0.05 or 1:failure_rate=0.2")
+                    help=_MEMBER_OPT + ", e.g. per_job=0.05 or 1:failure_rate=0.2")
     tr.add_argument("--pool", type=_positive, default=None, help="a pool of N copies of --backend (default 1)")
     tr.add_argument("--distribution", default="auto", help="auto (default: sync in process, pipelined with "
                     "staleness 1 on a job backend), sync, pipelined, ray-actors or multi-learner")
@@ -153,8 +177,7 @@ def _parser() -> argparse.ArgumentParser:
                     "the target's currency; past it the run stops, checkpointed")
     tr.add_argument("--ray-address", metavar="ADDR", help="ray-actors or multi-learner: a Ray cluster to join "
                     "(host:port, ray://host:port or auto; default: a local Ray)")
-    tr.add_argument("--json", action="store_true", help=one_json_line)
-    return p
+    tr.add_argument("--json", action="store_true", help=_ONE_JSON_LINE)
 
 
 def _amount(text: str) -> float:
@@ -299,31 +322,10 @@ def cmd_run(args) -> int:
         check_backend(args.backend)
     tally = None
     if args.dry_run:
-        if not hasattr(cfg, "backend"):
-            raise UsageError(f"workload {args.workload!r} runs no quantum jobs to price")
-        from hqflow.backends import register_backend
-        from hqflow.backends.dryrun import DryRunBackend, Tally
-
-        tally = Tally()
-        register_backend("dry-run", lambda target=None, **o: DryRunBackend(target, tally, **o), listed=False,
-                         suffix="target")
-        cfg = dataclasses.replace(cfg, backend=f"dry-run:{cfg.backend}")
+        cfg, tally = _dry_run(args, cfg)
     if args.run_dir:
         make_folder(args.run_dir)
-    options = {}
-    if args.pool or args.backend_opt:
-        if not hasattr(cfg, "backend"):
-            raise UsageError(f"workload {args.workload!r} runs no quantum jobs for a pool")
-        # under --dry-run every member is a dry-run:<backend> with the member's options: priced, never submitted
-        options["backends"] = {cfg.backend: backend_pool(args, name=cfg.backend if args.dry_run else None)}
-    if (args.profile or args.max_staleness is not None) and not args.plan:
-        raise UsageError(f"{'--profile' if args.profile else '--max-staleness'} goes with --plan auto")
-    if args.plan:
-        if args.dry_run or not hasattr(cfg, "backend"):
-            raise UsageError("--plan auto needs a workload that runs quantum jobs, and no --dry-run")
-        options["plan"] = make_plan(module, cfg, options.get("backends"), profile_path=args.profile,
-                                    max_staleness=args.max_staleness)
-        print(f"{options['plan']}\n", file=sys.stderr)
+    options = _run_options(args, module, cfg)
     with Progress(getattr(cfg, "steps", 1), args.workload) as bar:
         result = module.run(cfg, progress=bar, **options)
     if args.plan:
@@ -341,6 +343,40 @@ def cmd_run(args) -> int:
     except OSError as exc:
         raise UsageError(f"cannot write {exc.filename}: {exc.strerror}") from None
     return 0
+
+
+def _dry_run(args, cfg):
+    """--dry-run: ``cfg`` on ``dry-run:<its backend>`` (registered here: it prices every job and submits
+    none), and the ``Tally`` the jobs are priced into."""
+    if not hasattr(cfg, "backend"):
+        raise UsageError(f"workload {args.workload!r} runs no quantum jobs to price")
+    from hqflow.backends import register_backend
+    from hqflow.backends.dryrun import DryRunBackend, Tally
+
+    tally = Tally()
+    register_backend("dry-run", lambda target=None, **o: DryRunBackend(target, tally, **o), listed=False,
+                     suffix="target")
+    return dataclasses.replace(cfg, backend=f"dry-run:{cfg.backend}"), tally
+
+
+def _run_options(args, module, cfg) -> dict:
+    """The keywords of the workload's ``run`` besides ``progress``: ``backends`` (--pool, --backend-opt)
+    and ``plan`` (--plan auto, made and printed to stderr here)."""
+    options = {}
+    if args.pool or args.backend_opt:
+        if not hasattr(cfg, "backend"):
+            raise UsageError(f"workload {args.workload!r} runs no quantum jobs for a pool")
+        # under --dry-run every member is a dry-run:<backend> with the member's options: priced, never submitted
+        options["backends"] = {cfg.backend: backend_pool(args, name=cfg.backend if args.dry_run else None)}
+    if (args.profile or args.max_staleness is not None) and not args.plan:
+        raise UsageError(f"{'--profile' if args.profile else '--max-staleness'} goes with --plan auto")
+    if args.plan:
+        if args.dry_run or not hasattr(cfg, "backend"):
+            raise UsageError("--plan auto needs a workload that runs quantum jobs, and no --dry-run")
+        options["plan"] = make_plan(module, cfg, options.get("backends"), profile_path=args.profile,
+                                    max_staleness=args.max_staleness)
+        print(f"{options['plan']}\n", file=sys.stderr)
+    return options
 
 
 def _write_run_dir(folder: str, workload: str, cfg, result: dict) -> None:
