@@ -171,7 +171,7 @@ def plan_training(algo: str, cfg, backends, *, profile_path: str | None = None, 
     bound = default.staleness if max_staleness is None else max_staleness
     resolved = mod.resolve(cfg, in_process, devices)
     graph = runner.build_graph(algo, resolved, 0, () if in_process else (cfg.backend,))
-    updates = -(-cfg.max_episodes // mod.episodes_per_update(resolved))
+    updates = mod.updates(resolved)
     prof = _saved_profile(profile_path)
     if prof is None:
         print(f"hqflow: calibrating: {calibrate_updates} updates of {algo} on every backend", file=sys.stderr)

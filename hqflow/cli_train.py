@@ -52,11 +52,6 @@ def _config(args, mod):
         raise UsageError(str(exc)) from None
 
 
-def _updates(mod, cfg) -> int:
-    """The updates of a run that does not stop early."""
-    return -(-cfg.max_episodes // mod.episodes_per_update(cfg))
-
-
 def _watcher(args):
     """``--resources FILE`` as a ``ResourceWatcher`` (None without it); the pool is the file's, so
     ``--pool`` and ``--backend-opt`` are refused beside it."""
@@ -267,7 +262,7 @@ def cmd_train(args) -> int:
                 runner.check_resume(run_dir, algo, cfg, ckpt)
             except runner.RunDirError as exc:
                 raise UsageError(str(exc)) from None
-            if ckpt["update"] + 1 >= _updates(mod, cfg) or (cfg.stop_when_solved and ckpt.get("solved_at") is not None):
+            if ckpt["update"] + 1 >= mod.updates(cfg) or (cfg.stop_when_solved and ckpt.get("solved_at") is not None):
                 print(f"hqflow: {run_dir} is complete ({ckpt['update'] + 1} updates, {len(ckpt.get('returns', []))} "
                       f"episodes{', solved' if ckpt.get('solved_at') else ''}): nothing to resume; "
                       f"hqflow eval {run_dir} evaluates it", file=sys.stderr)
@@ -345,7 +340,7 @@ def cmd_train(args) -> int:
             watcher.say = bar.write  # a line above the progress bar
         try:
             out = runner.train(algo, cfg, distribution, run_dir=run_dir, resume=bool(args.resume),
-                               checkpoint_every=args.checkpoint_every, progress=_cost_report(bar, _updates(mod, cfg)),
+                               checkpoint_every=args.checkpoint_every, progress=_cost_report(bar, mod.updates(cfg)),
                                tensorboard=args.tensorboard, resources=watcher, backends=backends, **scheduler)
         except RunFailed as exc:
             what = ("raise --budget" if _caused_by(exc, BudgetExceeded) else

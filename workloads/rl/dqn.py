@@ -22,76 +22,62 @@ Jerbi, Dunjko, Quantum 6, 720, 2022), in the form of the TensorFlow Quantum tuto
 * Targets r + γ · max_a' Q_target(s', a') bootstrap except on terminal states; a
   time-limit truncation (CartPole's 500 steps, FrozenLake's 100) still bootstraps.
 
-Solved (``solve_window``, ``solved_threshold``): CartPole when the mean return of the last
-10 episodes reaches 500; FrozenLake when the last 100 episodes all reached the goal (their
-mean return is 1). Returns are those of the ε-greedy training episodes.
+Solved (``solve_window``): CartPole when the mean return of the last 10 episodes reaches 500;
+FrozenLake when the last 100 episodes all reached the goal (their mean return is 1). Returns are
+those of the ε-greedy training episodes.
 
-The loop is two fragments (the protocol of ``hqflow.workloads.rl.runner``):
+* The actor (``act``): ``episodes_per_update`` episodes side by side, ε-greedy with the policy's
+  parameters, ε from the episode index, the env resets and coins from a numpy ``Generator`` seeded
+  with ``(seed, step)``: deterministic. A batch-1 forward per step, and only for the envs that act
+  greedily. It runs a whole episode with the parameters it was handed (the learner's, from before the
+  episode; older under a pipelined distribution): fine for an off-policy learner.
+* The learner (``learn``): pushes the batch's transitions into the replay memory one at a time, in
+  the order they happened, and on the way takes a gradient step every ``train_every`` env steps (one
+  batched forward for Q(s), one for the target network's Q(s')) and copies the target network every
+  ``target_every`` env steps. ``extra`` (the memory as numpy arrays, the target parameters and the
+  counters) is copied, never changed in place.
 
-* ``act(policy, envs, cfg, step, carry) -> (Batch, carry)`` (the actor): ``episodes_per_update`` episodes
-  side by side, ε-greedy with the policy's parameters, ε from the episode index, the env
-  resets and coins from a numpy ``Generator`` seeded with ``(seed, step)``: deterministic.
-  A batch-1 forward per step, and only for the envs that act greedily.
-* ``learn(policy, optimizer, batch, cfg, extra, step) -> (metrics, extra)`` (the learner):
-  pushes the batch's transitions into the replay memory one at a time, in the order they
-  happened, and on the way takes a gradient step every ``train_every`` env steps (one
-  batched forward for Q(s), one for the target network's Q(s')) and copies the target
-  network every ``target_every`` env steps. ``extra`` (the memory as numpy arrays, the
-  target parameters and the counters) is copied, never changed in place.
-
-The actor runs a whole episode with the parameters it was handed (the learner's, from
-before the episode; older under pipelined distribution): fine for an off-policy learner.
-``train(cfg)`` alternates the two until the agent is solved or ``max_episodes`` ran out.
-
-    from hqflow.workloads.rl import dqn
-    out = dqn.train(dqn.Config(env="frozenlake", seed=1))
-    print(out["episodes_to_solve"], out["seconds"])
+Train it with ``hqflow train frozenlake --algo dqn`` or ``runner.train("dqn", dqn.Config(env="frozenlake"))``.
 """
 from __future__ import annotations
 
-import math
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from hqflow.config import check_fields
-from hqflow.workloads.rl.algorithm import Algorithm
-from hqflow.workloads.rl.bounds import BOUNDS
-from hqflow.workloads.rl.envs import FreshEnvs, ObsEncoder, get_spec
-from hqflow.workloads.rl.policies import ENCODINGS, QValuePQC
+from hqflow.workloads.rl import algorithm
+from hqflow.workloads.rl.algorithm import Algorithm, params, setting
+from hqflow.workloads.rl.envs import EnvSpec, FreshEnvs, ObsEncoder
+from hqflow.workloads.rl.policies import QValuePQC
 
 LOSSES = ("huber", "mse")
-
-# per-environment values of the Config fields left at None (sources: the module docstring)
-ENV_DEFAULTS = {
-    "cartpole": {"encoding": "atan", "gamma": 0.99, "train_every": 10, "lr_out": 0.1, "solve_window": 10},
-    "acrobot": {"encoding": "atan", "gamma": 0.99, "train_every": 10, "lr_out": 0.1, "solve_window": 10},
-    "frozenlake": {"encoding": "plain", "gamma": 0.8, "train_every": 1, "lr_out": 0.0, "solve_window": 100},
-}
+_CARTPOLE = {"encoding": "atan", "gamma": 0.99, "train_every": 10, "lr_out": 0.1, "solve_window": 10}
 
 
 @dataclass(frozen=True)
-class Config:
-    env: str = "cartpole"
-    """environment short name (``hqflow.workloads.rl.envs.SHORT_NAMES``, or a gymnasium id)"""
-    obs_encoding: str = "auto"
-    """how observations become circuit features: "auto" (the short name's own, else by the space), "box",
-    "running" (running statistics where a Box is unbounded: actor state, carried and checkpointed), "binary"
-    or "onehot" (``hqflow.workloads.rl.envs.get_spec``)"""
-    n_qubits: int | None = None
-    """circuit width; None takes the environment's (4 for CartPole and FrozenLake)"""
-    n_layers: int = 5
-    """re-uploading layers of the Q-function circuit"""
+class Config(algorithm.Config):
     encoding: str | None = None
-    """state encoding "plain" (λ·s), "tanh" or "atan" (arctan(λ·s)); None: "atan" (Skolik's
-    continuous encoding) for CartPole and Acrobot, "plain" for FrozenLake's binary encoding"""
+    """as ``algorithm.Config``'s; None: "atan" (Skolik's continuous encoding) for CartPole and Acrobot,
+    "plain" for FrozenLake's binary encoding"""
+    max_episodes: int = 2000
+    """stop after this many episodes if not solved"""
+    gamma: float | None = None
+    """discount factor; None: 0.99 (CartPole, Acrobot), 0.8 (FrozenLake)"""
+    lr_in: float = 0.001
+    """Adam learning rate of the input scalings λ"""
+    lr_var: float = 0.001
+    """Adam learning rate of the circuit weights θ"""
+    lr_out: float | None = None
+    """Adam learning rate of the output weights w; None: 0.1, but 0 (w fixed at 1) for FrozenLake,
+    whose Q-values already lie in [0, 1] like (1 + <Z>) / 2, as in Skolik et al.; a trainable w
+    there shrinks towards 0 before the first goal is reached and the agent never learns"""
+    solve_window: int | None = None
+    """as ``algorithm.Config``'s; None: 10 (CartPole: mean 500), 100 (FrozenLake: 100 successes out of 100)"""
     observables: tuple[str, ...] | None = None
     """one observable per action; None: the qubits split into as many groups as actions, O_a the
     product of Z over group a (CartPole: Z0Z1, Z2Z3; FrozenLake: Z0, Z1, Z2, Z3)"""
-    gamma: float | None = None
-    """discount factor; None: 0.99 (CartPole, Acrobot), 0.8 (FrozenLake)"""
     memory: int = 10_000
     """replay memory capacity (transitions; the oldest is overwritten first)"""
     batch_size: int = 16
@@ -110,55 +96,22 @@ class Config:
     """ε never decays below this"""
     eps_decay: float = 0.99
     """ε of episode e is max(eps_min, eps_start · eps_decay^e)"""
-    lr_in: float = 0.001
-    """Adam learning rate of the input scalings λ"""
-    lr_var: float = 0.001
-    """Adam learning rate of the circuit weights θ"""
-    lr_out: float | None = None
-    """Adam learning rate of the output weights w; None: 0.1, but 0 (w fixed at 1) for FrozenLake,
-    whose Q-values already lie in [0, 1] like (1 + <Z>) / 2, as in Skolik et al.; a trainable w
-    there shrinks towards 0 before the first goal is reached and the agent never learns"""
     amsgrad: bool = True
     """use the AMSGrad variant of Adam (as the TFQ tutorial does)"""
     episodes_per_update: int = 1
     """episodes per actor call (run side by side on as many envs); the learner then takes
     the gradient steps those episodes' env steps are due"""
-    max_episodes: int = 2000
-    """stop after this many episodes if not solved"""
-    backend: str = "compiled"
-    """backend of the circuit (compiled: autograd; others: parameter shift)"""
-    seed: int = 0
-    """seed of the initial weights, env resets, ε-greedy coins and replay sampling"""
-    threads: int = 1
-    """torch intra-op threads during ``train`` (1 is fastest for these tiny batches)"""
-    solve_window: int | None = None
-    """solved when the mean return of the last ``solve_window`` episodes reaches the env's
-    threshold; None: 10 (CartPole: mean 500), 100 (FrozenLake: 100 successes out of 100)"""
-    stop_when_solved: bool = True
-    """stop training at the first update after which the agent counts as solved"""
 
-    def __post_init__(self):
-        check_fields(self, BOUNDS)  # types and ranges, the field named in the error
-        spec = get_spec(self.env, self.obs_encoding)  # ValueError naming the known environments
-        if spec.continuous:
-            raise ValueError(f"{self.env} has continuous actions (a Box of {spec.n_actions}); train it with --algo ppo")
-        if self.encoding is not None and self.encoding not in ENCODINGS:
-            raise ValueError(f"unknown encoding {self.encoding!r}; known: {', '.join(ENCODINGS)}")
+    ENV_DEFAULTS: ClassVar[dict] = {"*": _CARTPOLE, "cartpole": _CARTPOLE, "acrobot": _CARTPOLE,
+                                    "frozenlake": {"encoding": "plain", "gamma": 0.8, "train_every": 1,
+                                                   "lr_out": 0.0, "solve_window": 100}}
+
+    def check(self, spec: EnvSpec) -> None:
         if self.loss not in LOSSES:
             raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
-        if self.gamma is not None and not 0 < self.gamma <= 1:
-            raise ValueError(f"need 0 < gamma <= 1, got {self.gamma}")
-        if not 0 <= self.eps_min <= self.eps_start <= 1 or not 0 < self.eps_decay <= 1:
+        if self.eps_min > self.eps_start:
             raise ValueError(f"need 0 <= eps_min <= eps_start <= 1 and 0 < eps_decay <= 1, got eps_min="
                              f"{self.eps_min}, eps_start={self.eps_start}, eps_decay={self.eps_decay}")
-        positive = {"batch_size": self.batch_size, "train_every": self.train_every, "target_every": self.target_every,
-                    "episodes_per_update": self.episodes_per_update, "max_episodes": self.max_episodes,
-                    "threads": self.threads, "n_layers": self.n_layers, "solve_window": self.solve_window}
-        bad = [f"{k}={v}" for k, v in positive.items() if v is not None and v < 1]
-        if bad:
-            raise ValueError(f"need positive {', '.join(bad)}")
-        if min(self.lr_in, self.lr_var, setting(self, "lr_out")) < 0:
-            raise ValueError("learning rates must be >= 0")
         if self.memory < self.batch_size:
             raise ValueError(f"memory ({self.memory}) must hold at least one batch ({self.batch_size})")
         n_obs = len(observables(self))
@@ -166,17 +119,11 @@ class Config:
             raise ValueError(f"{self.env} has {spec.n_actions} actions: need as many observables, got {n_obs}")
 
 
-def setting(cfg: Config, name: str):
-    """``cfg.<name>``, or the environment's default where the field is None."""
-    value = getattr(cfg, name)
-    return ENV_DEFAULTS.get(cfg.env, ENV_DEFAULTS["cartpole"])[name] if value is None else value
-
-
 def observables(cfg: Config) -> tuple[str, ...]:
     """The observable of each action: ``cfg.observables`` or Z-products over equal groups of qubits."""
     if cfg.observables is not None:
         return tuple(cfg.observables)
-    spec = get_spec(cfg.env, cfg.obs_encoding)
+    spec = cfg.spec
     n_qubits, n_actions = cfg.n_qubits or spec.n_qubits, spec.n_actions
     size = n_qubits // n_actions
     if size < 1:
@@ -200,24 +147,39 @@ class Batch:
     terminated: np.ndarray  # [T] bool: s_{t+1} is terminal (no bootstrap); a time-limit truncation is not
     episode_returns: np.ndarray  # [n_episodes] float64, in episode order
     circuit_evals: int  # Q-function rows evaluated while acting (greedy steps only)
+    episode_lengths: np.ndarray | None = None  # [n_episodes] steps of each episode
+    steps_taken: int = -1  # env steps the actor ran (-1: n_steps; always, since episodes end within an update)
 
     @property
     def n_steps(self) -> int:
         return len(self.actions)
 
 
-def snapshot(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """A detached copy of the parameters (the target network is one)."""
-    return {k: v.detach().clone() for k, v in policy.named_parameters()}
+
+# --- the policy ------------------------------------------------------------------------------
+
+def make_policy(cfg: Config) -> QValuePQC:
+    spec = cfg.spec
+    return QValuePQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
+                     encoding=setting(cfg, "encoding"), observables=observables(cfg), backend=cfg.backend,
+                     seed=cfg.seed)
+
+
+def make_optimizer(policy, cfg: Config) -> torch.optim.Optimizer:
+    return torch.optim.Adam(policy.param_groups(cfg.lr_in, cfg.lr_var, setting(cfg, "lr_out")), amsgrad=cfg.amsgrad)
 
 
 # --- the actor -------------------------------------------------------------------------------
+
+def make_envs(cfg: Config) -> FreshEnvs:
+    return FreshEnvs(cfg.spec, cfg.episodes_per_update)
+
 
 @torch.no_grad()
 def act(policy, envs: FreshEnvs, cfg: Config, step: int,
         carry: dict | None = None) -> tuple[Batch, dict | None]:
     """Update ``step``'s episodes, ε-greedy with the policy's current parameters: ``(batch, carry)``; the
-    carry holds the running statistics of a ``running`` observation encoding (``init_carry``)."""
+    carry holds the running statistics of a ``running`` observation encoding (``obs_stats_carry``)."""
     first = step * cfg.episodes_per_update
     n = min(cfg.episodes_per_update, cfg.max_episodes - first)
     rng = np.random.default_rng([cfg.seed, step])
@@ -225,7 +187,7 @@ def act(policy, envs: FreshEnvs, cfg: Config, step: int,
     eps = epsilon(cfg, first + np.arange(n))
     n_actions, encode = envs.spec.n_actions, ObsEncoder(envs.spec, (carry or {}).get("obs_stats"))
     obs = encode(envs.reset(reset_seeds))
-    alive, returns, rows, evals = np.arange(n), np.zeros(n), [], 0
+    alive, returns, lengths, rows, evals = np.arange(n), np.zeros(n), np.zeros(n, np.int64), [], 0
     while alive.size:
         greedy = rng.random(alive.size) >= eps[alive]
         actions = rng.integers(0, n_actions, alive.size)
@@ -236,34 +198,30 @@ def act(policy, envs: FreshEnvs, cfg: Config, step: int,
         next_obs = encode(raw)
         rows.append((obs, actions, rewards, next_obs, terminated))
         returns[alive] += rewards
+        lengths[alive] += 1
         done = terminated | truncated
         alive, obs = alive[~done], next_obs[~done]
     s, a, r, s2, term = (np.concatenate(parts) for parts in zip(*rows))
     stats = ObsEncoder.merge(encode.start, [encode])
-    return Batch(s, a.astype(np.int64), r.astype(np.float32), s2, term, returns, evals), \
+    return Batch(s, a.astype(np.int64), r.astype(np.float32), s2, term, returns, evals, lengths), \
         None if stats is None else {"obs_stats": stats}
-
-
-def init_carry(cfg: Config) -> dict | None:
-    """What the actor carries from one update to the next: ``obs_stats``, the running statistics of a
-    ``running`` observation encoding (``envs.ObsStats``); None without one (rollouts are independent)."""
-    stats = get_spec(cfg.env, cfg.obs_encoding).new_stats()
-    return None if stats is None else {"obs_stats": stats}
 
 
 # --- the learner -----------------------------------------------------------------------------
 
 def init_extra(cfg: Config, policy) -> dict:
     """The learner's own state: an empty replay memory, the target network (= the policy) and counters."""
-    n = get_spec(cfg.env, cfg.obs_encoding).n_features
+    n = cfg.spec.n_features
     return {"states": np.zeros((cfg.memory, n), np.float32), "actions": np.zeros(cfg.memory, np.int64),
             "rewards": np.zeros(cfg.memory, np.float32), "next_states": np.zeros((cfg.memory, n), np.float32),
             "terminated": np.zeros(cfg.memory, bool), "size": 0, "pos": 0,
-            "env_steps": 0, "updates": 0, "target": snapshot(policy)}
+            "env_steps": 0, "updates": 0, "target": params(policy)}
 
 
-def td_update(policy, optimizer: torch.optim.Optimizer, mem: dict, rng: np.random.Generator, cfg: Config) -> float:
-    """One gradient step on a minibatch from ``mem``: loss(Q(s, a), r + γ · max_a' Q_target(s', a'))."""
+def td_update(policy, optimizer: torch.optim.Optimizer, mem: dict, rng: np.random.Generator,
+              cfg: Config) -> tuple[float, float]:
+    """One gradient step on a minibatch from ``mem``: loss(Q(s, a), r + γ · max_a' Q_target(s', a'));
+    ``(loss, mean Q(s, a))``."""
     i = rng.integers(0, mem["size"], cfg.batch_size)
     s, s2 = torch.from_numpy(mem["states"][i]), torch.from_numpy(mem["next_states"][i])
     a = torch.from_numpy(mem["actions"][i])
@@ -276,19 +234,19 @@ def td_update(policy, optimizer: torch.optim.Optimizer, mem: dict, rng: np.rando
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
-    return float(loss.detach())
+    return float(loss.detach()), float(q.detach().mean())
 
 
 def learn(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg: Config, extra: dict,
           step: int) -> tuple[dict, dict]:
     """Replay the batch into the memory, with the gradient steps and target copies its env steps are due.
 
-    Returns ``({"loss": mean loss of this call's gradient steps, nan if none}, new extra)``;
+    Returns ``({"loss": mean loss of this call's gradient steps, nan if none, ...}, new extra)``;
     ``extra`` itself is left as it was.
     """
     mem = {k: v.copy() if isinstance(v, np.ndarray | dict) else v for k, v in extra.items()}
     rng = np.random.default_rng([cfg.seed, step, 1])
-    losses = []
+    losses, q_values = [], []
     for t in range(batch.n_steps):
         i = mem["pos"]
         mem["states"][i], mem["actions"][i], mem["rewards"][i] = batch.states[t], batch.actions[t], batch.rewards[t]
@@ -296,94 +254,16 @@ def learn(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg: Config, e
         mem["pos"], mem["size"] = (i + 1) % cfg.memory, min(mem["size"] + 1, cfg.memory)
         mem["env_steps"] += 1
         if mem["env_steps"] % setting(cfg, "train_every") == 0 and mem["size"] >= cfg.batch_size:
-            losses.append(td_update(policy, optimizer, mem, rng, cfg))
+            loss, q = td_update(policy, optimizer, mem, rng, cfg)
+            losses.append(loss)
+            q_values.append(q)
             mem["updates"] += 1
         if mem["env_steps"] % cfg.target_every == 0:
-            mem["target"] = snapshot(policy)
-    return {"loss": float(np.mean(losses)) if losses else float("nan"),
+            mem["target"] = params(policy)
+    loss = float(np.mean(losses)) if losses else float("nan")
+    means = {"td_loss": loss, "q_values": float(np.mean(q_values))} if losses else {}
+    return {"loss": loss, "losses": means,
             "circuit_evals": 2 * cfg.batch_size * len(losses)}, mem  # Q(s) and the target's Q(s') rows
-
-
-# --- the loop --------------------------------------------------------------------------------
-
-def make_policy(cfg: Config) -> QValuePQC:
-    spec = get_spec(cfg.env, cfg.obs_encoding)
-    return QValuePQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
-                     encoding=setting(cfg, "encoding"), observables=observables(cfg), backend=cfg.backend,
-                     seed=cfg.seed)
-
-
-def make_optimizer(policy, cfg: Config) -> torch.optim.Optimizer:
-    return torch.optim.Adam(policy.param_groups(cfg.lr_in, cfg.lr_var, setting(cfg, "lr_out")), amsgrad=cfg.amsgrad)
-
-
-def make_envs(cfg: Config) -> FreshEnvs:
-    return FreshEnvs(get_spec(cfg.env, cfg.obs_encoding), cfg.episodes_per_update)
-
-
-def episodes_per_update(cfg: Config) -> int:
-    return cfg.episodes_per_update
-
-
-def solved_threshold(cfg: Config) -> float:
-    """The mean return over the last ``solve_window(cfg)`` episodes that counts as solved."""
-    return get_spec(cfg.env, cfg.obs_encoding).solved
-
-
-def solve_window(cfg: Config) -> int:
-    """How many of the latest episodes the solved criterion averages (10 CartPole, 100 FrozenLake)."""
-    return setting(cfg, "solve_window")
-
-
-def train(cfg: Config = Config(), progress=None) -> dict:
-    """Alternate ``act`` and ``learn``; ``progress(episodes_done, metrics)`` after each update.
-
-    Returns the config, per-episode ``returns``, ``episodes_to_solve`` (the episode count at
-    the first update after which the last ``solve_window`` returns average at least the
-    env's threshold; None if never), ``seconds``, ``env_steps``, ``env_steps_per_s``,
-    ``circuit_evals`` (actor rows + 2 · batch_size rows per gradient step),
-    ``circuit_evals_per_s``, ``gradient_steps`` and the final ``params`` (a ``snapshot``).
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(cfg.threads)
-    try:
-        policy = make_policy(cfg)
-        optimizer, envs, extra = make_optimizer(policy, cfg), make_envs(cfg), init_extra(cfg, policy)
-        carry = init_carry(cfg)
-        window, threshold = solve_window(cfg), solved_threshold(cfg)
-        returns, solved_at, env_steps, evals = [], None, 0, 0
-        t0 = time.perf_counter()
-        for k in range(math.ceil(cfg.max_episodes / cfg.episodes_per_update)):
-            batch, carry = act(policy, envs, cfg, k, carry)
-            before = extra["updates"]
-            metrics, extra = learn(policy, optimizer, batch, cfg, extra, k)
-            returns += batch.episode_returns.tolist()
-            env_steps += batch.n_steps
-            evals += batch.circuit_evals + 2 * cfg.batch_size * (extra["updates"] - before)
-            last = returns[-window:]
-            if solved_at is None and len(last) == window and np.mean(last) >= threshold:
-                solved_at = len(returns)
-            if progress is not None:
-                progress(len(returns), dict(metrics, epsilon=float(epsilon(cfg, len(returns) - 1)),
-                                            mean_return=float(np.mean(last)), env_steps=env_steps))
-            if solved_at is not None and cfg.stop_when_solved:
-                break
-        seconds = time.perf_counter() - t0
-        envs.close()
-    finally:
-        torch.set_num_threads(threads)
-    return {"config": asdict(cfg), "returns": returns, "episodes_to_solve": solved_at, "seconds": seconds,
-            "env_steps": env_steps, "env_steps_per_s": env_steps / seconds, "circuit_evals": evals,
-            "circuit_evals_per_s": evals / seconds, "gradient_steps": extra["updates"], "params": snapshot(policy)}
-
-
-__all__ = ["Batch", "Config", "act", "epsilon", "init_carry", "init_extra", "learn", "make_envs", "make_optimizer",
-           "make_policy", "observables", "setting", "snapshot", "solve_window", "solved_threshold", "td_update", "train"]
-
-
-def resolve(cfg: Config, in_process: bool, devices: int = 1) -> Config:
-    """DQN has no setting that depends on where the circuit runs."""
-    return cfg
 
 
 def circuits_per_step(cfg: Config, gradient_rows: int) -> float:
@@ -392,10 +272,5 @@ def circuits_per_step(cfg: Config, gradient_rows: int) -> float:
     return 1 + cfg.batch_size * (gradient_rows + 1) / setting(cfg, "train_every")
 
 
-def within_budget(batch, cfg: Config, episodes: int):
-    """The batch as it is: the actor never completes more episodes than the budget leaves (``n`` per update)."""
-    return batch
-
-
-ALGORITHM = Algorithm("dqn", Config, make_policy, make_optimizer, make_envs, init_carry, init_extra, act, learn,
-                      episodes_per_update, solved_threshold, solve_window, resolve, circuits_per_step, within_budget)
+ALGORITHM = Algorithm("dqn", Config, make_policy, make_optimizer, make_envs, act, learn,
+                      lambda cfg: cfg.episodes_per_update, circuits_per_step, init_extra=init_extra)

@@ -26,67 +26,37 @@ Left out of CleanRL's defaults: learning-rate annealing and the clipped value lo
 0.5 · MSE here). As in CleanRL, an episode that hits its time limit counts as terminated
 (``dones`` = terminated or truncated), so GAE does not bootstrap past it.
 
-The loop is two fragments that a dataflow runtime can call on their own (the protocol of
-``hqflow.workloads.rl.runner``, at the bottom):
+* The actor (``act``): one no-grad forward of actor and critic per time step for all envs, actions
+  sampled with a numpy ``Generator`` seeded from ``(cfg.seed, step)``; it records states, actions,
+  log π_old(a|s), rewards, dones, V_old(s) and V_old of the last states (values computed by the
+  parameters that acted).
+* The learner (``learn``): GAE, then ``update_epochs`` passes over the batch in ``num_minibatches``
+  shuffled minibatches, one Adam step each on the clipped surrogate + value loss - entropy bonus.
 
-* ``act(policy, envs, cfg, step, carry) -> (Batch, carry)`` (the actor): one no-grad forward of
-  actor and critic per time step for all envs, actions sampled with a numpy ``Generator`` seeded from
-  ``(cfg.seed, step)``; it records states, actions, log π_old(a|s), rewards, dones, V_old(s)
-  and V_old of the last states. Values are computed here, by the parameters that acted.
-* ``learn(policy, optimizer, batch, cfg, extra, step)`` (the learner): GAE, then
-  ``update_epochs`` passes over the batch in ``num_minibatches`` shuffled minibatches, one
-  Adam step each on the clipped surrogate + value loss - entropy bonus.
-
-``train(cfg)`` alternates them for ``max_updates(cfg)`` updates or until solved.
-
-    from hqflow.workloads.rl import ppo
-    out = ppo.train(ppo.Config(env="cartpole", seed=0))
-    print(out["episodes_to_solve"], out["seconds"])
+Train it with ``hqflow train cartpole --algo ppo`` or ``runner.train("ppo", ppo.Config(seed=0))``.
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from typing import ClassVar
 
 import gymnasium as gym
 import numpy as np
 import torch
-from hqflow.config import check_fields
-from hqflow.workloads.rl.algorithm import Algorithm
-from hqflow.workloads.rl.bounds import BOUNDS
-from hqflow.workloads.rl.envs import EnvSpec, ObsEncoder, get_spec, reset_finished, vector_env
-from hqflow.workloads.rl.policies import ENCODINGS, Acting, GaussianPQC, SoftmaxPQC
+from hqflow.workloads.rl import algorithm
+from hqflow.workloads.rl.algorithm import Algorithm, setting
+from hqflow.workloads.rl.envs import EnvSpec, ObsEncoder, reset_finished, vector_env
+from hqflow.workloads.rl.policies import Acting, GaussianPQC, SoftmaxPQC
 from torch import nn
 
 
-# per-environment values of the Config fields left at None. Acrobot-v1: 8 epochs and a critic learning rate
-# of 1e-2 solved 4 of 5 seeds within 1000 episodes (648, 578, 710, 1198, 360), where CleanRL's 4 and 3e-3
-# solved 3 (seeds 2 and 4 at 1157 and 1040); the sweep is in the stop note of issue 13
-ENV_DEFAULTS = {"acrobot": {"update_epochs": 8, "lr_critic": 1e-2}, "Acrobot-v1": {"update_epochs": 8, "lr_critic": 1e-2}}
-DEFAULTS = {"update_epochs": 4, "lr_critic": 3e-3}
-
-
-def setting(cfg, name: str):
-    """``cfg.<name>``, or the environment's default where the field is None."""
-    value = getattr(cfg, name)
-    return ENV_DEFAULTS.get(cfg.env, DEFAULTS)[name] if value is None else value
-
-
 @dataclass(frozen=True)
-class Config:
-    env: str = "cartpole"
-    """environment short name (``hqflow.workloads.rl.envs.SHORT_NAMES``, or a gymnasium id)"""
-    obs_encoding: str = "auto"
-    """how observations become circuit features: "auto" (the short name's own, else by the space), "box",
-    "running" (running statistics where a Box is unbounded: actor state, carried and checkpointed), "binary"
-    or "onehot" (``hqflow.workloads.rl.envs.get_spec``)"""
-    n_qubits: int | None = None
-    """circuit width of the actor; None takes the environment's (4 for CartPole, 6 for Acrobot)"""
-    n_layers: int = 5
-    """re-uploading layers of the actor's circuit"""
-    encoding: str = "plain"
-    """state encoding of the actor: "plain" (λ·s), "tanh" (tanh(λ·s)) or "atan" (arctan(λ·s))"""
+class Config(algorithm.Config):
+    gamma: float = 0.99
+    """discount factor"""
+    max_episodes: int = 1000
+    """episode budget: the last rollout is cut on the step that ended the last episode (``within_budget``)"""
     beta: float = 1.0
     """inverse temperature of the softmax policy"""
     critic_hidden: int = 64
@@ -96,13 +66,6 @@ class Config:
     num_steps: int = 512
     """steps per env per rollout; keep it above the env's time limit (500 for CartPole and
     Acrobot) or no episode of a good agent completes within a rollout"""
-    max_episodes: int = 1000
-    """episode budget: the run stops when ``max_episodes`` episodes have completed, the last rollout cut on the
-    step that ended the last of them (``within_budget``); it makes at most ``max_updates(cfg)`` =
-    ⌈max_episodes / episodes_per_update(cfg)⌉ updates, where ``episodes_per_update`` = num_envs · max(1,
-    num_steps // time limit) is the fewest episodes a rollout completes when num_steps >= the time limit"""
-    gamma: float = 0.99
-    """discount factor"""
     gae_lambda: float = 0.95
     """λ of generalized advantage estimation"""
     update_epochs: int | None = None
@@ -119,46 +82,25 @@ class Config:
     """weight of the value loss 0.5 · (V(s) - R)²"""
     max_grad_norm: float = 0.5
     """clip the gradient norm over all parameters (actor and critic together) to this"""
-    lr_in: float = 0.1
-    """Adam learning rate of the actor's input scalings λ"""
-    lr_var: float = 0.01
-    """Adam learning rate of the actor's circuit weights θ"""
-    lr_out: float = 0.1
-    """Adam learning rate of the actor's readout weights w"""
     lr_critic: float | None = None
     """Adam learning rate of the critic; None: the environment's (``ENV_DEFAULTS``): 3e-3, above CleanRL's
     2.5e-4 (its runs make ~1000 updates, ours ~50; on CartPole seed 0, 2.5e-4 solved after 2523 episodes,
     1e-3 after 753, 3e-3 after 536), and 1e-2 for Acrobot"""
-    backend: str = "compiled"
-    """backend of the actor's circuit (compiled: autograd; others: parameter shift)"""
-    seed: int = 0
-    """seed of the initial weights (actor and critic), env resets, action sampling and minibatches"""
-    threads: int = 1
-    """torch intra-op threads during training (1 is fastest for these tiny batches)"""
-    solve_window: int = 10
-    """solved when the mean return of the last ``solve_window`` completed episodes reaches the env's threshold"""
-    stop_when_solved: bool = True
-    """stop training at the first update after which the agent counts as solved"""
 
-    def __post_init__(self):
-        check_fields(self, BOUNDS)  # types and ranges, the field named in the error
-        get_spec(self.env, self.obs_encoding)  # ValueError naming the known environments
-        if self.encoding not in ENCODINGS:
-            raise ValueError(f"unknown encoding {self.encoding!r}; known: {', '.join(ENCODINGS)}")
-        for name in ("num_envs", "num_steps", "max_episodes", "num_minibatches", "critic_hidden",
-                     "threads", "solve_window"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+    CONTINUOUS: ClassVar[bool] = True
+    # Acrobot-v1: 8 epochs and a critic learning rate of 1e-2 solved 4 of 5 seeds within 1000 episodes (648, 578,
+    # 710, 1198, 360), where CleanRL's 4 and 3e-3 solved 3 (seeds 2 and 4 at 1157 and 1040); issue 13's stop note
+    ENV_DEFAULTS: ClassVar[dict] = {"*": {"update_epochs": 4, "lr_critic": 3e-3},
+                                    "acrobot": {"update_epochs": 8, "lr_critic": 1e-2},
+                                    "Acrobot-v1": {"update_epochs": 8, "lr_critic": 1e-2}}
+
+    def check(self, spec: EnvSpec) -> None:
         if self.num_minibatches > self.num_envs * self.num_steps:
             raise ValueError(f"num_minibatches ({self.num_minibatches}) exceeds the rollout's "
                              f"num_envs * num_steps = {self.num_envs * self.num_steps} rows")
-        if not 0 < self.gamma <= 1 or not 0 <= self.gae_lambda <= 1:
-            raise ValueError(f"need 0 < gamma <= 1 and 0 <= gae_lambda <= 1, got {self.gamma} and {self.gae_lambda}")
-        if self.clip_coef <= 0 or self.max_grad_norm <= 0:
-            raise ValueError(f"need clip_coef > 0 and max_grad_norm > 0, got {self.clip_coef} and {self.max_grad_norm}")
 
 
-# --- the agent -------------------------------------------------------------------------------
+# --- the policy ------------------------------------------------------------------------------
 
 class ActorCritic(Acting, nn.Module):
     """The quantum actor π(a|s) (``SoftmaxPQC``; ``GaussianPQC`` for continuous actions) and a classical
@@ -201,11 +143,6 @@ class ActorCritic(Acting, nn.Module):
             {"params": list(self.critic.parameters()), "lr": lr_critic, "name": "critic"}]
 
 
-def snapshot(policy: nn.Module) -> dict[str, torch.Tensor]:
-    """A detached copy of the parameters (actor and critic)."""
-    return {k: v.detach().clone() for k, v in policy.named_parameters()}
-
-
 @dataclass
 class Batch:
     """What the actor hands the learner: ``num_steps`` steps of ``num_envs`` envs, time-major."""
@@ -221,6 +158,7 @@ class Batch:
     circuit_evals: int  # actor rows evaluated while acting + the rows the learner evaluates on this batch
     kept: np.ndarray | None = None  # [N] int: the steps of each env the learner takes (None: all T; within_budget)
     steps_taken: int = -1  # env steps the actor took (-1: n_steps; more in a rollout cut at the budget)
+    episode_lengths: np.ndarray | None = None  # steps of the completed episodes, in the order they ended
 
     @property
     def n_steps(self) -> int:
@@ -232,34 +170,47 @@ class Batch:
         return np.arange(len(self.rewards))[:, None] < kept[None]
 
 
-def circuits_per_step(cfg: Config, gradient_rows: int) -> float:
-    """One circuit to act, and the gradient at every state in each of ``update_epochs`` passes."""
-    return 1 + setting(cfg, "update_epochs") * gradient_rows
+
+def make_policy(cfg: Config) -> ActorCritic:
+    spec = cfg.spec
+    if spec.continuous:  # a Gaussian head over [-1, 1]^d (the env scales it onto its bounds)
+        actor = GaussianPQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
+                            encoding=cfg.encoding, backend=cfg.backend, seed=cfg.seed)
+    else:
+        actor = SoftmaxPQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
+                           encoding=cfg.encoding, beta=cfg.beta, backend=cfg.backend, seed=cfg.seed)
+    return ActorCritic(actor, spec.n_features, cfg.critic_hidden, seed=cfg.seed)
 
 
-def within_budget(batch: Batch, cfg: Config, episodes: int) -> Batch:
-    """The batch as if the rollout had stopped on the step that ended its ``episodes``-th episode (``episodes``
-    >= 1), so that a run completes exactly its episode budget: every env's steps up to that one, the
-    unfinished episodes cut there (bootstrapped from V, as a rollout's end cuts them). An episode of
-    another env that ended on that same step beyond the budget loses the step (cut just before it)."""
-    if len(batch.episode_returns) <= episodes:
-        return batch
-    ends = np.argwhere(batch.dones)  # (step, env), in the order the rollout recorded the episodes' ends
-    t = int(ends[episodes - 1][0])
-    kept = np.full(batch.dones.shape[1], t + 1)
-    late = ends[episodes:]
-    kept[late[late[:, 0] == t, 1]] = t
-    after = batch.values[t + 1] if t + 1 < len(batch.values) else batch.last_values
-    bootstrap = np.where(kept == t + 1, after, batch.values[t]).astype(batch.last_values.dtype)
-    dropped = batch.rewards.size - int(kept.sum())
-    cut = [a[:t + 1] for a in (batch.states, batch.actions, batch.log_probs, batch.rewards, batch.dones, batch.values)]
-    return Batch(*cut, bootstrap, batch.episode_returns[:episodes],
-                 batch.circuit_evals - setting(cfg, "update_epochs") * dropped,  # rows the learner no longer runs
-                 None if (kept == t + 1).all() else kept,
-                 batch.steps_taken if batch.steps_taken >= 0 else batch.rewards.size)
+def make_optimizer(policy: ActorCritic, cfg: Config) -> torch.optim.Optimizer:
+    """Adam over the four groups (λ, θ, w, critic) with their learning rates; eps 1e-5 as CleanRL."""
+    return torch.optim.Adam(policy.param_groups(cfg.lr_in, cfg.lr_var, cfg.lr_out, setting(cfg, "lr_critic")), eps=1e-5)
 
 
 # --- the actor -------------------------------------------------------------------------------
+
+def make_envs(cfg: Config) -> gym.vector.SyncVectorEnv:
+    """The rollout's ``num_envs`` environments: gymnasium's ``SyncVectorEnv`` (``envs.vector_env``)."""
+    return vector_env(cfg.spec, cfg.num_envs)
+
+
+def episodes_per_update(cfg: Config) -> int:
+    """The fewest episodes a rollout completes when ``num_steps`` >= the env's time limit (gymnasium's
+    ``max_episode_steps``: 500 for CartPole and Acrobot); a rough count otherwise."""
+    return cfg.num_envs * max(1, cfg.num_steps // cfg.spec.max_episode_steps())
+
+
+def act(policy: ActorCritic, envs: gym.vector.SyncVectorEnv, cfg: Config, step: int,
+        carry: dict | None = None) -> tuple[Batch, dict | None]:
+    """Update ``step``'s rollout: fresh episodes seeded from ``(cfg.seed, step)``: ``(batch, carry)``; running
+    observation statistics go on from the carry's (``algorithm.obs_stats_carry``)."""
+    spec = cfg.spec
+    encode = ObsEncoder(spec, (carry or {}).get("obs_stats"))
+    batch = rollout(policy, envs, spec, cfg.num_steps, seed=[cfg.seed, step],
+                    learner_rows=setting(cfg, "update_epochs") * cfg.num_envs * cfg.num_steps, encode=encode)
+    stats = ObsEncoder.merge(encode.start, [encode])
+    return batch, None if stats is None else {"obs_stats": stats}
+
 
 def sample(log_probs: np.ndarray, u: np.ndarray) -> np.ndarray:
     """Inverse-CDF sampling: for each row, the first action whose cumulative probability exceeds ``u``."""
@@ -285,7 +236,7 @@ def rollout(policy: ActorCritic, envs: gym.vector.SyncVectorEnv, spec: EnvSpec, 
     values = np.empty((num_steps, n), np.float32)
     rewards = np.empty((num_steps, n))
     dones = np.empty((num_steps, n), bool)
-    running, finished = np.zeros(n), []  # running return of each env's episode; completed returns
+    running, steps, finished, lengths = np.zeros(n), np.zeros(n, np.int64), [], []  # running episodes; completed
     for t in range(num_steps):
         if continuous:  # a ~ N(mean, std), drawn from the rollout's generator
             x = torch.from_numpy(obs)
@@ -302,15 +253,41 @@ def rollout(policy: ActorCritic, envs: gym.vector.SyncVectorEnv, spec: EnvSpec, 
         raw, rewards[t], terminated, truncated, _ = envs.step(spec.env_actions(a))
         dones[t] = terminated | truncated
         running += rewards[t]
+        steps += 1
         for i in np.flatnonzero(dones[t]):
             finished.append(running[i])
-            running[i] = 0.0
+            lengths.append(steps[i])
+            running[i], steps[i] = 0.0, 0
         if dones[t].any():  # new seeded episodes in the envs that finished
             raw = reset_finished(envs, dones[t], rng)
         obs = encode(raw)
     last_values = policy.value(torch.from_numpy(obs)).numpy()
     return Batch(states, actions, log_probs, rewards, dones, values, last_values, np.array(finished),
-                 num_steps * n + learner_rows)
+                 num_steps * n + learner_rows, episode_lengths=np.array(lengths, np.int64))
+
+
+def within_budget(batch: Batch, cfg: Config, episodes: int) -> Batch:
+    """The batch as if the rollout had stopped on the step that ended its ``episodes``-th episode (``episodes``
+    >= 1), so that a run completes exactly its episode budget: every env's steps up to that one, the
+    unfinished episodes cut there (bootstrapped from V, as a rollout's end cuts them). An episode of
+    another env that ended on that same step beyond the budget loses the step (cut just before it)."""
+    if len(batch.episode_returns) <= episodes:
+        return batch
+    ends = np.argwhere(batch.dones)  # (step, env), in the order the rollout recorded the episodes' ends
+    t = int(ends[episodes - 1][0])
+    kept = np.full(batch.dones.shape[1], t + 1)
+    late = ends[episodes:]
+    kept[late[late[:, 0] == t, 1]] = t
+    after = batch.values[t + 1] if t + 1 < len(batch.values) else batch.last_values
+    bootstrap = np.where(kept == t + 1, after, batch.values[t]).astype(batch.last_values.dtype)
+    dropped = batch.rewards.size - int(kept.sum())
+    cut = [a[:t + 1] for a in (batch.states, batch.actions, batch.log_probs, batch.rewards, batch.dones, batch.values)]
+    return Batch(*cut, bootstrap, batch.episode_returns[:episodes],
+                 batch.circuit_evals - setting(cfg, "update_epochs") * dropped,  # rows the learner no longer runs
+                 None if (kept == t + 1).all() else kept,
+                 batch.steps_taken if batch.steps_taken >= 0 else batch.rewards.size,
+                 None if batch.episode_lengths is None else batch.episode_lengths[:episodes])
+
 
 
 # --- the learner -----------------------------------------------------------------------------
@@ -354,8 +331,9 @@ def clipped_objective(new_log_probs: torch.Tensor, old_log_probs: torch.Tensor, 
     return torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean()
 
 
-def update(policy: ActorCritic, optimizer: torch.optim.Optimizer, batch: Batch, cfg: Config, seed) -> dict:
-    """GAE, then ``update_epochs`` shuffled passes of ``num_minibatches`` Adam steps; the mean metrics."""
+def learn(policy: ActorCritic, optimizer, batch: Batch, cfg: Config, extra, step: int) -> tuple[dict, None]:
+    """GAE, then ``update_epochs`` shuffled passes of ``num_minibatches`` Adam steps (minibatches drawn from
+    ``(cfg.seed, step, 1)``); the metrics are the means over the steps."""
     advantages, returns = _advantages(batch, cfg)
     mask = batch.mask()
 
@@ -369,7 +347,8 @@ def update(policy: ActorCritic, optimizer: torch.optim.Optimizer, batch: Batch, 
     old_log_probs = torch.from_numpy(flat(batch.log_probs)).to(dtype)
     advantages = torch.as_tensor(flat(advantages), dtype=dtype)
     returns = torch.as_tensor(flat(returns), dtype=dtype)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng([cfg.seed, step, 1])
+    clipped = [p for group in optimizer.param_groups for p in group["params"]]  # λ, θ, w, the critic
     sums, n_updates = {}, 0
     for _ in range(setting(cfg, "update_epochs")):
         for mb in np.array_split(rng.permutation(len(actions)), cfg.num_minibatches):
@@ -389,149 +368,24 @@ def update(policy: ActorCritic, optimizer: torch.optim.Optimizer, batch: Batch, 
             loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
             optimizer.zero_grad()
             loss.backward()
-            nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+            nn.utils.clip_grad_norm_(clipped, cfg.max_grad_norm)
             optimizer.step()
             with torch.no_grad():
                 log_ratio = new_log_probs - old_log_probs[mb]
-                row = {"loss": loss, "pg_loss": pg_loss, "v_loss": v_loss, "entropy": entropy,
+                row = {"loss": loss, "policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy,
                        "approx_kl": ((log_ratio.exp() - 1) - log_ratio).mean(),  # Schulman's k3 estimator
                        "clipfrac": ((log_ratio.exp() - 1).abs() > cfg.clip_coef).float().mean()}
             for k, v in row.items():
                 sums[k] = sums.get(k, 0.0) + float(v.detach())
             n_updates += 1
-    metrics = {k: v / n_updates for k, v in sums.items()}
-    metrics["mean_return"] = float(batch.episode_returns.mean()) if len(batch.episode_returns) else None
-    return metrics
+    losses = {k: v / n_updates for k, v in sums.items()}
+    return {"loss": losses.pop("loss"), "losses": losses}, extra
 
 
-# --- the loop --------------------------------------------------------------------------------
-
-def train(cfg: Config = Config(), progress=None) -> dict:
-    """Alternate ``act`` and ``update`` (what ``learn`` runs); ``progress(episodes_done, metrics)`` after each update.
-
-    Returns the config, ``returns`` (every completed episode's return), ``episodes_to_solve``
-    (the episode count at the first update after which the last ``solve_window`` returns
-    average at least the env's threshold; None if never), ``updates``, ``seconds``,
-    ``env_steps``, ``env_steps_per_s``, ``circuit_evals`` (actor rows + learner rows),
-    ``circuit_evals_per_s`` and the final ``params`` (a ``snapshot``, actor and critic).
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(cfg.threads)
-    try:
-        spec = get_spec(cfg.env, cfg.obs_encoding)
-        policy = make_policy(cfg)
-        optimizer = make_optimizer(policy, cfg)
-        envs, carry = make_envs(cfg), init_carry(cfg)
-        returns, solved_at, env_steps, evals, updates = [], None, 0, 0, 0
-        t0 = time.perf_counter()
-        for k in range(max_updates(cfg)):
-            batch, carry = act(policy, envs, cfg, k, carry)
-            batch = within_budget(batch, cfg, cfg.max_episodes - len(returns))
-            metrics = update(policy, optimizer, batch, cfg, seed=[cfg.seed, k, 1])
-            returns += batch.episode_returns.tolist()
-            env_steps += batch.n_steps
-            evals += batch.circuit_evals
-            updates += 1
-            window = returns[-cfg.solve_window:]
-            if solved_at is None and len(window) == cfg.solve_window and np.mean(window) >= spec.solved:
-                solved_at = len(returns)
-            if progress is not None:
-                progress(len(returns), metrics)
-            if (solved_at is not None and cfg.stop_when_solved) or len(returns) >= cfg.max_episodes:
-                break  # the episode budget is spent (the last rollout stops on it: within_budget)
-        seconds = time.perf_counter() - t0
-        envs.close()
-    finally:
-        torch.set_num_threads(threads)
-    return {"config": asdict(cfg), "returns": returns, "episodes_to_solve": solved_at, "updates": updates,
-            "seconds": seconds, "env_steps": env_steps, "env_steps_per_s": env_steps / seconds, "circuit_evals": evals,
-            "circuit_evals_per_s": evals / seconds, "params": snapshot(policy)}
+def circuits_per_step(cfg: Config, gradient_rows: int) -> float:
+    """One circuit to act, and the gradient at every state in each of ``update_epochs`` passes."""
+    return 1 + setting(cfg, "update_epochs") * gradient_rows
 
 
-# --- the fragment protocol of hqflow.workloads.rl.runner (the same loop as a dataflow graph) ---
-
-def make_policy(cfg: Config) -> ActorCritic:
-    spec = get_spec(cfg.env, cfg.obs_encoding)
-    if spec.continuous:  # a Gaussian head over [-1, 1]^d (the env scales it onto its bounds)
-        actor = GaussianPQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
-                            encoding=cfg.encoding, backend=cfg.backend, seed=cfg.seed)
-        return ActorCritic(actor, spec.n_features, cfg.critic_hidden, seed=cfg.seed)
-    actor = SoftmaxPQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
-                       encoding=cfg.encoding, beta=cfg.beta, backend=cfg.backend, seed=cfg.seed)
-    return ActorCritic(actor, spec.n_features, cfg.critic_hidden, seed=cfg.seed)
-
-
-def make_optimizer(policy: ActorCritic, cfg: Config) -> torch.optim.Optimizer:
-    """Adam over the four groups (λ, θ, w, critic) with their learning rates; eps 1e-5 as CleanRL."""
-    return torch.optim.Adam(policy.param_groups(cfg.lr_in, cfg.lr_var, cfg.lr_out, setting(cfg, "lr_critic")), eps=1e-5)
-
-
-def make_envs(cfg: Config) -> gym.vector.SyncVectorEnv:
-    """The rollout's ``num_envs`` environments: gymnasium's ``SyncVectorEnv`` (``envs.vector_env``)."""
-    return vector_env(get_spec(cfg.env, cfg.obs_encoding), cfg.num_envs)
-
-
-def init_extra(cfg: Config, policy) -> dict:
-    return {}  # the learner keeps nothing but its parameters and Adam's state; rollouts start fresh
-
-
-def time_limit(cfg: Config) -> int:
-    """The env's episode time limit (gymnasium's ``max_episode_steps``: 500 for CartPole and Acrobot)."""
-    return get_spec(cfg.env, cfg.obs_encoding).max_episode_steps()
-
-
-def episodes_per_update(cfg: Config) -> int:
-    """The fewest episodes a rollout completes when ``num_steps`` >= the time limit (a rough count otherwise)."""
-    return cfg.num_envs * max(1, cfg.num_steps // time_limit(cfg))
-
-
-def max_updates(cfg: Config) -> int:
-    """Updates of a run that does not stop early: ⌈max_episodes / episodes_per_update⌉ (as the runner computes)."""
-    return -(-cfg.max_episodes // episodes_per_update(cfg))
-
-
-def solved_threshold(cfg: Config) -> float:
-    return get_spec(cfg.env, cfg.obs_encoding).solved
-
-
-def init_carry(cfg: Config) -> dict | None:
-    """What the actor carries from one rollout to the next: ``obs_stats``, the running statistics of a
-    ``running`` observation encoding (``envs.ObsStats``); None without one (rollouts are independent)."""
-    stats = get_spec(cfg.env, cfg.obs_encoding).new_stats()
-    return None if stats is None else {"obs_stats": stats}
-
-
-def act(policy: ActorCritic, envs: gym.vector.SyncVectorEnv, cfg: Config, step: int,
-        carry: dict | None = None) -> tuple[Batch, dict | None]:
-    """Update ``step``'s rollout: fresh episodes seeded from ``(cfg.seed, step)``: ``(batch, carry)``; running
-    observation statistics go on from the carry's (``init_carry``)."""
-    spec = get_spec(cfg.env, cfg.obs_encoding)
-    encode = ObsEncoder(spec, (carry or {}).get("obs_stats"))
-    batch = rollout(policy, envs, spec, cfg.num_steps, seed=[cfg.seed, step],
-                    learner_rows=setting(cfg, "update_epochs") * cfg.num_envs * cfg.num_steps, encode=encode)
-    stats = ObsEncoder.merge(encode.start, [encode])
-    return batch, None if stats is None else {"obs_stats": stats}
-
-
-def learn(policy: ActorCritic, optimizer, batch: Batch, cfg: Config, extra, step: int) -> tuple[dict, dict]:
-    """One PPO update (minibatches shuffled from ``(cfg.seed, step, 1)``); the runner's metrics: ``loss``."""
-    metrics = update(policy, optimizer, batch, cfg, seed=[cfg.seed, step, 1])
-    return {"loss": metrics["loss"]}, extra
-
-
-__all__ = ["ActorCritic", "Batch", "Config", "act", "clipped_objective", "episodes_per_update", "gae", "init_carry",
-           "learn", "make_envs", "make_optimizer", "make_policy", "max_updates", "rollout", "sample", "snapshot",
-           "solved_threshold", "train", "update", "within_budget"]
-
-
-def solve_window(cfg: Config) -> int:
-    return cfg.solve_window
-
-
-def resolve(cfg: Config, in_process: bool, devices: int = 1) -> Config:
-    """PPO has no setting that depends on where the circuit runs."""
-    return cfg
-
-
-ALGORITHM = Algorithm("ppo", Config, make_policy, make_optimizer, make_envs, init_carry, init_extra, act, learn,
-                      episodes_per_update, solved_threshold, solve_window, resolve, circuits_per_step, within_budget)
+ALGORITHM = Algorithm("ppo", Config, make_policy, make_optimizer, make_envs, act, learn, episodes_per_update,
+                      circuits_per_step, within_budget=within_budget)

@@ -74,7 +74,8 @@ from hqflow.scheduler import Scheduler
 from hqflow.trace import save_spans
 from hqflow.torch import ReducedGradients
 from hqflow.trace_export import write_chrome_trace
-from hqflow.workloads.rl.algorithm import Algorithm
+from hqflow.workloads.rl.algorithm import Algorithm, load_params
+from hqflow.workloads.rl.algorithm import params as _params
 from hqflow.workloads.rl.envs import EnvImportError
 from hqflow.workloads.rl.policies import shard_rows
 
@@ -108,22 +109,12 @@ def _scratch(algo: str, config: dict, role: str):
     return cache[key]
 
 
-def _load(policy, params) -> None:
-    with torch.no_grad():
-        for k, p in policy.named_parameters():
-            p.copy_(params[k])
-
-
-def _params(policy) -> dict:
-    return {k: v.detach().clone() for k, v in policy.named_parameters()}
-
-
 # --- the two fragments -------------------------------------------------------------------
 
 def rollout(params, step, algo, config):
     """The actor: run the environments with ``params``."""
     policy, _, envs = _scratch(algo, config, "actor")
-    _load(policy, params)
+    load_params(policy, params)
     batch, _ = algorithm(algo).act(policy, envs, _config(algo, config), int(step), None)
     return {"batch": batch}
 
@@ -137,7 +128,7 @@ def _carries(mod, cfg) -> bool:
 def rollout_carry(params, carry, step, algo, config):
     """The actor of an algorithm that carries state between updates (``init_carry``)."""
     policy, _, envs = _scratch(algo, config, "actor")
-    _load(policy, params)
+    load_params(policy, params)
     batch, carry = algorithm(algo).act(policy, envs, _config(algo, config), int(step), carry["value"])
     return {"batch": batch, "carry": {"value": carry}}
 
@@ -152,11 +143,12 @@ def learn(batch, params, opt, extra, step, algo, config):
     mod, cfg = algorithm(algo), _config(algo, config)
     left = cfg.max_episodes - extra["episodes"]
     if left < 1:  # admitted before the run stopped at its episode budget: nothing of it is part of the run
-        return {"params": params, "opt": opt, "extra": extra, "returns": [], "env_steps": 0, "env_steps_taken": 0,
-                "circuit_evals": 0, "loss": float("nan")}
+        return {"params": params, "opt": opt, "extra": extra, "report": {
+            "returns": [], "lengths": [], "env_steps": 0, "env_steps_taken": 0, "circuit_evals": 0, "loss": float("nan"),
+            "losses": {}}}
     batch = mod.within_budget(batch, cfg, left)  # the budget's last rollout stops on its last episode
     policy, optimizer, _ = _scratch(algo, config, "learner")
-    _load(policy, params)
+    load_params(policy, params)
     optimizer.load_state_dict(copy.deepcopy(opt))
     rep = replica()
     sharded = shard_rows(policy, *((rep.rank, rep.size) if rep is not None else (None,)))
@@ -165,12 +157,13 @@ def learn(batch, params, opt, extra, step, algo, config):
             metrics, value = mod.learn(policy, optimizer, batch, cfg, extra["value"], int(step))
     finally:
         shard_rows(policy, None)
-    learner_evals = int(metrics.pop("circuit_evals", 0))  # rows the learner's own forward passes ran
+    report = {"returns": [float(r) for r in batch.episode_returns],
+              "lengths": [int(n) for n in batch.episode_lengths], "env_steps": int(batch.n_steps),
+              "env_steps_taken": int(batch.n_steps if batch.steps_taken < 0 else batch.steps_taken),
+              "circuit_evals": int(batch.circuit_evals) + int(metrics.get("circuit_evals", 0)),  # + the learner's
+              "loss": float(metrics["loss"]), "losses": {k: float(v) for k, v in metrics["losses"].items()}}
     return {"params": _params(policy), "opt": copy.deepcopy(optimizer.state_dict()),
-            "extra": {"value": value, "episodes": extra["episodes"] + len(batch.episode_returns)},
-            "returns": [float(r) for r in batch.episode_returns], "env_steps": int(batch.n_steps),
-            "env_steps_taken": int(batch.n_steps if getattr(batch, "steps_taken", -1) < 0 else batch.steps_taken),
-            "circuit_evals": int(batch.circuit_evals) + learner_evals, "loss": float(metrics.get("loss", float("nan")))}
+            "extra": {"value": value, "episodes": extra["episodes"] + len(batch.episode_returns)}, "report": report}
 
 
 def build_graph(algo: str, cfg, staleness: int = 0, job_backends: tuple[str, ...] = ()) -> Graph:
@@ -182,9 +175,7 @@ def build_graph(algo: str, cfg, staleness: int = 0, job_backends: tuple[str, ...
     outputs = {"batch": "any", "carry": "any"} if carries else {"batch": "any"}
     pipe.preprocess(rollout_carry if carries else rollout, name="rollout", outputs=outputs,
                     params={"algo": algo, "config": config}, job_backends=job_backends)
-    pipe.learn(learn, outputs={"params": "any", "opt": "any", "extra": "any", "returns": "any", "env_steps": "scalar",
-                               "env_steps_taken": "scalar",
-                               "circuit_evals": "scalar", "loss": "scalar"},
+    pipe.learn(learn, outputs={"params": "any", "opt": "any", "extra": "any", "report": "any"},
                resource="gpu", params={"algo": algo, "config": config}, job_backends=job_backends)
     pipe.loop("learn.params", "rollout.params", max_staleness=staleness)
     pipe.loop("learn.params", "learn.params")
@@ -193,7 +184,7 @@ def build_graph(algo: str, cfg, staleness: int = 0, job_backends: tuple[str, ...
     if carries:
         pipe.loop("rollout.carry", "rollout.carry")
         pipe.output("rollout.carry")
-    for port in ("params", "opt", "extra", "returns", "env_steps", "env_steps_taken", "circuit_evals", "loss"):
+    for port in ("params", "opt", "extra", "report"):
         pipe.output(f"learn.{port}")
     return pipe.build()
 
@@ -477,7 +468,7 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
         # a killed run may have logged updates past its checkpoint: they will be redone
         rows = done["metrics"] if ckpt is None or "metrics" in ckpt else _metrics_rows(run_dir, done["update"])
         atomic_text(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
-    n_updates = -(-cfg.max_episodes // mod.episodes_per_update(cfg))
+    n_updates = mod.updates(cfg)
     t0, last = time.perf_counter(), {"state": state}
 
     sched = None
@@ -508,27 +499,29 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
     def on_update(_n, out) -> None:
         if finished():
             return  # an update admitted before the stop: not part of the run
+        report = out["report"]
         done["update"] += 1
-        done["returns"] += out["returns"]
-        done["env_steps"] += out["env_steps"]
-        done["env_steps_taken"] += out["env_steps_taken"]
-        done["circuit_evals"] += out["circuit_evals"]
+        done["returns"] += report["returns"]
+        done["env_steps"] += report["env_steps"]
+        done["env_steps_taken"] += report["env_steps_taken"]
+        done["circuit_evals"] += report["circuit_evals"]
         last["state"] = {"learn.params": out["params"], "learn.opt": out["opt"], "learn.extra": out["extra"]}
         if "carry" in out:
             last["state"]["rollout.carry"] = out["carry"]
         window = done["returns"][-window_n:]
         if done["solved_at"] is None and len(window) == window_n and np.mean(window) >= spec_solved:
             done["solved_at"] = len(done["returns"])
-        row = {"update": done["update"], "episodes": len(done["returns"]), "returns": out["returns"],
-               f"mean_return_{window_n}": float(np.mean(window)) if window else None,
-               "loss": None if out["loss"] != out["loss"] else out["loss"],  # NaN (no gradient step) -> null
+        row = {"update": done["update"], "episodes": len(done["returns"]), "returns": report["returns"],
+               "lengths": report["lengths"], f"mean_return_{window_n}": float(np.mean(window)) if window else None,
+               "loss": None if report["loss"] != report["loss"] else report["loss"],  # NaN (no gradient step) -> null
+               "losses": report["losses"],
                "env_steps": done["env_steps"], "seconds": round(done["seconds"] + time.perf_counter() - t0, 4)}
         spend, currency = spent()
         if currency is not None:  # priced jobs: the run's spend so far
             row["spend"], row["currency"] = round(spend, 6), currency
         done["metrics"].append(row)  # checkpoints hold every row: a resume rewrites metrics.jsonl from them
         if board is not None:
-            _board_row(board, row, out["returns"], done["env_steps"], window_n)
+            _board_row(board, row, done["env_steps"], window_n)
         if run_dir is not None:
             with open(run_dir / "metrics.jsonl", "a") as fh:
                 fh.write(json.dumps(row) + "\n")
@@ -557,6 +550,9 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
         from torch.utils.tensorboard import SummaryWriter
 
         board = SummaryWriter(str(run_dir / "tensorboard"), purge_step=done["env_steps"] + 1 if ckpt else None)
+        if ckpt is None:  # as CleanRL: the settings as a table
+            board.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(
+                f"|{k}|{v}|" for k, v in dataclasses.asdict(cfg).items()))
     def changed(change: dict) -> None:
         """A pool change while the run goes on: a line of resources.jsonl, and config.json's pools (a later
         resume takes them)."""
@@ -600,15 +596,19 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
             "spend": spent()[0], "currency": spent()[1]}
 
 
-def _board_row(board, row: dict, returns: list, env_steps: int, window_n: int) -> None:
-    """One update's figures as TensorBoard scalars, against environment steps."""
-    for r in returns:
+def _board_row(board, row: dict, env_steps: int, window_n: int) -> None:
+    """One update's figures as TensorBoard scalars with CleanRL's tags, against environment steps: every
+    episode the update completed (at the update's step), SPS, the learner's losses, and hqflow's own
+    solve criterion and spend."""
+    for r, n in zip(row["returns"], row["lengths"]):
         board.add_scalar("charts/episodic_return", r, env_steps)
-    board.add_scalar("charts/episodes", row["episodes"], env_steps)
+        board.add_scalar("charts/episodic_length", n, env_steps)
+    if row["seconds"] > 0:
+        board.add_scalar("charts/SPS", int(env_steps / row["seconds"]), env_steps)
+    for name, value in row["losses"].items():
+        board.add_scalar(f"losses/{name}", value, env_steps)
     if row.get(f"mean_return_{window_n}") is not None:
         board.add_scalar(f"charts/mean_return_{window_n}", row[f"mean_return_{window_n}"], env_steps)
-    if row.get("loss") is not None:
-        board.add_scalar("losses/loss", row["loss"], env_steps)
     if "spend" in row:
         board.add_scalar("charts/spend", row["spend"], env_steps)
 

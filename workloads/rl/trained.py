@@ -36,7 +36,8 @@ def load_policy(run_dir, backend: str | None = None) -> nn.Module:
     module (the module docstring says which), with ``policy.act(obs)`` for any of them.
     ``policy.env_spec`` encodes observations (with a ``running`` encoding, by the running statistics of the
     checkpoint, frozen: ``policy.obs_stats``); ``policy.config`` is the run's algorithm config."""
-    from hqflow.workloads.rl.runner import _load, algorithm, load_run
+    from hqflow.workloads.rl.algorithm import load_params
+    from hqflow.workloads.rl.runner import algorithm, load_run
 
     meta, ckpt = load_run(run_dir)
     if ckpt is None:
@@ -47,7 +48,7 @@ def load_policy(run_dir, backend: str | None = None) -> nn.Module:
     if backend is not None:
         cfg = dataclasses.replace(cfg, backend=backend)
     policy = mod.make_policy(cfg)
-    _load(policy, ckpt["state"]["learn.params"])
+    load_params(policy, ckpt["state"]["learn.params"])
     policy.eval()
     carry = ckpt["state"].get("rollout.carry", {}).get("value")
     policy.obs_stats = carry.get("obs_stats") if isinstance(carry, dict) else None

@@ -91,7 +91,7 @@ def test_continuous_actions_get_a_gaussian_head_in_ppo(tmp_path):
         np.testing.assert_allclose(d.log_prob(torch.from_numpy(batch.actions[:5, 0])).numpy(),
                                    batch.log_probs[:5, 0], rtol=1e-5, atol=1e-5)
     before = policy.actor.log_std.detach().clone()
-    ppo.update(policy, ppo.make_optimizer(policy, cfg), batch, cfg, seed=[0, 0, 1])
+    ppo.learn(policy, ppo.make_optimizer(policy, cfg), batch, cfg, None, 0)
     assert not torch.equal(before, policy.actor.log_std.detach())  # the standard deviation is learned
     with pytest.raises(ValueError, match="--algo ppo"):
         reinforce.Config(env="Pendulum-v1")

@@ -1,4 +1,5 @@
 """DQN: ε schedule, the actor, the replay memory and target network, smoke runs, determinism."""
+import json
 import math
 import pickle
 
@@ -7,6 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from hqflow.workloads.rl import dqn as D
+from hqflow.workloads.rl import runner
+from hqflow.workloads.rl.algorithm import params
 
 
 def _small(**kw):
@@ -34,8 +37,9 @@ def test_defaults_follow_the_paper():
     assert D.observables(cp) == ("Z0 Z1", "Z2 Z3") and D.setting(cp, "encoding") == "atan"
     assert D.observables(fl) == ("Z0", "Z1", "Z2", "Z3") and D.setting(fl, "encoding") == "plain"
     assert (D.setting(fl, "gamma"), D.setting(fl, "lr_out"), D.setting(fl, "train_every")) == (0.8, 0.0, 1)
-    assert (D.solve_window(cp), D.solved_threshold(cp)) == (10, 500.0)
-    assert (D.solve_window(fl), D.solved_threshold(fl)) == (100, 1.0)
+    algo = D.ALGORITHM
+    assert (algo.solve_window(cp), algo.solved_threshold(cp)) == (10, 500.0)
+    assert (algo.solve_window(fl), algo.solved_threshold(fl)) == (100, 1.0)
     assert D.setting(D.Config(env="frozenlake", gamma=0.9, lr_out=0.05), "lr_out") == 0.05
     np.testing.assert_allclose(D.epsilon(cp, [0, 1, 10, 1000]), [1.0, 0.99, 0.99**10, 0.01])
 
@@ -43,11 +47,11 @@ def test_defaults_follow_the_paper():
 def test_act_is_deterministic_and_epsilon_greedy():
     cfg = _small(episodes_per_update=3)
     policy, envs = D.make_policy(cfg), D.make_envs(cfg)
-    before = D.snapshot(policy)
+    before = params(policy)
     a, b = D.act(policy, envs, cfg, 4)[0], D.act(policy, envs, cfg, 4)[0]
     for f in ("states", "actions", "rewards", "next_states", "terminated", "episode_returns"):
         assert np.array_equal(getattr(a, f), getattr(b, f))
-    assert _equal_params(before, D.snapshot(policy))
+    assert _equal_params(before, params(policy))
     assert len(a.episode_returns) == 3 and a.n_steps == a.episode_returns.sum()  # CartPole pays 1 per step
     assert a.terminated.sum() == 3  # every episode ended by falling (none lasted 500 steps)
     assert 0 < a.circuit_evals < a.n_steps  # ε = 0.99^12..14: mostly random, a few greedy steps
@@ -66,7 +70,7 @@ def test_act_frozenlake_and_the_last_partial_update():
     batch, _ = D.act(policy, envs, cfg, 2)  # episodes 8 and 9 only
     assert len(batch.episode_returns) == 2 and set(batch.episode_returns) <= {0.0, 1.0}
     assert batch.states.shape[1] == 4 and set(np.unique(batch.states)) <= {0.0, np.float32(np.pi)}
-    assert D.episodes_per_update(cfg) == 4 and len(envs) == 4
+    assert D.ALGORITHM.episodes_per_update(cfg) == 4 and len(envs) == 4
 
 
 def test_learn_fills_a_ring_memory_and_copies_the_target_every_n_steps():
@@ -75,7 +79,7 @@ def test_learn_fills_a_ring_memory_and_copies_the_target_every_n_steps():
     opt = D.make_optimizer(policy, cfg)
     extra = D.init_extra(cfg, policy)
     assert extra is not None and pickle.loads(pickle.dumps(extra))["size"] == 0
-    assert _equal_params(extra["target"], D.snapshot(policy))
+    assert _equal_params(extra["target"], params(policy))
     saved = pickle.dumps(extra)
     metrics, new = D.learn(policy, opt, _transitions(1), cfg, extra, 0)
     assert math.isnan(metrics["loss"]) and new["updates"] == 0  # memory smaller than a batch: no step
@@ -83,13 +87,14 @@ def test_learn_fills_a_ring_memory_and_copies_the_target_every_n_steps():
     extra, targets = new, [new["target"]]
     for step in range(1, 9):  # one transition per call: env steps 2..9
         metrics, extra = D.learn(policy, opt, _transitions(1), cfg, extra, step)
-        assert set(metrics) == {"loss", "circuit_evals"} and np.isfinite(metrics["loss"])
+        assert set(metrics) == {"loss", "losses", "circuit_evals"} and np.isfinite(metrics["loss"])
+        assert metrics["losses"]["td_loss"] == metrics["loss"] and np.isfinite(metrics["losses"]["q_values"])
         assert metrics["circuit_evals"] % (2 * cfg.batch_size) == 0
         assert extra["updates"] == step and extra["env_steps"] == step + 1
         changed = not _equal_params(extra["target"], targets[-1])
         assert changed == (extra["env_steps"] % 3 == 0)  # copied at env steps 3, 6 and 9 only
         if changed:
-            assert _equal_params(extra["target"], D.snapshot(policy))
+            assert _equal_params(extra["target"], params(policy))
         targets.append(extra["target"])
     assert (extra["size"], extra["pos"]) == (5, 9 % 5)  # 9 transitions in a memory of 5: wrapped
     # a batch of 7 transitions: the 5 newest stay, in ring order, with their rewards 3..7
@@ -106,42 +111,39 @@ def test_td_update_targets_the_target_network_and_stops_at_terminal_states():
     with torch.no_grad():
         mem["target"] = {k: v + 0.3 for k, v in mem["target"].items()}  # a target network unlike the policy
     rng_a, rng_b = np.random.default_rng(7), np.random.default_rng(7)
-    loss = D.td_update(policy, opt, mem, rng_a, cfg)
+    loss, q_mean = D.td_update(policy, opt, mem, rng_a, cfg)
     i = rng_b.integers(0, 8, 8)
     with torch.no_grad():
         q_next = torch.func.functional_call(policy, mem["target"], (torch.from_numpy(mem["next_states"][i]),))
         y = torch.from_numpy(mem["rewards"][i]) + 0.5 * torch.from_numpy(~mem["terminated"][i]) * q_next.max(1).values
         q = policy(torch.from_numpy(mem["states"][i])).gather(1, torch.from_numpy(mem["actions"][i])[:, None])[:, 0]
     assert loss == pytest.approx(float(F.mse_loss(q, y)), rel=1e-6)
+    assert q_mean == pytest.approx(float(q.mean()), rel=1e-6)
 
 
 @pytest.mark.parametrize("env, episodes", [("cartpole", 20), ("frozenlake", 40)])
-def test_smoke(env, episodes):
+def test_smoke(env, episodes, tmp_path):
     cfg = _small(env=env, max_episodes=episodes)
     seen = []
-    out = D.train(cfg, progress=lambda n, m: seen.append((n, m)))
+    out = runner.train("dqn", cfg, "sync", run_dir=tmp_path, tensorboard=False,
+                       progress=lambda n, m: seen.append((n, m)))
     assert [n for n, _ in seen] == list(range(1, episodes + 1)) and len(out["returns"]) == episodes
-    assert {"loss", "epsilon", "mean_return", "env_steps"} <= set(seen[-1][1])
-    assert out["env_steps"] >= 100 and out["gradient_steps"] > 0 and out["episodes_to_solve"] is None
-    assert out["circuit_evals"] > 2 * cfg.batch_size * out["gradient_steps"] and out["seconds"] > 0
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    gradient_steps = [r["losses"] for r in rows if r["loss"] is not None]
+    assert out["env_steps"] >= 100 and gradient_steps and out["episodes_to_solve"] is None
+    assert set(gradient_steps[-1]) == {"td_loss", "q_values"}
+    assert out["circuit_evals"] > 2 * cfg.batch_size * len(gradient_steps) and out["seconds"] > 0
 
 
 def test_same_seed_same_run():
+    def train(cfg):
+        return runner.train("dqn", cfg, "sync", tensorboard=False)
+
     cfg = _small(max_episodes=12, seed=3)
-    a, b = D.train(cfg), D.train(cfg)
+    a, b = train(cfg), train(cfg)
     assert a["returns"] == b["returns"] and _equal_params(a["params"], b["params"])
-    c = D.train(_small(max_episodes=12, seed=4))
+    c = train(_small(max_episodes=12, seed=4))
     assert c["returns"] != a["returns"]
-
-
-def test_runner_sync_matches_train():
-    from hqflow.workloads.rl import runner
-
-    cfg = _small(max_episodes=8, seed=5)
-    a = D.train(cfg)
-    b = runner.train("dqn", cfg, "sync")
-    assert b["returns"] == a["returns"] and b["env_steps"] == a["env_steps"]
-    assert _equal_params(a["params"], b["params"])
 
 
 def test_bad_config():

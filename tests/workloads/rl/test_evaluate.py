@@ -78,11 +78,30 @@ def test_tensorboard_event_files_are_readable_by_tensorboard(trained):
     board = EventAccumulator(str(run / "tensorboard"))
     board.Reload()
     tags = set(board.Tags()["scalars"])
-    assert {"charts/episodic_return", "charts/mean_return_10", "losses/loss"} <= tags
+    assert tags == {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/mean_return_10",
+                    "losses/policy_loss"}  # CleanRL's tags (and the solve criterion)
     returns = [e.value for e in board.Scalars("charts/episodic_return")]
     assert returns == pytest.approx(out["returns"])  # every episode, in order
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [e.value for e in board.Scalars("charts/episodic_length")] == [n for r in rows for n in r["lengths"]]
     assert [e.step for e in board.Scalars("charts/mean_return_10")] == [r["env_steps"] for r in rows]
+    assert [e.value for e in board.Scalars("losses/policy_loss")] == pytest.approx([r["loss"] for r in rows])
+    assert "hyperparameters/text_summary" in board.Tags()["tensors"]
+
+
+@pytest.mark.parametrize("algo, cfg, losses", [
+    ("ppo", {"num_envs": 2, "num_steps": 64, "max_episodes": 4, "n_layers": 1},
+     {"policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"}),
+    ("dqn", {"max_episodes": 6, "n_layers": 1, "train_every": 2}, {"td_loss", "q_values"})])
+def test_tensorboard_has_each_algorithms_losses(tmp_path, algo, cfg, losses):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from hqflow.workloads.rl import runner
+
+    runner.train(algo, runner.algorithm(algo).Config(**cfg), "sync", run_dir=tmp_path)
+    board = EventAccumulator(str(tmp_path / "tensorboard"))
+    board.Reload()
+    tags = set(board.Tags()["scalars"])
+    assert {f"losses/{name}" for name in losses} <= tags and "charts/episodic_length" in tags, tags
 
 
 def test_no_tensorboard_writes_none(tmp_path):

@@ -19,14 +19,12 @@ def _same_params(a, b) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_sync_and_pipelined_staleness_0_are_identical_and_equal_plain_training():
-    plain = reinforce.train(SMALL)
+def test_sync_and_pipelined_staleness_0_are_identical():
     sync = runner.train("reinforce", SMALL, "sync")
     piped = runner.train("reinforce", SMALL, Pipelined(staleness=0))
-    assert sync["returns"] == plain["returns"] == piped["returns"]
+    assert sync["returns"] == piped["returns"]
     assert len(sync["returns"]) == 24
     assert _same_params(sync["params"], piped["params"])
-    assert _same_params(sync["params"], plain["params"])
 
 
 def test_pipelined_with_staleness_runs_actors_ahead():
