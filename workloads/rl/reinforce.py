@@ -35,7 +35,8 @@ from hqflow.config import check_fields
 from hqflow.workloads.rl.algorithm import Algorithm
 from hqflow.workloads.rl.bounds import BOUNDS
 from hqflow.workloads.rl.envs import FreshEnvs, ObsEncoder, get_spec
-from hqflow.workloads.rl.policies import ENCODINGS, SoftmaxPQC, differentiates
+from hqflow.torch import differentiates
+from hqflow.workloads.rl.policies import ENCODINGS, SoftmaxPQC
 
 NORMALIZE = ("batch", "episode", "none")
 
