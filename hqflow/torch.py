@@ -10,8 +10,10 @@
 (or ``[n_obs]``), differentiable in the inputs and ``layer.weights``. On a backend with a torch program
 (``gradient="autograd"``, such as ``compiled``) the program runs in the autograd graph; on any other, the
 forward pass is one job and the backward pass one batched parameter-shift job (a ``torch.compile`` graph
-break). ``backend`` is a registry name, a backend object, ``(name, options)``, or the name of a pool of
-the running fragment's job client (``job_backends``), whose jobs go through the scheduler.
+break); with ``gradient_in_forward=True``, a forward pass that needs a gradient is one job that holds the
+parameter-shift rows too, and backward applies the jacobians it saved. ``backend`` is a registry name, a
+backend object, ``(name, options)``, or the name of a pool of the running fragment's job client
+(``job_backends``), whose jobs go through the scheduler.
 
 ``TorchLearner`` keeps a ``learn`` fragment's model and optimizer alive between steps while the loop edge
 carries a plain-data snapshot of both; ``ReducedGradients`` reduces gradients across replicas.
@@ -41,7 +43,7 @@ class QuantumLayer(nn.Module):
     """``template``'s observables as a differentiable function of its inputs and weights."""
 
     def __init__(self, template: CircuitTemplate, backend="compiled", *, weights=None, seed: int | None = None,
-                 shots: int | None = None, dtype: torch.dtype = torch.float32):
+                 shots: int | None = None, dtype: torch.dtype = torch.float32, gradient_in_forward: bool = False):
         super().__init__()
         if not isinstance(template, CircuitTemplate):
             raise TypeError(f"template must be a CircuitTemplate (hqflow.ir.Circuit(...).build(), from_qiskit, "
@@ -53,6 +55,7 @@ class QuantumLayer(nn.Module):
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         self.template, self.backend, self.shots, self.seed = template, backend, shots, seed
+        self.gradient_in_forward = gradient_in_forward
         if weights is None:
             gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
             weights = torch.rand(template.n_weights, generator=gen, dtype=dtype) * (2 * math.pi)
@@ -106,8 +109,10 @@ class QuantumLayer(nn.Module):
         program = self._program(backend)
         if program is not None:
             out = program(x, self.weights).to(self.weights.dtype)
-        else:
-            out = _ShiftRule.apply(x, self.weights, self)
+        else:  # (inside a Function grad mode is off: whether a gradient is needed is decided here)
+            shift = self.gradient_in_forward and torch.is_grad_enabled() and (
+                x.requires_grad or self.weights.requires_grad)
+            out = _ShiftRule.apply(x, self.weights, self, shift)
         return out[0] if single else out
 
     def _program(self, backend):
@@ -138,8 +143,12 @@ def _resolve(backend):
 
 
 @torch.compiler.disable  # a job runs outside the graph: torch.compile breaks the graph here
-def _values_job(layer: QuantumLayer, x: torch.Tensor, w: torch.Tensor):
+def _values_job(layer: QuantumLayer, x: torch.Tensor, w: torch.Tensor, shift: bool = False):
+    """One job: the values; with ``shift``, the ``Gradient`` of its parameter-shift rows for inputs and weights."""
     xs, ws = x.detach().cpu().double().numpy(), w.detach().cpu().double().numpy()
+    if shift:
+        batch, post = param_shift(layer.template, xs, ws, wrt="both", shots=layer.shots, seed=layer._next_seed())
+        return post(layer.job_backend().submit(batch).result())
     res = layer.job_backend().submit(
         CircuitBatch.make(layer.template, xs, ws, shots=layer.shots, seed=layer._next_seed())).result()
     return torch.as_tensor(np.asarray(res.values), dtype=x.dtype, device=x.device)
@@ -163,19 +172,28 @@ def _gradient_job(layer: QuantumLayer, x: torch.Tensor, w: torch.Tensor, grad: t
 
 
 class _ShiftRule(torch.autograd.Function):
-    """Forward: one job. Backward: one batched parameter-shift job for what needs a gradient."""
+    """Forward: one job. Backward: one batched parameter-shift job for what needs a gradient; or (``shift``,
+    from ``gradient_in_forward``) the forward job's jacobians, saved in x's and w's dtypes, applied in grad's."""
 
     @staticmethod
-    def forward(ctx, x, w, layer):
-        ctx.layer = layer
-        ctx.save_for_backward(x, w)
-        return _values_job(layer, x, w)
+    def forward(ctx, x, w, layer, shift):
+        ctx.layer, ctx.shift = layer, shift
+        if not shift:
+            ctx.save_for_backward(x, w)
+            return _values_job(layer, x, w)
+        g = _values_job(layer, x, w, shift=True)
+        ctx.save_for_backward(torch.as_tensor(g.input_jacobian, dtype=x.dtype),
+                              torch.as_tensor(g.jacobian, dtype=w.dtype))
+        return torch.as_tensor(np.asarray(g.values), dtype=x.dtype, device=x.device)
 
     @staticmethod
     def backward(ctx, grad):  # called only when x or w needs a gradient
-        x, w = ctx.saved_tensors
-        gx, gw = _gradient_job(ctx.layer, x, w, grad, *ctx.needs_input_grad[:2])
-        return gx, gw, None
+        a, b = ctx.saved_tensors  # x and w; or (shift) the jacobians [B, n_obs, n_inputs] and [B, n_obs, n_weights]
+        if ctx.shift:
+            return (torch.einsum("bo,boi->bi", grad, a.to(grad.device)),
+                    torch.einsum("bo,bow->w", grad, b.to(grad.device)), None, None)
+        gx, gw = _gradient_job(ctx.layer, a, b, grad, *ctx.needs_input_grad[:2])
+        return gx, gw, None, None
 
 
 class TorchLearner:

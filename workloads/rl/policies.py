@@ -18,17 +18,16 @@ Encodings (``encoding=``) turn the scaled state λ·s into the angle x:
 continuous encoding, angles in (-π/2, π/2)). State feature f feeds qubit f; with fewer
 features than qubits the missing features are zeros (their λ·0 = 0 angles then do nothing).
 
-Backends: ``backend=`` is a backend object or a name. A name is looked up when the policy
-runs: inside a fragment that declared it (``job_backends``), it is that run's pool, through
-the fragment's job client (``hqflow.get_client()``), so every job gets the scheduler's
-dispatch, retries and spans; elsewhere it is ``hqflow.backends.get_backend(name)``.
-
-Gradients: the policy asks the backend's ``Capabilities``. One that differentiates in process
-(``gradient="autograd"``, such as ``compiled``) gives a torch program
-(``backend.program(template, dtype)``) that is called on tensors and autograd differentiates.
-On any other backend a ``torch.autograd.Function`` submits one ``CircuitBatch``; when a
-gradient is needed, that one job holds the batched parameter-shift rows for both weights and
-inputs (``hqflow.gradients.param_shift(wrt="both")``) and backward applies the saved jacobians.
+The circuit body of every policy is a ``hqflow.torch.QuantumLayer`` (its ``weights`` are θ), so
+backends and gradients are the layer's. ``backend=`` is a backend object or a name. A name is
+looked up when the policy runs: inside a fragment that declared it (``job_backends``), it is
+that run's pool, through the fragment's job client (``hqflow.get_client()``), so every job gets
+the scheduler's dispatch, retries and spans; elsewhere it is ``hqflow.backends.get_backend(name)``.
+A backend that differentiates in process (``gradient="autograd"``, such as ``compiled``) gives a
+torch program that autograd differentiates. On any other backend the policy's layer has
+``gradient_in_forward=True``: a forward pass submits one ``CircuitBatch``, and when a gradient is
+needed that one job holds the batched parameter-shift rows for both weights and inputs
+(``hqflow.gradients.param_shift(wrt="both")``), so a learner step is one job.
 """
 from __future__ import annotations
 
@@ -36,13 +35,11 @@ import math
 
 import numpy as np
 import torch
-from hqflow.backends import BackendError, CircuitBatch, as_backend, get_backend, is_backend
+from hqflow.backends import is_backend
 from hqflow.ir import Circuit, CircuitTemplate
 from torch import nn
 
-from hqflow.gradients import param_shift
-from hqflow.jobs import current_client, pool_backend
-from hqflow.torch import differentiates
+from hqflow.torch import QuantumLayer
 
 ENCODINGS = ("plain", "tanh", "atan")
 
@@ -73,35 +70,6 @@ def pqc_template(n_qubits: int = 4, n_layers: int = 5, observables=None) -> Circ
     return c.build(observables=list(observables))
 
 
-def _run(backend, batch):
-    """One job's result (blocking)."""
-    return backend.submit(batch).result()
-
-
-class _ParamShift(torch.autograd.Function):
-    """Expectation values on a job backend; backward from one batched parameter-shift job."""
-
-    @staticmethod
-    def forward(ctx, x, w, template, backend, need_grad):
-        xs, ws = x.detach().cpu().double().numpy(), w.detach().cpu().double().numpy()
-        if need_grad:  # (decided by the caller: inside forward, grad mode is always off)
-            batch, post = param_shift(template, xs, ws, wrt="both")
-            g = post(_run(backend, batch))
-            values = g.values
-            ctx.save_for_backward(torch.as_tensor(g.input_jacobian, dtype=x.dtype),
-                                  torch.as_tensor(g.jacobian, dtype=w.dtype))
-        else:
-            values = _run(backend, CircuitBatch.make(template, xs, ws)).values
-        return torch.as_tensor(np.asarray(values), dtype=x.dtype, device=x.device)
-
-    @staticmethod
-    def backward(ctx, grad):
-        jac_x, jac_w = ctx.saved_tensors  # [B, n_obs, n_inputs], [B, n_obs, n_weights]
-        gx = torch.einsum("bo,boi->bi", grad, jac_x.to(grad.device))
-        gw = torch.einsum("bo,bow->w", grad, jac_w.to(grad.device))
-        return gx, gw, None, None, None
-
-
 class Acting:
     """``act(obs)``: the greedy action of a policy for one raw observation, as the environment takes it.
 
@@ -126,45 +94,21 @@ class Acting:
         return self(torch.as_tensor(np.asarray(features), dtype=torch.float32))
 
 
-class _PQC(Acting, nn.Module):
-    """The shared body: scaled, encoded states -> expectation values [B, n_obs]."""
+class _PQC(Acting, QuantumLayer):
+    """The shared body: scaled, encoded states -> expectation values [B, n_obs]; the circuit layer itself."""
 
     def __init__(self, n_qubits, n_layers, observables, encoding, backend, seed, dtype):
-        super().__init__()
         if encoding not in ENCODINGS:
             raise ValueError(f"unknown encoding {encoding!r}; known: {', '.join(ENCODINGS)}")
         if not isinstance(backend, str) and not is_backend(backend):
             raise ValueError(f"backend must be a backend name or a backend object, got {type(backend).__name__}")
-        self.n_qubits, self.n_layers, self.encoding, self.backend = n_qubits, n_layers, encoding, backend
-        self.template = pqc_template(n_qubits, n_layers, observables)
+        template = pqc_template(n_qubits, n_layers, observables)
         gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
+        weights = torch.rand(template.n_weights, generator=gen, dtype=dtype) * math.pi
+        QuantumLayer.__init__(self, template, backend, weights=weights, dtype=dtype, gradient_in_forward=True)
+        self.n_qubits, self.n_layers, self.encoding = n_qubits, n_layers, encoding
         self.input_scaling = nn.Parameter(torch.ones(n_layers, n_qubits, dtype=dtype))
-        self.weights = nn.Parameter(torch.rand(self.template.n_weights, generator=gen, dtype=dtype) * math.pi)
-        self._own = None if isinstance(backend, str) else as_backend(backend)  # resolved backend outside a client
-        if isinstance(backend, str) and current_client() is None:
-            try:
-                self._own = get_backend(backend)
-            except BackendError:  # not a registry name: a pool's, looked up when the policy runs
-                pass
-        self._program = None if self._own is None else self._torch_program(self._own)
         self.shard: tuple[int, int] | None = None  # (rank, size): see shard_rows
-
-    def _torch_program(self, backend):
-        """The in-process torch program of a backend that differentiates; None for any other."""
-        if not differentiates(backend):
-            return None
-        return backend.program(self.template, dtype=torch.complex128 if self.weights.dtype == torch.float64
-                               else torch.complex64)
-
-    def job_backend(self):
-        """The backend this policy's jobs go to now: the running fragment's pool named ``backend``
-        (through its job client) if there is one, else the backend object or registry backend."""
-        pool = pool_backend(self.backend)
-        if pool is not None:
-            return pool
-        if self._own is None:
-            self._own = get_backend(self.backend)
-        return self._own
 
     def angles(self, states: torch.Tensor) -> torch.Tensor:
         """Circuit inputs [B, n_layers*n_qubits]: the encoded λ·s, layer-major."""
@@ -185,15 +129,7 @@ class _PQC(Acting, nn.Module):
         """<O_k> for every observable: [B, n_obs]."""
         if self.shard is not None and torch.is_grad_enabled():
             return self._sharded(states, *self.shard)
-        x = self.angles(states)
-        program = self._program
-        if program is None:
-            backend = self.job_backend()
-            program = self._torch_program(backend)  # a differentiating backend found only now, by name
-            if program is None:
-                need_grad = torch.is_grad_enabled() and (x.requires_grad or self.weights.requires_grad)
-                return _ParamShift.apply(x, self.weights, self.template, backend, need_grad)
-        return program(x, self.weights).to(x.dtype)
+        return QuantumLayer.forward(self, self.angles(states))
 
     def _sharded(self, states, rank: int, size: int) -> torch.Tensor:
         """Rows ``[B·rank/size, B·(rank+1)/size)`` with gradients; the others' values only (no gradient jobs)."""

@@ -239,7 +239,7 @@ def backend_facts(name: str, backends: Mapping | None = None) -> tuple[bool, int
     process (then the policy calls it directly, with no jobs) and how many device slots it has."""
     from hqflow.backends import is_backend
     from hqflow.executors import make_backend
-    from hqflow.workloads.rl.policies import differentiates
+    from hqflow.torch import differentiates
 
     specs = (backends or {}).get(name, name)
     specs = specs if isinstance(specs, list) else [specs]

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 from hqflow.backends import CircuitBatch, get_backend
-from hqflow.workloads.rl.policies import QValuePQC, SoftmaxPQC, pqc_template
+from hqflow.backends.base import Backend
+from hqflow.workloads.rl.policies import GaussianPQC, QValuePQC, SoftmaxPQC, pqc_template
 
 
 def test_template_layout():
@@ -133,15 +134,50 @@ def test_qvalues_against_reference_backend():
 
 
 def test_param_shift_rows_only_when_a_gradient_is_needed(monkeypatch):
-    import hqflow.workloads.rl.policies as P
+    import hqflow.torch as T
 
     from hqflow.gradients import param_shift
 
     calls = []
-    monkeypatch.setattr(P, "param_shift", lambda *a, **k: calls.append(k["wrt"]) or param_shift(*a, **k))
+    monkeypatch.setattr(T, "param_shift", lambda *a, **k: calls.append(k["wrt"]) or param_shift(*a, **k))
     pol = SoftmaxPQC(n_layers=1, backend="reference")
     with torch.no_grad():
         pol(torch.zeros(2, 4))
     assert calls == []
     pol(torch.zeros(2, 4))[:, 0].sum().backward()
     assert calls == ["both"] and pol.weights.grad is not None
+
+
+def test_parameter_names_are_stable():
+    """Checkpoints of earlier runs load: the heads' parameter names stay these."""
+    assert {n for n, _ in SoftmaxPQC(n_layers=1).named_parameters()} == {"weights", "input_scaling", "output"}
+    assert {n for n, _ in QValuePQC(n_layers=1).named_parameters()} == {"weights", "input_scaling", "output"}
+    assert ({n for n, _ in GaussianPQC(n_layers=1).named_parameters()}
+            == {"weights", "input_scaling", "output", "log_std"})
+
+
+class _Counting(Backend):
+    """The reference backend, counting its jobs and their rows."""
+
+    def __init__(self):
+        self._ref = get_backend("reference")
+        self.name, self.capabilities, self.rows = "counting", self._ref.capabilities, []
+
+    def submit(self, batch):
+        self.rows.append(batch.size)
+        return self._ref.submit(batch)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_one_job_per_forward_and_backward_on_a_job_backend(dtype):
+    backend = _Counting()
+    pol = SoftmaxPQC(n_layers=1, n_actions=2, backend=backend, seed=0, dtype=dtype)
+    s = torch.randn(3, 4, dtype=dtype)
+    pol.log_probs(s)[:, 0].sum().backward()  # the values and the parameter-shift rows: one job
+    assert len(backend.rows) == 1 and backend.rows[0] > 3
+    assert pol.weights.grad.dtype == dtype and pol.input_scaling.grad.abs().sum() > 0
+    with torch.no_grad():
+        pol(s)
+    assert backend.rows[1:] == [3]  # a values job
+    pol.greedy(s.float().numpy())
+    assert backend.rows[2:] == [3]

@@ -42,7 +42,7 @@ def test_policy_holds_actor_and_critic():
     cfg = P.Config(**SMALL)
     policy = P.make_policy(cfg)
     names = [k for k, _ in policy.named_parameters()]
-    assert names[:3] == ["actor.input_scaling", "actor.weights", "actor.output"]
+    assert set(names[:3]) == {"actor.input_scaling", "actor.weights", "actor.output"}
     assert any(k.startswith("critic.") for k in names)
     groups = P.make_optimizer(policy, cfg).param_groups
     assert [g["name"] for g in groups] == ["input_scaling", "weights", "output", "critic"]
