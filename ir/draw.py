@@ -20,7 +20,7 @@ def _describe(f) -> str:
             f"backend={f.backend}, circuit {c.name!r} {c.n_qubits}q/{len(c.ops)} ops, "
             f"{c.n_inputs} inputs, {c.n_weights} weights, {c.n_observables} observables, {mode}{grad}"
         )
-    params = f" params={f.kwargs}" if f.params else ""
+    params = f" params={dict(f.params)}" if f.params else ""  # as held: drawing imports nothing
     jobs = f" jobs->{','.join(f.job_backends)}" if f.job_backends else ""
     return f"fn={f.fn}{params}{jobs}"
 

@@ -5,8 +5,9 @@ ports and the resource it needs (``cpu``, ``gpu``, ``qpu``). There are two types
 
 * ``Classical`` — classical work, of kind ``preprocess``, ``prepare``, ``postprocess``
   or ``learn``: its function held by reference (``fn``, ``"module:qualname"``), JSON
-  constants passed as keywords (``params``), and the backend (pool) names it submits
-  circuit jobs to itself (``job_backends``; an RL actor's policy forward passes).
+  constants passed as keywords (``params``; a frozen dataclass is held tagged and passed
+  rebuilt, see ``kwargs``), and the backend (pool) names it submits circuit jobs to
+  itself (``job_backends``; an RL actor's policy forward passes).
 * ``CircuitCall`` — a circuit call, of kind ``execute`` (always) on resource ``qpu``
   (by default): a ``CircuitTemplate`` (``circuit``), the backend name it runs on and
   its ``gradient`` method; its ports follow from the template (``execute_ports``).
@@ -22,10 +23,12 @@ This module imports no other module of the graph: ``validate``, ``serialize`` an
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol
 
 from .circuit import CircuitTemplate
@@ -36,6 +39,7 @@ CLASSICAL_KINDS = tuple(k for k in KINDS if k != "execute")
 RESOURCES = ("cpu", "gpu", "qpu")
 PORT_TYPES = ("any", "array", "tensor", "scalar", "int", "bool", "str", "list", "dict", "object")
 GRADIENTS = (None, "param-shift")
+DATACLASS = "__dataclass__"  # the tag of a frozen dataclass held as a param (see json_constant)
 
 
 class GraphError(ValueError):
@@ -119,7 +123,8 @@ class Classical(Fragment):
     fn: str | None = field(default=None, kw_only=True)
     """the function, ``"module:qualname"`` (see ``fn_ref``)"""
     params: tuple[tuple[str, Any], ...] = field(default=(), kw_only=True)
-    """JSON constants passed to ``fn`` as keywords, as ``(name, value)`` pairs"""
+    """JSON constants passed to ``fn`` as keywords, as ``(name, value)`` pairs; a frozen dataclass is held
+    as its tagged JSON (``json_constant``) and passed rebuilt (``kwargs``)"""
     job_backends: tuple[str, ...] = field(default=(), kw_only=True)
     """backend (pool) names the fragment submits circuit jobs to itself, through
     ``hqflow.get_client()``; the scheduler gives those jobs the same pools, retries and spans
@@ -130,9 +135,18 @@ class Classical(Fragment):
             raise GraphError(f"fragment {self.name!r}: an execute fragment is a CircuitCall (a circuit on a "
                              f"backend); a Classical fragment is one of {', '.join(CLASSICAL_KINDS)}")
 
-    @property
+    @cached_property  # kept in the instance's __dict__: not a field, so never compared, hashed or written
     def kwargs(self) -> dict[str, Any]:
-        return dict(self.params)
+        """``params`` as keywords, each tagged frozen dataclass rebuilt (once per fragment object)."""
+        out = dict(self.params)
+        for k, v in out.items():
+            if isinstance(v, dict) and v.keys() == {DATACLASS, "fields"}:
+                try:
+                    out[k] = resolve_fn(v[DATACLASS])(**v["fields"])
+                except Exception as exc:  # noqa: BLE001 - an import, or the class refusing its fields
+                    raise GraphError(f"fragment {self.name!r}: param {k!r}: cannot rebuild {v[DATACLASS]}: "
+                                     f"{exc}") from None
+        return out
 
 
 @dataclass(frozen=True)
@@ -163,6 +177,10 @@ class Edge:
     max_staleness: int = 0
     init: Any = None
     start_empty: bool = False  # a loop edge whose first value is None on purpose (init=None given)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.init, dict) and DATACLASS in self.init:  # only Classical.kwargs rebuilds the tag
+            raise GraphError(f"edge {self}: a loop's init is JSON data; a frozen dataclass is a fragment's param")
 
     def __str__(self) -> str:
         s = f"{self.src[0]}.{self.src[1]}" if self.src[0] else f"input.{self.src[1]}"
@@ -225,7 +243,18 @@ def resolve_fn(ref: str) -> Callable:
 
 
 def json_constant(value: Any, what: str) -> Any:
-    """Turn numpy/torch values into JSON data; refuse what JSON cannot hold."""
+    """Turn numpy/torch values into JSON data; refuse what JSON cannot hold. A frozen dataclass (of a
+    module-level class) becomes ``{"__dataclass__": "module:Qualname", "fields": <asdict() as JSON>}``, which
+    ``Classical.kwargs`` rebuilds as ``Class(**fields)`` (lists for tuples: its ``__post_init__`` may coerce);
+    a dict of one's own with the key ``"__dataclass__"`` is refused, so the tag is never ambiguous."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        cls = type(value)
+        if not cls.__dataclass_params__.frozen or "<locals>" in cls.__qualname__:
+            raise GraphError(f"{what}: dataclass {cls.__qualname__} must be frozen and defined at module level "
+                             "to be held as a param")
+        return {DATACLASS: fn_ref(cls), "fields": json_constant(dataclasses.asdict(value), f"{what} (its fields)")}
+    if isinstance(value, dict) and DATACLASS in value:
+        raise GraphError(f"{what}: a dict with the key {DATACLASS!r} is refused (that key tags a frozen dataclass)")
     if hasattr(value, "detach"):
         value = value.detach().cpu().numpy()
     if hasattr(value, "tolist"):

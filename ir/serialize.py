@@ -65,7 +65,7 @@ def _fragment(f: Fragment) -> dict:
     doc = {"name": f.name, "kind": f.kind, "resource": f.resource, "inputs": _ports(f.inputs),
            "outputs": _ports(f.outputs), "fn": None, "params": {}, "circuit": None, "backend": None, "gradient": None}
     if isinstance(f, Classical):
-        doc.update(fn=f.fn, params=f.kwargs)
+        doc.update(fn=f.fn, params=dict(f.params))
         if f.job_backends:
             doc["job_backends"] = list(f.job_backends)
     elif isinstance(f, CircuitCall):
