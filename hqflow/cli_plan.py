@@ -165,26 +165,27 @@ def plan_training(algo: str, cfg, backends, *, profile_path: str | None = None, 
     from hqflow.planner import apply, calibration, with_staleness
     from hqflow.workloads.rl import runner
 
-    mod = runner.algorithm(algo)
-    in_process, devices = runner.backend_facts(cfg.backend, backends)
-    default = runner.default_distribution(in_process)
+    run = runner.setup(algo, cfg, backends)  # (its members serve the calibration runs too)
+    mod, in_process, default, resolved = run.algo, run.placement.in_process, run.default_distribution(), run.cfg
     bound = default.staleness if max_staleness is None else max_staleness
-    resolved = mod.resolve(cfg, in_process, devices)
-    graph = runner.build_graph(algo, resolved, 0, () if in_process else (cfg.backend,))
-    updates = mod.updates(resolved)
-    prof = _saved_profile(profile_path)
-    if prof is None:
-        print(f"hqflow: calibrating: {calibrate_updates} updates of {algo} on every backend", file=sys.stderr)
+    graph, updates = run.graph(0), run.updates
+    try:
+        prof = _saved_profile(profile_path)
+        if prof is None:
+            print(f"hqflow: calibrating: {calibrate_updates} updates of {algo} on every backend", file=sys.stderr)
 
-        def run(n, cut):
-            small = dataclasses.replace(cfg, max_episodes=n * mod.episodes_per_update(resolved), stop_when_solved=False)
-            return runner.train(algo, small, default, backends=backends, tensorboard=False,
-                                rows_per_job=cut)["spans"]
+            def calibrate(n, cut):
+                small = dataclasses.replace(cfg, max_episodes=n * mod.episodes_per_update(resolved),
+                                            stop_when_solved=False)
+                return runner.train(algo, small, default, backends=run.placement, tensorboard=False,
+                                    rows_per_job=cut)["spans"]
 
-        prof = calibration(run, max(3, calibrate_updates), with_staleness(graph, default.staleness),
-                           default.scheduler_config())
-        if profile_path:
-            prof.save(profile_path)
+            prof = calibration(calibrate, max(3, calibrate_updates), with_staleness(graph, default.staleness),
+                               default.scheduler_config())
+            if profile_path:
+                prof.save(profile_path)
+    finally:
+        run.placement.close()
     try:
         chosen = hq.plan(graph, updates, prof, max_staleness=bound)
     except (KeyError, ValueError) as exc:

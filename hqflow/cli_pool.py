@@ -60,12 +60,10 @@ def show_figures(args, figures: dict, width: int) -> None:
             print(f"{k:<{width}} {v:.6g}" if isinstance(v, float) else f"{k:<{width}} {v}")
 
 
-def backend_pool(args, name: str | None = None, always: bool = False) -> list | None:
+def backend_pool(args, name: str | None = None, always: bool = False, check: bool = True) -> list | None:
     """``--backend`` (or ``name``) with ``--backend-opt`` and ``--pool`` as a pool spec ``[(name, options),
-    ...]`` (None without them, unless ``always``); each member is made once here, so a bad option is a
-    usage error."""
-    from hqflow.backends import BackendError, get_backend
-
+    ...]`` (None without them, unless ``always``); with ``check`` each member is made once here, so a bad
+    option is a usage error (``hqflow train`` makes them once, for the run: ``make_member``)."""
     if not args.backend_opt and not args.pool and not always:
         return None
     name, size = name or args.backend or "compiled", args.pool or 1
@@ -83,11 +81,19 @@ def backend_pool(args, name: str | None = None, always: bool = False) -> list | 
         target[key] = value(text)
     warn_secrets([k for options in [shared, *own] for k in options], "--backend-opt")
     specs = [(name, {**shared, **own[k]}) for k in range(size)]
-    for member, (_, options) in enumerate(specs):
-        try:
-            backend = get_backend(name, **options)
-        except (BackendError, TypeError, ValueError) as exc:
-            what = f"--backend-opt for {name!r} (member {member})" if options else "--backend"
-            raise UsageError(f"{what}: {exc}") from None
-        backend.close()
+    if check:
+        for member, spec in enumerate(specs):
+            make_member(spec, member).close()
     return specs
+
+
+def make_member(spec, member: int = 0):
+    """The backend of a pool spec's member (a name, or ``(name, options)``); a bad name or option is a usage error."""
+    from hqflow.backends import BackendError, get_backend
+
+    name, options = (spec, {}) if isinstance(spec, str) else spec
+    try:
+        return get_backend(name, **options)
+    except (BackendError, TypeError, ValueError) as exc:
+        what = f"--backend-opt for {name!r} (member {member})" if options else "--backend"
+        raise UsageError(f"{what}: {exc}") from None

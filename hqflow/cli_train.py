@@ -27,7 +27,7 @@ import sys
 from hqflow.backends import BackendAccessError
 
 from .cli_plan import fold, plan_training
-from .cli_pool import UsageError, backend_pool, check_backend, make_folder, show_figures, value as _value
+from .cli_pool import UsageError, backend_pool, make_folder, make_member, show_figures, value as _value
 from .fragments import RunFailed
 from .jobs import BudgetExceeded
 
@@ -84,13 +84,16 @@ def _file_pool(watcher, name: str | None) -> tuple[str, list]:
     return name, pools[name]
 
 
-def _job_pool(runner, name: str, pool: list, what: str) -> None:
-    """Refuse an in-process pool (the policy calls it directly) that stands in for another backend or
-    that a resources file would change."""
-    in_process, _ = runner.backend_facts(name, {name: pool})
-    if in_process and (what == "--resources" or pool[0] != (name, {})):
+def _placement(runner, name: str, pool: list | None, what: str):
+    """The run's backend ``name`` (or its ``pool``) made once (``runner.Placement``). An in-process pool (the
+    policy calls it directly) that stands in for another backend, or that a resources file would change, is
+    refused."""
+    placement = runner.Placement.of(name, None if pool is None else {name: pool}, make=make_member)
+    if pool is not None and placement.in_process and (what == "--resources" or pool[0] != (name, {})):
+        placement.close()
         raise UsageError(f"{what}: {pool[0][0]!r} alone runs in process, where no pool can change or stand in "
                          f"for {name!r}: give a job backend such as emulated-qpu, or two or more members")
+    return placement
 
 
 def _in_process(policy, watcher) -> None:
@@ -103,24 +106,12 @@ def _in_process(policy, watcher) -> None:
 
 
 def _resumed(args, meta: dict, cfg, runner, watcher):
-    """The distribution and pool the resumed part runs with (None: the run's latest), and a warning line
-    when they cannot keep an undisturbed run's result (or None)."""
-    from hqflow.distribution import get_distribution
+    """The distribution and placement the resumed part runs with, and a warning line when they cannot keep an
+    undisturbed run's result (or None)."""
+    from .torch import differentiates
 
-    saved = get_distribution(meta.get("distribution", "sync"), **meta.get("distribution_options", {}))
-    options = {k: getattr(args, k) for k in ("staleness", "learners", "compression") if getattr(args, k) is not None}
-    name = saved.name if args.distribution == "auto" else args.distribution
-    for flag, key in (("--learners", "learners"), ("--compression", "compression")):
-        if key in options and name != "multi-learner":
-            raise UsageError(f"{flag} needs --distribution multi-learner (the run's is {saved.name})")
-    if "staleness" in options and name == "sync":
-        raise UsageError("--staleness needs --distribution pipelined, ray-actors or multi-learner (the run's "
-                         f"is {saved.name})")
-    try:
-        policy = saved if name == saved.name else get_distribution(name)
-        policy = get_distribution(policy, **options)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    saved = runner.resumed_distribution(meta)
+    policy = _resumed_distribution(args, saved)
     _in_process(policy, watcher)
     old = [tuple(m) for m in (meta.get("backends") or {}).get(cfg.backend, [(cfg.backend, {})])]
     if watcher is not None:
@@ -129,9 +120,8 @@ def _resumed(args, meta: dict, cfg, runner, watcher):
             raise UsageError("--resources names the pool's members: give them in the file, not with --backend")
     else:
         given = args.backend or args.pool or args.backend_opt
-        pool = backend_pool(args, args.backend or old[0][0], always=True) if given else None
-    if pool is not None:
-        _job_pool(runner, cfg.backend, pool, "--resources" if watcher is not None else "--backend")
+        pool = backend_pool(args, args.backend or old[0][0], always=True, check=False) if given else None
+    placement = _placement(runner, cfg.backend, pool or old, "--resources" if watcher is not None else "--backend")
     why = []
     if policy.staleness and policy != saved:
         why.append(f"staleness {policy.staleness} lets actors use older parameters, as timing has it")
@@ -142,12 +132,29 @@ def _resumed(args, meta: dict, cfg, runner, watcher):
     kinds = {_kind(m) for m in (pool or old)}
     if not kinds <= {_kind(m) for m in old}:
         why.append(f"the pool's backends ({', '.join(sorted(k[0] for k in kinds))}) are not the run's kind")
-    elif pool is not None and runner.backend_facts(cfg.backend, {cfg.backend: pool})[0] \
-            != runner.backend_facts(cfg.backend, {cfg.backend: old})[0]:
+    elif pool is not None and placement.in_process != (len(old) == 1 and differentiates(placement.members[0])):
         why.append("the policy's circuit runs as jobs where it ran in process, or the other way round")
     warning = None if not why else ("hqflow: --resume: results will differ from an undisturbed run from here on: "
                                     + "; ".join(why))
-    return (None if policy == saved else policy), pool, warning
+    return policy, placement, warning
+
+
+def _resumed_distribution(args, saved):
+    """The distribution a resumed part runs with: the run's, or the one given, with the options given."""
+    from hqflow.distribution import get_distribution
+
+    options = {k: getattr(args, k) for k in ("staleness", "learners", "compression") if getattr(args, k) is not None}
+    name = saved.name if args.distribution == "auto" else args.distribution
+    for flag, key in (("--learners", "learners"), ("--compression", "compression")):
+        if key in options and name != "multi-learner":
+            raise UsageError(f"{flag} needs --distribution multi-learner (the run's is {saved.name})")
+    if "staleness" in options and name == "sync":
+        raise UsageError("--staleness needs --distribution pipelined, ray-actors or multi-learner (the run's "
+                         f"is {saved.name})")
+    try:
+        return get_distribution(saved if name == saved.name else get_distribution(name), **options)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _kind(spec) -> tuple:
@@ -229,119 +236,177 @@ def _planned(args, algo, cfg, pool, watcher, distribution):
     return distribution, None if backends is None else backends.get(cfg.backend, pool), options
 
 
-def cmd_train(args) -> int:
-    from hqflow.distribution import get_distribution
-    from hqflow.workloads.rl import runner
+@dataclasses.dataclass
+class _Run:
+    """A run ``hqflow train`` starts or resumes, resolved from the command line."""
 
-    from .progress import Progress
+    algo: str
+    cfg: object
+    run_dir: str
+    distribution: object  # a policy, or "auto"
+    placement: object  # runner.Placement: the backend's members, made once
+    watcher: object = None
+    scheduler: dict = dataclasses.field(default_factory=dict)
+
+
+def cmd_train(args) -> int:
+    from hqflow.workloads.rl import runner
 
     if (args.max_staleness is not None or args.profile) and not args.plan:
         raise UsageError("--max-staleness and --profile go with --plan auto")
-    if args.resume:
-        if args.plan:
-            raise UsageError("--plan auto plans a new run; to change a resumed run's pool or distribution, give them")
-        if args.env or args.env_module or args.algo or args.seed is not None or args.set or args.episodes \
-                or args.run_dir:
-            raise UsageError("--resume continues the run's own algorithm and directory: ENV, --env-module, --algo, "
-                             "--seed, --set, --episodes and --run-dir cannot change (the pool, the distribution "
-                             "and --resources may)")
-        _importable_cwd()  # a MODULE:ID environment from the current directory, as a new run finds it
-        try:
-            meta, ckpt = runner.load_run(args.resume)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        algo, run_dir = meta["algo"], args.resume
+    run = _resumed_run(args, runner) if args.resume else _new_run(args, runner)
+    if run is None:
+        return 0
+    try:
+        _scheduler_options(args, run)
+        out = _train(args, run, runner)
+    finally:
+        run.placement.close()
+    if args.plan:
+        fold(args.profile, out["spans"])  # every planned run updates the profile the next one plans with
+    returns = out["returns"]
+    figures = {"algo": run.algo, "env": run.cfg.env, "seed": run.cfg.seed, "distribution": out["distribution"],
+               "episodes": len(returns), "episodes_to_solve": out["episodes_to_solve"],
+               "mean_return_last_10": sum(returns[-10:]) / max(len(returns[-10:]), 1),
+               "seconds": round(out["seconds"], 3), "env_steps": out["env_steps"],
+               "env_steps_per_s": round(out["env_steps_per_s"], 1),
+               "circuit_evals_per_s": round(out["circuit_evals_per_s"], 1), "run_dir": run.run_dir}
+    if out.get("currency"):
+        figures["spend"], figures["currency"] = round(out["spend"], 6), out["currency"]
+    if not args.json and figures["episodes_to_solve"] is None:
+        figures["episodes_to_solve"] = f"not within {run.cfg.max_episodes} episodes"
+    show_figures(args, figures, 22)
+    return 0
+
+
+def _resumed_run(args, runner) -> _Run | None:
+    """``--resume RUN_DIR``: the run's own algorithm and config, the pool and distribution given (None: done)."""
+    if args.plan:
+        raise UsageError("--plan auto plans a new run; to change a resumed run's pool or distribution, give them")
+    if args.env or args.env_module or args.algo or args.seed is not None or args.set or args.episodes or args.run_dir:
+        raise UsageError("--resume continues the run's own algorithm and directory: ENV, --env-module, --algo, "
+                         "--seed, --set, --episodes and --run-dir cannot change (the pool, the distribution "
+                         "and --resources may)")
+    _importable_cwd()  # a MODULE:ID environment from the current directory, as a new run finds it
+    try:
+        meta, ckpt = runner.load_run(args.resume)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    algo, run_dir = meta["algo"], args.resume
+    cfg = runner.algorithm(algo).Config(**meta["config"])
+    watcher = _watcher(args)
+    distribution, placement, warning = _resumed(args, meta, cfg, runner, watcher)
+    run = _Run(algo, cfg, run_dir, distribution, placement, watcher)
+    if ckpt is None:  # stopped before its first checkpoint: it starts again
+        print(f"hqflow: {run_dir} has no checkpoint yet: training it from the start", file=sys.stderr)
+        return run
+    try:
+        runner.check_resume(run_dir, algo, cfg, ckpt)
+    except runner.RunDirError as exc:
+        placement.close()
+        raise UsageError(str(exc)) from None
+    if runner.complete(algo, cfg, ckpt):
+        placement.close()
+        print(f"hqflow: {run_dir} is complete ({ckpt['update'] + 1} updates, {len(ckpt.get('returns', []))} "
+              f"episodes{', solved' if ckpt.get('solved_at') else ''}): nothing to resume; "
+              f"hqflow eval {run_dir} evaluates it", file=sys.stderr)
+        return None
+    if warning:
+        print(warning, file=sys.stderr)
+    return run
+
+
+def _new_run(args, runner) -> _Run:
+    """ENV with --algo, --set, the pool and the distribution: a new run and its run directory."""
+    if not args.env:
+        raise UsageError("give an environment (cartpole, acrobot, frozenlake, a gymnasium id such as CartPole-v1, "
+                         "or MODULE:ID) or --resume RUN_DIR")
+    if args.env_module:
+        args.env = _with_module(args.env, args.env_module)
+    if ":" in args.env:
+        _importable_cwd()
+    algo = args.algo or "reinforce"
+    try:
         mod = runner.algorithm(algo)
-        cfg = mod.Config(**meta["config"])
-        watcher = _watcher(args)
-        distribution, pool, warning = _resumed(args, meta, cfg, runner, watcher)
-        if ckpt is None:  # stopped before its first checkpoint: it starts again
-            print(f"hqflow: {run_dir} has no checkpoint yet: training it from the start", file=sys.stderr)
-        else:
-            try:
-                runner.check_resume(run_dir, algo, cfg, ckpt)
-            except runner.RunDirError as exc:
-                raise UsageError(str(exc)) from None
-            if ckpt["update"] + 1 >= mod.updates(cfg) or (cfg.stop_when_solved and ckpt.get("solved_at") is not None):
-                print(f"hqflow: {run_dir} is complete ({ckpt['update'] + 1} updates, {len(ckpt.get('returns', []))} "
-                      f"episodes{', solved' if ckpt.get('solved_at') else ''}): nothing to resume; "
-                      f"hqflow eval {run_dir} evaluates it", file=sys.stderr)
-                return 0
-            if warning:
-                print(warning, file=sys.stderr)
-    else:
-        if not args.env:
-            raise UsageError("give an environment (cartpole, acrobot, frozenlake, a gymnasium id such as CartPole-v1, "
-                             "or MODULE:ID) or --resume RUN_DIR")
-        if args.env_module:
-            args.env = _with_module(args.env, args.env_module)
-        if ":" in args.env:
-            _importable_cwd()
-        algo = args.algo or "reinforce"
-        try:
-            mod = runner.algorithm(algo)
-        except (ValueError, ImportError) as exc:
-            raise UsageError(str(exc)) from None
-        watcher = _watcher(args)
-        if watcher is not None:
-            args.backend, pool = _file_pool(watcher, args.backend)
-        cfg = _config(args, mod)
-        if watcher is not None:
-            _job_pool(runner, cfg.backend, pool, "--resources")
-        else:
-            pool = backend_pool(args)
-        if args.backend and pool is None:
-            check_backend(args.backend)
-        options = {} if args.staleness is None else {"staleness": args.staleness}
-        if args.distribution == "auto" and options:
-            raise UsageError("--staleness needs --distribution pipelined, ray-actors or multi-learner")
-        for flag, key in (("--learners", "learners"), ("--compression", "compression")):
-            if getattr(args, key) is not None:
-                if args.distribution != "multi-learner":
-                    raise UsageError(f"{flag} needs --distribution multi-learner")
-                options[key] = getattr(args, key)
-        try:
-            distribution = "auto" if args.distribution == "auto" else get_distribution(args.distribution, **options)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        _in_process(distribution, watcher)
-        if args.plan:
-            distribution, pool, planned = _planned(args, algo, cfg, pool, watcher, distribution)
-        run_dir = args.run_dir
-        if run_dir is None:  # runs/ALGO-ENV-seedN, then -2, -3, ... : never over an earlier run
-            base = os.path.join("runs", f"{algo}-{cfg.env.replace('/', '-')}-seed{cfg.seed}")  # a namespace/ID too
-            names = itertools.chain([base], (f"{base}-{k}" for k in itertools.count(2)))
-            run_dir = next(d for d in names if not os.path.exists(d))
+    except (ValueError, ImportError) as exc:
+        raise UsageError(str(exc)) from None
+    watcher = _watcher(args)
+    if watcher is not None:
+        args.backend, pool = _file_pool(watcher, args.backend)
+    cfg = _config(args, mod)
+    if watcher is None:
+        pool = backend_pool(args, check=False)
+    distribution = _distribution(args)
+    _in_process(distribution, watcher)
+    scheduler = {}
+    if args.plan:
+        distribution, pool, scheduler = _planned(args, algo, cfg, pool, watcher, distribution)
+    placement = _placement(runner, cfg.backend, pool, "--resources" if watcher is not None else "--backend")
+    run_dir = args.run_dir
+    if run_dir is None:  # runs/ALGO-ENV-seedN, then -2, -3, ... : never over an earlier run
+        base = os.path.join("runs", f"{algo}-{cfg.env.replace('/', '-')}-seed{cfg.seed}")  # a namespace/ID too
+        names = itertools.chain([base], (f"{base}-{k}" for k in itertools.count(2)))
+        run_dir = next(d for d in names if not os.path.exists(d))
+    try:
         if os.path.exists(os.path.join(run_dir, "config.json")):
             raise UsageError(f"{run_dir} already holds a run; use --resume {run_dir} (which also starts a run "
                              "stopped before its first checkpoint) or another --run-dir")
         make_folder(run_dir)
+    except UsageError:
+        placement.close()
+        raise
+    return _Run(algo, cfg, run_dir, distribution, placement, watcher, scheduler)
 
-    scheduler = {} if args.budget is None else {"budget": args.budget}
-    if args.plan:
-        scheduler.update(planned)
+
+def _distribution(args):
+    """``--distribution`` with ``--staleness``, ``--learners`` and ``--compression`` (``"auto"``: the runner's)."""
+    from hqflow.distribution import get_distribution
+
+    options = {} if args.staleness is None else {"staleness": args.staleness}
+    if args.distribution == "auto" and options:
+        raise UsageError("--staleness needs --distribution pipelined, ray-actors or multi-learner")
+    for flag, key in (("--learners", "learners"), ("--compression", "compression")):
+        if getattr(args, key) is not None:
+            if args.distribution != "multi-learner":
+                raise UsageError(f"{flag} needs --distribution multi-learner")
+            options[key] = getattr(args, key)
+    try:
+        return "auto" if args.distribution == "auto" else get_distribution(args.distribution, **options)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _scheduler_options(args, run: _Run) -> None:
+    """--budget and --ray-address, beside what --plan auto chose."""
+    if args.budget is not None:
+        run.scheduler["budget"] = args.budget
     if args.ray_address is not None:
-        chosen = getattr(distribution, "name", distribution)
-        if args.resume and distribution is None:
-            chosen = meta.get("distribution")
-        if chosen not in ("ray-actors", "multi-learner"):
+        if getattr(run.distribution, "name", run.distribution) not in ("ray-actors", "multi-learner"):
             raise UsageError("--ray-address needs --distribution ray-actors or multi-learner (the other "
                              "distributions run in this process)")
-        scheduler["ray_address"] = args.ray_address
-    backends = None if pool is None else {cfg.backend: pool}
-    if not args.resume and not runner.backend_facts(cfg.backend, backends)[0]:  # jobs: say what a step costs
-        circuits, parameters = runner.circuits_per_env_step(algo, cfg)
+        run.scheduler["ray_address"] = args.ray_address
+
+
+def _train(args, run: _Run, runner) -> dict:
+    """runner.train with a progress bar; a failure says what the run directory keeps and how to resume."""
+    from .progress import Progress
+
+    cfg, run_dir = run.cfg, run.run_dir
+    if not args.resume and not run.placement.in_process:  # jobs: say what a step costs
+        circuits, parameters = runner.circuits_per_env_step(run.algo, cfg)
         print(f"hqflow: an environment step runs about {circuits:.4g} circuits on {cfg.backend} (acting, and "
-              f"{algo}'s parameter-shift gradients over the policy circuit's {parameters} parameters); on a cloud "
+              f"{run.algo}'s parameter-shift gradients over the policy circuit's {parameters} parameters); on a cloud "
               "target each is a service job per measurement group", file=sys.stderr)
-    with Progress(cfg.max_episodes, f"{algo} {cfg.env}") as bar, \
-            watcher.sighup() if watcher is not None else contextlib.nullcontext():
-        if watcher is not None:
-            watcher.say = bar.write  # a line above the progress bar
+    with Progress(cfg.max_episodes, f"{run.algo} {cfg.env}") as bar, \
+            run.watcher.sighup() if run.watcher is not None else contextlib.nullcontext():
+        if run.watcher is not None:
+            run.watcher.say = bar.write  # a line above the progress bar
         try:
-            out = runner.train(algo, cfg, distribution, run_dir=run_dir, resume=bool(args.resume),
-                               checkpoint_every=args.checkpoint_every, progress=_cost_report(bar, mod.updates(cfg)),
-                               tensorboard=args.tensorboard, resources=watcher, backends=backends, **scheduler)
+            return runner.train(run.algo, cfg, run.distribution, run_dir=run_dir, resume=bool(args.resume),
+                                checkpoint_every=args.checkpoint_every,
+                                progress=_cost_report(bar, runner.algorithm(run.algo).updates(cfg)),
+                                tensorboard=args.tensorboard, resources=run.watcher, backends=run.placement,
+                                **run.scheduler)
         except RunFailed as exc:
             what = ("raise --budget" if _caused_by(exc, BudgetExceeded) else
                     "check the credentials and the endpoint" if _caused_by(exc, BackendAccessError) else
@@ -355,21 +420,6 @@ def cmd_train(args) -> int:
             raise UsageError(str(exc)) from None
         except OSError as exc:  # a run directory that cannot be written
             raise UsageError(f"cannot write the run directory {run_dir}: {exc.strerror} ({exc.filename})") from None
-    if args.plan:
-        fold(args.profile, out["spans"])  # every planned run updates the profile the next one plans with
-    returns = out["returns"]
-    figures = {"algo": algo, "env": cfg.env, "seed": cfg.seed, "distribution": out["distribution"],
-               "episodes": len(returns), "episodes_to_solve": out["episodes_to_solve"],
-               "mean_return_last_10": sum(returns[-10:]) / max(len(returns[-10:]), 1),
-               "seconds": round(out["seconds"], 3), "env_steps": out["env_steps"],
-               "env_steps_per_s": round(out["env_steps_per_s"], 1),
-               "circuit_evals_per_s": round(out["circuit_evals_per_s"], 1), "run_dir": run_dir}
-    if out.get("currency"):
-        figures["spend"], figures["currency"] = round(out["spend"], 6), out["currency"]
-    if not args.json and figures["episodes_to_solve"] is None:
-        figures["episodes_to_solve"] = f"not within {cfg.max_episodes} episodes"
-    show_figures(args, figures, 22)
-    return 0
 
 
 def cmd_eval(args) -> int:

@@ -136,7 +136,7 @@ class Algorithm:
     Config: type
     """its frozen config dataclass (a ``Config`` subclass)"""
     make_policy: Callable
-    """``(cfg) -> nn.Module``"""
+    """``(cfg, backend=None) -> nn.Module``: the circuit on ``backend`` (an instance) or on ``cfg.backend``"""
     make_optimizer: Callable
     """``(policy, cfg) -> torch.optim.Optimizer``"""
     make_envs: Callable

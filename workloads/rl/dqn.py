@@ -158,10 +158,10 @@ class Batch:
 
 # --- the policy ------------------------------------------------------------------------------
 
-def make_policy(cfg: Config) -> QValuePQC:
-    spec = cfg.spec
+def make_policy(cfg: Config, backend=None) -> QValuePQC:
+    spec, backend = cfg.spec, cfg.backend if backend is None else backend
     return QValuePQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
-                     encoding=setting(cfg, "encoding"), observables=observables(cfg), backend=cfg.backend,
+                     encoding=setting(cfg, "encoding"), observables=observables(cfg), backend=backend,
                      seed=cfg.seed)
 
 

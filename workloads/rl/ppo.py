@@ -171,14 +171,14 @@ class Batch:
 
 
 
-def make_policy(cfg: Config) -> ActorCritic:
-    spec = cfg.spec
+def make_policy(cfg: Config, backend=None) -> ActorCritic:
+    spec, backend = cfg.spec, cfg.backend if backend is None else backend
     if spec.continuous:  # a Gaussian head over [-1, 1]^d (the env scales it onto its bounds)
         actor = GaussianPQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
-                            encoding=cfg.encoding, backend=cfg.backend, seed=cfg.seed)
+                            encoding=cfg.encoding, backend=backend, seed=cfg.seed)
     else:
         actor = SoftmaxPQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
-                           encoding=cfg.encoding, beta=cfg.beta, backend=cfg.backend, seed=cfg.seed)
+                           encoding=cfg.encoding, beta=cfg.beta, backend=backend, seed=cfg.seed)
     return ActorCritic(actor, spec.n_features, cfg.critic_hidden, seed=cfg.seed)
 
 

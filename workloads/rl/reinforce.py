@@ -93,10 +93,10 @@ class Batch:
 
 # --- the policy ------------------------------------------------------------------------------
 
-def make_policy(cfg: Config) -> SoftmaxPQC:
-    spec = cfg.spec
+def make_policy(cfg: Config, backend=None) -> SoftmaxPQC:
+    spec, backend = cfg.spec, cfg.backend if backend is None else backend
     return SoftmaxPQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
-                      encoding=cfg.encoding, beta=cfg.beta, backend=cfg.backend, seed=cfg.seed,
+                      encoding=cfg.encoding, beta=cfg.beta, backend=backend, seed=cfg.seed,
                       dtype=getattr(torch, cfg.dtype))
 
 

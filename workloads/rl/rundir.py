@@ -1,0 +1,214 @@
+"""A training run's directory: what it ran with, its record, its checkpoints, its plots (all written atomically).
+
+* ``config.json``: the algorithm, its config, the distribution and the pools (never a secret option), and the
+  run id that job ids derive from; the settings the run runs with now, so a later resume takes the latest;
+* ``metrics.jsonl``: one row per update (a resume rewrites it from the checkpoint, which holds every row);
+* ``checkpoint.pt``: the training state and the record so far;
+* ``resources.jsonl``: one line per part of the run (``"event": "start"`` or ``"resume"``, with its
+  distribution and pools) and per pool change while it ran (``"event": "change"``, ``hqflow.resources``);
+* ``tensorboard/``: CleanRL's tags against environment steps; ``spans.json`` and ``trace.json`` (the
+  scheduler's trace: open it in Perfetto); ``learning_curve.png``.
+
+``RunDir(None)`` is a run without a directory: it reads nothing and writes nothing.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+from hqflow.cli_pool import SECRETS
+from hqflow.files import atomic_text, atomic_write
+
+
+class RunDirError(ValueError):
+    """A run directory that cannot be resumed: damaged, or not a run; the message names the file."""
+
+
+def json_pools(backends) -> dict | None:
+    """Pools given as names and options, for config.json (so a resume uses them again), without secrets;
+    None for pools of backend objects."""
+    if not backends:
+        return None
+    out = {}
+    for name, specs in backends.items():
+        specs = specs if isinstance(specs, list) else [specs]
+        if not all(isinstance(s, str) or (isinstance(s, tuple) and len(s) == 2) for s in specs):
+            return None  # backend objects: not storable
+        out[name] = [[s, {}] if isinstance(s, str) else [s[0], {k: v for k, v in s[1].items() if k not in SECRETS}]
+                     for s in specs]
+    try:
+        json.dumps(out)
+    except TypeError:
+        return None
+    return out
+
+
+class RunDir:
+    def __init__(self, path, tensorboard: bool = True):
+        self.path = None if path is None else Path(path)
+        self.tensorboard, self.board, self.meta = tensorboard, None, {}
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def read_meta(self) -> dict:
+        """``config.json``: a ``RunDirError`` naming the file for a directory that is not a run, or damaged."""
+        path = self.path / "config.json"
+        try:
+            is_run = path.is_file()
+        except OSError as exc:  # a name too long, say: is_file() raises for all but a missing file
+            raise RunDirError(f"cannot read {self.path}: {exc.strerror}") from None
+        if not is_run:
+            raise RunDirError(f"{self.path}: no such run directory" if not self.path.exists() else
+                              f"{self.path} is not a run directory (no config.json)")
+        try:
+            meta = json.loads(path.read_bytes().decode("utf-8"))
+        except OSError as exc:
+            raise RunDirError(f"cannot read {path}: {exc.strerror}") from None
+        except (UnicodeDecodeError, RecursionError, ValueError):
+            raise RunDirError(f"{path} is damaged: not a JSON document") from None
+        if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict) \
+                or not isinstance(meta.get("distribution_options", {}), dict):
+            raise RunDirError(f"{path} is damaged: it must be an object with 'algo', 'config' and 'distribution'")
+        self.meta = meta
+        return meta
+
+    def read_checkpoint(self) -> dict | None:
+        """``checkpoint.pt`` (None if there is none yet); damaged: a ``RunDirError`` naming it."""
+        import torch
+
+        path = self.path / "checkpoint.pt"
+        if not path.exists():
+            return None
+        try:
+            data = torch.load(path, weights_only=False)
+        except OSError as exc:
+            raise RunDirError(f"cannot read {path}: {exc.strerror}") from None
+        except Exception as exc:  # noqa: BLE001 - torch.load raises EOFError, UnpicklingError, RuntimeError, ...
+            raise RunDirError(f"{path} is damaged ({type(exc).__name__}): truncated, or not a checkpoint") from None
+        if not isinstance(data, dict) or not isinstance(data.get("state"), dict) or not isinstance(data.get("update"), int):
+            raise RunDirError(f"{path} is damaged: it holds no training state")
+        return data
+
+    def rows(self, last_update: int) -> list[dict]:
+        """The rows of ``metrics.jsonl`` up to ``last_update``, for a checkpoint that does not hold them (written
+        before hqflow kept them there). A half-written last line (what a kill leaves) is dropped; anything else
+        wrong, or fewer rows than the checkpoint's updates, is a ``RunDirError``."""
+        path = self.path / "metrics.jsonl"
+        try:
+            lines = path.read_bytes().decode("utf-8").splitlines()
+        except FileNotFoundError:
+            lines = []
+        except OSError as exc:
+            raise RunDirError(f"cannot read {path}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise RunDirError(f"{path} is damaged: not text") from None
+        rows = []
+        for k, line in enumerate(lines):
+            try:
+                row = json.loads(line)
+                if not isinstance(row, dict) or not isinstance(row.get("update"), int):
+                    raise ValueError
+            except ValueError:
+                if k == len(lines) - 1:
+                    break  # half-written by a kill
+                raise RunDirError(f"{path} is damaged at line {k + 1}") from None
+            if row["update"] <= last_update:
+                rows.append(row)
+        if len(rows) != last_update + 1:
+            raise RunDirError(f"{path} has {len(rows)} rows where the checkpoint has {last_update + 1} updates: "
+                              "restore it, or start a new run")
+        return rows
+
+    # --- writing ---------------------------------------------------------------------------------
+
+    def start(self, meta: dict, part: dict, rows: list[dict], update: int, fresh: bool) -> None:
+        """A part of the run starts at ``update``: config.json (a fresh run's ``meta``, or the run's read one with
+        this ``part``'s distribution and pools where they changed), a resources.jsonl line, metrics.jsonl rewritten with
+        ``rows``, and the TensorBoard writer (a resume drops the events past its checkpoint, as metrics.jsonl)."""
+        if self.path is None:
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        if fresh or json.loads(json.dumps(part)) != {k: self.meta.get(k) for k in part}:
+            self.meta = meta if fresh else {**self.meta, **part}
+            atomic_text(self.path / "config.json", json.dumps(self.meta, indent=2))
+        self._line("resources.jsonl", {"event": "start" if fresh else "resume", "update": update, **part})
+        atomic_text(self.path / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+        if self.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            purge = None if fresh or not rows else rows[-1]["env_steps"] + 1
+            self.board = SummaryWriter(str(self.path / "tensorboard"), purge_step=purge)
+            if fresh:  # as CleanRL: the settings as a table
+                self.board.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(
+                    f"|{k}|{v}|" for k, v in meta["config"].items()))
+
+    def log(self, row: dict, scalars: list[tuple[str, float]], step: int) -> None:
+        """An update's row of metrics.jsonl and its TensorBoard scalars at ``step``."""
+        if self.board is not None:
+            for tag, value in scalars:
+                self.board.add_scalar(tag, value, step)
+        if self.path is not None:
+            self._line("metrics.jsonl", row)
+
+    def save(self, data: dict) -> None:
+        """checkpoint.pt."""
+        import torch
+
+        if self.path is not None:
+            atomic_write(self.path / "checkpoint.pt", lambda p: torch.save(data, p))
+
+    def changed(self, change: dict, update: int) -> None:
+        """A pool change while the run goes on: config.json's pools (a later resume takes them), and a line of
+        resources.jsonl."""
+        if self.path is None:
+            return
+        pools = dict(self.meta.get("backends") or {}, **{change["pool"]: change["backends"]})
+        stored = json_pools({name: [tuple(m) for m in specs] for name, specs in pools.items()})  # no secrets
+        try:
+            self.meta["backends"] = stored
+            atomic_text(self.path / "config.json", json.dumps(self.meta, indent=2))
+            self._line("resources.jsonl", {"event": "change", "update": update, **change,
+                                           "backends": stored[change["pool"]]})
+        except OSError as exc:
+            print(f"hqflow: resources: cannot record the change in {self.path}: {exc.strerror}", file=sys.stderr)
+
+    def finish(self, spans, returns: list, title: str) -> None:
+        """spans.json, trace.json and learning_curve.png."""
+        from hqflow.trace import save_spans
+        from hqflow.trace_export import write_chrome_trace
+
+        if self.path is not None:
+            save_spans(str(self.path / "spans.json"), spans)
+            write_chrome_trace(str(self.path / "trace.json"), spans)
+            plot_learning_curve(returns, self.path / "learning_curve.png", title)
+
+    def close(self) -> None:
+        if self.board is not None:
+            self.board.close()
+
+    def _line(self, name: str, entry: dict) -> None:
+        with open(self.path / name, "a") as fh:
+            fh.write(json.dumps(entry) + "\n")
+
+
+def plot_learning_curve(returns, path, title: str, window: int = 10) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    r = np.asarray(returns, dtype=float)
+    ax.plot(np.arange(1, len(r) + 1), r, lw=0.6, alpha=0.4, label="episode return")
+    if len(r) >= window:
+        ax.plot(np.arange(window, len(r) + 1), np.convolve(r, np.ones(window) / window, "valid"), lw=1.5,
+                label=f"mean of {window}")
+    ax.set_xlabel("episode")
+    ax.set_ylabel("return")
+    ax.set_title(title)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    atomic_write(Path(path), lambda p: fig.savefig(p, format="png", dpi=100))
+    plt.close(fig)
