@@ -180,6 +180,10 @@ class Pipeline:
                       tuple(self._outputs))
         if not validate:
             return graph
+        if backends is not None:  # a backend object stands for its Capabilities (what validate checks)
+            from hqflow.backends import as_backend, is_backend
+
+            backends = {k: as_backend(b).capabilities if is_backend(b) else b for k, b in backends.items()}
         return graph.validate(registry_backends(graph) if backends is None else backends)
 
 

@@ -101,7 +101,7 @@ class Graph:
     def validate(self, backends: Mapping[str, Any] | None = None, resolve: bool = True) -> Graph:
         """Raise ``GraphError`` listing every problem; return ``self`` when valid.
 
-        ``backends`` maps backend names to ``Capabilities`` (or backends) to check
+        ``backends`` maps backend names to ``Capabilities`` (None: unchecked) to check
         circuit widths against; without it those checks are skipped
         (``Pipeline.build`` passes the registry's). ``resolve=False`` skips
         importing fragment functions.

@@ -146,7 +146,7 @@ def _capabilities(name, backends, out, where):
         out.append(f"{where}: backend {name!r} is not among the backends given")
         return None
     b = backends[name]
-    return None if b is None else getattr(b, "capabilities", b)
+    return b
 
 
 def _edge_problems(graph: GraphLike) -> list[str]:
