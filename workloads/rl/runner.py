@@ -371,30 +371,21 @@ def _check_state(saved: dict, fresh: dict, path) -> None:
 def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, resume: bool = False,
           checkpoint_every: int = 5, progress=None, backends=None, tensorboard: bool = True,
           resources=None, **scheduler) -> dict:
-    """Train, writing the run directory; ``resume`` continues ``run_dir`` from its checkpoint.
+    """Train, writing the run directory (``rundir``); ``resume`` continues ``run_dir`` from its checkpoint.
 
-    ``distribution``: a policy or its name; ``"auto"`` (``default_distribution``): ``sync`` on an
-    in-process backend, ``pipelined`` (staleness 1) on a job backend.
-    ``backends`` maps a backend name (``cfg.backend``) to a pool, as ``hq.run`` takes it (or is a
-    ``Placement``); ``scheduler`` are ``SchedulerConfig`` fields (``max_retries``, ``job_timeout``, ...).
-    With ``resume``, the run's own config and algorithm; ``distribution`` (other than "auto") and
-    ``backends`` replace the run's for the resumed part (and are recorded for the next).
-    ``resources``: a ``hqflow.resources.ResourceWatcher`` whose file changes the pool while the
-    run goes on (a job backend's pool, under a distribution that runs in this process: a Ray
-    worker's job client keeps the pool it started with); the changes go to ``resources.jsonl``.
-    ``tensorboard``: also write TensorBoard event files to ``run_dir/tensorboard``, with CleanRL's tags
-    against environment steps (every episode an update completed at the update's step:
-    ``charts/episodic_return``, ``charts/episodic_length``; ``charts/SPS``; the learner's ``losses/*``),
-    and ``charts/mean_return_N`` (the solve criterion) and ``charts/spend``.
-    Returns ``returns`` (every episode's return), ``episodes_to_solve``, ``seconds``,
-    ``env_steps`` (steps of the episodes the learner got), ``env_steps_per_s``, ``env_steps_taken``
-    (steps the actors ran, with episodes still running at the end: with autoreset they exceed
-    ``env_steps``), ``env_steps_taken_per_s``, ``circuit_evals``, ``circuit_evals_per_s``,
-    ``updates``, the final ``params``, the ``spans`` and the scheduler's ``stats``.
+    ``distribution``: a policy or its name; ``"auto"``: ``sync`` on an in-process backend, ``pipelined``
+    (staleness 1) on a job backend. ``backends`` maps ``cfg.backend`` to a pool, as ``hq.run`` takes it (or is
+    a ``Placement``); ``scheduler`` are ``SchedulerConfig`` fields (``max_retries``, ``budget``, ...).
+    With ``resume``, the run's own config and algorithm; ``distribution`` (other than "auto") and ``backends``
+    replace the run's for the resumed part (and are recorded for the next). ``resources``: a
+    ``hqflow.resources.ResourceWatcher`` whose file changes a job pool while the run goes on (not on Ray).
+    ``tensorboard``: CleanRL's tags against environment steps (every episode of an update at the update's step).
 
-    When the run fails (a job out of retries, say) the last completed update's checkpoint,
-    metrics and spans are written first, then ``hqflow.RunFailed`` is raised: fix the
-    backend and ``resume``.
+    Returns ``returns`` (every episode's), ``episodes_to_solve``, ``updates``, ``seconds``, ``env_steps`` (of
+    the episodes the learner got), ``env_steps_taken`` (the actors', with unfinished episodes), their rates,
+    ``circuit_evals``, the final ``params``, ``spans``, the scheduler's ``stats`` and the ``spend``. A failed run
+    (a job out of retries, say) writes the last update's checkpoint, metrics and spans, then raises
+    ``hqflow.RunFailed``: fix the backend and ``resume``.
     """
     rd, ckpt = RunDir(run_dir, tensorboard), None
     if resume:
