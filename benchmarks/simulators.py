@@ -71,6 +71,7 @@ The last line printed is one JSON object with the figures.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.metadata
 import json
 import math
@@ -496,7 +497,41 @@ def fmt_rate(cell) -> str:
     return f"{cell['rate']:,.0f}{mark}"
 
 
-def main() -> int:
+@dataclasses.dataclass
+class Session:
+    """What the parts of ``main`` share: the options, the clock's start, and what they gather."""
+
+    quick: bool
+    start: float
+    repeats: int
+    budget: float
+    batches: list[int]
+    peers: list[str]
+    n_check: int
+    probe: tuple[int, ...]
+    deadline: float
+    figures: dict
+    notes: list[str] = dataclasses.field(default_factory=list)
+    failed_compiled: bool = False
+    compiled_rates: list[tuple[str, int, float]] = dataclasses.field(default_factory=list)  # (circuit, B, GFLOP/s)
+
+
+@dataclasses.dataclass
+class Case:
+    """One circuit, its inputs and weights, and the reference's values and gradient on the checked rows."""
+
+    name: str
+    t: object
+    x: np.ndarray
+    w: np.ndarray
+    x_check: np.ndarray
+    ref_values: np.ndarray
+    ref_grad: np.ndarray
+    grad_scale: float
+
+
+def _options() -> tuple[argparse.Namespace, list[str], list[str]]:
+    """The command line: the options, the peers and the circuits."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="one repeat, 2 s per cell (under a minute)")
     ap.add_argument("--batch", type=int, nargs="+", default=[1000, 10000], help="batch sizes (default 1000 10000)")
@@ -507,173 +542,213 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds per peer cell, 5x that for compiled (default 60; quick 1)")
     args = ap.parse_args()
-    start = time.perf_counter()
-    repeats = args.repeats or (1 if args.quick else 3)
-    budget = args.budget or (1.0 if args.quick else 60.0)
     peers = ["compiled"] if args.no_peers else [p.strip() for p in args.peers.split(",") if p.strip()]
     circuits = [c.strip() for c in args.circuits.split(",") if c.strip()]
     bad = [p for p in peers if p not in PEERS] + [c for c in circuits if c not in CIRCUITS]
     if bad:
         ap.error(f"unknown peer/circuit {bad}; peers: {PEERS}, circuits: {list(CIRCUITS)}")
+    return args, peers, circuits
+
+
+def main() -> int:
+    args, peers, circuits = _options()
+    start = time.perf_counter()
+    repeats = args.repeats or (1 if args.quick else 3)
+    budget = args.budget or (1.0 if args.quick else 60.0)
     batches = sorted(set(args.batch))
-    n_check = 3 if args.quick else 8
-    probe = (8, 32)
-    deadline = 35.0 if args.quick else math.inf  # quick: peers that would start later are skipped
+    s = Session(quick=args.quick, start=start, repeats=repeats, budget=budget, batches=batches, peers=peers,
+                n_check=3 if args.quick else 8, probe=(8, 32),
+                deadline=35.0 if args.quick else math.inf,  # quick: peers that would start later are skipped
+                figures={"batches": batches, "repeats": repeats, "cell_budget_s": budget, "torch": torch.__version__,
+                         "torch_threads": torch.get_num_threads(),
+                         "differentiated": "weights (inputs constant); aer: forward only"})
 
     peaks = [matmul_peak()]  # timed again after each circuit; the best counts (load only slows it down)
-    compiled_rates: list[tuple[str, int, float]] = []  # (circuit, B, GFLOP/s)
-    figures: dict = {"batches": batches, "repeats": repeats, "cell_budget_s": budget, "torch": torch.__version__,
-                     "torch_threads": torch.get_num_threads(),
-                     "differentiated": "weights (inputs constant); aer: forward only"}
     for p in peers:
         if p in DISTS:
-            figures[f"{KEYS[p]}_version"] = version(DISTS[p])
-    notes, failed_compiled = [], False
+            s.figures[f"{KEYS[p]}_version"] = version(DISTS[p])
     load = os.getloadavg()[0]
-    figures["load_average_1min_at_start"] = round(load, 2)
+    s.figures["load_average_1min_at_start"] = round(load, 2)
     print(f"simulators: fwd+bwd circuits/s (d/d weights), best of {repeats}, torch {torch.__version__} "
           f"on {torch.get_num_threads()} threads; complex64 matmul {peaks[0]:.1f} GFLOP/s; "
           f"1-min load average {load:.2f} (other work on the machine skews every figure)")
 
     for cname in circuits:
-        t = CIRCUITS[cname]()
-        rng = np.random.default_rng(0)
-        w = rng.uniform(-np.pi, np.pi, t.n_weights)
-        x = rng.uniform(-np.pi, np.pi, (max(batches), t.n_inputs)).astype(np.float32)
-        x_check = x[:n_check].astype(float)
-        ref_values, ref_grad = reference(t, x_check, w)
-        print(f"[{time.perf_counter() - start:6.1f} s] {cname} reference done", file=sys.stderr, flush=True)
-        grad_scale = max(1.0, float(np.abs(ref_grad).max()))
-        rows: dict[str, dict] = {}
-        prog = None
-        for p in peers:
-            row = rows[p] = {"cells": {}, "dtype": "", "dv": None, "dg": None}
-            if p not in SELF and time.perf_counter() - start > deadline:
-                row["cells"] = {b: f"skipped: --quick stops starting peers after {deadline:.0f} s" for b in batches}
-                continue
-            if p == "compiled-full" and not (prog is not None and prog.cone is not None and prog.cone.reduces):
-                row["cells"] = {b: "same program as compiled (the light cone is the whole circuit)" for b in batches}
-                continue
-            try:
-                built = BUILDERS[p](t)
-                runner, row["dtype"] = built[0], built[1]
-                if p in ("compiled", "compiled-full"):
-                    prog = built[2] if p == "compiled" else prog
-                    row["method"] = f"fwd+bwd {gradient_mode(prog)}"
-                values, grad = runner.values_and_grad(x_check, w)
-                row["dv"] = float(np.abs(values - ref_values).max())
-                row["dg"] = None if grad is None else float(np.abs(grad - ref_grad).max())
-                figures[f"{KEYS[p]}_{cname}_max_abs_diff"] = row["dv"]
-                if row["dg"] is not None:
-                    figures[f"{KEYS[p]}_{cname}_grad_max_abs_diff"] = row["dg"]
-                if row["dv"] > VALUE_TOL or (row["dg"] is not None and row["dg"] > GRAD_TOL * grad_scale):
-                    raise Unavailable(f"WRONG: max |dvalue| {row['dv']:.2e}, max |dgrad| {row['dg']} vs reference")
-                predict = Predictor(runner, x, w, probe)
-            except Unavailable as exc:
-                failed_compiled |= p in SELF and str(exc).startswith("WRONG")
-                row["cells"] = {b: str(exc) for b in batches}
-                continue
-            except Exception as exc:  # noqa: BLE001  (a peer that breaks must not take the others down)
-                failed_compiled |= p in SELF
-                row["cells"] = {b: f"error: {type(exc).__name__}: {exc}"[:200] for b in batches}
-                continue
-            for b in batches:
-                # fewer rows than B: peers that loop over rows anyway; with --quick, any peer at the first B
-                allow_cap = p not in SELF and (b == batches[0] if args.quick else runner.per_sample)
-                try:
-                    # the first B always runs (a load spike during the probes must not drop a peer),
-                    # except with --quick, where peers then run on fewer rows
-                    must_run = b == batches[0] and (p in SELF or not args.quick)
-                    cell, why = measure(runner, t, x, w, b, repeats, budget * (5 if p in SELF else 1),
-                                        predict, allow_cap, must_run)
-                except Exception as exc:  # noqa: BLE001
-                    failed_compiled |= p in SELF
-                    cell, why = None, f"error: {type(exc).__name__}: {exc}"[:200]
-                if cell is None:
-                    row["cells"][b] = f"skipped: {why}"
-                    continue
-                cell.update(batch=b, rate=cell["rows"] / cell["seconds"])
-                row["cells"][b] = cell
-                figures[f"{KEYS[p]}_circuits_per_s_{cname}_b{b}"] = round(cell["rate"], 1)
-                if cell["rows"] < b:
-                    figures[f"{KEYS[p]}_rows_{cname}_b{b}"] = cell["rows"]
-                    notes.append(f"{cname} {p} B={b}: * ran on {cell['rows']} rows (predicted "
-                                 f"{cell['predicted']:.1f} s at B={b} > 1.5 x {budget:.0f} s budget); "
-                                 f"circuits/s from those rows")
-                if cell["chunk"] < cell["rows"]:
-                    notes.append(f"{cname} {p} B={b}: run in chunks of {cell['chunk']} rows (memory)")
-            print(f"[{time.perf_counter() - start:6.1f} s] {cname} {p} done", file=sys.stderr, flush=True)
-
-        # ---- the table for this circuit
-        print(f"\n{cname}: {t.name}, {t.n_qubits} qubits, {len(t.ops)} gates, {t.n_inputs} inputs, "
-              f"{t.n_weights} weights, readout <{t.observables[0]}>; {n_check} rows checked against reference")
-        head = f"{'peer':<20}{'what':<18}{'dtype':<12}{'max|dv|':>9}{'max|dg|':>9}"
-        head += "".join(f"{f'B={b}':>12}{'comp/peer':>10}" for b in batches)
-        print(head)
-        comp = rows.get("compiled", {}).get("cells", {})
-        for p in peers:
-            row = rows[p]
-            dv = "-" if row["dv"] is None else f"{row['dv']:.1e}"
-            dg = "-" if row["dg"] is None else f"{row['dg']:.1e}"
-            line = f"{LABELS[p]:<20}{row.get('method', METHODS[p]):<18}{row['dtype']:<12}{dv:>9}{dg:>9}"
-            for b in batches:
-                cell, base = row["cells"].get(b), comp.get(b)
-                if isinstance(cell, dict):
-                    ratio = f"{base['rate'] / cell['rate']:.2f}" if isinstance(base, dict) else "-"
-                    line += f"{fmt_rate(cell):>12}{ratio:>10}"
-                else:
-                    line += f"{'-':>12}{'':>10}"
-                    notes.append(f"{cname} {p} B={b}: {cell}")
-            print(line)
-
-        # ---- speedup against the best fwd+bwd peer; fraction of the machine's peak
-        speedups, full_speedups = [], []
-        full = rows.get("compiled-full", {}).get("cells", {})
-        for b in batches:
-            base = comp.get(b)
-            best = max(((rows[p]["cells"][b]["rate"], p) for p in peers if p not in NOT_PEERS
-                        and isinstance(rows[p]["cells"].get(b), dict)), default=None)
-            if isinstance(full.get(b), dict) and best:
-                full_speedups.append(full[b]["rate"] / best[0])
-            if isinstance(base, dict) and best:
-                figures[f"peers_compared_{cname}_b{b}"] = [p for p in peers if p not in NOT_PEERS
-                                                           and isinstance(rows[p]["cells"].get(b), dict)]
-                speedups.append(base["rate"] / best[0])
-                figures[f"best_peer_{cname}_b{b}"] = best[1]
-                figures[f"speedup_vs_best_peer_{cname}_b{b}"] = round(base["rate"] / best[0], 3)
-            if isinstance(base, dict):
-                flops, source = program_flops(prog, t, base["rows"])
-                gflops = flops / base["seconds"] / 1e9
-                figures[f"compiled_gflops_{cname}_b{b}"] = round(gflops, 2)
-                figures["flops_source"] = source
-                compiled_rates.append((cname, b, gflops))
-                print(f"  compiled B={b}: {flops / base['rows'] / 1e6:.3f} MFLOP/row ({source}) -> {gflops:.2f} GFLOP/s"
-                      + (f"; x{base['rate'] / best[0]:.2f} vs best peer {best[1]}" if best else ""))
-        figures[f"speedup_vs_best_peer_{cname}"] = round(min(speedups), 3) if speedups else None
-        if full_speedups and prog is not None and getattr(prog, "cone", None) is not None and prog.cone.reduces:
-            figures[f"speedup_vs_best_peer_{cname}_no_lightcone"] = round(min(full_speedups), 3)
+        _circuit(s, cname)
         peaks.append(matmul_peak())
+    return _summary(s, peaks)
 
+
+def _circuit(s: Session, cname: str) -> None:
+    """Check and time every peer on one circuit; print its table and the speedups."""
+    t = CIRCUITS[cname]()
+    rng = np.random.default_rng(0)
+    w = rng.uniform(-np.pi, np.pi, t.n_weights)
+    x = rng.uniform(-np.pi, np.pi, (max(s.batches), t.n_inputs)).astype(np.float32)
+    x_check = x[:s.n_check].astype(float)
+    ref_values, ref_grad = reference(t, x_check, w)
+    print(f"[{time.perf_counter() - s.start:6.1f} s] {cname} reference done", file=sys.stderr, flush=True)
+    case = Case(cname, t, x, w, x_check, ref_values, ref_grad, max(1.0, float(np.abs(ref_grad).max())))
+    rows: dict[str, dict] = {}
+    prog = None
+    for p in s.peers:
+        rows[p], prog = _peer_row(s, case, p, prog)
+    _print_table(s, case, rows)
+    _speedups(s, case, rows, prog)
+
+
+def _peer_row(s: Session, case: Case, p: str, prog):
+    """Peer ``p``'s row (checked against the reference, then timed at every B) and the compiled program."""
+    row = {"cells": {}, "dtype": "", "dv": None, "dg": None}
+    if p not in SELF and time.perf_counter() - s.start > s.deadline:
+        row["cells"] = {b: f"skipped: --quick stops starting peers after {s.deadline:.0f} s" for b in s.batches}
+        return row, prog
+    if p == "compiled-full" and not (prog is not None and prog.cone is not None and prog.cone.reduces):
+        row["cells"] = {b: "same program as compiled (the light cone is the whole circuit)" for b in s.batches}
+        return row, prog
+    try:
+        built = BUILDERS[p](case.t)
+        runner, row["dtype"] = built[0], built[1]
+        if p in ("compiled", "compiled-full"):
+            prog = built[2] if p == "compiled" else prog
+            row["method"] = f"fwd+bwd {gradient_mode(prog)}"
+        _check_peer(s, case, p, row, runner)
+        predict = Predictor(runner, case.x, case.w, s.probe)
+    except Unavailable as exc:
+        s.failed_compiled |= p in SELF and str(exc).startswith("WRONG")
+        row["cells"] = {b: str(exc) for b in s.batches}
+        return row, prog
+    except Exception as exc:  # noqa: BLE001  (a peer that breaks must not take the others down)
+        s.failed_compiled |= p in SELF
+        row["cells"] = {b: f"error: {type(exc).__name__}: {exc}"[:200] for b in s.batches}
+        return row, prog
+    _cells(s, case, p, runner, predict, row)
+    print(f"[{time.perf_counter() - s.start:6.1f} s] {case.name} {p} done", file=sys.stderr, flush=True)
+    return row, prog
+
+
+def _check_peer(s: Session, case: Case, p: str, row: dict, runner: Runner) -> None:
+    """The peer's values and weight gradient against the reference's; ``Unavailable`` ("WRONG: ...") past
+    the tolerances."""
+    values, grad = runner.values_and_grad(case.x_check, case.w)
+    row["dv"] = float(np.abs(values - case.ref_values).max())
+    row["dg"] = None if grad is None else float(np.abs(grad - case.ref_grad).max())
+    s.figures[f"{KEYS[p]}_{case.name}_max_abs_diff"] = row["dv"]
+    if row["dg"] is not None:
+        s.figures[f"{KEYS[p]}_{case.name}_grad_max_abs_diff"] = row["dg"]
+    if row["dv"] > VALUE_TOL or (row["dg"] is not None and row["dg"] > GRAD_TOL * case.grad_scale):
+        raise Unavailable(f"WRONG: max |dvalue| {row['dv']:.2e}, max |dgrad| {row['dg']} vs reference")
+
+
+def _cells(s: Session, case: Case, p: str, runner: Runner, predict: Predictor, row: dict) -> None:
+    """Time peer ``p`` at every B into ``row["cells"]`` (a cell, or why it was skipped)."""
+    cname = case.name
+    for b in s.batches:
+        # fewer rows than B: peers that loop over rows anyway; with --quick, any peer at the first B
+        allow_cap = p not in SELF and (b == s.batches[0] if s.quick else runner.per_sample)
+        try:
+            # the first B always runs (a load spike during the probes must not drop a peer),
+            # except with --quick, where peers then run on fewer rows
+            must_run = b == s.batches[0] and (p in SELF or not s.quick)
+            cell, why = measure(runner, case.t, case.x, case.w, b, s.repeats, s.budget * (5 if p in SELF else 1),
+                                predict, allow_cap, must_run)
+        except Exception as exc:  # noqa: BLE001
+            s.failed_compiled |= p in SELF
+            cell, why = None, f"error: {type(exc).__name__}: {exc}"[:200]
+        if cell is None:
+            row["cells"][b] = f"skipped: {why}"
+            continue
+        cell.update(batch=b, rate=cell["rows"] / cell["seconds"])
+        row["cells"][b] = cell
+        s.figures[f"{KEYS[p]}_circuits_per_s_{cname}_b{b}"] = round(cell["rate"], 1)
+        if cell["rows"] < b:
+            s.figures[f"{KEYS[p]}_rows_{cname}_b{b}"] = cell["rows"]
+            s.notes.append(f"{cname} {p} B={b}: * ran on {cell['rows']} rows (predicted "
+                           f"{cell['predicted']:.1f} s at B={b} > 1.5 x {s.budget:.0f} s budget); "
+                           f"circuits/s from those rows")
+        if cell["chunk"] < cell["rows"]:
+            s.notes.append(f"{cname} {p} B={b}: run in chunks of {cell['chunk']} rows (memory)")
+
+
+def _print_table(s: Session, case: Case, rows: dict[str, dict]) -> None:
+    """The circuit's table: one line per peer, its rate and compiled's ratio to it at every B."""
+    t = case.t
+    print(f"\n{case.name}: {t.name}, {t.n_qubits} qubits, {len(t.ops)} gates, {t.n_inputs} inputs, "
+          f"{t.n_weights} weights, readout <{t.observables[0]}>; {s.n_check} rows checked against reference")
+    head = f"{'peer':<20}{'what':<18}{'dtype':<12}{'max|dv|':>9}{'max|dg|':>9}"
+    head += "".join(f"{f'B={b}':>12}{'comp/peer':>10}" for b in s.batches)
+    print(head)
+    comp = rows.get("compiled", {}).get("cells", {})
+    for p in s.peers:
+        row = rows[p]
+        dv = "-" if row["dv"] is None else f"{row['dv']:.1e}"
+        dg = "-" if row["dg"] is None else f"{row['dg']:.1e}"
+        line = f"{LABELS[p]:<20}{row.get('method', METHODS[p]):<18}{row['dtype']:<12}{dv:>9}{dg:>9}"
+        for b in s.batches:
+            cell, base = row["cells"].get(b), comp.get(b)
+            if isinstance(cell, dict):
+                ratio = f"{base['rate'] / cell['rate']:.2f}" if isinstance(base, dict) else "-"
+                line += f"{fmt_rate(cell):>12}{ratio:>10}"
+            else:
+                line += f"{'-':>12}{'':>10}"
+                s.notes.append(f"{case.name} {p} B={b}: {cell}")
+        print(line)
+
+
+def _speedups(s: Session, case: Case, rows: dict[str, dict], prog) -> None:
+    """Speedup against the best fwd+bwd peer; compiled's GFLOP/s (its fraction of the peak comes last)."""
+    cname, figures, peers = case.name, s.figures, s.peers
+    comp = rows.get("compiled", {}).get("cells", {})
+    speedups, full_speedups = [], []
+    full = rows.get("compiled-full", {}).get("cells", {})
+    for b in s.batches:
+        base = comp.get(b)
+        best = max(((rows[p]["cells"][b]["rate"], p) for p in peers if p not in NOT_PEERS
+                    and isinstance(rows[p]["cells"].get(b), dict)), default=None)
+        if isinstance(full.get(b), dict) and best:
+            full_speedups.append(full[b]["rate"] / best[0])
+        if isinstance(base, dict) and best:
+            figures[f"peers_compared_{cname}_b{b}"] = [p for p in peers if p not in NOT_PEERS
+                                                       and isinstance(rows[p]["cells"].get(b), dict)]
+            speedups.append(base["rate"] / best[0])
+            figures[f"best_peer_{cname}_b{b}"] = best[1]
+            figures[f"speedup_vs_best_peer_{cname}_b{b}"] = round(base["rate"] / best[0], 3)
+        if isinstance(base, dict):
+            flops, source = program_flops(prog, case.t, base["rows"])
+            gflops = flops / base["seconds"] / 1e9
+            figures[f"compiled_gflops_{cname}_b{b}"] = round(gflops, 2)
+            figures["flops_source"] = source
+            s.compiled_rates.append((cname, b, gflops))
+            print(f"  compiled B={b}: {flops / base['rows'] / 1e6:.3f} MFLOP/row ({source}) -> {gflops:.2f} GFLOP/s"
+                  + (f"; x{base['rate'] / best[0]:.2f} vs best peer {best[1]}" if best else ""))
+    figures[f"speedup_vs_best_peer_{cname}"] = round(min(speedups), 3) if speedups else None
+    if full_speedups and prog is not None and getattr(prog, "cone", None) is not None and prog.cone.reduces:
+        figures[f"speedup_vs_best_peer_{cname}_no_lightcone"] = round(min(full_speedups), 3)
+
+
+def _summary(s: Session, peaks: list[float]) -> int:
+    """The fraction of the machine's peak, the notes and the JSON line; the exit status."""
+    figures = s.figures
     peak = max(peaks)
     figures["matmul_peak_gflops_complex64"] = round(peak, 1)
-    if compiled_rates:
+    if s.compiled_rates:
         print(f"\nfraction of the machine's limit: best complex64 1024^3 matmul of {len(peaks)} timings "
               f"{peak:.1f} GFLOP/s (all: {', '.join(f'{g:.0f}' for g in peaks)})")
-        for cname, b, gflops in compiled_rates:
+        for cname, b, gflops in s.compiled_rates:
             figures[f"compiled_fraction_of_peak_{cname}_b{b}"] = round(gflops / peak, 4)
             print(f"  compiled {cname} B={b}: {gflops:.2f} GFLOP/s = {100 * gflops / peak:.1f}% of peak")
 
-    if notes:
+    if s.notes:
         print("\nnotes:")
-        for n in dict.fromkeys(notes):
+        for n in dict.fromkeys(s.notes):
             print(f"  {n}")
     print("comp/peer = compiled circuits/s / peer circuits/s at the same B (> 1: compiled faster); "
           "speedup_vs_best_peer_* = its min over B against the best fwd+bwd peer (aer excluded: forward only)")
     figures["compiled_circuits_per_s_4q_b10000"] = figures.get("compiled_circuits_per_s_4q_b10000")
-    figures["compiled_ok"] = not failed_compiled
-    figures["total_s"] = round(time.perf_counter() - start, 1)
+    figures["compiled_ok"] = not s.failed_compiled
+    figures["total_s"] = round(time.perf_counter() - s.start, 1)
     print(json.dumps({k: round(v, 9) if isinstance(v, float) else v for k, v in figures.items()}))
-    return 1 if failed_compiled else 0
+    return 1 if s.failed_compiled else 0
 
 
 if __name__ == "__main__":
