@@ -332,7 +332,7 @@ def test_circuit_wider_than_backend():
     g = replace_fragment(good_graph(), "exe", circuit=_template(3))
     msg = "fragment 'exe': circuit 'circ' has 3 qubits but backend 'reference' allows at most 2"
     assert one_error(g, backends={"reference": Capabilities("reference", max_qubits=2)}) == msg
-    assert one_error(g, backends={"reference": get_backend("reference", max_qubits=2)}) == msg
+    assert one_error(g, backends={"reference": get_backend("reference", max_qubits=2).capabilities}) == msg
     assert g.validate() is g  # nothing checked against a backend without backends=
 
 
