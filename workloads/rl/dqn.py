@@ -1,41 +1,29 @@
 """Deep Q-learning with a quantum Q-function (Skolik et al. 2022), readable top to bottom.
 
-"Quantum agents in the Gym: a variational quantum algorithm for deep Q-learning" (Skolik,
-Jerbi, Dunjko, Quantum 6, 720, 2022), in the form of the TensorFlow Quantum tutorial
-"Parametrized quantum circuits for reinforcement learning" (its deep Q-learning half):
+"Quantum agents in the Gym: a variational quantum algorithm for deep Q-learning" (Skolik, Jerbi, Dunjko, Quantum
+6, 720, 2022), as the TensorFlow Quantum tutorial "Parametrized quantum circuits for reinforcement learning" does:
 
 * Q-function: ``QValuePQC``, the re-uploading circuit with trainable input scalings λ and
-  Q(s, a) = w_a · (1 + <O_a>) / 2 with output weights w (start at 1).
-  CartPole: 4 qubits, 5 layers, O = (Z0Z1, Z2Z3), angles arctan(λ·s) (Skolik's continuous
-  encoding; s is the env's bounded state, see ``envs``). FrozenLake (4x4, not slippery):
-  the state index in binary on 4 qubits (RX(λ·π·b)), O_a = Z_a (one qubit per action).
-* Skolik et al.'s values: replay memory of 10 000 transitions, minibatches of 16 drawn
-  uniformly with replacement, γ = 0.99, ε-greedy with ε = max(0.01, 0.99^episode) (decayed
-  once per episode), Adam with learning rates 0.001 (λ), 0.001 (θ), 0.1 (w) (AMSGrad, as
-  in the tutorial).
-* The TFQ tutorial's values: a gradient step every ``train_every`` = 10 env steps, the
-  target network copied every ``target_every`` = 30 env steps, Huber loss (δ = 1).
-  (Skolik et al.'s own code trains and copies the target every step, with the mean squared
-  error: ``train_every=1, target_every=1, loss="mse"``; ten times the learner's work.)
-* FrozenLake (Skolik et al.'s setting): γ = 0.8, w fixed at 1 (``lr_out=0``: Q-values lie in
-  [0, 1] like (1 + <Z>) / 2) and a gradient step every env step (``train_every=1``).
-* Targets r + γ · max_a' Q_target(s', a') bootstrap except on terminal states; a
-  time-limit truncation (CartPole's 500 steps, FrozenLake's 100) still bootstraps.
+  Q(s, a) = w_a · (1 + <O_a>) / 2 with output weights w (start at 1). CartPole: 4 qubits, 5 layers,
+  O = (Z0Z1, Z2Z3), angles arctan(λ·s) (Skolik's continuous encoding; s is the env's bounded state, see ``envs``).
+  FrozenLake (4x4, not slippery): the state index in binary on 4 qubits (RX(λ·π·b)), O_a = Z_a.
+* Skolik et al.'s values: replay memory of 10 000 transitions, minibatches of 16 drawn uniformly with replacement,
+  γ = 0.99, ε-greedy with ε = max(0.01, 0.99^episode) (decayed once per episode), Adam with learning rates 0.001
+  (λ), 0.001 (θ), 0.1 (w) (AMSGrad, as in the tutorial).
+* The TFQ tutorial's values: a gradient step every ``train_every`` = 10 env steps, the target network copied every
+  ``target_every`` = 30 env steps, Huber loss (δ = 1). (Skolik et al.'s own code trains and copies the target every
+  step, with the mean squared error: ``train_every=1, target_every=1, loss="mse"``; ten times the learner's work.)
+* FrozenLake (Skolik et al.'s setting): γ = 0.8, w fixed at 1 (``lr_out=0``: Q-values lie in [0, 1] like
+  (1 + <Z>) / 2) and a gradient step every env step (``train_every=1``).
+* Targets r + γ · max_a' Q_target(s', a') bootstrap except on terminal states; a time-limit truncation (CartPole's
+  500 steps, FrozenLake's 100) still bootstraps.
 
-Solved (``solve_window``): CartPole when the mean return of the last 10 episodes reaches 500;
-FrozenLake when the last 100 episodes all reached the goal (their mean return is 1). Returns are
-those of the ε-greedy training episodes.
+Solved (``solve_window``): CartPole when the mean return of the last 10 episodes reaches 500; FrozenLake when the
+last 100 episodes all reached the goal (mean return 1). Returns are those of the ε-greedy training episodes.
 
-* The actor (``act``): ``episodes_per_update`` episodes side by side, ε-greedy with the policy's
-  parameters, ε from the episode index, the env resets and coins from a numpy ``Generator`` seeded
-  with ``(seed, step)``: deterministic. A batch-1 forward per step, and only for the envs that act
-  greedily. It runs a whole episode with the parameters it was handed (the learner's, from before the
-  episode; older under a pipelined distribution): fine for an off-policy learner.
-* The learner (``learn``): pushes the batch's transitions into the replay memory one at a time, in
-  the order they happened, and on the way takes a gradient step every ``train_every`` env steps (one
-  batched forward for Q(s), one for the target network's Q(s')) and copies the target network every
-  ``target_every`` env steps. ``extra`` (the memory as numpy arrays, the target parameters and the
-  counters) is copied, never changed in place.
+The actor (``act``) runs ``episodes_per_update`` episodes side by side, ε-greedy (ε from the episode index), seeded
+from ``(seed, step)``, with the parameters it was handed (older under a pipelined distribution: fine off-policy).
+The learner (``learn``) replays them into the memory in order, with the gradient steps and target copies due.
 
 Train it with ``hqflow train frozenlake --algo dqn`` or ``runner.train("dqn", dqn.Config(env="frozenlake"))``.
 """
@@ -62,13 +50,10 @@ class Config(algorithm.Config):
     """as ``algorithm.Config``'s; None: "atan" (Skolik's continuous encoding) for CartPole and Acrobot,
     "plain" for FrozenLake's binary encoding"""
     max_episodes: int = 2000
-    """stop after this many episodes if not solved"""
     gamma: float | None = None
     """discount factor; None: 0.99 (CartPole, Acrobot), 0.8 (FrozenLake)"""
     lr_in: float = 0.001
-    """Adam learning rate of the input scalings λ"""
     lr_var: float = 0.001
-    """Adam learning rate of the circuit weights θ"""
     lr_out: float | None = None
     """Adam learning rate of the output weights w; None: 0.1, but 0 (w fixed at 1) for FrozenLake,
     whose Q-values already lie in [0, 1] like (1 + <Z>) / 2, as in Skolik et al.; a trainable w
@@ -83,9 +68,8 @@ class Config(algorithm.Config):
     batch_size: int = 16
     """transitions per gradient step, drawn uniformly with replacement from the memory"""
     train_every: int | None = None
-    """env steps between gradient steps (the first once the memory holds ``batch_size``); None:
-    10 (CartPole, Acrobot: the TFQ tutorial's), 1 (FrozenLake: as Skolik et al.'s code; its
-    episodes are short and its one reward rare)"""
+    """env steps between gradient steps (the first once the memory holds ``batch_size``); None: 10 (CartPole,
+    Acrobot: the TFQ tutorial's), 1 (FrozenLake: as Skolik et al.'s code; short episodes, one rare reward)"""
     target_every: int = 30
     """env steps between copies of the parameters into the target network"""
     loss: str = "huber"
@@ -123,8 +107,7 @@ def observables(cfg: Config) -> tuple[str, ...]:
     """The observable of each action: ``cfg.observables`` or Z-products over equal groups of qubits."""
     if cfg.observables is not None:
         return tuple(cfg.observables)
-    spec = cfg.spec
-    n_qubits, n_actions = cfg.n_qubits or spec.n_qubits, spec.n_actions
+    n_qubits, n_actions = cfg.n_qubits or cfg.spec.n_qubits, cfg.spec.n_actions
     size = n_qubits // n_actions
     if size < 1:
         raise ValueError(f"{n_qubits} qubits cannot give {n_actions} actions one qubit each; pass observables")
@@ -153,7 +136,6 @@ class Batch:
     @property
     def n_steps(self) -> int:
         return len(self.actions)
-
 
 
 # --- the policy ------------------------------------------------------------------------------
@@ -185,12 +167,12 @@ def act(policy, envs: FreshEnvs, cfg: Config, step: int,
     rng = np.random.default_rng([cfg.seed, step])
     reset_seeds = rng.integers(0, 2**31 - 1, n)
     eps = epsilon(cfg, first + np.arange(n))
-    n_actions, encode = envs.spec.n_actions, ObsEncoder(envs.spec, (carry or {}).get("obs_stats"))
+    encode = ObsEncoder(envs.spec, (carry or {}).get("obs_stats"))
     obs = encode(envs.reset(reset_seeds))
     alive, returns, lengths, rows, evals = np.arange(n), np.zeros(n), np.zeros(n, np.int64), [], 0
     while alive.size:
         greedy = rng.random(alive.size) >= eps[alive]
-        actions = rng.integers(0, n_actions, alive.size)
+        actions = rng.integers(0, envs.spec.n_actions, alive.size)
         if greedy.any():
             actions[greedy] = policy(torch.from_numpy(obs[greedy])).argmax(dim=1).numpy()
             evals += int(greedy.sum())
@@ -220,11 +202,9 @@ def init_extra(cfg: Config, policy) -> dict:
 
 def td_update(policy, optimizer: torch.optim.Optimizer, mem: dict, rng: np.random.Generator,
               cfg: Config) -> tuple[float, float]:
-    """One gradient step on a minibatch from ``mem``: loss(Q(s, a), r + γ · max_a' Q_target(s', a'));
-    ``(loss, mean Q(s, a))``."""
+    """A gradient step on a minibatch of ``mem``, loss(Q(s, a), r + γ · max_a' Q_target(s', a')): (loss, mean Q)."""
     i = rng.integers(0, mem["size"], cfg.batch_size)
-    s, s2 = torch.from_numpy(mem["states"][i]), torch.from_numpy(mem["next_states"][i])
-    a = torch.from_numpy(mem["actions"][i])
+    s, a, s2 = (torch.from_numpy(mem[k][i]) for k in ("states", "actions", "next_states"))
     with torch.no_grad():
         q_next = torch.func.functional_call(policy, mem["target"], (s2,)).max(dim=1).values  # one batched forward
         alive = torch.from_numpy(~mem["terminated"][i]).to(q_next.dtype)
@@ -239,14 +219,11 @@ def td_update(policy, optimizer: torch.optim.Optimizer, mem: dict, rng: np.rando
 
 def learn(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg: Config, extra: dict,
           step: int) -> tuple[dict, dict]:
-    """Replay the batch into the memory, with the gradient steps and target copies its env steps are due.
-
-    Returns ``({"loss": mean loss of this call's gradient steps, nan if none, ...}, new extra)``;
-    ``extra`` itself is left as it was.
-    """
+    """Replay the batch into the memory, with the gradient steps and target copies its env steps are due:
+    ``({"loss": mean loss of its gradient steps, nan if none, ...}, new extra)``; ``extra`` is left as it was."""
     mem = {k: v.copy() if isinstance(v, np.ndarray | dict) else v for k, v in extra.items()}
     rng = np.random.default_rng([cfg.seed, step, 1])
-    losses, q_values = [], []
+    updates = []  # (loss, mean Q) of each gradient step
     for t in range(batch.n_steps):
         i = mem["pos"]
         mem["states"][i], mem["actions"][i], mem["rewards"][i] = batch.states[t], batch.actions[t], batch.rewards[t]
@@ -254,16 +231,13 @@ def learn(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg: Config, e
         mem["pos"], mem["size"] = (i + 1) % cfg.memory, min(mem["size"] + 1, cfg.memory)
         mem["env_steps"] += 1
         if mem["env_steps"] % setting(cfg, "train_every") == 0 and mem["size"] >= cfg.batch_size:
-            loss, q = td_update(policy, optimizer, mem, rng, cfg)
-            losses.append(loss)
-            q_values.append(q)
+            updates.append(td_update(policy, optimizer, mem, rng, cfg))
             mem["updates"] += 1
         if mem["env_steps"] % cfg.target_every == 0:
             mem["target"] = params(policy)
-    loss = float(np.mean(losses)) if losses else float("nan")
-    means = {"td_loss": loss, "q_values": float(np.mean(q_values))} if losses else {}
-    return {"loss": loss, "losses": means,
-            "circuit_evals": 2 * cfg.batch_size * len(losses)}, mem  # Q(s) and the target's Q(s') rows
+    loss = float(np.mean([u[0] for u in updates])) if updates else float("nan")
+    means = {"td_loss": loss, "q_values": float(np.mean([u[1] for u in updates]))} if updates else {}
+    return {"loss": loss, "losses": means, "circuit_evals": 2 * cfg.batch_size * len(updates)}, mem  # Q, Q_target
 
 
 def circuits_per_step(cfg: Config, gradient_rows: int) -> float:

@@ -1,55 +1,30 @@
 """Gymnasium environments for the quantum policies, on gymnasium's vector API.
 
     spec = get_spec("cartpole")                  # EnvSpec: gym id, sizes, encode(), solved threshold
-    env = make_env("cartpole", seed=0)           # one gymnasium env, reset with that seed
-    envs = vector_env("cartpole", 10)            # gymnasium.vector.SyncVectorEnv, autoreset disabled
+    envs = vector_env("cartpole", 10)            # SyncVectorEnv, autoreset disabled (``reset_finished``)
     obs, _ = envs.reset(seed=[1, 2, ..., 10])    # raw observations, one row per env
     x = spec.encode(obs)                         # [n, n_features] float32 circuit features
 
-Environments that run on (PPO's rollouts, REINFORCE with autoreset) are a ``SyncVectorEnv``
-stepped as a whole; an env whose episode ends is reset with a seed from the actor's own
-generator (``reset_finished``, the vector API's ``reset_mask``), so a run is a function of its
-seed. Fresh episodes (REINFORCE without autoreset, DQN) keep a finished env finished while the
-others run on: ``FreshEnvs``, a thin adapter over a ``SyncVectorEnv``, steps only the running ones.
+The short names (``SHORT_NAMES``, fixed) have their own encodings: ``cartpole`` (CartPole-v1, the state
+divided by the TensorFlow Quantum tutorial's bounds [2.4, 2.5, 0.21, 2.5]), ``acrobot`` (Acrobot-v1, [cos θ1,
+sin θ1, cos θ2, sin θ2, ω1, ω2], the velocities divided by their bounds 4π and 9π) and ``frozenlake``
+(FrozenLake-v1, 4x4, not slippery: the state index in binary, Skolik et al. 2022). Any registered gymnasium
+id works too, and a user's own: ``"mypkg.envs:MyEnv-v0"`` (or ``--env-module mypkg.envs``) imports the module
+that registers it in every process that makes the env (Ray's workers too); an id nothing registered yet is
+looked for in installed packages' ``gymnasium.envs`` entry points (``load_plugin_envs``). Their encoding
+follows the observation space, one feature per qubit:
 
-Encodings (``EnvSpec.encode``; the policy then multiplies each feature by its trainable λ):
+* ``Box`` of shape ``[n]``: each coordinate scaled from its bounds onto [-1, 1]; an unbounded one (infinite,
+  or float32's largest value) squashed by ``2/π · arctan`` (``box``, what ``auto`` gives: on CartPole-v1 it
+  solved sooner than ``running`` with REINFORCE, median 230 against 305 episodes over 10 seeds, and PPO, 419
+  against 487 over 5), or with ``running`` normalized by running statistics as gymnasium's
+  ``NormalizeObservation`` does: actor state (``ObsEncoder``) on the actor's carry, so checkpoints hold it
+  and a resumed run goes on bit for bit, and frozen in a trained policy (``EnvSpec.with_stats``);
+* ``Discrete(n)``: the index in binary on ``ceil(log2 n)`` qubits, most significant bit on qubit 0, bit b ->
+  π·b (with λ = 1 the encoding RX flips the qubit exactly where b = 1), or one-hot (``onehot``, n qubits).
 
-* ``cartpole`` (CartPole-v1): the 4 state variables divided by [2.4, 2.5, 0.21, 2.5]
-  (the TensorFlow Quantum tutorial's bounds), 4 qubits.
-* ``acrobot`` (Acrobot-v1): the 6 observations [cos θ1, sin θ1, cos θ2, sin θ2, ω1, ω2]
-  with the angular velocities divided by their bounds 4π and 9π, so every feature lies in
-  [-1, 1]; one feature per qubit, 6 qubits (smooth in the angles, nothing dropped).
-* ``frozenlake`` (FrozenLake-v1, 4x4, ``is_slippery=False``): the state index 0..15 in
-  binary on 4 qubits (Skolik et al. 2022), most significant bit on qubit 0; bit b becomes
-  the feature π·b, so with λ = 1 the encoding RX flips the qubit exactly where b = 1.
-
-These three short names (``SHORT_NAMES``) are fixed. Any other registered gymnasium id works too
-(``CartPole-v1``, ``MountainCar-v0``, ...), and so does a user's own, registered with gymnasium
-(``gymnasium.register``), in every process that makes the env (Ray's workers too):
-
-* ``"mypkg.envs:MyEnv-v0"`` imports ``mypkg.envs`` (which registers it) first, as
-  ``gymnasium.make`` does (``hqflow train MyEnv-v0 --env-module mypkg.envs`` says the same);
-* an id that nothing registered yet is looked for in the installed packages' ``gymnasium.envs``
-  entry points (``load_plugin_envs``; gymnasium 1.x no longer loads them itself): an entry point
-  ``mypkg = mypkg.envs:register_envs`` registers ``mypkg/MyEnv-v0`` (``__root__ = ...``: ``MyEnv-v0``).
-
-The encoding follows the observation space (one feature per qubit):
-
-* ``Box`` of shape ``[n]``: each coordinate with bounds scaled from them onto [-1, 1]; an
-  unbounded one (infinite, or float32's largest value) squashed by ``2/π · arctan`` (``box``),
-  or with ``running`` normalized by running statistics, as gymnasium's ``NormalizeObservation``
-  does (z = (x - mean) / sqrt(var + 1e-8), then clip(z, -3, 3) / 3). The statistics
-  (``ObsStats``) are actor state: every observation the actor encodes updates them
-  (``ObsEncoder``), the actor's carry takes them from one update to the next, so checkpoints
-  hold them and a resumed run goes on bit for bit, and a trained policy encodes with them
-  frozen (``EnvSpec.with_stats``; ``load_policy``). ``auto`` gives ``box``: on CartPole-v1 (the
-  one classic-control id with unbounded coordinates) it solved sooner than ``running`` with
-  REINFORCE (median 230 against 305 episodes over 10 seeds) and PPO (419 against 487, 5 seeds);
-* ``Discrete(n)``: the index in binary, ``ceil(log2 n)`` qubits, bit b -> π·b (as FrozenLake),
-  or one-hot (``onehot``, n qubits).
-
-Actions are ``Discrete``, or a bounded ``Box`` of shape ``[d]`` (continuous: PPO's Gaussian
-head, actions in [-1, 1]^d scaled onto the bounds); anything else is a ``ValueError``.
+Actions are ``Discrete``, or a bounded ``Box`` of shape ``[d]`` (PPO's Gaussian head: [-1, 1]^d scaled onto
+the bounds); anything else is a ``ValueError``.
 """
 from __future__ import annotations
 
@@ -68,20 +43,6 @@ from types import MappingProxyType
 import gymnasium as gym
 import numpy as np
 from gymnasium.wrappers.utils import update_mean_var_count_from_moments
-
-
-def _cartpole(obs: np.ndarray) -> np.ndarray:
-    return np.asarray(obs, dtype=np.float64).reshape(-1, 4) / np.array([2.4, 2.5, 0.21, 2.5])
-
-
-def _acrobot(obs: np.ndarray) -> np.ndarray:
-    return np.asarray(obs, dtype=np.float64).reshape(-1, 6) / np.array([1, 1, 1, 1, 4 * np.pi, 9 * np.pi])
-
-
-def _frozenlake(obs: np.ndarray) -> np.ndarray:
-    index = np.asarray(obs, dtype=np.int64).reshape(-1)
-    bits = (index[:, None] >> np.arange(3, -1, -1)) & 1  # most significant bit first
-    return np.pi * bits
 
 
 @dataclass(frozen=True)
@@ -114,8 +75,7 @@ class EnvSpec:
         return self.action_low is not None
 
     def env_action(self, a):
-        """The env's action for a policy action: an index (discrete), or a point of [-1, 1]^d scaled
-        onto the Box's bounds and clipped to them (continuous)."""
+        """The env's action for a policy action: an index, or a point of [-1, 1]^d scaled onto the Box (clipped)."""
         if not self.continuous:
             return int(a)
         low, high = np.array(self.action_low), np.array(self.action_high)
@@ -154,44 +114,25 @@ class EnvSpec:
         return gym.spec(self.gym_id.rpartition(":")[2]).max_episode_steps
 
 
-_SHORT: Mapping[str, EnvSpec] = MappingProxyType({
-    "cartpole": EnvSpec("cartpole", "CartPole-v1", (), 4, 4, 2, 500.0, _cartpole),
-    "acrobot": EnvSpec("acrobot", "Acrobot-v1", (), 6, 6, 3, -100.0, _acrobot),
-    # the lake is deterministic, so a solved policy reaches the goal (reward 1) every episode
-    "frozenlake": EnvSpec("frozenlake", "FrozenLake-v1", (("map_name", "4x4"), ("is_slippery", False)),
-                          4, 4, 4, 1.0, _frozenlake),
-})
-SHORT_NAMES: tuple[str, ...] = tuple(sorted(_SHORT))
-"""hqflow's own short names, each with its encoding (fixed: an environment of your own is registered with
-gymnasium and named ``MODULE:ID``, which every process, Ray's workers too, imports for itself)"""
-
-
 OBS_ENCODINGS = ("auto", "box", "running", "binary", "onehot")
 AUTO_BOX = "box"
-"""What ``auto`` gives a Box that is not a short name's: ``box`` (unbounded coordinates by ``2/π·arctan``),
-not ``running`` (by running statistics), measured on CartPole-v1 (module docstring)."""
+"""What ``auto`` gives a Box that is not a short name's: ``box``, not ``running`` (measured: module docstring)."""
 
 
 def get_spec(name: str, encoding: str = "auto") -> EnvSpec:
-    """The ``EnvSpec`` of a short name (cartpole, acrobot, frozenlake) or of any registered
-    gymnasium id, ``"module:Id"`` for one that ``module`` registers (``ValueError`` otherwise).
-
-    ``encoding`` overrides how observations become features: ``"auto"`` (a short name's own
-    encoding, else by the space: ``AUTO_BOX`` for a Box, binary for a Discrete), ``"box"`` (a Box
-    scaled from its bounds, ``2/π·arctan`` where unbounded), ``"running"`` (the same, but running
-    statistics where unbounded), ``"binary"`` or ``"onehot"`` (a Discrete index: ⌈log₂ n⌉ bits, or n
-    of them, each bit b -> π·b)."""
+    """The ``EnvSpec`` of a short name or of any registered gymnasium id, ``"module:Id"`` for one that ``module``
+    registers (``ValueError`` otherwise). ``encoding`` (``OBS_ENCODINGS``; module docstring): "auto" is a short
+    name's own encoding, else ``AUTO_BOX`` for a Box and "binary" for a Discrete."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"an environment is a short name or a gymnasium id, got {name!r}")
     if encoding not in OBS_ENCODINGS:
         raise ValueError(f"unknown observation encoding {encoding!r}; known: {', '.join(OBS_ENCODINGS)}")
-    if encoding == "auto" and name in _SHORT:
+    if name not in _SHORT:
+        return _from_gym(name, encoding)
+    if encoding == "auto":
         return _SHORT[name]
-    if name in _SHORT:  # a short name with another encoding: its environment, encoded by the space
-        base = _SHORT[name]
-        spec = _from_gym(base.gym_id, encoding, base.kwargs)
-        return dataclasses.replace(spec, name=name, solved=base.solved)
-    return _from_gym(name, encoding)
+    base = _SHORT[name]  # a short name with another encoding: its environment, encoded by the space
+    return dataclasses.replace(_from_gym(base.gym_id, encoding, base.kwargs), name=name, solved=base.solved)
 
 
 def _bounded(low, high) -> np.ndarray:
@@ -228,9 +169,8 @@ class BoxEncoder:
 
 @dataclass(frozen=True, eq=False)
 class ObsStats:
-    """Running mean and variance of some observation coordinates, as gymnasium's ``RunningMeanStd``
-    keeps them (float64; ``merged`` is its update, Chan et al.'s parallel algorithm). Never changed
-    in place: ``merged`` returns a new one."""
+    """Running mean and variance of some observation coordinates, as gymnasium's ``RunningMeanStd`` keeps them
+    (float64; ``merged``, a new one, is its update: Chan et al.'s parallel algorithm)."""
 
     mean: np.ndarray
     var: np.ndarray
@@ -261,10 +201,6 @@ class ObsStats:
         return ObsStats(*update_mean_var_count_from_moments(self.mean, self.var, self.count, other.mean, other.var,
                                                             other.count))
 
-    def state(self) -> dict:
-        """As plain values (``count``, ``mean``, ``var`` lists), e.g. for JSON."""
-        return {"count": float(self.count), "mean": self.mean.tolist(), "var": self.var.tolist()}
-
 
 RUNNING_CLIP = 3.0
 """A normalized coordinate z = (x - mean) / sqrt(var + 1e-8) becomes the feature clip(z, -3, 3) / 3."""
@@ -272,10 +208,8 @@ RUNNING_CLIP = 3.0
 
 @dataclass(frozen=True)
 class RunningBoxEncoder:
-    """A ``Box`` observation onto [-1, 1] per coordinate: by its bounds where it has them, else by
-    running statistics: z = (x - mean) / sqrt(var + 1e-8) (gymnasium's ``NormalizeObservation``),
-    clipped to ±``RUNNING_CLIP`` and divided by it. ``stats`` (``ObsStats`` of the unbounded
-    coordinates): frozen ones a trained policy is evaluated with; None, and none given: none seen yet."""
+    """A ``Box`` observation onto [-1, 1] per coordinate: by its bounds where it has them, else by running statistics
+    (``RUNNING_CLIP``); ``stats``: frozen ones (a trained policy's); None, with none passed: none seen yet."""
 
     low: tuple[float, ...]
     high: tuple[float, ...]
@@ -304,12 +238,10 @@ class RunningBoxEncoder:
 
 
 class ObsEncoder:
-    """An actor's encoding of observations (``encode(raw) -> features``). With running statistics
-    (``spec.running``) it works as gymnasium's ``NormalizeObservation``: every batch of observations
-    first updates the statistics, then is normalized by them. The statistics are ``start`` (the
-    update's, from the actor's carry; None: ``spec.new_stats()``) merged with what this encoder has taken
-    in (``seen``), so
-    that groups running side by side each see their own, and ``merge`` adds them up in a fixed order."""
+    """An actor's encoding of observations (``encode(raw) -> features``). With running statistics (``spec.running``)
+    every batch first updates them, then is normalized by them, as gymnasium's ``NormalizeObservation`` does. They
+    are ``start`` (the actor's carry's; None: ``spec.new_stats()``) merged with what this encoder took in
+    (``seen``), so groups running side by side each see their own; ``merge`` adds them up in a fixed order."""
 
     def __init__(self, spec: EnvSpec, start: ObsStats | None = None):
         self.spec = spec
@@ -325,11 +257,7 @@ class ObsEncoder:
     @staticmethod
     def merge(start: ObsStats | None, encoders: Sequence[ObsEncoder]) -> ObsStats | None:
         """``start`` updated with what each encoder took in, in their order (None: no statistics kept)."""
-        if start is None:
-            return None
-        for enc in encoders:
-            start = start.merged(enc.seen)
-        return start
+        return None if start is None else functools.reduce(ObsStats.merged, [enc.seen for enc in encoders], start)
 
 
 @dataclass(frozen=True)
@@ -358,6 +286,28 @@ class OneHotEncoder:
     def __call__(self, obs) -> np.ndarray:
         index = np.asarray(obs, dtype=np.int64).reshape(-1) - self.start
         return np.pi * (index[:, None] == np.arange(self.n))
+
+
+@dataclass(frozen=True)
+class ScaledEncoder:
+    """A ``Box`` observation with each coordinate divided by a fixed bound (the short names' own encodings)."""
+
+    scale: tuple[float, ...]
+
+    def __call__(self, obs) -> np.ndarray:
+        return np.asarray(obs, dtype=np.float64).reshape(-1, len(self.scale)) / np.array(self.scale)
+
+
+_SHORT: Mapping[str, EnvSpec] = MappingProxyType({
+    "cartpole": EnvSpec("cartpole", "CartPole-v1", (), 4, 4, 2, 500.0, ScaledEncoder((2.4, 2.5, 0.21, 2.5))),
+    "acrobot": EnvSpec("acrobot", "Acrobot-v1", (), 6, 6, 3, -100.0,
+                       ScaledEncoder((1.0, 1.0, 1.0, 1.0, 4 * np.pi, 9 * np.pi))),
+    # the lake is deterministic, so a solved policy reaches the goal (reward 1) every episode
+    "frozenlake": EnvSpec("frozenlake", "FrozenLake-v1", (("map_name", "4x4"), ("is_slippery", False)),
+                          4, 4, 4, 1.0, BinaryEncoder(16)),
+})
+SHORT_NAMES: tuple[str, ...] = tuple(sorted(_SHORT))
+"""hqflow's own short names, each with its encoding (fixed: your own environment is named ``MODULE:ID``)"""
 
 
 PLUGIN_GROUP = "gymnasium.envs"
@@ -400,9 +350,7 @@ class EnvImportError(ValueError):
 def registered_by(module: str) -> list[str]:
     """The gymnasium ids whose entry point lives in ``module`` (or a module under it), sorted."""
     def of(entry) -> str:
-        if isinstance(entry, str):
-            return entry.partition(":")[0]
-        return getattr(entry, "__module__", "") or ""
+        return entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "") or ""
 
     return sorted(i for i, s in gym.registry.items() if of(s.entry_point) == module
                   or of(s.entry_point).startswith(module + "."))
@@ -492,11 +440,9 @@ def _encoder(name: str, space, encoding: str = "auto") -> tuple[Callable, int]:
         if encoding not in ("auto", "box", "running"):
             raise ValueError(f"environment {name!r} has observation space {_describe(space)}: encoding {encoding!r} is for "
                              "Discrete observations; use box, running or auto")
-        low = tuple(float(v) for v in np.broadcast_to(space.low, space.shape))
-        high = tuple(float(v) for v in np.broadcast_to(space.high, space.shape))
-        if (AUTO_BOX if encoding == "auto" else encoding) == "running":
-            return RunningBoxEncoder(low, high), space.shape[0]
-        return BoxEncoder(low, high), space.shape[0]
+        low, high = (tuple(float(v) for v in np.broadcast_to(b, space.shape)) for b in (space.low, space.high))
+        kind = RunningBoxEncoder if (AUTO_BOX if encoding == "auto" else encoding) == "running" else BoxEncoder
+        return kind(low, high), space.shape[0]
     if isinstance(space, gym.spaces.Discrete) and space.n >= 2:
         if encoding in ("box", "running"):
             raise ValueError(f"environment {name!r} has observation space {_describe(space)}: encoding {encoding!r} is for "
@@ -518,11 +464,8 @@ def make_env(name: str, seed: int | None = None) -> gym.Env:
 
 
 def vector_env(name_or_spec: str | EnvSpec, n: int) -> gym.vector.SyncVectorEnv:
-    """``n`` copies of the environment in gymnasium's ``SyncVectorEnv``, autoreset disabled
-    (``AutoresetMode.DISABLED``): the actors reset an env whose episode ended themselves, with a
-    seed from their own generator (``reset_finished``), so a run is a function of its seed.
-    (gymnasium's ``NEXT_STEP`` and ``SAME_STEP`` modes reset without a seed: the env's own
-    generator then picks the next start.)"""
+    """``n`` copies of the environment in gymnasium's ``SyncVectorEnv``, ``AutoresetMode.DISABLED``: the actors
+    reset a finished env with a seed of their own (``reset_finished``; gymnasium's other modes reset unseeded)."""
     spec = get_spec(name_or_spec) if isinstance(name_or_spec, str) else name_or_spec
     if n < 1:
         raise ValueError(f"need at least one env, got {n}")
@@ -537,13 +480,9 @@ def reset_finished(envs: gym.vector.SyncVectorEnv, done: np.ndarray, rng: np.ran
 
 
 class FreshEnvs:
-    """``n`` environments (gymnasium's ``SyncVectorEnv``, ``vector_env``) for fresh episodes: each
-    runs one episode between ``reset`` calls, and an env whose episode ended stays ended while the
-    others run on (the policy's jobs shrink as episodes end).
-
-    The vector API steps every env at once, so this thin adapter steps only the envs named in
-    ``step``; resets go through the vector API (``reset_mask`` for the first ``len(seeds)``).
-    """
+    """``n`` environments (a ``vector_env``) for fresh episodes: each runs one episode between ``reset`` calls, and
+    one whose episode ended stays ended while the others run on: ``step`` steps only the envs it names (the vector
+    API steps them all); resets go through the vector API (``reset_mask`` for the first ``len(seeds)``)."""
 
     def __init__(self, name_or_spec: str | EnvSpec, n: int):
         self.spec = get_spec(name_or_spec) if isinstance(name_or_spec, str) else name_or_spec
@@ -565,8 +504,7 @@ class FreshEnvs:
         return self.vector.reset(seed=[int(s) for s in seeds] + [None] * (n - k), options={"reset_mask": mask})[0][:k]
 
     def step(self, index: Sequence[int], actions: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Step env ``index[k]`` with ``actions[k]``: (observations, rewards, terminated, truncated),
-        one row per k."""
+        """Step env ``index[k]`` with ``actions[k]``: (observations, rewards, terminated, truncated), a row per k."""
         obs, rew = [], np.empty(len(index))
         terminated, truncated = np.empty(len(index), dtype=bool), np.empty(len(index), dtype=bool)
         for k, (i, a) in enumerate(zip(index, actions)):

@@ -1,33 +1,19 @@
 """Quantum policies for reinforcement learning: torch modules around an hqflow circuit.
 
-* ``pqc_template(n_qubits, n_layers, observables)``: the data re-uploading circuit of
-  Jerbi et al. 2021, as in the TensorFlow Quantum tutorial "Parametrized quantum circuits
-  for reinforcement learning". Each of the ``n_layers`` layers is a variational layer
-  RX(w)·RY(w)·RZ(w) on every qubit, a CZ ring CZ(q, q+1 mod n) (one CZ for n = 2), then
-  an encoding layer RX(x) on every qubit; one more variational layer closes the circuit.
-  Inputs ``x[l*n + q]`` (layer l, qubit q) arrive already scaled (λ·s is computed in
-  torch, since a circuit angle is affine in one symbol); weights ``w[3*(l*n + q) + k]``.
-* ``SoftmaxPQC``: π(a|s) = softmax(β · w_a · <O>) (Jerbi et al.; the tutorial's
-  ``Alternating`` readout, w initialised to (-1)^a).
-* ``QValuePQC``: Q(s, a) = w_a · (1 + <O_a>) / 2 (Skolik et al. 2022; w initialised to 1,
-  as the tutorial's ``Rescaling`` layer), one observable per action.
+``pqc_template`` is the data re-uploading circuit of Jerbi et al. 2021, as in the TensorFlow Quantum tutorial
+"Parametrized quantum circuits for reinforcement learning", read out by ``SoftmaxPQC`` (π(a|s), Jerbi et al.),
+``QValuePQC`` (Q(s, a), Skolik et al. 2022) or ``GaussianPQC`` (continuous actions). Encodings (``encoding=``)
+turn the scaled state λ·s into the angle x: ``"plain"`` x = λ·s (the tutorial's default), ``"tanh"`` x =
+tanh(λ·s) (its ``activation="tanh"``), ``"atan"`` x = arctan(λ·s) (Skolik et al.'s continuous encoding, angles
+in (-π/2, π/2)). State feature f feeds qubit f; missing features (fewer than qubits) are zeros: angle 0.
 
-Encodings (``encoding=``) turn the scaled state λ·s into the angle x:
-``"plain"`` x = λ·s (the tutorial's default, linear activation); ``"tanh"`` x = tanh(λ·s)
-(the tutorial's ``activation="tanh"``); ``"atan"`` x = arctan(λ·s) (Skolik et al.'s
-continuous encoding, angles in (-π/2, π/2)). State feature f feeds qubit f; with fewer
-features than qubits the missing features are zeros (their λ·0 = 0 angles then do nothing).
-
-The circuit body of every policy is a ``hqflow.torch.QuantumLayer`` (its ``weights`` are θ), so
-backends and gradients are the layer's. ``backend=`` is a backend object or a name. A name is
-looked up when the policy runs: inside a fragment that declared it (``job_backends``), it is
-that run's pool, through the fragment's job client (``hqflow.get_client()``), so every job gets
-the scheduler's dispatch, retries and spans; elsewhere it is ``hqflow.backends.get_backend(name)``.
-A backend that differentiates in process (``gradient="autograd"``, such as ``compiled``) gives a
-torch program that autograd differentiates. On any other backend the policy's layer has
-``gradient_in_forward=True``: a forward pass submits one ``CircuitBatch``, and when a gradient is
-needed that one job holds the batched parameter-shift rows for both weights and inputs
-(``hqflow.gradients.param_shift(wrt="both")``), so a learner step is one job.
+Every policy's circuit is a ``hqflow.torch.QuantumLayer`` (its ``weights`` are θ), so backends and gradients
+are the layer's. ``backend=`` is a backend object or a name, looked up when the policy runs: inside a fragment
+that declared it (``job_backends``), the run's pool through the fragment's job client (the scheduler's
+dispatch, retries and spans); elsewhere ``hqflow.backends.get_backend(name)``. On a backend that differentiates
+in process (``gradient="autograd"``, such as ``compiled``) autograd differentiates the torch program; on any
+other a forward pass is one job (a ``CircuitBatch``) holding, when a gradient is needed, the batched
+parameter-shift rows for weights and inputs (``gradient_in_forward=True``), so a learner step is one job.
 """
 from __future__ import annotations
 
@@ -45,7 +31,9 @@ ENCODINGS = ("plain", "tanh", "atan")
 
 
 def pqc_template(n_qubits: int = 4, n_layers: int = 5, observables=None) -> CircuitTemplate:
-    """The re-uploading circuit: n_qubits*n_layers inputs, 3*n_qubits*(n_layers+1) weights."""
+    """The re-uploading circuit: ``n_layers`` layers of RX(w)·RY(w)·RZ(w) on every qubit, a CZ ring CZ(q, q+1 mod n)
+    (one CZ for n = 2) and RX(x) on every qubit, then one more variational layer. Inputs ``x[l*n + q]`` (layer l,
+    qubit q) arrive scaled (λ·s in torch: a circuit angle is affine in one symbol); weights ``w[3*(l*n + q) + k]``."""
     if n_qubits < 1 or n_layers < 1:
         raise ValueError(f"need n_qubits >= 1 and n_layers >= 1, got {n_qubits} and {n_layers}")
     c = Circuit(n_qubits, name=f"reupload{n_qubits}x{n_layers}")
@@ -71,16 +59,14 @@ def pqc_template(n_qubits: int = 4, n_layers: int = 5, observables=None) -> Circ
 
 
 class Acting:
-    """``act(obs)``: the greedy action of a policy for one raw observation, as the environment takes it.
-
-    Every policy says what its greedy choice is (``greedy(features)``, per row of encoded features); ``act`` first
-    encodes the observation with ``env_spec`` (the environment's encoding, which ``load_policy`` sets, running
-    statistics included) and ends with the environment's action (an index, or a point of a Box)."""
+    """``act(obs)``: a policy's greedy action for one raw observation, as the environment takes it: encoded with
+    ``env_spec`` (running statistics included), the policy's ``greedy`` choice, the env's action (index or point)."""
 
     env_spec = None  # an ``envs.EnvSpec``; set by ``load_policy``
 
-    def greedy(self, features) -> np.ndarray:  # pragma: no cover - every policy defines it
-        raise NotImplementedError
+    def greedy(self, features) -> np.ndarray:
+        """The greedy action per row: the index of the largest output (a policy with other outputs overrides it)."""
+        return self._outputs(features).argmax(dim=-1).cpu().numpy()
 
     def act(self, obs):
         """The environment's action for one raw observation ``obs`` (greedy: no exploration)."""
@@ -97,7 +83,7 @@ class Acting:
 class _PQC(Acting, QuantumLayer):
     """The shared body: scaled, encoded states -> expectation values [B, n_obs]; the circuit layer itself."""
 
-    def __init__(self, n_qubits, n_layers, observables, encoding, backend, seed, dtype):
+    def __init__(self, n_qubits, n_layers, observables, encoding, backend, seed, dtype, output: list[float]):
         if encoding not in ENCODINGS:
             raise ValueError(f"unknown encoding {encoding!r}; known: {', '.join(ENCODINGS)}")
         if not isinstance(backend, str) and not is_backend(backend):
@@ -108,6 +94,7 @@ class _PQC(Acting, QuantumLayer):
         QuantumLayer.__init__(self, template, backend, weights=weights, dtype=dtype, gradient_in_forward=True)
         self.n_qubits, self.n_layers, self.encoding = n_qubits, n_layers, encoding
         self.input_scaling = nn.Parameter(torch.ones(n_layers, n_qubits, dtype=dtype))
+        self.n_actions, self.output = len(output), nn.Parameter(torch.tensor(output, dtype=dtype))  # readout w
         self.shard: tuple[int, int] | None = None  # (rank, size): see shard_rows
 
     def angles(self, states: torch.Tensor) -> torch.Tensor:
@@ -155,15 +142,14 @@ class _PQC(Acting, QuantumLayer):
 
 
 class SoftmaxPQC(_PQC):
-    """Softmax policy π(a|s) = softmax_a(β · w_a · <O>) over a re-uploading circuit (Jerbi et al.)."""
+    """π(a|s) = softmax_a(β · w_a · <O>) (Jerbi et al.; the TFQ tutorial's ``Alternating``: w starts at (-1)^a)."""
 
     def __init__(self, n_qubits: int = 4, n_layers: int = 5, n_actions: int = 2, encoding: str = "plain",
                  beta: float = 1.0, observable: str | None = None, backend="compiled",
                  seed: int | None = None, dtype: torch.dtype = torch.float32):
         super().__init__(n_qubits, n_layers, None if observable is None else [observable], encoding, backend,
-                         seed, dtype)
-        self.n_actions, self.beta = n_actions, float(beta)
-        self.output = nn.Parameter(torch.tensor([(-1.0) ** a for a in range(n_actions)], dtype=dtype))
+                         seed, dtype, [(-1.0) ** a for a in range(n_actions)])
+        self.beta = float(beta)
 
     def logits(self, states: torch.Tensor) -> torch.Tensor:
         """β · w_a · <O>: [B, n_actions]."""
@@ -177,13 +163,9 @@ class SoftmaxPQC(_PQC):
         """log π(a|s) for every action: [B, n_actions]."""
         return torch.log_softmax(self.logits(states), dim=-1)
 
-    def greedy(self, features) -> np.ndarray:
-        """The most probable action per row: [B] indices."""
-        return self._outputs(features).argmax(dim=-1).cpu().numpy()
-
 
 class QValuePQC(_PQC):
-    """Q(s, a) = w_a · (1 + <O_a>) / 2 over a re-uploading circuit (Skolik et al.); w starts at ones."""
+    """Q(s, a) = w_a · (1 + <O_a>) / 2 (Skolik et al.; the TFQ tutorial's ``Rescaling`` layer: w starts at ones)."""
 
     def __init__(self, n_qubits: int = 4, n_layers: int = 5, n_actions: int = 2, encoding: str = "plain",
                  observables=("Z0 Z1", "Z2 Z3"), backend="compiled", seed: int | None = None,
@@ -191,31 +173,23 @@ class QValuePQC(_PQC):
         if len(observables) != n_actions:
             raise ValueError(f"QValuePQC needs one observable per action: {n_actions} actions, "
                              f"{len(observables)} observables")
-        super().__init__(n_qubits, n_layers, list(observables), encoding, backend, seed, dtype)
-        self.n_actions = n_actions
-        self.output = nn.Parameter(torch.ones(n_actions, dtype=dtype))
+        super().__init__(n_qubits, n_layers, list(observables), encoding, backend, seed, dtype, [1.0] * n_actions)
 
     def forward(self, states: torch.Tensor) -> torch.Tensor:
         """Q-values [B, n_actions]."""
         return self.output[None] * (1.0 + self.expectations(states)) / 2.0
 
-    def greedy(self, features) -> np.ndarray:
-        """The action of the largest Q-value per row: [B] indices."""
-        return self._outputs(features).argmax(dim=-1).cpu().numpy()
-
 
 class GaussianPQC(_PQC):
-    """A Gaussian policy for continuous actions in [-1, 1]^d: mean_i = w_i · <Z_i> over a
-    re-uploading circuit, and a state-independent log standard deviation per dimension
-    (CleanRL's continuous PPO head), starting at 0 (std 1)."""
+    """A Gaussian policy for continuous actions in [-1, 1]^d: mean_i = w_i · <Z_i> over a re-uploading circuit, and a
+    state-independent log standard deviation per dimension (CleanRL's continuous PPO head), starting at 0 (std 1)."""
 
     def __init__(self, n_qubits: int = 3, n_layers: int = 5, n_actions: int = 1, encoding: str = "plain",
                  backend="compiled", seed: int | None = None, dtype: torch.dtype = torch.float32):
         if n_actions > n_qubits:
             raise ValueError(f"GaussianPQC reads one qubit per action dimension: {n_actions} > {n_qubits} qubits")
-        super().__init__(n_qubits, n_layers, [f"Z{i}" for i in range(n_actions)], encoding, backend, seed, dtype)
-        self.n_actions = n_actions
-        self.output = nn.Parameter(torch.ones(n_actions, dtype=dtype))
+        super().__init__(n_qubits, n_layers, [f"Z{i}" for i in range(n_actions)], encoding, backend, seed, dtype,
+                         [1.0] * n_actions)
         self.log_std = nn.Parameter(torch.zeros(n_actions, dtype=dtype))
 
     def forward(self, states: torch.Tensor) -> torch.Tensor:
@@ -239,14 +213,9 @@ class GaussianPQC(_PQC):
 
 
 def shard_rows(policy: nn.Module, rank: int | None = None, size: int = 1) -> list[nn.Parameter]:
-    """Make every circuit in ``policy`` differentiate only its share ``rank`` of ``size`` of the rows
-    of each batched call, the other rows' values computed without gradient (the ``multi-learner``
-    policy: parameter-shift jobs or backward work split across learners); ``rank=None`` undoes it.
-
-    Returns the parameters that feed the circuits (λ and θ): their gradients are the share's part,
-    and the learners' sum is the whole batch's. Every other parameter (the readout ``w``, a critic)
-    sees all rows' values, so its gradient is the whole batch's on every learner already.
-    """
+    """Make every circuit in ``policy`` differentiate only its share ``rank`` of ``size`` of each batched call's rows,
+    the others' values computed without gradient (``multi-learner``); ``rank=None`` undoes it. Returns the parameters
+    feeding the circuits (λ, θ), whose gradients the learners sum; the others (w, a critic) see every row already."""
     circuits = [m for m in policy.modules() if isinstance(m, _PQC)]
     for m in circuits:
         m.shard = None if rank is None or size == 1 else (int(rank), int(size))

@@ -1,37 +1,25 @@
 """PPO (clipped objective, GAE) with a softmax quantum actor and a classical critic, readable top to bottom.
 
-The model is CleanRL's ``ppo.py`` (Huang et al. 2022, "The 37 implementation details of
-PPO"), with two changes:
+CleanRL's ``ppo.py`` (Huang et al. 2022, "The 37 implementation details of PPO"), with two changes. The actor is the
+``SoftmaxPQC`` of Jerbi et al. 2021, the critic a small classical MLP on the same encoded state (``ActorCritic``).
+And every rollout starts fresh episodes, where CleanRL carries its envs over: a rollout is a pure function of
+``(parameters, cfg.seed, update index)``, so a dataflow runtime can run rollouts anywhere, concurrently, and replay
+them (only the statistics of ``obs_encoding="running"`` go from one rollout to the next, on the actor's carry, which
+orders them). Each env runs ``num_steps`` steps, reset with a seed from the rollout's generator when an episode
+ends; the episode still running at the end is cut there, bootstrapped by GAE with the critic's value, and not
+counted (``episode_returns`` holds completed ones). So ``num_steps`` is 512, above CartPole's and Acrobot's 500-step
+time limit (with CleanRL's 128 a balancing agent never completes an episode, so CartPole never counts as solved).
 
-* the actor is the ``SoftmaxPQC`` of Jerbi et al. 2021 (π(a|s) = softmax(β · w_a · <O>));
-  the critic is a small classical MLP on the same encoded state (``ActorCritic``);
-* every rollout starts fresh episodes. CleanRL carries its envs from one rollout to the
-  next; here a rollout is a pure function of ``(parameters, cfg.seed, update index)``, so
-  that a dataflow runtime can run rollouts anywhere, concurrently, and replay them (with
-  ``obs_encoding="running"`` the observation statistics also go from one rollout to the
-  next, on the actor's carry, which orders the rollouts). Each
-  env runs ``num_steps`` steps, resetting itself when an episode ends (seeds drawn from the
-  rollout's generator); the episode still running at the end is cut there, and GAE
-  bootstraps it with the critic's value of the state it reached. Its return is not
-  counted: ``episode_returns`` holds completed episodes only. So ``num_steps`` defaults to
-  512, above the 500-step time limit of CartPole and Acrobot (CleanRL's 128 could never
-  complete an episode of a balancing agent, and CartPole would never count as solved).
+Hyperparameters are CleanRL's CartPole defaults (4 envs, γ 0.99, λ 0.95, clip 0.2, 4 epochs of 4 minibatches,
+entropy 0.01, value 0.5, gradient norm 0.5, normalized advantages, Adam eps 1e-5) but for ``num_steps`` and the
+learning rates: the actor's three groups are REINFORCE's (λ 0.1, θ 0.01, w 0.1), the critic's 3e-3; on Acrobot,
+8 epochs and a critic rate of 1e-2 (``ENV_DEFAULTS``). Left out: learning-rate annealing and the clipped value
+loss (plain 0.5 · MSE). As in CleanRL, an episode that hits its time limit counts as terminated (``dones`` =
+terminated or truncated), so GAE does not bootstrap past it.
 
-Hyperparameters are CleanRL's CartPole defaults (4 envs, γ 0.99, λ 0.95, clip 0.2, 4 epochs
-of 4 minibatches, entropy 0.01, value 0.5, gradient norm 0.5, normalized advantages, Adam
-eps 1e-5) but for ``num_steps`` (512, above) and the learning rates: the actor's three
-groups are the REINFORCE ones (λ 0.1, θ 0.01, w 0.1), the critic's 3e-3 (``Config``); on
-Acrobot, 8 epochs and a critic rate of 1e-2 (``ENV_DEFAULTS``).
-Left out of CleanRL's defaults: learning-rate annealing and the clipped value loss (plain
-0.5 · MSE here). As in CleanRL, an episode that hits its time limit counts as terminated
-(``dones`` = terminated or truncated), so GAE does not bootstrap past it.
-
-* The actor (``act``): one no-grad forward of actor and critic per time step for all envs, actions
-  sampled with a numpy ``Generator`` seeded from ``(cfg.seed, step)``; it records states, actions,
-  log π_old(a|s), rewards, dones, V_old(s) and V_old of the last states (values computed by the
-  parameters that acted).
-* The learner (``learn``): GAE, then ``update_epochs`` passes over the batch in ``num_minibatches``
-  shuffled minibatches, one Adam step each on the clipped surrogate + value loss - entropy bonus.
+The actor (``act``): one no-grad forward of actor and critic per time step for all envs, actions sampled with a
+``Generator`` seeded from ``(cfg.seed, step)``. The learner (``learn``): GAE, then ``update_epochs`` passes of
+``num_minibatches`` shuffled minibatches, one Adam step each on the clipped surrogate + value loss - entropy.
 
 Train it with ``hqflow train cartpole --algo ppo`` or ``runner.train("ppo", ppo.Config(seed=0))``.
 """
@@ -100,49 +88,6 @@ class Config(algorithm.Config):
                              f"num_envs * num_steps = {self.num_envs * self.num_steps} rows")
 
 
-# --- the policy ------------------------------------------------------------------------------
-
-class ActorCritic(Acting, nn.Module):
-    """The quantum actor π(a|s) (``SoftmaxPQC``; ``GaussianPQC`` for continuous actions) and a classical
-    critic V(s), as one module: ``forward`` gives (log-probabilities, or the mean action, and V(s)).
-
-    The critic is CleanRL's: Linear(F, h) - tanh - Linear(h, h) - tanh - Linear(h, 1) on the
-    encoded state (F features, h = ``hidden``), orthogonal weights with gain √2 (last layer
-    1), zero biases. ``named_parameters()`` holds everything trained: ``actor.*`` (λ, θ, w)
-    and ``critic.*``.
-    """
-
-    def __init__(self, actor: SoftmaxPQC | GaussianPQC, n_features: int, hidden: int = 64, seed: int | None = None):
-        super().__init__()
-        self.actor = actor
-        self.continuous = isinstance(actor, GaussianPQC)  # a Gaussian head: actions in [-1, 1]^d
-        self.critic = nn.Sequential(nn.Linear(n_features, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                                    nn.Linear(hidden, 1))
-        gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
-        for layer, gain in zip(self.critic[::2], (2**0.5, 2**0.5, 1.0)):
-            nn.init.orthogonal_(layer.weight, gain, generator=gen)
-            nn.init.zeros_(layer.bias)
-
-    def value(self, states: torch.Tensor) -> torch.Tensor:
-        """V(s): [B]."""
-        return self.critic(torch.as_tensor(states, dtype=self.critic[0].weight.dtype))[:, 0]
-
-    def forward(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(log π(a|s) for every action [B, n_actions] (continuous: the mean action), V(s) [B])."""
-        if self.continuous:
-            return self.actor(states), self.value(states)
-        return self.actor.log_probs(states), self.value(states)
-
-    def greedy(self, features) -> np.ndarray:
-        """The actor's greedy actions (``SoftmaxPQC.greedy``, ``GaussianPQC.greedy``); the critic is not asked."""
-        return self.actor.greedy(features)
-
-    def param_groups(self, lr_in: float, lr_var: float, lr_out: float, lr_critic: float) -> list[dict]:
-        """Optimizer groups: the actor's λ, θ, w (``SoftmaxPQC.param_groups``), then the critic."""
-        return self.actor.param_groups(lr_in, lr_var, lr_out) + [
-            {"params": list(self.critic.parameters()), "lr": lr_critic, "name": "critic"}]
-
-
 @dataclass
 class Batch:
     """What the actor hands the learner: ``num_steps`` steps of ``num_envs`` envs, time-major."""
@@ -170,15 +115,47 @@ class Batch:
         return np.arange(len(self.rewards))[:, None] < kept[None]
 
 
+# --- the policy ------------------------------------------------------------------------------
+
+class ActorCritic(Acting, nn.Module):
+    """The quantum actor π(a|s) (``SoftmaxPQC``; ``GaussianPQC`` for continuous actions) and CleanRL's critic V(s),
+    Linear(F, h) - tanh - Linear(h, h) - tanh - Linear(h, 1) on the encoded state (h = ``hidden``, orthogonal weights
+    with gain √2, last layer 1, zero biases), as one module: parameters ``actor.*`` (λ, θ, w) and ``critic.*``."""
+
+    def __init__(self, actor: SoftmaxPQC | GaussianPQC, n_features: int, hidden: int = 64, seed: int | None = None):
+        super().__init__()
+        self.actor = actor
+        self.continuous = isinstance(actor, GaussianPQC)  # a Gaussian head: actions in [-1, 1]^d
+        self.critic = nn.Sequential(nn.Linear(n_features, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
+                                    nn.Linear(hidden, 1))
+        gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
+        for layer, gain in zip(self.critic[::2], (2**0.5, 2**0.5, 1.0)):
+            nn.init.orthogonal_(layer.weight, gain, generator=gen)
+            nn.init.zeros_(layer.bias)
+
+    def value(self, states: torch.Tensor) -> torch.Tensor:
+        """V(s): [B]."""
+        return self.critic(torch.as_tensor(states, dtype=self.critic[0].weight.dtype))[:, 0]
+
+    def forward(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log π(a|s) for every action [B, n_actions] (continuous: the mean action), V(s) [B])."""
+        return (self.actor(states) if self.continuous else self.actor.log_probs(states)), self.value(states)
+
+    def greedy(self, features) -> np.ndarray:
+        """The actor's greedy actions (``SoftmaxPQC.greedy``, ``GaussianPQC.greedy``); the critic is not asked."""
+        return self.actor.greedy(features)
+
+    def param_groups(self, lr_in: float, lr_var: float, lr_out: float, lr_critic: float) -> list[dict]:
+        """Optimizer groups: the actor's λ, θ, w (``SoftmaxPQC.param_groups``), then the critic."""
+        return self.actor.param_groups(lr_in, lr_var, lr_out) + [
+            {"params": list(self.critic.parameters()), "lr": lr_critic, "name": "critic"}]
+
 
 def make_policy(cfg: Config, backend=None) -> ActorCritic:
-    spec, backend = cfg.spec, cfg.backend if backend is None else backend
-    if spec.continuous:  # a Gaussian head over [-1, 1]^d (the env scales it onto its bounds)
-        actor = GaussianPQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
-                            encoding=cfg.encoding, backend=backend, seed=cfg.seed)
-    else:
-        actor = SoftmaxPQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
-                           encoding=cfg.encoding, beta=cfg.beta, backend=backend, seed=cfg.seed)
+    spec = cfg.spec
+    common = dict(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
+                  encoding=cfg.encoding, backend=cfg.backend if backend is None else backend, seed=cfg.seed)
+    actor = GaussianPQC(**common) if spec.continuous else SoftmaxPQC(beta=cfg.beta, **common)  # Gaussian: [-1, 1]^d
     return ActorCritic(actor, spec.n_features, cfg.critic_hidden, seed=cfg.seed)
 
 
@@ -195,8 +172,7 @@ def make_envs(cfg: Config) -> gym.vector.SyncVectorEnv:
 
 
 def episodes_per_update(cfg: Config) -> int:
-    """The fewest episodes a rollout completes when ``num_steps`` >= the env's time limit (gymnasium's
-    ``max_episode_steps``: 500 for CartPole and Acrobot); a rough count otherwise."""
+    """The fewest episodes a rollout completes when ``num_steps`` >= the env's time limit; a rough count otherwise."""
     return cfg.num_envs * max(1, cfg.num_steps // cfg.spec.max_episode_steps())
 
 
@@ -204,9 +180,8 @@ def act(policy: ActorCritic, envs: gym.vector.SyncVectorEnv, cfg: Config, step: 
         carry: dict | None = None) -> tuple[Batch, dict | None]:
     """Update ``step``'s rollout: fresh episodes seeded from ``(cfg.seed, step)``: ``(batch, carry)``; running
     observation statistics go on from the carry's (``algorithm.obs_stats_carry``)."""
-    spec = cfg.spec
-    encode = ObsEncoder(spec, (carry or {}).get("obs_stats"))
-    batch = rollout(policy, envs, spec, cfg.num_steps, seed=[cfg.seed, step],
+    encode = ObsEncoder(cfg.spec, (carry or {}).get("obs_stats"))
+    batch = rollout(policy, envs, cfg.spec, cfg.num_steps, seed=[cfg.seed, step],
                     learner_rows=setting(cfg, "update_epochs") * cfg.num_envs * cfg.num_steps, encode=encode)
     stats = ObsEncoder.merge(encode.start, [encode])
     return batch, None if stats is None else {"obs_stats": stats}
@@ -221,26 +196,21 @@ def sample(log_probs: np.ndarray, u: np.ndarray) -> np.ndarray:
 @torch.no_grad()
 def rollout(policy: ActorCritic, envs: gym.vector.SyncVectorEnv, spec: EnvSpec, num_steps: int, seed,
             learner_rows: int = 0, encode: Callable | None = None) -> Batch:
-    """``num_steps`` steps of every env in ``envs`` (``envs.vector_env``) from fresh, seeded episodes; an env
-    whose episode ends starts the next at once, seeded from the rollout's generator (``envs.reset_finished``).
-    ``encode``: raw observations -> features (``envs.ObsEncoder``; None: ``spec.encode``)."""
+    """``num_steps`` steps of every env from fresh, seeded episodes; an env whose episode ends starts the next at once,
+    seeded from the rollout's generator. ``encode``: raw observations -> features (None: ``spec.encode``)."""
     rng = np.random.default_rng(seed)
     n, encode = envs.num_envs, encode or spec.encode
-    everyone = np.arange(n)
     obs = encode(envs.reset(seed=[int(s) for s in rng.integers(0, 2**31 - 1, n)])[0])
     states = np.empty((num_steps, *obs.shape), np.float32)
     continuous = getattr(policy, "continuous", False)
     actions = (np.empty((num_steps, n, policy.actor.n_actions), np.float32) if continuous
                else np.empty((num_steps, n), np.int64))
-    log_probs = np.empty((num_steps, n), np.float32)
-    values = np.empty((num_steps, n), np.float32)
-    rewards = np.empty((num_steps, n))
-    dones = np.empty((num_steps, n), bool)
+    log_probs, values = np.empty((num_steps, n), np.float32), np.empty((num_steps, n), np.float32)
+    rewards, dones = np.empty((num_steps, n)), np.empty((num_steps, n), bool)
     running, steps, finished, lengths = np.zeros(n), np.zeros(n, np.int64), [], []  # running episodes; completed
     for t in range(num_steps):
         if continuous:  # a ~ N(mean, std), drawn from the rollout's generator
-            x = torch.from_numpy(obs)
-            d, v = policy.actor.dist(x), policy.value(x)
+            d, v = policy.actor.dist(torch.from_numpy(obs)), policy.value(torch.from_numpy(obs))
             mean, std = d.base_dist.loc.double().numpy(), d.base_dist.scale.double().numpy()
             a = (mean + std * rng.standard_normal(mean.shape)).astype(np.float32)
             states[t], actions[t], values[t] = obs, a, v.numpy()
@@ -249,11 +219,10 @@ def rollout(policy: ActorCritic, envs: gym.vector.SyncVectorEnv, spec: EnvSpec, 
             logp, v = policy(torch.from_numpy(obs))
             logp = logp.double().numpy()
             a = sample(logp, rng.random(n))
-            states[t], actions[t], log_probs[t], values[t] = obs, a, logp[everyone, a], v.numpy()
+            states[t], actions[t], log_probs[t], values[t] = obs, a, logp[np.arange(n), a], v.numpy()
         raw, rewards[t], terminated, truncated, _ = envs.step(spec.env_actions(a))
         dones[t] = terminated | truncated
-        running += rewards[t]
-        steps += 1
+        running, steps = running + rewards[t], steps + 1
         for i in np.flatnonzero(dones[t]):
             finished.append(running[i])
             lengths.append(steps[i])
@@ -289,15 +258,12 @@ def within_budget(batch: Batch, cfg: Config, episodes: int) -> Batch:
                  None if batch.episode_lengths is None else batch.episode_lengths[:episodes])
 
 
-
 # --- the learner -----------------------------------------------------------------------------
 
 def gae(rewards, values, dones, last_values, gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
-    """Generalized advantage estimation over time-major ``[T, N]`` arrays: (advantages, returns).
-
-    δ_t = r_t + γ (1 - done_t) V_{t+1} - V_t, with V_T = ``last_values`` (the bootstrap of the
-    episodes the rollout cut), and A_t = δ_t + γ λ (1 - done_t) A_{t+1}; returns = A + V.
-    """
+    """Generalized advantage estimation over time-major ``[T, N]`` arrays: (advantages, returns = A + V), with
+    δ_t = r_t + γ (1 - done_t) V_{t+1} - V_t, V_T = ``last_values`` (the bootstrap of the episodes the rollout
+    cut), and A_t = δ_t + γ λ (1 - done_t) A_{t+1}."""
     rewards, values = np.asarray(rewards, np.float64), np.asarray(values, np.float64)
     alive = 1.0 - np.asarray(dones, np.float64)
     next_values = np.concatenate([values[1:], np.asarray(last_values, np.float64)[None]])
@@ -311,16 +277,13 @@ def gae(rewards, values, dones, last_values, gamma: float, lam: float) -> tuple[
 
 
 def _advantages(batch: Batch, cfg: Config) -> tuple[np.ndarray, np.ndarray]:
-    """``gae`` of the batch; of a batch whose envs keep different numbers of steps (``kept``), env by env
-    over its own steps (the rest zero)."""
+    """``gae`` of the batch; where its envs keep different numbers of steps (``kept``), env by env (the rest 0)."""
     if batch.kept is None:
         return gae(batch.rewards, batch.values, batch.dones, batch.last_values, cfg.gamma, cfg.gae_lambda)
     advantages, returns = np.zeros(batch.rewards.shape), np.zeros(batch.rewards.shape)
     for i, k in enumerate(batch.kept):
-        cols = slice(i, i + 1)
-        advantages[:k, cols], returns[:k, cols] = gae(batch.rewards[:k, cols], batch.values[:k, cols],
-                                                      batch.dones[:k, cols], batch.last_values[cols], cfg.gamma,
-                                                      cfg.gae_lambda)
+        env = (a[:k, i:i + 1] for a in (batch.rewards, batch.values, batch.dones))
+        advantages[:k, i:i + 1], returns[:k, i:i + 1] = gae(*env, batch.last_values[i:i + 1], cfg.gamma, cfg.gae_lambda)
     return advantages, returns
 
 
@@ -341,15 +304,13 @@ def learn(policy: ActorCritic, optimizer, batch: Batch, cfg: Config, extra, step
         return a.reshape(-1, *a.shape[2:]) if batch.kept is None else a[mask]
 
     dtype = policy.actor.output.dtype
-    states = torch.from_numpy(flat(batch.states))
+    states, actions = torch.from_numpy(flat(batch.states)), torch.from_numpy(flat(batch.actions))
     continuous = getattr(policy, "continuous", False)
-    actions = torch.from_numpy(flat(batch.actions))
     old_log_probs = torch.from_numpy(flat(batch.log_probs)).to(dtype)
-    advantages = torch.as_tensor(flat(advantages), dtype=dtype)
-    returns = torch.as_tensor(flat(returns), dtype=dtype)
+    advantages, returns = (torch.as_tensor(flat(a), dtype=dtype) for a in (advantages, returns))
     rng = np.random.default_rng([cfg.seed, step, 1])
     clipped = [p for group in optimizer.param_groups for p in group["params"]]  # λ, θ, w, the critic
-    sums, n_updates = {}, 0
+    rows = []
     for _ in range(setting(cfg, "update_epochs")):
         for mb in np.array_split(rng.permutation(len(actions)), cfg.num_minibatches):
             mb = torch.from_numpy(mb)
@@ -375,10 +336,8 @@ def learn(policy: ActorCritic, optimizer, batch: Batch, cfg: Config, extra, step
                 row = {"loss": loss, "policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy,
                        "approx_kl": ((log_ratio.exp() - 1) - log_ratio).mean(),  # Schulman's k3 estimator
                        "clipfrac": ((log_ratio.exp() - 1).abs() > cfg.clip_coef).float().mean()}
-            for k, v in row.items():
-                sums[k] = sums.get(k, 0.0) + float(v.detach())
-            n_updates += 1
-    losses = {k: v / n_updates for k, v in sums.items()}
+            rows.append({k: float(v.detach()) for k, v in row.items()})
+    losses = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
     return {"loss": losses.pop("loss"), "losses": losses}, extra
 
 

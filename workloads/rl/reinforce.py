@@ -5,10 +5,17 @@ reinforcement learning": CartPole-v1, 4 qubits, 5 layers, 10 episodes per update
 Adam with learning rates 0.1 (λ), 0.01 (θ), 0.1 (w).
 
 * The actor (``act``) runs the update's episodes side by side, one batched no-grad policy forward per
-  time step, actions sampled by inverse CDF with a numpy ``Generator`` seeded from ``(seed, step)`` (env
-  resets too): deterministic. The environments are split into ``groups`` whose forward passes overlap with
-  each other's environment steps, and with ``autoreset`` they run continuously, every job full
-  (``hqflow.workloads.rl.actor``).
+  time step, actions sampled by inverse CDF with numpy ``Generator``s seeded from ``(seed, step)`` (env
+  resets too): deterministic. Its envs are split into ``groups``, each with its own generator, that run side
+  by side (``run_groups``): while one group waits for its forward pass (a job) on the QPU, the CPU steps the
+  others' envs (as in Sample Factory or EnvPool's async mode; on a job backend each group's env work is a
+  span of its own, lane ``cpu/0/envs1``...). Any completion order gives the same batch.
+* Without ``autoreset`` (``fresh_episodes``) a group runs its share of new episodes to the end, in waves of
+  its envs (``envs.FreshEnvs``), and jobs shrink as episodes end. With it (``continuous_episodes``) a finished
+  env starts its next episode at once, seeded from the group's generator, so jobs stay full; the groups step
+  in lockstep rounds, an update takes the first episodes completed by (round, group, env), and the rest carry
+  over with the running ones in each group's ``Carry`` (a loop-carried value: checkpointed, so a resumed run
+  continues bit for bit; an episode that spans updates was acted by the parameters of the updates it ran in).
 * The learner (``learn``): returns-to-go, normalized, and one Adam step on all of the batch's states in one
   forward+backward.
 
@@ -16,16 +23,24 @@ Train it with ``hqflow train cartpole`` or ``runner.train("reinforce", reinforce
 """
 from __future__ import annotations
 
+import concurrent.futures as cf
+import contextvars
+import copy
 import itertools
-from dataclasses import dataclass, replace
+import threading
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
 
+import gymnasium as gym
 import numpy as np
 import torch
-from hqflow.workloads.rl import actor
 from hqflow.workloads.rl import algorithm
 from hqflow.workloads.rl.algorithm import Algorithm
-from hqflow.workloads.rl.envs import EnvSpec, FreshEnvs, ObsEncoder
+from hqflow.workloads.rl.envs import EnvSpec, FreshEnvs, ObsEncoder, reset_finished, vector_env
 from hqflow.workloads.rl.policies import SoftmaxPQC
+
+from hqflow.jobs import current_client
 
 NORMALIZE = ("batch", "episode", "none")
 
@@ -49,7 +64,7 @@ class Config(algorithm.Config):
     """environments stepped side by side; None: batch_episodes, times groups with autoreset"""
     autoreset: bool | None = None
     """environments start their next episode at once, so jobs stay full, and episodes carry over
-    between updates (``actor`` module docstring); None: on for job backends, off in process"""
+    between updates (module docstring); None: on for job backends, off in process"""
     dtype: str = "float32"
     """the policy's parameters and values: "float32", or "float64" where runs are compared for
     equality (float32 roundoff moves parameters whose true gradient is 0, through Adam, by up to lr)"""
@@ -115,25 +130,66 @@ def resolve(cfg: Config, in_process: bool, devices: int = 1) -> Config:
     return replace(cfg, groups=groups, num_envs=max(num_envs, groups), autoreset=autoreset)
 
 
+def split(n: int, parts: int) -> list[int]:
+    """``n`` items over ``parts`` groups, as evenly as possible, the first groups taking the extra."""
+    return [n // parts + (g < n % parts) for g in range(parts)]
+
+
 def make_envs(cfg: Config) -> list[FreshEnvs]:
     """Each group's scratch environments for fresh episodes (none with autoreset: they live in the carry)."""
     if cfg.autoreset:
         return []
-    return [FreshEnvs(cfg.spec, n) for n in actor.split(cfg.num_envs or cfg.batch_episodes, cfg.groups or 1)]
+    return [FreshEnvs(cfg.spec, n) for n in split(cfg.num_envs or cfg.batch_episodes, cfg.groups or 1)]
+
+
+@dataclass
+class Episode:
+    """One whole episode: encoded states, actions and rewards, one row per step."""
+
+    states: np.ndarray  # [T, n_features] float32
+    actions: np.ndarray  # [T] int64
+    rewards: np.ndarray  # [T] float64
+
+    @classmethod
+    def of(cls, steps: list, n_features: int) -> Episode:
+        states, actions, rewards = zip(*steps)
+        return cls(np.asarray(states, np.float32).reshape(-1, n_features), np.asarray(actions, np.int64),
+                   np.asarray(rewards, np.float64))
+
+
+@dataclass
+class Carry:
+    """A group's state between updates with autoreset (a loop-carried value)."""
+
+    envs: gym.vector.SyncVectorEnv  # autoreset disabled: finished envs are reset with seeds from rng
+    rng: np.random.Generator
+    obs: np.ndarray  # [n, n_features] encoded current state of every env
+    partial: list  # per env: the (state, action, reward) steps of its running episode
+    rounds: int = 0  # time steps this group has run (all groups run in step with each other)
+    done: list = field(default_factory=list)  # (round, env, Episode) completed, not yet handed to an update
+
+    @classmethod
+    def start(cls, spec: EnvSpec, n_envs: int, seed, encode: Callable) -> Carry:
+        envs, rng = vector_env(spec, n_envs), np.random.default_rng(seed)
+        obs = encode(envs.reset(seed=[int(s) for s in rng.integers(0, 2**31 - 1, n_envs)])[0])
+        return cls(envs, rng, obs, [[] for _ in range(n_envs)])
+
+    def copy(self) -> Carry:
+        """Environments and generator deep-copied; the recorded steps, never changed in place, shared."""
+        return Carry(copy.deepcopy(self.envs), copy.deepcopy(self.rng), self.obs.copy(),
+                     [list(steps) for steps in self.partial], self.rounds, list(self.done))
 
 
 def init_carry(cfg: Config) -> dict | None:
-    """What the actor carries from one update to the next (None: nothing, so rollouts are independent):
-    ``groups``, one ``actor.Carry`` per group with autoreset (None: made at the first update), and
-    ``obs_stats``, the running statistics of a ``running`` observation encoding (``envs.ObsStats``)."""
+    """What the actor carries between updates (None: nothing, rollouts are independent): ``groups``, a ``Carry``
+    per group with autoreset (None: made at the first update), and ``obs_stats`` (``envs.ObsStats``)."""
     stats = cfg.spec.new_stats()
-    if not cfg.autoreset and stats is None:
-        return None
-    return {"groups": [None] * (cfg.groups or 1) if cfg.autoreset else None, "obs_stats": stats}
+    groups = [None] * (cfg.groups or 1) if cfg.autoreset else None
+    return None if groups is None and stats is None else {"groups": groups, "obs_stats": stats}
 
 
-def sampler(policy) -> actor.ChooseFn:
-    """One time step's actions for a group's states: one batched policy forward, inverse-CDF sampling."""
+def sampler(policy) -> Callable[[np.ndarray, np.random.Generator], np.ndarray]:
+    """``choose(states [k, F], rng) -> actions [k]``: one batched policy forward (one job), inverse-CDF sampling."""
     def choose(states: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         probs = policy(torch.from_numpy(states)).double().numpy()  # [k, A]
         u = rng.random(len(states))[:, None]
@@ -141,41 +197,136 @@ def sampler(policy) -> actor.ChooseFn:
     return choose
 
 
-def as_batch(episodes: list[actor.Episode], rows: int) -> Batch:
-    """Episodes laid out one after the other."""
+_POOLS: dict[int, cf.ThreadPoolExecutor] = {}
+
+
+def run_groups(fn: Callable, items: Sequence) -> list:
+    """``[fn(item) for item in items]``, the items side by side: the first on this thread, the
+    others on worker threads that share this thread's context (its job client) and its grad mode."""
+    if len(items) == 1:
+        return [fn(items[0])]
+    workers = len(items) - 1
+    if workers not in _POOLS:
+        _POOLS[workers] = cf.ThreadPoolExecutor(workers, thread_name_prefix="hqflow-actor-group")
+    grad = torch.is_grad_enabled()
+
+    def call(item, ctx):
+        with torch.set_grad_enabled(grad):
+            return ctx.run(fn, item)
+
+    futures = [_POOLS[workers].submit(call, item, contextvars.copy_context()) for item in items[1:]]
+    return [fn(items[0])] + [f.result() for f in futures]
+
+
+def _work(label: str):
+    """The running fragment's ``JobClient.work(label)`` (a span of environment work), if it has a client."""
+    client = current_client()
+    return nullcontext() if client is None else client.work(label)
+
+
+def fresh_episodes(choose: Callable, envs: FreshEnvs, n_episodes: int, seed,
+                   label: str = "envs", encode: Callable | None = None) -> tuple[list[Episode], int]:
+    """``n_episodes`` fresh episodes of one group, ordered by wave then env: ``(episodes, circuit rows)``; env
+    work in lane ``LANE/label``; ``encode``: raw observations -> features (None: ``envs.spec.encode``)."""
+    rng = np.random.default_rng(seed)
+    reset_seeds = rng.integers(0, 2**31 - 1, n_episodes)
+    encode, episodes, rows = encode or envs.spec.encode, [], 0
+    for start in range(0, n_episodes, len(envs)):
+        n = min(len(envs), n_episodes - start)
+        obs = encode(envs.reset(reset_seeds[start: start + n]))
+        alive, steps = np.arange(n), [[] for _ in range(n)]
+        while alive.size:
+            actions = choose(obs, rng)
+            rows += alive.size
+            with _work(label):
+                raw, rewards, terminated, truncated = envs.step(alive, actions)
+                done = terminated | truncated
+                for k, i in enumerate(alive):
+                    steps[i].append((obs[k], actions[k], rewards[k]))
+                alive, obs = alive[~done], encode(raw[~done])
+        episodes += [Episode.of(s, envs.spec.n_features) for s in steps]
+    return episodes, rows
+
+
+def continuous_episodes(choose: Callable, spec: EnvSpec, sizes: list[int], n_episodes: int, seeds: list,
+                        carries: list | None, encoders: Sequence | None = None) -> tuple[list, list[Carry], int]:
+    """The next ``n_episodes`` episodes of all groups, with autoreset: ``(episodes, carries, rows)``. It stops
+    after the first round (every group stepped) whose completed episodes reach ``n_episodes``. ``carries``
+    (one per group, None: new from ``seeds``) are copied, never changed; ``encoders``: each group's."""
+    encoders = list(encoders or [spec.encode] * len(sizes))
+    carries = [Carry.start(spec, n, seed, enc) if c is None else c.copy()  # the loop edge's value stays as it was
+               for n, seed, c, enc in zip(sizes, seeds, carries or [None] * len(sizes), encoders)]
+    total = lambda: sum(len(c.done) for c in carries)  # noqa: E731
+    stop = [total() >= n_episodes]
+
+    def decide():  # run by one thread once every group has finished the round
+        stop[0] = total() >= n_episodes
+
+    barrier = threading.Barrier(len(carries), action=decide)
+
+    def run(g: int) -> int:
+        c, rows = carries[g], 0
+        try:
+            while not stop[0]:
+                actions = choose(c.obs, c.rng)
+                rows += c.envs.num_envs
+                with _work(f"envs{g}"):
+                    raw, rewards, terminated, truncated, _ = c.envs.step(spec.env_actions(actions))
+                    done = terminated | truncated
+                    for i in range(c.envs.num_envs):
+                        c.partial[i].append((c.obs[i], actions[i], rewards[i]))
+                        if done[i]:
+                            c.done.append((c.rounds, i, Episode.of(c.partial[i], spec.n_features)))
+                            c.partial[i] = []
+                    if done.any():  # the next episodes, seeded from the group's generator
+                        raw = reset_finished(c.envs, done, c.rng)
+                    c.obs = encoders[g](raw)
+                c.rounds += 1
+                barrier.wait()
+        except threading.BrokenBarrierError:
+            return rows  # another group failed: its error is the one raised
+        except BaseException:
+            barrier.abort()
+            raise
+        return rows
+
+    rows = run_groups(run, list(range(len(carries))))
+    # an env completes at most one episode a round, so (round, group, env) names each one
+    pending = sorted(((r, g, i, e) for g, c in enumerate(carries) for r, i, e in c.done), key=lambda d: d[:3])
+    for g, c in enumerate(carries):
+        c.done = [(r, i, e) for r, owner, i, e in pending[n_episodes:] if owner == g]
+    return [e for *_, e in pending[:n_episodes]], carries, sum(rows)
+
+
+def as_batch(episodes: list[Episode], rows: int) -> Batch:
+    """Episodes laid out one after the other (every policy row is one env step)."""
     return Batch(np.concatenate([e.states for e in episodes]), np.concatenate([e.actions for e in episodes]),
                  np.concatenate([e.rewards for e in episodes]), np.array([len(e.actions) for e in episodes]), rows,
-                 rows)  # every policy row is one env step
+                 rows)
 
 
 @torch.no_grad()
-def act(policy, envs: list[FreshEnvs], cfg: Config, step: int,
-        carry: dict | None = None) -> tuple[Batch, dict | None]:
-    """Update ``step``'s episodes, the groups side by side: ``(batch, carry)``.
-
-    Without autoreset, group g runs its share of fresh episodes with a generator seeded
-    from ``(seed, step, g)`` (``(seed, step)`` with one group). With autoreset the groups
-    run on from ``carry`` (first started from ``(seed, 7919, g)``). Running observation
-    statistics start from the carry's, each group takes in its own observations, and they
-    are added up in group order (``envs.ObsEncoder``)."""
+def act(policy, envs: list[FreshEnvs], cfg: Config, step: int, carry: dict | None = None) -> tuple[Batch, dict | None]:
+    """Update ``step``'s episodes: ``(batch, carry)``. Group g's fresh episodes are seeded from ``(seed, step, g)``
+    (``(seed, step)`` with one group); with autoreset the groups run on from ``carry`` (first started from
+    ``(seed, 7919, g)``). Running observation statistics start from the carry's, each group takes in its own,
+    and they are added up in group order (``envs.ObsEncoder``)."""
     n = min(cfg.batch_episodes, cfg.max_episodes - step * cfg.batch_episodes)
     groups, choose, spec = cfg.groups or 1, sampler(policy), cfg.spec
     carry = carry or {"groups": None, "obs_stats": None}
     encoders = [ObsEncoder(spec, carry["obs_stats"]) for _ in range(groups)]
     if cfg.autoreset:
-        sizes = actor.split(cfg.num_envs or cfg.batch_episodes, groups)
-        episodes, carries, rows = actor.continuous_episodes(choose, spec, sizes, n,
-                                                            [[cfg.seed, 7919, g] for g in range(groups)],
-                                                            carry["groups"], encoders)
+        sizes, seeds = split(cfg.num_envs or cfg.batch_episodes, groups), [[cfg.seed, 7919, g] for g in range(groups)]
+        episodes, carries, rows = continuous_episodes(choose, spec, sizes, n, seeds, carry["groups"], encoders)
     else:
-        quotas = actor.split(n, groups)
-        results = actor.run_groups(lambda g: actor.fresh_episodes(
+        quotas = split(n, groups)
+        results = run_groups(lambda g: fresh_episodes(
             choose, envs[g], quotas[g], [cfg.seed, step] if groups == 1 else [cfg.seed, step, g], f"envs{g}",
             encoders[g]), list(range(groups)))
         episodes, carries, rows = [e for eps, _ in results for e in eps], None, sum(r for _, r in results)
     stats = ObsEncoder.merge(encoders[0].start, encoders)  # every group started from the same statistics
-    return as_batch(episodes, rows), (None if carries is None and stats is None else
-                                      {"groups": carries, "obs_stats": stats})
+    carry = None if carries is None and stats is None else {"groups": carries, "obs_stats": stats}
+    return as_batch(episodes, rows), carry
 
 
 # --- the learner -----------------------------------------------------------------------------
@@ -213,11 +364,7 @@ def learn(policy, optimizer, batch: Batch, cfg: Config, extra, step: int) -> tup
     return {"loss": loss, "losses": {"policy_loss": loss}, "circuit_evals": batch.n_steps}, None
 
 
-def circuits_per_step(cfg: Config, gradient_rows: int) -> float:
-    """One circuit to act, and the gradient at every state of the episodes: ``1 + gradient_rows``."""
-    return 1 + gradient_rows
-
-
 ALGORITHM = Algorithm("reinforce", Config, make_policy, make_optimizer, make_envs, act, learn,
-                      episodes_per_update=lambda cfg: cfg.batch_episodes, circuits_per_step=circuits_per_step,
+                      episodes_per_update=lambda cfg: cfg.batch_episodes,
+                      circuits_per_step=lambda cfg, rows: 1 + rows,  # to act, and the gradient at every state
                       init_carry=init_carry, resolve=resolve)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import hqflow as hq
-from hqflow.workloads.rl import actor, reinforce, runner
+from hqflow.workloads.rl import reinforce, runner
 
 
 def _qpu(name, **options):
@@ -30,7 +30,7 @@ def test_defaults_on_a_job_backend_are_groups_per_device_with_autoreset():
 
 
 def test_split_and_bad_group_settings():
-    assert actor.split(10, 3) == [4, 3, 3]
+    assert reinforce.split(10, 3) == [4, 3, 3]
     with pytest.raises(ValueError, match="groups"):
         reinforce.Config(groups=11, batch_episodes=10)
     with pytest.raises(ValueError, match="num_envs"):

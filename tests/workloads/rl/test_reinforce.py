@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 import torch
-from hqflow.workloads.rl import actor, runner
+from hqflow.workloads.rl import runner
 from hqflow.workloads.rl import reinforce as R
 from hqflow.workloads.rl.algorithm import params
 from hqflow.workloads.rl.envs import FreshEnvs
@@ -10,7 +10,7 @@ from hqflow.workloads.rl.envs import FreshEnvs
 
 @torch.no_grad()
 def _collect(policy, envs, n, seed):
-    return R.as_batch(*actor.fresh_episodes(R.sampler(policy), envs, n, seed))
+    return R.as_batch(*R.fresh_episodes(R.sampler(policy), envs, n, seed))
 
 
 def _batch(rewards_per_episode):
