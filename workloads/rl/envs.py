@@ -306,6 +306,7 @@ _SHORT: Mapping[str, EnvSpec] = MappingProxyType({
     "frozenlake": EnvSpec("frozenlake", "FrozenLake-v1", (("map_name", "4x4"), ("is_slippery", False)),
                           4, 4, 4, 1.0, BinaryEncoder(16)),
 })
+_cartpole, _acrobot, _frozenlake = (_SHORT[k].encode for k in ("cartpole", "acrobot", "frozenlake"))  # old checkpoints
 SHORT_NAMES: tuple[str, ...] = tuple(sorted(_SHORT))
 """hqflow's own short names, each with its encoding (fixed: your own environment is named ``MODULE:ID``)"""
 
