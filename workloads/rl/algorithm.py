@@ -132,38 +132,24 @@ def obs_stats_carry(cfg: Config) -> dict | None:
 
 @dataclass(frozen=True)
 class Algorithm:
+    """An algorithm's functions, as the driver calls them (the defaults: what most algorithms do)."""
+
     name: str
-    Config: type
-    """its frozen config dataclass (a ``Config`` subclass)"""
-    make_policy: Callable
-    """``(cfg, backend=None) -> nn.Module``: the circuit on ``backend`` (an instance) or on ``cfg.backend``"""
-    make_optimizer: Callable
-    """``(policy, cfg) -> torch.optim.Optimizer``"""
-    make_envs: Callable
-    """``(cfg) -> envs`` that ``act`` steps"""
-    act: Callable
-    """``(policy, envs, cfg, step, carry) -> (batch, carry)``: one update's experience"""
-    learn: Callable
-    """``(policy, optimizer, batch, cfg, extra, step) -> (metrics, extra)``: one update"""
-    episodes_per_update: Callable
-    """``(cfg) -> int``: episodes an update completes (at least; the driver stops at the budget)"""
-    circuits_per_step: Callable
-    """``(cfg, gradient_rows) -> float``: circuits an environment step costs where the circuit runs as jobs
-    (acting, and the learner's parameter-shift gradients of ``gradient_rows`` circuits per state)"""
-    init_carry: Callable = obs_stats_carry
-    """``(cfg) -> carry | None``: what the actor keeps between updates (None: rollouts are independent)"""
-    init_extra: Callable = lambda cfg, policy: None  # noqa: E731
-    """``(cfg, policy) -> extra``: what the learner keeps besides parameters and optimizer state"""
-    solved_threshold: Callable = lambda cfg: cfg.spec.solved  # noqa: E731
-    """``(cfg) -> float``: the mean return that counts as solved"""
-    solve_window: Callable = lambda cfg: setting(cfg, "solve_window")  # noqa: E731
-    """``(cfg) -> int``: the episodes that mean is over"""
-    resolve: Callable = lambda cfg, in_process, devices: cfg  # noqa: E731
-    """``(cfg, in_process, devices) -> cfg``: the config for where the circuit runs (``auto`` settings)"""
-    within_budget: Callable = lambda batch, cfg, episodes: batch  # noqa: E731
-    """``(batch, cfg, episodes) -> batch``: the batch cut to complete at most ``episodes`` (>= 1) episodes, as if
-    the actor had stopped there (the run's episode budget is exact); as it is where the actor never completes
-    more than the budget leaves"""
+    Config: type  # its frozen config dataclass (a ``Config`` subclass)
+    make_policy: Callable  # (cfg, backend=None) -> nn.Module: the circuit on backend (an instance) or cfg.backend
+    make_optimizer: Callable  # (policy, cfg) -> torch.optim.Optimizer
+    make_envs: Callable  # (cfg) -> the envs that act steps
+    act: Callable  # (policy, envs, cfg, step, carry) -> (batch, carry): one update's experience
+    learn: Callable  # (policy, optimizer, batch, cfg, extra, step) -> (metrics, extra): one update
+    episodes_per_update: Callable  # (cfg) -> int: episodes an update completes (at least)
+    circuits_per_step: Callable  # (cfg, gradient_rows) -> float: circuits an env step costs on a job backend
+    init_carry: Callable = obs_stats_carry  # (cfg) -> carry | None: what the actor keeps between updates
+    init_extra: Callable = lambda cfg, policy: None  # noqa: E731 - what the learner keeps besides its parameters
+    solved_threshold: Callable = lambda cfg: cfg.spec.solved  # noqa: E731 - the mean return that counts as solved
+    solve_window: Callable = lambda cfg: setting(cfg, "solve_window")  # noqa: E731 - the episodes that mean is over
+    resolve: Callable = lambda cfg, in_process, devices: cfg  # noqa: E731 - the settings for where the circuit runs
+    within_budget: Callable = lambda batch, cfg, episodes: batch  # noqa: E731 - the batch cut to complete at most
+    # ``episodes`` (>= 1) episodes, as if the actor had stopped there (so the run's episode budget is exact)
 
     def updates(self, cfg: Config) -> int:
         """Updates of a run that does not stop early: ⌈max_episodes / episodes_per_update⌉."""

@@ -1,15 +1,10 @@
-"""A training run's directory: what it ran with, its record, its checkpoints, its plots (all written atomically).
+"""A training run's directory, written atomically; ``RunDir(None)``: a run without one (it writes nothing).
 
-* ``config.json``: the algorithm, its config, the distribution and the pools (never a secret option), and the
-  run id that job ids derive from; the settings the run runs with now, so a later resume takes the latest;
-* ``metrics.jsonl``: one row per update (a resume rewrites it from the checkpoint, which holds every row);
-* ``checkpoint.pt``: the training state and the record so far;
-* ``resources.jsonl``: one line per part of the run (``"event": "start"`` or ``"resume"``, with its
-  distribution and pools) and per pool change while it ran (``"event": "change"``, ``hqflow.resources``);
-* ``tensorboard/``: CleanRL's tags against environment steps; ``spans.json`` and ``trace.json`` (the
-  scheduler's trace: open it in Perfetto); ``learning_curve.png``.
-
-``RunDir(None)`` is a run without a directory: it reads nothing and writes nothing.
+``config.json`` (algorithm, config, distribution, pools without secrets, run id: the latest settings, which a
+resume takes), ``metrics.jsonl`` (a row per update; a resume rewrites it from the checkpoint, which holds every
+row), ``checkpoint.pt``, ``resources.jsonl`` (a line per part of the run, ``"start"`` or ``"resume"``, and per
+pool change, ``"change"``), ``tensorboard/``, ``spans.json`` and ``trace.json`` (open it in Perfetto), and
+``learning_curve.png``.
 """
 from __future__ import annotations
 

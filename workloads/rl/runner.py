@@ -1,27 +1,18 @@
 """The one training driver: an RL algorithm (``algorithm.Algorithm``) as a dataflow graph under a
-distribution policy, with a run directory (``rundir.RunDir``).
-
-Each iteration (one stream item, ``{"step": k}``) is two fragments::
+distribution policy, with a run directory (``rundir.RunDir``). Each update (stream item ``{"step": k}``) is::
 
     rollout (cpu) --batch--> learn (gpu: the learner's own slot)
     learn.params ~> rollout.params (max_staleness = the policy's staleness)
     learn.params, learn.opt, learn.extra ~> learn.* (strictly sequential)
     rollout.carry ~> rollout.carry (only with an actor that carries state: it orders the rollouts)
 
-Resolved once: ``setup`` pins the run's config (its observation encoding, the settings that depend on the
-backend) and makes the backend's pool members (``Placement``), once; the fragments get the frozen config
-itself (a typed graph param). On a job backend (one that does not differentiate in process) both fragments
-declare it in ``job_backends``, so every policy forward pass and gradient job goes through the scheduler's
-pool for that name: latency-aware dispatch over several QPUs, retries with failover, timeouts and spans
-(``train(..., backends={"qpu": [...]})`` makes a pool). An in-process backend is made once per process.
-
-Fragments are pure functions of their inputs: the parameters and the optimizer's state travel on
-loop-carried edges, so a checkpoint is just their latest values and a resumed run continues bit for bit.
-Policies, optimizers and environments are scratch objects cached per thread (and per process on Ray).
-
-A resumed run may run under another distribution and other pools (Tenplex-style): the algorithm's config
-stays the run's own, so at staleness 0 with exact backends of the same kind it continues to the result the
-run would have reached (``multi-learner``: up to floating-point summation order).
+Resolved once: ``setup`` pins the config (its observation encoding, the settings that depend on the backend)
+and makes the backend's members once (``Placement``: an in-process backend once per process); fragments get
+the frozen config itself. On a job backend both fragments declare it in ``job_backends``, so every circuit
+job goes through the scheduler's pool: dispatch over several QPUs, retries with failover, timeouts, spans.
+Fragments are pure functions of their inputs (parameters and optimizer state travel on loop edges), so a
+checkpoint is their latest values and a resumed run continues bit for bit, under another distribution or
+pool too (Tenplex-style: at staleness 0 on exact backends of the same kind, to the same result).
 """
 from __future__ import annotations
 
@@ -161,7 +152,11 @@ class Setup:
                            self.placement.local)
 
     def default_distribution(self):
-        return default_distribution(self.placement.in_process)
+        """``sync`` in process (threads would cost more than they overlap); on a job backend ``pipelined`` with
+        staleness 1 and one actor, so the learner's work overlaps the next rollout's jobs."""
+        if self.placement.in_process:
+            return get_distribution("sync")
+        return get_distribution("pipelined", staleness=1, actors=1)
 
 
 def setup(name: str, cfg=None, backends=None, *, fresh: bool = True) -> Setup:
@@ -171,13 +166,6 @@ def setup(name: str, cfg=None, backends=None, *, fresh: bool = True) -> Setup:
     cfg = _pinned_encoding(cfg or algo.Config(), fresh)
     placement = backends if isinstance(backends, Placement) else Placement.of(cfg.backend, backends)
     return Setup(name, algo, algo.resolve(cfg, placement.in_process, placement.devices), placement)
-
-
-def default_distribution(in_process: bool):
-    """``sync`` on a backend that runs in process (nothing to hide: threads would cost more than they
-    overlap); on a job backend ``pipelined`` with staleness 1 and one actor, so the learner's work and
-    gradient job overlap with the next rollout and the QPU does not wait for the learner."""
-    return get_distribution("sync") if in_process else get_distribution("pipelined", staleness=1, actors=1)
 
 
 def _pinned_encoding(cfg, fresh: bool):
@@ -226,10 +214,6 @@ def rollout_carry(params, carry, step, algo, cfg, local=None):
     return {"batch": batch, "carry": {"value": carry}}
 
 
-_NOTHING = {"returns": [], "lengths": [], "env_steps": 0, "env_steps_taken": 0, "circuit_evals": 0,
-            "loss": float("nan"), "losses": {}}
-
-
 def learn(batch, params, opt, extra, step, algo, cfg, local=None):
     """The learner: one update from ``(params, opt, extra)`` and the actor's batch; its ``report``.
 
@@ -240,7 +224,9 @@ def learn(batch, params, opt, extra, step, algo, cfg, local=None):
     mod = algorithm(algo)
     left = cfg.max_episodes - extra["episodes"]
     if left < 1:  # admitted before the run stopped at its episode budget: nothing of it is part of the run
-        return {"params": params, "opt": opt, "extra": extra, "report": dict(_NOTHING)}
+        return {"params": params, "opt": opt, "extra": extra, "report": {
+            "returns": [], "lengths": [], "env_steps": 0, "env_steps_taken": 0, "circuit_evals": 0,
+            "loss": float("nan"), "losses": {}}}
     batch = mod.within_budget(batch, cfg, left)  # the budget's last rollout stops on its last episode
     policy, optimizer, _ = _scratch(algo, cfg, local, "learner")
     load_params(policy, params)
