@@ -1,10 +1,7 @@
-"""Reinforcement learning with variational quantum policies.
-
-``policies`` (the quantum policies), ``envs`` (gymnasium environments, their encodings), ``algorithm`` (what
-every algorithm implements), ``reinforce``, ``ppo`` and ``dqn`` (one file each), ``runner`` (the training
-driver: ``runner.train``, ``hqflow train``) and ``trained`` (``load_policy``, ``evaluate``, also here).
-Submodules are imported on use: importing this package does not import gymnasium.
-"""
+"""Reinforcement learning with variational quantum policies: ``policies``, ``envs`` (gymnasium environments, their
+encodings), ``algorithm`` (what every algorithm implements), ``reinforce``, ``ppo`` and ``dqn`` (one file each),
+``runner`` (the training driver: ``runner.train``, ``hqflow train``) and ``trained`` (``load_policy``, ``evaluate``,
+also here). Submodules are imported on use: importing this package does not import gymnasium."""
 import importlib
 
 

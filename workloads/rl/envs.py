@@ -5,26 +5,17 @@
     obs, _ = envs.reset(seed=[1, 2, ..., 10])    # raw observations, one row per env
     x = spec.encode(obs)                         # [n, n_features] float32 circuit features
 
-The short names (``SHORT_NAMES``, fixed) have their own encodings: ``cartpole`` (CartPole-v1, the state
-divided by the TensorFlow Quantum tutorial's bounds [2.4, 2.5, 0.21, 2.5]), ``acrobot`` (Acrobot-v1, [cos θ1,
-sin θ1, cos θ2, sin θ2, ω1, ω2], the velocities divided by their bounds 4π and 9π) and ``frozenlake``
-(FrozenLake-v1, 4x4, not slippery: the state index in binary, Skolik et al. 2022). Any registered gymnasium
-id works too, and a user's own: ``"mypkg.envs:MyEnv-v0"`` (or ``--env-module mypkg.envs``) imports the module
-that registers it in every process that makes the env (Ray's workers too); an id nothing registered yet is
-looked for in installed packages' ``gymnasium.envs`` entry points (``load_plugin_envs``). Their encoding
-follows the observation space, one feature per qubit:
-
-* ``Box`` of shape ``[n]``: each coordinate scaled from its bounds onto [-1, 1]; an unbounded one (infinite,
-  or float32's largest value) squashed by ``2/π · arctan`` (``box``, what ``auto`` gives: on CartPole-v1 it
-  solved sooner than ``running`` with REINFORCE, median 230 against 305 episodes over 10 seeds, and PPO, 419
-  against 487 over 5), or with ``running`` normalized by running statistics as gymnasium's
-  ``NormalizeObservation`` does: actor state (``ObsEncoder``) on the actor's carry, so checkpoints hold it
-  and a resumed run goes on bit for bit, and frozen in a trained policy (``EnvSpec.with_stats``);
-* ``Discrete(n)``: the index in binary on ``ceil(log2 n)`` qubits, most significant bit on qubit 0, bit b ->
-  π·b (with λ = 1 the encoding RX flips the qubit exactly where b = 1), or one-hot (``onehot``, n qubits).
-
-Actions are ``Discrete``, or a bounded ``Box`` of shape ``[d]`` (PPO's Gaussian head: [-1, 1]^d scaled onto
-the bounds); anything else is a ``ValueError``.
+The short names (``SHORT_NAMES``, fixed) have their own encodings (``_SHORT``): ``cartpole`` (CartPole-v1, the
+TensorFlow Quantum tutorial's), ``acrobot`` (Acrobot-v1, [cos θ1, sin θ1, cos θ2, sin θ2, ω1, ω2], the velocities
+divided by their bounds) and ``frozenlake`` (FrozenLake-v1, 4x4, not slippery, the state index in binary: Skolik et
+al. 2022). Any registered gymnasium id works too, and a user's own: ``"mypkg.envs:MyEnv-v0"`` (or ``--env-module
+mypkg.envs``) imports the module that registers it in every process that makes the env (Ray's workers too), and an
+id nothing registered yet is looked for in installed packages' entry points (``load_plugin_envs``). Their encoding
+follows the observation space, one feature per qubit: a ``Box`` of shape ``[n]`` onto [-1, 1] (``BoxEncoder``, what
+``auto`` gives: on CartPole-v1 it solved sooner than ``running``, ``RunningBoxEncoder``, with REINFORCE, median 230
+against 305 episodes over 10 seeds, and PPO, 419 against 487 over 5); a ``Discrete(n)`` in binary (``BinaryEncoder``)
+or one-hot (``onehot``). Actions are ``Discrete``, or a bounded ``Box`` of shape ``[d]`` (PPO's Gaussian head:
+[-1, 1]^d scaled onto the bounds); anything else is a ``ValueError``.
 """
 from __future__ import annotations
 
@@ -47,28 +38,24 @@ from gymnasium.wrappers.utils import update_mean_var_count_from_moments
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """How one gymnasium environment is made, sized and encoded for a circuit."""
+    """How one gymnasium environment is made, sized and encoded for a circuit: ``name`` (what ``make_env`` and
+    ``Config.env`` take), ``gym_id`` and ``kwargs`` (``gymnasium.make``'s, as hashable (name, value) pairs),
+    ``n_features`` (per state after ``encode``), ``n_qubits`` (of the default circuit, one feature per qubit),
+    ``n_actions`` (discrete actions, or dimensions of continuous ones), ``solved`` (an agent is solved when the mean
+    return of its last 10 episodes reaches it), ``action_low``/``action_high`` (continuous actions: a Box's bounds,
+    one per dimension; None: discrete), ``obs_encoding`` (as ``get_spec`` takes it; "auto" only for a short name's)."""
 
     name: str
-    """short name used by ``make_env`` and ``Config.env``"""
     gym_id: str
-    """gymnasium id passed to ``gymnasium.make``"""
     kwargs: tuple[tuple[str, object], ...]
-    """extra ``gymnasium.make`` keyword arguments, as (name, value) pairs (hashable)"""
     n_features: int
-    """features per state after ``encode``"""
     n_qubits: int
-    """qubits of the default policy circuit (one feature per qubit)"""
     n_actions: int
-    """size of the discrete action space"""
     solved: float
-    """an agent is solved when the mean return of its last 10 episodes reaches this"""
     _encode: Callable[[np.ndarray], np.ndarray]
     action_low: tuple[float, ...] | None = None
-    """continuous actions (a Box): their lower bounds, one per dimension (``n_actions`` of them); None: discrete"""
     action_high: tuple[float, ...] | None = None
     obs_encoding: str = "auto"
-    """the encoding's name as ``get_spec`` takes it ("auto" only for a short name's own)"""
 
     @property
     def continuous(self) -> bool:
@@ -83,7 +70,6 @@ class EnvSpec:
         return (low + (x + 1.0) / 2.0 * (high - low)).astype(np.float32)
 
     def env_actions(self, actions) -> list:
-        """The actions of a vector env's ``step`` for one policy action per env (``env_action`` of each)."""
         return [self.env_action(a) for a in actions]
 
     def encode(self, obs, stats: ObsStats | None = None) -> np.ndarray:
@@ -115,8 +101,7 @@ class EnvSpec:
 
 
 OBS_ENCODINGS = ("auto", "box", "running", "binary", "onehot")
-AUTO_BOX = "box"
-"""What ``auto`` gives a Box that is not a short name's: ``box``, not ``running`` (measured: module docstring)."""
+AUTO_BOX = "box"  # what auto gives a Box that is not a short name's: not running (measured: module docstring)
 
 
 def get_spec(name: str, encoding: str = "auto") -> EnvSpec:
@@ -127,10 +112,8 @@ def get_spec(name: str, encoding: str = "auto") -> EnvSpec:
         raise ValueError(f"an environment is a short name or a gymnasium id, got {name!r}")
     if encoding not in OBS_ENCODINGS:
         raise ValueError(f"unknown observation encoding {encoding!r}; known: {', '.join(OBS_ENCODINGS)}")
-    if name not in _SHORT:
-        return _from_gym(name, encoding)
-    if encoding == "auto":
-        return _SHORT[name]
+    if name not in _SHORT or encoding == "auto":
+        return _SHORT[name] if name in _SHORT else _from_gym(name, encoding)
     base = _SHORT[name]  # a short name with another encoding: its environment, encoded by the space
     return dataclasses.replace(_from_gym(base.gym_id, encoding, base.kwargs), name=name, solved=base.solved)
 
@@ -170,7 +153,9 @@ class BoxEncoder:
 @dataclass(frozen=True, eq=False)
 class ObsStats:
     """Running mean and variance of some observation coordinates, as gymnasium's ``RunningMeanStd`` keeps them
-    (float64; ``merged``, a new one, is its update: Chan et al.'s parallel algorithm)."""
+    (float64; ``merged``, a new one, is its update: Chan et al.'s parallel algorithm). ``start``: before any
+    observation (mean 0, variance 1, count 1e-4: gymnasium's); ``nothing``: no observations (count 0: merging it
+    changes nothing); ``of(x)``: the mean and (population) variance of the rows of ``x`` ``[k, n]``."""
 
     mean: np.ndarray
     var: np.ndarray
@@ -178,26 +163,20 @@ class ObsStats:
 
     @classmethod
     def start(cls, n: int) -> ObsStats:
-        """Before any observation: mean 0, variance 1, count 1e-4 (gymnasium's)."""
         return cls(np.zeros(n), np.ones(n), 1e-4)
 
     @classmethod
     def nothing(cls, n: int) -> ObsStats:
-        """No observations (count 0): merging it changes nothing."""
         return cls(np.zeros(n), np.zeros(n), 0.0)
 
     @classmethod
     def of(cls, x) -> ObsStats:
-        """The mean and (population) variance of the rows of ``x`` ``[k, n]``."""
         x = np.asarray(x, dtype=np.float64)
         return cls(x.mean(axis=0), x.var(axis=0), float(len(x))) if len(x) else cls.nothing(x.shape[1])
 
     def merged(self, other: ObsStats) -> ObsStats:
-        """These statistics updated with ``other``'s observations."""
-        if other.count == 0:
-            return self
-        if self.count == 0:
-            return other
+        if other.count == 0 or self.count == 0:
+            return self if other.count == 0 else other
         return ObsStats(*update_mean_var_count_from_moments(self.mean, self.var, self.count, other.mean, other.var,
                                                             other.count))
 
@@ -209,7 +188,8 @@ RUNNING_CLIP = 3.0
 @dataclass(frozen=True)
 class RunningBoxEncoder:
     """A ``Box`` observation onto [-1, 1] per coordinate: by its bounds where it has them, else by running statistics
-    (``RUNNING_CLIP``); ``stats``: frozen ones (a trained policy's); None, with none passed: none seen yet."""
+    (``RUNNING_CLIP``): those ``unbounded`` (their indices; ``observed``: these coordinates of raw observations,
+    ``[k, n_running]`` float64); ``stats``: frozen ones (a trained policy's); None, with none passed: none seen yet."""
 
     low: tuple[float, ...]
     high: tuple[float, ...]
@@ -217,7 +197,6 @@ class RunningBoxEncoder:
 
     @property
     def unbounded(self) -> np.ndarray:
-        """The indices of the coordinates kept by running statistics."""
         return np.flatnonzero(~_bounded(self.low, self.high))
 
     @property
@@ -225,7 +204,6 @@ class RunningBoxEncoder:
         return len(self.unbounded)
 
     def observed(self, obs) -> np.ndarray:
-        """The coordinates of raw observations that the statistics keep: ``[k, n_running]`` float64."""
         return np.asarray(obs, dtype=np.float64).reshape(-1, len(self.low))[:, self.unbounded]
 
     def __call__(self, obs, stats: ObsStats | None = None) -> np.ndarray:
@@ -240,8 +218,9 @@ class RunningBoxEncoder:
 class ObsEncoder:
     """An actor's encoding of observations (``encode(raw) -> features``). With running statistics (``spec.running``)
     every batch first updates them, then is normalized by them, as gymnasium's ``NormalizeObservation`` does. They
-    are ``start`` (the actor's carry's; None: ``spec.new_stats()``) merged with what this encoder took in
-    (``seen``), so groups running side by side each see their own; ``merge`` adds them up in a fixed order."""
+    are ``start`` (the actor's carry's, so checkpoints hold them and a resumed run goes on bit for bit; None:
+    ``spec.new_stats()``) merged with what this encoder took in (``seen``), so groups running side by side each see
+    their own; ``merge`` adds them up in a fixed order. A trained policy's are frozen (``EnvSpec.with_stats``)."""
 
     def __init__(self, spec: EnvSpec, start: ObsStats | None = None):
         self.spec = spec
@@ -262,7 +241,8 @@ class ObsEncoder:
 
 @dataclass(frozen=True)
 class BinaryEncoder:
-    """A ``Discrete(n)`` observation as its index in binary, most significant bit first, bit b -> π·b."""
+    """A ``Discrete(n)`` observation as its index in binary, most significant bit on qubit 0, bit b -> π·b (with
+    λ = 1 the encoding RX flips the qubit exactly where b = 1)."""
 
     n: int
     start: int = 0
@@ -311,19 +291,17 @@ SHORT_NAMES: tuple[str, ...] = tuple(sorted(_SHORT))
 """hqflow's own short names, each with its encoding (fixed: your own environment is named ``MODULE:ID``)"""
 
 
-PLUGIN_GROUP = "gymnasium.envs"
-"""The entry-point group of packages that register gymnasium environments (gymnasium 0.26-0.29 loaded it
-on import; gymnasium 1.x no longer does, so ``get_spec`` loads it for an id nobody registered yet)."""
+PLUGIN_GROUP = "gymnasium.envs"  # the entry-point group of packages that register gymnasium environments
 _PLUGINS_LOADED: set[tuple[str, str]] = set()
 _PLUGINS_LOCK = threading.Lock()
 
 
 def load_plugin_envs() -> list[str]:
-    """Register the environments of every installed package's ``gymnasium.envs`` entry point not loaded
-    yet in this process, as gymnasium 0.29's ``load_plugin_envs`` did: the entry point's name is the
-    namespace of the ids it registers (``__root__``: none, ``mypkg``: ``mypkg/Env-v0``) and its value a
-    function that registers them (``mypkg.envs:register_envs``), or a module that does on import.
-    Returns what failed, one short line each (the others still load)."""
+    """Register the environments of every installed package's ``PLUGIN_GROUP`` entry point not loaded yet in this
+    process, as gymnasium 0.26-0.29 did on import (1.x no longer does, so ``get_spec`` calls this for an id nobody
+    registered yet): the entry point's name is the namespace of the ids it registers (``__root__``: none, ``mypkg``:
+    ``mypkg/Env-v0``), its value a function that registers them (``mypkg.envs:register_envs``) or a module that does
+    on import. Returns what failed, one short line each (the others still load)."""
     from importlib.metadata import entry_points
 
     failed = []
@@ -353,8 +331,7 @@ def registered_by(module: str) -> list[str]:
     def of(entry) -> str:
         return entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "") or ""
 
-    return sorted(i for i, s in gym.registry.items() if of(s.entry_point) == module
-                  or of(s.entry_point).startswith(module + "."))
+    return sorted(i for i, s in gym.registry.items() if (of(s.entry_point) + ".").startswith(module + "."))
 
 
 def close_matches(name: str) -> list[str]:
@@ -378,15 +355,13 @@ def close_matches(name: str) -> list[str]:
 @functools.lru_cache(maxsize=64)
 def _from_gym(name: str, encoding: str = "auto", kwargs: tuple = ()) -> EnvSpec:
     module, _, env_id = name.rpartition(":")
-    failed: list[str] = []
     if module:
         try:
             importlib.import_module(module)
         except ImportError as exc:
             raise EnvImportError(f"environment {name!r}: cannot import {module!r} ({exc}); run hqflow from the "
                                  "folder that holds it, or put it on PYTHONPATH") from None
-    if env_id not in gym.registry:
-        failed = load_plugin_envs()  # an id a package registers through its entry point
+    failed = [] if env_id in gym.registry else load_plugin_envs()  # one a package's entry point registers
     try:
         gym_spec = gym.spec(env_id)
     except gym.error.Error as exc:
@@ -395,12 +370,11 @@ def _from_gym(name: str, encoding: str = "auto", kwargs: tuple = ()) -> EnvSpec:
             listed = f"it registered {', '.join(own)}" if own else "it registered no gymnasium environment"
             raise ValueError(f"unknown environment {name!r}: module {module!r} registered no id {env_id!r}; "
                              f"{listed}") from None
-        known = ", ".join(sorted(_SHORT))
         hint = f" ({exc})" if "version" in str(exc).lower() else ""  # gymnasium names the current version
         if failed:
             hint += f" (the {PLUGIN_GROUP} entry point{'s' if len(failed) > 1 else ''} {'; '.join(failed)})"
-        near = close_matches(name)
-        guess = f" (did you mean {' or '.join(near)}?)" if near else ""
+        guess = f" (did you mean {' or '.join(near)}?)" if (near := close_matches(name)) else ""
+        known = ", ".join(SHORT_NAMES)
         raise ValueError(f"unknown environment {name!r}{guess}: not a short name ({known}) nor a registered gymnasium "
                          f"id{hint}; for your own, give MODULE:ID or --env-module MODULE (MODULE registering ID), "
                          f"or install a package registering it through a {PLUGIN_GROUP!r} entry point") from None
@@ -413,8 +387,7 @@ def _from_gym(name: str, encoding: str = "auto", kwargs: tuple = ()) -> EnvSpec:
     finally:
         env.close()
     encode, n_features = _encoder(name, obs_space, encoding)
-    kinds = {BoxEncoder: "box", RunningBoxEncoder: "running", BinaryEncoder: "binary", OneHotEncoder: "onehot"}
-    kind = kinds[type(encode)]
+    kind = {BoxEncoder: "box", RunningBoxEncoder: "running", BinaryEncoder: "binary"}.get(type(encode), "onehot")
     solved = float(gym_spec.reward_threshold if gym_spec.reward_threshold is not None else math.inf)
     if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1 and act_space.shape[0] >= 1 \
             and np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high)):
@@ -422,8 +395,8 @@ def _from_gym(name: str, encoding: str = "auto", kwargs: tuple = ()) -> EnvSpec:
         return EnvSpec(name, name, kwargs, n_features, max(n_features, len(low)), len(low), solved, encode, low, high,
                        kind)
     if not isinstance(act_space, gym.spaces.Discrete) or int(act_space.start) != 0:
-        raise ValueError(f"environment {name!r} has action space {_describe(act_space)}; supported: Discrete(n) (from 0), "
-                         "and a bounded Box of shape [d] (with --algo ppo)")
+        raise ValueError(f"environment {name!r} has action space {_describe(act_space)}; supported: Discrete(n) "
+                         "(from 0), and a bounded Box of shape [d] (with --algo ppo)")
     return EnvSpec(name, name, kwargs, n_features, n_features, int(act_space.n), solved, encode, obs_encoding=kind)
 
 
@@ -437,23 +410,21 @@ def _describe(space) -> str:
 
 
 def _encoder(name: str, space, encoding: str = "auto") -> tuple[Callable, int]:
+    where = f"environment {name!r} has observation space {_describe(space)}"
     if isinstance(space, gym.spaces.Box) and len(space.shape) == 1 and space.shape[0] >= 1:
         if encoding not in ("auto", "box", "running"):
-            raise ValueError(f"environment {name!r} has observation space {_describe(space)}: encoding {encoding!r} is for "
-                             "Discrete observations; use box, running or auto")
+            raise ValueError(f"{where}: encoding {encoding!r} is for Discrete observations; use box, running or auto")
         low, high = (tuple(float(v) for v in np.broadcast_to(b, space.shape)) for b in (space.low, space.high))
         kind = RunningBoxEncoder if (AUTO_BOX if encoding == "auto" else encoding) == "running" else BoxEncoder
         return kind(low, high), space.shape[0]
     if isinstance(space, gym.spaces.Discrete) and space.n >= 2:
         if encoding in ("box", "running"):
-            raise ValueError(f"environment {name!r} has observation space {_describe(space)}: encoding {encoding!r} is for "
-                             "Box observations; use binary, onehot or auto")
+            raise ValueError(f"{where}: encoding {encoding!r} is for Box observations; use binary, onehot or auto")
         if encoding == "onehot":
             return OneHotEncoder(int(space.n), int(space.start)), int(space.n)
         enc = BinaryEncoder(int(space.n), int(space.start))
         return enc, enc.bits
-    raise ValueError(f"environment {name!r} has observation space {_describe(space)}; supported: Box of shape [n], "
-                     "Discrete(n)")
+    raise ValueError(f"{where}; supported: Box of shape [n], Discrete(n)")
 
 
 def make_env(name: str, seed: int | None = None) -> gym.Env:

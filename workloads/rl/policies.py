@@ -7,13 +7,10 @@ turn the scaled state λ·s into the angle x: ``"plain"`` x = λ·s (the tutoria
 tanh(λ·s) (its ``activation="tanh"``), ``"atan"`` x = arctan(λ·s) (Skolik et al.'s continuous encoding, angles
 in (-π/2, π/2)). State feature f feeds qubit f; missing features (fewer than qubits) are zeros: angle 0.
 
-Every policy's circuit is a ``hqflow.torch.QuantumLayer`` (its ``weights`` are θ), so backends and gradients
-are the layer's. ``backend=`` is a backend object or a name, looked up when the policy runs: inside a fragment
-that declared it (``job_backends``), the run's pool through the fragment's job client (the scheduler's
-dispatch, retries and spans); elsewhere ``hqflow.backends.get_backend(name)``. On a backend that differentiates
-in process (``gradient="autograd"``, such as ``compiled``) autograd differentiates the torch program; on any
-other a forward pass is one job (a ``CircuitBatch``) holding, when a gradient is needed, the batched
-parameter-shift rows for weights and inputs (``gradient_in_forward=True``), so a learner step is one job.
+Every policy's circuit is a ``hqflow.torch.QuantumLayer`` (its ``weights`` are θ), so backends and gradients are
+the layer's: ``backend=`` is a backend object or a name (inside a fragment that declared it, ``job_backends``, the
+run's pool through the fragment's job client); autograd where it differentiates in process (``compiled``), else a
+forward pass is one job, parameter-shift rows included (``gradient_in_forward=True``): a learner step is one job.
 """
 from __future__ import annotations
 
@@ -53,9 +50,8 @@ def pqc_template(n_qubits: int = 4, n_layers: int = 5, observables=None) -> Circ
         for q in range(n_qubits):
             c.rx(x[layer * n_qubits + q], q)
     variational(n_layers)
-    if observables is None:
-        observables = [" ".join(f"Z{q}" for q in range(n_qubits))]
-    return c.build(observables=list(observables))
+    every_z = [" ".join(f"Z{q}" for q in range(n_qubits))]
+    return c.build(observables=every_z if observables is None else list(observables))
 
 
 class Acting:
@@ -106,10 +102,8 @@ class _PQC(Acting, QuantumLayer):
         if s.shape[1] < self.n_qubits:
             s = torch.nn.functional.pad(s, (0, self.n_qubits - s.shape[1]))
         x = self.input_scaling[None] * s[:, None, :]  # [B, L, n]
-        if self.encoding == "tanh":
-            x = torch.tanh(x)
-        elif self.encoding == "atan":
-            x = torch.atan(x)
+        if self.encoding != "plain":
+            x = torch.tanh(x) if self.encoding == "tanh" else torch.atan(x)
         return x.reshape(s.shape[0], -1)
 
     def expectations(self, states: torch.Tensor) -> torch.Tensor:

@@ -1,23 +1,15 @@
 """Use a trained policy: load it from its run directory, and run greedy evaluation episodes.
 
-    from hqflow.workloads.rl import load_policy, evaluate
-
     policy = load_policy("runs/reinforce-cartpole-seed0")   # an nn.Module, parameters of the last checkpoint
     action = policy.act(obs)                                 # one raw observation -> the env's greedy action
     out = policy(features)                                   # features: policy.env_spec.encode(observations)
-    figures = evaluate("runs/reinforce-cartpole-seed0", episodes=20, seed=100)
-    # {"episodes": 20, "mean_return": ..., "std_return": ..., "returns": [...]}
+    evaluate("runs/reinforce-cartpole-seed0", episodes=20)   # {"mean_return": ..., "std_return": ..., "returns": [...]}
 
-What the policy is, by algorithm (``policy(features)`` gives its own outputs; ``act`` is the same for all):
-
-* ``reinforce``: ``SoftmaxPQC``; ``policy(features)`` is the action probabilities ``[B, n_actions]``;
-* ``dqn``: ``QValuePQC``; the Q-values ``[B, n_actions]``;
-* ``ppo``: ``ppo.ActorCritic``; ``(log-probabilities [B, n_actions], V(s) [B])``, or with continuous actions
-  (a ``GaussianPQC`` actor) ``(mean action [B, d] in [-1, 1]^d, V(s) [B])``.
-
-Greedy (``policy.greedy(features)``, ``policy.act(obs)``): the most probable action, the largest Q-value,
-or the mean action of a Gaussian policy (scaled onto the env's Box by ``act``).
-``hqflow eval RUN_DIR`` runs greedy episodes.
+``policy(features)`` by algorithm: ``reinforce`` (``SoftmaxPQC``) the action probabilities ``[B, n_actions]``;
+``dqn`` (``QValuePQC``) the Q-values ``[B, n_actions]``; ``ppo`` (``ppo.ActorCritic``) ``(log-probabilities
+[B, n_actions], V(s) [B])``, or with continuous actions (a ``GaussianPQC`` actor) ``(mean action [B, d] in
+[-1, 1]^d, V(s) [B])``. Greedy (``policy.greedy(features)``, ``policy.act(obs)``, ``hqflow eval RUN_DIR``): the
+most probable action, the largest Q-value, or the mean action of a Gaussian policy (scaled onto the env's Box).
 """
 from __future__ import annotations
 
@@ -31,11 +23,10 @@ from hqflow.workloads.rl.envs import get_spec, legacy_encoding
 
 
 def load_policy(run_dir, backend: str | None = None) -> nn.Module:
-    """The policy of a run directory at its last checkpoint, in eval mode (``backend``: run its
-    circuit elsewhere than the run did, e.g. ``"compiled"`` for a run trained on a QPU): the algorithm's
-    module (the module docstring says which), with ``policy.act(obs)`` for any of them.
-    ``policy.env_spec`` encodes observations (with a ``running`` encoding, by the running statistics of the
-    checkpoint, frozen: ``policy.obs_stats``); ``policy.config`` is the run's algorithm config."""
+    """The policy of a run directory at its last checkpoint, in eval mode (``backend``: run its circuit elsewhere
+    than the run did, e.g. ``"compiled"`` for a run trained on a QPU). ``policy.env_spec`` encodes observations (a
+    ``running`` encoding by the checkpoint's statistics, frozen: ``policy.obs_stats``); ``policy.config`` is the
+    run's algorithm config."""
     from hqflow.workloads.rl.algorithm import load_params
     from hqflow.workloads.rl.runner import algorithm, load_run
 
@@ -44,9 +35,8 @@ def load_policy(run_dir, backend: str | None = None) -> nn.Module:
         raise ValueError(f"{run_dir} has no checkpoint.pt: train longer, or with --checkpoint-every 1")
     mod = algorithm(meta["algo"])
     cfg = mod.Config(**meta["config"])
-    cfg = dataclasses.replace(cfg, obs_encoding=legacy_encoding(cfg.env, cfg.obs_encoding))
-    if backend is not None:
-        cfg = dataclasses.replace(cfg, backend=backend)
+    cfg = dataclasses.replace(cfg, obs_encoding=legacy_encoding(cfg.env, cfg.obs_encoding),
+                              backend=cfg.backend if backend is None else backend)
     policy = mod.make_policy(cfg)
     load_params(policy, ckpt["state"]["learn.params"])
     policy.eval()
@@ -88,7 +78,7 @@ def evaluate(run_dir, episodes: int = 10, seed: int = 10_000, backend: str | Non
 
 
 def _recording(spec, folder: str):
-    """The environment wrapped in gymnasium's ``RecordVideo`` (every episode), or a ValueError saying what is missing."""
+    """The environment in gymnasium's ``RecordVideo`` (every episode), or a ValueError saying what is missing."""
     try:
         import moviepy  # noqa: F401  (RecordVideo writes through it)
     except ImportError:
