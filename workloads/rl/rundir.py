@@ -82,7 +82,7 @@ class RunDir:
             raise RunDirError(f"cannot read {path}: {exc.strerror}") from None
         except Exception as exc:  # noqa: BLE001 - torch.load raises EOFError, UnpicklingError, RuntimeError, ...
             raise RunDirError(f"{path} is damaged ({type(exc).__name__}): truncated, or not a checkpoint") from None
-        if not isinstance(data, dict) or not isinstance(data.get("state"), dict) or not isinstance(data.get("update"), int):
+        if not (isinstance(data, dict) and isinstance(data.get("state"), dict) and isinstance(data.get("update"), int)):
             raise RunDirError(f"{path} is damaged: it holds no training state")
         return data
 
