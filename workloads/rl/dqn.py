@@ -3,23 +3,19 @@
 "Quantum agents in the Gym: a variational quantum algorithm for deep Q-learning" (Skolik, Jerbi, Dunjko, Quantum
 6, 720, 2022), as the TensorFlow Quantum tutorial "Parametrized quantum circuits for reinforcement learning" does:
 
-* Q-function: ``QValuePQC``, the re-uploading circuit with trainable input scalings λ and
-  Q(s, a) = w_a · (1 + <O_a>) / 2 with output weights w (start at 1). CartPole: 4 qubits, 5 layers,
-  O = (Z0Z1, Z2Z3), angles arctan(λ·s) (Skolik's continuous encoding; s is the env's bounded state, see ``envs``).
-  FrozenLake (4x4, not slippery): the state index in binary on 4 qubits (RX(λ·π·b)), O_a = Z_a.
+* Q-function: ``QValuePQC``, the re-uploading circuit with trainable input scalings λ and Q(s, a) = w_a · (1 +
+  <O_a>) / 2 with output weights w (start at 1). CartPole: 4 qubits, 5 layers, O = (Z0Z1, Z2Z3), angles arctan(λ·s)
+  (Skolik's continuous encoding; s is the env's bounded state, see ``envs``). FrozenLake (4x4, not slippery): the
+  state index in binary on 4 qubits (RX(λ·π·b)), O_a = Z_a.
 * Skolik et al.'s values: replay memory of 10 000 transitions, minibatches of 16 drawn uniformly with replacement,
   γ = 0.99, ε-greedy with ε = max(0.01, 0.99^episode) (decayed once per episode), Adam with learning rates 0.001
   (λ), 0.001 (θ), 0.1 (w) (AMSGrad, as in the tutorial).
 * The TFQ tutorial's values: a gradient step every ``train_every`` = 10 env steps, the target network copied every
   ``target_every`` = 30 env steps, Huber loss (δ = 1). (Skolik et al.'s own code trains and copies the target every
   step, with the mean squared error: ``train_every=1, target_every=1, loss="mse"``; ten times the learner's work.)
-* FrozenLake (Skolik et al.'s setting): γ = 0.8, w fixed at 1 (``lr_out=0``: Q-values lie in [0, 1] like
-  (1 + <Z>) / 2) and a gradient step every env step (``train_every=1``).
+* FrozenLake (Skolik et al.'s setting): γ = 0.8, w fixed at 1 (``lr_out=0``), a gradient step every env step.
 * Targets r + γ · max_a' Q_target(s', a') bootstrap except on terminal states; a time-limit truncation (CartPole's
-  500 steps, FrozenLake's 100) still bootstraps.
-
-Solved (``solve_window``): CartPole when the mean return of the last 10 episodes reaches 500; FrozenLake when the
-last 100 episodes all reached the goal (mean return 1). Returns are those of the ε-greedy training episodes.
+  500 steps, FrozenLake's 100) still bootstraps. Returns (and ``solve_window``) are the ε-greedy training episodes'.
 
 The actor (``act``) runs ``episodes_per_update`` episodes side by side, ε-greedy (ε from the episode index), seeded
 from ``(seed, step)``, with the parameters it was handed (older under a pipelined distribution: fine off-policy).
@@ -158,17 +154,13 @@ def make_envs(cfg: Config) -> FreshEnvs:
 
 
 @torch.no_grad()
-def act(policy, envs: FreshEnvs, cfg: Config, step: int,
-        carry: dict | None = None) -> tuple[Batch, dict | None]:
-    """Update ``step``'s episodes, ε-greedy with the policy's current parameters: ``(batch, carry)``; the
-    carry holds the running statistics of a ``running`` observation encoding (``obs_stats_carry``)."""
+def act(policy, envs: FreshEnvs, cfg: Config, step: int, carry: dict | None = None) -> tuple[Batch, dict | None]:
+    """Update ``step``'s episodes, ε-greedy: ``(batch, carry)``; the carry holds ``running`` encoding's statistics."""
     first = step * cfg.episodes_per_update
     n = min(cfg.episodes_per_update, cfg.max_episodes - first)
-    rng = np.random.default_rng([cfg.seed, step])
-    reset_seeds = rng.integers(0, 2**31 - 1, n)
-    eps = epsilon(cfg, first + np.arange(n))
+    rng, eps = np.random.default_rng([cfg.seed, step]), epsilon(cfg, first + np.arange(n))
     encode = ObsEncoder(envs.spec, (carry or {}).get("obs_stats"))
-    obs = encode(envs.reset(reset_seeds))
+    obs = encode(envs.reset(rng.integers(0, 2**31 - 1, n)))
     alive, returns, lengths, rows, evals = np.arange(n), np.zeros(n), np.zeros(n, np.int64), [], 0
     while alive.size:
         greedy = rng.random(alive.size) >= eps[alive]
@@ -200,8 +192,7 @@ def init_extra(cfg: Config, policy) -> dict:
             "env_steps": 0, "updates": 0, "target": params(policy)}
 
 
-def td_update(policy, optimizer: torch.optim.Optimizer, mem: dict, rng: np.random.Generator,
-              cfg: Config) -> tuple[float, float]:
+def td_update(policy, optimizer, mem: dict, rng: np.random.Generator, cfg: Config) -> tuple[float, float]:
     """A gradient step on a minibatch of ``mem``, loss(Q(s, a), r + γ · max_a' Q_target(s', a')): (loss, mean Q)."""
     i = rng.integers(0, mem["size"], cfg.batch_size)
     s, a, s2 = (torch.from_numpy(mem[k][i]) for k in ("states", "actions", "next_states"))
@@ -217,8 +208,7 @@ def td_update(policy, optimizer: torch.optim.Optimizer, mem: dict, rng: np.rando
     return float(loss.detach()), float(q.detach().mean())
 
 
-def learn(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg: Config, extra: dict,
-          step: int) -> tuple[dict, dict]:
+def learn(policy, optimizer, batch: Batch, cfg: Config, extra: dict, step: int) -> tuple[dict, dict]:
     """Replay the batch into the memory, with the gradient steps and target copies its env steps are due:
     ``({"loss": mean loss of its gradient steps, nan if none, ...}, new extra)``; ``extra`` is left as it was."""
     mem = {k: v.copy() if isinstance(v, np.ndarray | dict) else v for k, v in extra.items()}
@@ -240,11 +230,9 @@ def learn(policy, optimizer: torch.optim.Optimizer, batch: Batch, cfg: Config, e
     return {"loss": loss, "losses": means, "circuit_evals": 2 * cfg.batch_size * len(updates)}, mem  # Q, Q_target
 
 
-def circuits_per_step(cfg: Config, gradient_rows: int) -> float:
-    """At most one circuit to act (greedy steps), and every ``train_every`` steps a gradient step: Q(s) with its
-    gradient and the target's Q(s') for ``batch_size`` transitions."""
-    return 1 + cfg.batch_size * (gradient_rows + 1) / setting(cfg, "train_every")
-
-
 ALGORITHM = Algorithm("dqn", Config, make_policy, make_optimizer, make_envs, act, learn,
-                      lambda cfg: cfg.episodes_per_update, circuits_per_step, init_extra=init_extra)
+                      lambda cfg: cfg.episodes_per_update,
+                      # at most one circuit to act (greedy steps), and every train_every steps a gradient step:
+                      # Q(s) with its gradient and the target's Q(s') for batch_size transitions
+                      lambda cfg, rows: 1 + cfg.batch_size * (rows + 1) / setting(cfg, "train_every"),
+                      init_extra=init_extra)

@@ -12,10 +12,10 @@ time limit (with CleanRL's 128 a balancing agent never completes an episode, so 
 
 Hyperparameters are CleanRL's CartPole defaults (4 envs, γ 0.99, λ 0.95, clip 0.2, 4 epochs of 4 minibatches,
 entropy 0.01, value 0.5, gradient norm 0.5, normalized advantages, Adam eps 1e-5) but for ``num_steps`` and the
-learning rates: the actor's three groups are REINFORCE's (λ 0.1, θ 0.01, w 0.1), the critic's 3e-3; on Acrobot,
-8 epochs and a critic rate of 1e-2 (``ENV_DEFAULTS``). Left out: learning-rate annealing and the clipped value
-loss (plain 0.5 · MSE). As in CleanRL, an episode that hits its time limit counts as terminated (``dones`` =
-terminated or truncated), so GAE does not bootstrap past it.
+learning rates: the actor's three groups are REINFORCE's (λ 0.1, θ 0.01, w 0.1), the critic's 3e-3 (Acrobot:
+``ENV_DEFAULTS``). Left out: learning-rate annealing and the clipped value loss (plain 0.5 · MSE). As in CleanRL, an
+episode that hits its time limit counts as terminated (``dones`` = terminated or truncated), so GAE does not
+bootstrap past it.
 
 The actor (``act``): one no-grad forward of actor and critic per time step for all envs, actions sampled with a
 ``Generator`` seeded from ``(cfg.seed, step)``. The learner (``learn``): GAE, then ``update_epochs`` passes of
@@ -160,14 +160,12 @@ def make_policy(cfg: Config, backend=None) -> ActorCritic:
 
 
 def make_optimizer(policy: ActorCritic, cfg: Config) -> torch.optim.Optimizer:
-    """Adam over the four groups (λ, θ, w, critic) with their learning rates; eps 1e-5 as CleanRL."""
     return torch.optim.Adam(policy.param_groups(cfg.lr_in, cfg.lr_var, cfg.lr_out, setting(cfg, "lr_critic")), eps=1e-5)
 
 
 # --- the actor -------------------------------------------------------------------------------
 
 def make_envs(cfg: Config) -> gym.vector.SyncVectorEnv:
-    """The rollout's ``num_envs`` environments: gymnasium's ``SyncVectorEnv`` (``envs.vector_env``)."""
     return vector_env(cfg.spec, cfg.num_envs)
 
 
@@ -178,8 +176,7 @@ def episodes_per_update(cfg: Config) -> int:
 
 def act(policy: ActorCritic, envs: gym.vector.SyncVectorEnv, cfg: Config, step: int,
         carry: dict | None = None) -> tuple[Batch, dict | None]:
-    """Update ``step``'s rollout: fresh episodes seeded from ``(cfg.seed, step)``: ``(batch, carry)``; running
-    observation statistics go on from the carry's (``algorithm.obs_stats_carry``)."""
+    """Update ``step``'s rollout: ``(batch, carry)``; running observation statistics go on from the carry's."""
     encode = ObsEncoder(cfg.spec, (carry or {}).get("obs_stats"))
     batch = rollout(policy, envs, cfg.spec, cfg.num_steps, seed=[cfg.seed, step],
                     learner_rows=setting(cfg, "update_epochs") * cfg.num_envs * cfg.num_steps, encode=encode)
@@ -187,46 +184,37 @@ def act(policy: ActorCritic, envs: gym.vector.SyncVectorEnv, cfg: Config, step: 
     return batch, None if stats is None else {"obs_stats": stats}
 
 
-def sample(log_probs: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Inverse-CDF sampling: for each row, the first action whose cumulative probability exceeds ``u``."""
-    cdf = np.cumsum(np.exp(log_probs), axis=1)
-    return np.minimum((u[:, None] > cdf).sum(axis=1), log_probs.shape[1] - 1)
-
-
 @torch.no_grad()
 def rollout(policy: ActorCritic, envs: gym.vector.SyncVectorEnv, spec: EnvSpec, num_steps: int, seed,
             learner_rows: int = 0, encode: Callable | None = None) -> Batch:
-    """``num_steps`` steps of every env from fresh, seeded episodes; an env whose episode ends starts the next at once,
-    seeded from the rollout's generator. ``encode``: raw observations -> features (None: ``spec.encode``)."""
+    """``num_steps`` steps of every env from fresh, seeded episodes; ``encode``: None is ``spec.encode``."""
     rng = np.random.default_rng(seed)
     n, encode = envs.num_envs, encode or spec.encode
     obs = encode(envs.reset(seed=[int(s) for s in rng.integers(0, 2**31 - 1, n)])[0])
     states = np.empty((num_steps, *obs.shape), np.float32)
-    continuous = getattr(policy, "continuous", False)
-    actions = (np.empty((num_steps, n, policy.actor.n_actions), np.float32) if continuous
+    actions = (np.empty((num_steps, n, policy.actor.n_actions), np.float32) if policy.continuous
                else np.empty((num_steps, n), np.int64))
     log_probs, values = np.empty((num_steps, n), np.float32), np.empty((num_steps, n), np.float32)
     rewards, dones = np.empty((num_steps, n)), np.empty((num_steps, n), bool)
     running, steps, finished, lengths = np.zeros(n), np.zeros(n, np.int64), [], []  # running episodes; completed
     for t in range(num_steps):
-        if continuous:  # a ~ N(mean, std), drawn from the rollout's generator
+        if policy.continuous:  # a ~ N(mean, std), drawn from the rollout's generator
             d, v = policy.actor.dist(torch.from_numpy(obs)), policy.value(torch.from_numpy(obs))
             mean, std = d.base_dist.loc.double().numpy(), d.base_dist.scale.double().numpy()
             a = (mean + std * rng.standard_normal(mean.shape)).astype(np.float32)
-            states[t], actions[t], values[t] = obs, a, v.numpy()
             log_probs[t] = d.log_prob(torch.from_numpy(a).to(d.base_dist.loc.dtype)).numpy()
-        else:
+        else:  # inverse-CDF sampling: the first action whose cumulative probability exceeds u
             logp, v = policy(torch.from_numpy(obs))
             logp = logp.double().numpy()
-            a = sample(logp, rng.random(n))
-            states[t], actions[t], log_probs[t], values[t] = obs, a, logp[np.arange(n), a], v.numpy()
+            a = np.minimum((rng.random(n)[:, None] > np.cumsum(np.exp(logp), axis=1)).sum(axis=1), logp.shape[1] - 1)
+            log_probs[t] = logp[np.arange(n), a]
+        states[t], actions[t], values[t] = obs, a, v.numpy()
         raw, rewards[t], terminated, truncated, _ = envs.step(spec.env_actions(a))
         dones[t] = terminated | truncated
         running, steps = running + rewards[t], steps + 1
-        for i in np.flatnonzero(dones[t]):
-            finished.append(running[i])
-            lengths.append(steps[i])
-            running[i], steps[i] = 0.0, 0
+        finished.extend(running[dones[t]])
+        lengths.extend(steps[dones[t]])
+        running[dones[t]], steps[dones[t]] = 0.0, 0
         if dones[t].any():  # new seeded episodes in the envs that finished
             raw = reset_finished(envs, dones[t], rng)
         obs = encode(raw)
@@ -295,26 +283,19 @@ def clipped_objective(new_log_probs: torch.Tensor, old_log_probs: torch.Tensor, 
 
 
 def learn(policy: ActorCritic, optimizer, batch: Batch, cfg: Config, extra, step: int) -> tuple[dict, None]:
-    """GAE, then ``update_epochs`` shuffled passes of ``num_minibatches`` Adam steps (minibatches drawn from
-    ``(cfg.seed, step, 1)``); the metrics are the means over the steps."""
+    """GAE, then the minibatch steps (drawn from ``(cfg.seed, step, 1)``); the metrics are the means over the steps."""
     advantages, returns = _advantages(batch, cfg)
-    mask = batch.mask()
-
-    def flat(a: np.ndarray) -> np.ndarray:  # time-major rows [T * N, ...] of the steps the learner takes
-        return a.reshape(-1, *a.shape[2:]) if batch.kept is None else a[mask]
-
-    dtype = policy.actor.output.dtype
-    states, actions = torch.from_numpy(flat(batch.states)), torch.from_numpy(flat(batch.actions))
-    continuous = getattr(policy, "continuous", False)
-    old_log_probs = torch.from_numpy(flat(batch.log_probs)).to(dtype)
-    advantages, returns = (torch.as_tensor(flat(a), dtype=dtype) for a in (advantages, returns))
+    mask, dtype = batch.mask(), policy.actor.output.dtype  # a[mask]: time-major rows [T * N, ...] the learner takes
+    states, actions = torch.from_numpy(batch.states[mask]), torch.from_numpy(batch.actions[mask])
+    old_log_probs = torch.from_numpy(batch.log_probs[mask]).to(dtype)
+    advantages, returns = (torch.as_tensor(a[mask], dtype=dtype) for a in (advantages, returns))
     rng = np.random.default_rng([cfg.seed, step, 1])
     clipped = [p for group in optimizer.param_groups for p in group["params"]]  # λ, θ, w, the critic
     rows = []
     for _ in range(setting(cfg, "update_epochs")):
         for mb in np.array_split(rng.permutation(len(actions)), cfg.num_minibatches):
             mb = torch.from_numpy(mb)
-            if continuous:
+            if policy.continuous:
                 d, values = policy.actor.dist(states[mb]), policy.value(states[mb])
                 new_log_probs, entropy = d.log_prob(actions[mb].to(dtype)), d.entropy().mean()
             else:
@@ -341,10 +322,6 @@ def learn(policy: ActorCritic, optimizer, batch: Batch, cfg: Config, extra, step
     return {"loss": losses.pop("loss"), "losses": losses}, extra
 
 
-def circuits_per_step(cfg: Config, gradient_rows: int) -> float:
-    """One circuit to act, and the gradient at every state in each of ``update_epochs`` passes."""
-    return 1 + setting(cfg, "update_epochs") * gradient_rows
-
-
 ALGORITHM = Algorithm("ppo", Config, make_policy, make_optimizer, make_envs, act, learn, episodes_per_update,
-                      circuits_per_step, within_budget=within_budget)
+                      lambda cfg, rows: 1 + setting(cfg, "update_epochs") * rows,  # to act; the gradient every pass
+                      within_budget=within_budget)

@@ -1,23 +1,21 @@
 """REINFORCE with a softmax quantum policy (Jerbi et al. 2021), readable top to bottom.
 
-The defaults reproduce the TensorFlow Quantum tutorial "Parametrized quantum circuits for
-reinforcement learning": CartPole-v1, 4 qubits, 5 layers, 10 episodes per update, γ = 1,
-Adam with learning rates 0.1 (λ), 0.01 (θ), 0.1 (w).
+The defaults reproduce the TensorFlow Quantum tutorial "Parametrized quantum circuits for reinforcement learning":
+CartPole-v1, 4 qubits, 5 layers, 10 episodes per update, γ = 1, Adam with learning rates 0.1 (λ), 0.01 (θ), 0.1 (w).
 
-* The actor (``act``) runs the update's episodes side by side, one batched no-grad policy forward per
-  time step, actions sampled by inverse CDF with numpy ``Generator``s seeded from ``(seed, step)`` (env
-  resets too): deterministic. Its envs are split into ``groups``, each with its own generator, that run side
-  by side (``run_groups``): while one group waits for its forward pass (a job) on the QPU, the CPU steps the
-  others' envs (as in Sample Factory or EnvPool's async mode; on a job backend each group's env work is a
-  span of its own, lane ``cpu/0/envs1``...). Any completion order gives the same batch.
-* Without ``autoreset`` (``fresh_episodes``) a group runs its share of new episodes to the end, in waves of
-  its envs (``envs.FreshEnvs``), and jobs shrink as episodes end. With it (``continuous_episodes``) a finished
-  env starts its next episode at once, seeded from the group's generator, so jobs stay full; the groups step
-  in lockstep rounds, an update takes the first episodes completed by (round, group, env), and the rest carry
-  over with the running ones in each group's ``Carry`` (a loop-carried value: checkpointed, so a resumed run
-  continues bit for bit; an episode that spans updates was acted by the parameters of the updates it ran in).
-* The learner (``learn``): returns-to-go, normalized, and one Adam step on all of the batch's states in one
-  forward+backward.
+* The actor (``act``) runs the update's episodes side by side, one batched no-grad policy forward per time step,
+  actions sampled by inverse CDF with numpy ``Generator``s seeded from ``(seed, step)`` (env resets too):
+  deterministic. Its envs are split into ``groups``, each with its own generator, that run side by side
+  (``run_groups``): while one group waits for its forward pass (a job) on the QPU, the CPU steps the others' envs (as
+  in Sample Factory or EnvPool's async mode; on a job backend each group's env work is a span of its own, lane
+  ``cpu/0/envs1``...). Any completion order gives the same batch.
+* Without ``autoreset`` (``fresh_episodes``) a group runs its share of new episodes to the end, in waves of its envs
+  (``envs.FreshEnvs``), and jobs shrink as episodes end. With it (``continuous_episodes``) a finished env starts its
+  next episode at once, seeded from the group's generator, so jobs stay full; the groups step in lockstep rounds, an
+  update takes the first episodes completed by (round, group, env), and the rest carry over with the running ones in
+  each group's ``Carry`` (a loop-carried value: checkpointed, so a resumed run continues bit for bit; an episode that
+  spans updates was acted by the parameters of the updates it ran in).
+* The learner (``learn``): normalized returns-to-go, one Adam step (one forward+backward on all the batch's states).
 
 Train it with ``hqflow train cartpole`` or ``runner.train("reinforce", reinforce.Config(seed=1))``.
 """
@@ -90,8 +88,7 @@ class Batch:
     rewards: np.ndarray  # [T] float64
     lengths: np.ndarray  # [n_episodes] steps of each episode (they sum to T)
     circuit_evals: int  # policy rows evaluated while collecting
-    steps_taken: int = -1  # env steps the actor ran for this batch (-1: T); with autoreset, steps of
-    # episodes that carry over to later updates count here, where they were run
+    steps_taken: int = -1  # env steps run for this batch (-1: T), with autoreset those of episodes carried over too
 
     @property
     def n_steps(self) -> int:
@@ -101,9 +98,7 @@ class Batch:
     def episode_returns(self) -> np.ndarray:
         return np.add.reduceat(self.rewards, np.r_[0, np.cumsum(self.lengths)[:-1]])
 
-    @property
-    def episode_lengths(self) -> np.ndarray:
-        return self.lengths
+    episode_lengths = property(lambda self: self.lengths)
 
 
 # --- the policy ------------------------------------------------------------------------------
@@ -122,8 +117,7 @@ def make_optimizer(policy, cfg: Config) -> torch.optim.Optimizer:
 # --- the actor -------------------------------------------------------------------------------
 
 def resolve(cfg: Config, in_process: bool, devices: int = 1) -> Config:
-    """``cfg`` with ``groups``, ``num_envs`` and ``autoreset`` decided for a backend that runs in
-    process (autograd) or not, with ``devices`` device slots: see the fields' docstrings."""
+    """``cfg`` with ``groups``, ``num_envs``, ``autoreset`` set for a backend in process or not, with ``devices``."""
     groups = cfg.groups or (1 if in_process else min(cfg.batch_episodes, max(1, devices)))
     autoreset = (not in_process) if cfg.autoreset is None else cfg.autoreset
     num_envs = cfg.num_envs or (cfg.batch_episodes * groups if autoreset else cfg.batch_episodes)
@@ -137,9 +131,8 @@ def split(n: int, parts: int) -> list[int]:
 
 def make_envs(cfg: Config) -> list[FreshEnvs]:
     """Each group's scratch environments for fresh episodes (none with autoreset: they live in the carry)."""
-    if cfg.autoreset:
-        return []
-    return [FreshEnvs(cfg.spec, n) for n in split(cfg.num_envs or cfg.batch_episodes, cfg.groups or 1)]
+    sizes = [] if cfg.autoreset else split(cfg.num_envs or cfg.batch_episodes, cfg.groups or 1)
+    return [FreshEnvs(cfg.spec, n) for n in sizes]
 
 
 @dataclass
@@ -181,8 +174,7 @@ class Carry:
 
 
 def init_carry(cfg: Config) -> dict | None:
-    """What the actor carries between updates (None: nothing, rollouts are independent): ``groups``, a ``Carry``
-    per group with autoreset (None: made at the first update), and ``obs_stats`` (``envs.ObsStats``)."""
+    """``{"groups": a Carry per group with autoreset (None until the first update), "obs_stats"}``, or None."""
     stats = cfg.spec.new_stats()
     groups = [None] * (cfg.groups or 1) if cfg.autoreset else None
     return None if groups is None and stats is None else {"groups": groups, "obs_stats": stats}
@@ -249,11 +241,10 @@ def fresh_episodes(choose: Callable, envs: FreshEnvs, n_episodes: int, seed,
 
 
 def continuous_episodes(choose: Callable, spec: EnvSpec, sizes: list[int], n_episodes: int, seeds: list,
-                        carries: list | None, encoders: Sequence | None = None) -> tuple[list, list[Carry], int]:
+                        carries: list | None, encoders: Sequence) -> tuple[list, list[Carry], int]:
     """The next ``n_episodes`` episodes of all groups, with autoreset: ``(episodes, carries, rows)``. It stops
     after the first round (every group stepped) whose completed episodes reach ``n_episodes``. ``carries``
     (one per group, None: new from ``seeds``) are copied, never changed; ``encoders``: each group's."""
-    encoders = list(encoders or [spec.encode] * len(sizes))
     carries = [Carry.start(spec, n, seed, enc) if c is None else c.copy()  # the loop edge's value stays as it was
                for n, seed, c, enc in zip(sizes, seeds, carries or [None] * len(sizes), encoders)]
     total = lambda: sum(len(c.done) for c in carries)  # noqa: E731
@@ -300,9 +291,8 @@ def continuous_episodes(choose: Callable, spec: EnvSpec, sizes: list[int], n_epi
 
 def as_batch(episodes: list[Episode], rows: int) -> Batch:
     """Episodes laid out one after the other (every policy row is one env step)."""
-    return Batch(np.concatenate([e.states for e in episodes]), np.concatenate([e.actions for e in episodes]),
-                 np.concatenate([e.rewards for e in episodes]), np.array([len(e.actions) for e in episodes]), rows,
-                 rows)
+    steps = [np.concatenate([getattr(e, k) for e in episodes]) for k in ("states", "actions", "rewards")]
+    return Batch(*steps, np.array([len(e.actions) for e in episodes]), rows, rows)
 
 
 @torch.no_grad()
