@@ -472,7 +472,7 @@ class _Tally:
 
     def spent(self) -> tuple[float, str | None]:
         """The run's spend on priced jobs, with the updates before a resume, and its currency."""
-        service = getattr(self.sched, "service", None)
+        service = None if self.sched is None else self.sched.service
         figures = service.figures() if service else {"spend": 0.0, "currency": None}
         return self.spend + figures["spend"], figures["currency"]
 
