@@ -76,12 +76,30 @@ class Capabilities:
     function ``(inputs, weights) -> values`` that autograd differentiates, in process), "adjoint",
     or None (use parameter shift: ``hqflow.gradients``)"""
     device: str = "cpu"  # "cpu", "cuda:0", "qpu", ...
+    service_job_rows: int | None = None
+    """rows one *service job* holds at most (per measurement group): None, a submitted job is one service job
+    (local simulators, emulated-qpu); 1, one service job per row (Azure IonQ, Quantinuum); N, the backend packs
+    up to N rows (parameter bindings of one template) into each service job"""
+    max_shots: int | None = None
+    """shots per circuit the service accepts (None: no documented cap); a batch with more is refused at submit"""
+    row_seeded: bool = False
+    """whether a batch with ``row_seeds`` samples each row from its own seed, so that shot results do not
+    depend on how the runtime cuts a batch into jobs"""
+
+    def service_jobs(self, rows: int, groups: int = 1) -> int:
+        """Service jobs a submitted job of ``rows`` rows becomes: 1 where a submit is one service job, else
+        ``groups * ceil(rows / service_job_rows)``."""
+        if self.service_job_rows is None:
+            return 1
+        return groups * -(-rows // self.service_job_rows)
 
     def describe(self) -> str:
         modes = "+".join(m for m, ok in (("exact", self.exact), ("shots", self.shots)) if ok)
         per_job = self.max_circuits_per_job or "unlimited"
+        packing = "" if self.service_job_rows is None else f", {self.service_job_rows} rows/service job"
+        cap = "" if self.max_shots is None else f", <= {self.max_shots} shots"
         return (
-            f"{self.max_qubits} qubits, {per_job} circuits/job, {modes}, "
+            f"{self.max_qubits} qubits, {per_job} circuits/job{packing}, {modes}{cap}, "
             f"gradient={self.gradient or 'none (parameter shift)'}, device={self.device}"
         )
 
@@ -107,6 +125,9 @@ class CircuitBatch:
     raw_inputs: np.ndarray | None = None
     """the rows given to ``make`` when its template had derived inputs (``inputs`` are then the lowered
     template's columns); None otherwise"""
+    row_seeds: np.ndarray | None = None
+    """``[B]`` uint64 shot seeds, one per row (``make(per_row=True)``): a row-seeded backend samples row i from
+    ``row_seeds[i]`` alone, so results do not depend on how the batch is cut; None: ``seed`` seeds the batch"""
 
     def __post_init__(self):
         if self.template.derived:
@@ -277,6 +298,34 @@ class Cost:
                     counts)
 
 
+@dataclass(frozen=True)
+class Usage:
+    """What jobs used on their service: the units a cloud bills and a lab budgets."""
+
+    service_jobs: int = 0  # created on the service, retries included
+    circuits: int = 0  # rows x measurement groups run
+    shots: int = 0  # sum over circuits of their shots (0 for exact values)
+    cost: float = 0.0  # list price: the backend's estimate, or its own report
+    currency: str | None = None
+    failed_service_jobs: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        if self.currency and other.currency and self.currency != other.currency:
+            raise BackendError(f"cannot add usage in {self.currency} and {other.currency}")
+        return Usage(self.service_jobs + other.service_jobs, self.circuits + other.circuits,
+                     self.shots + other.shots, self.cost + other.cost, self.currency or other.currency,
+                     self.failed_service_jobs + other.failed_service_jobs)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def of(batch: CircuitBatch, service_jobs: int = 1, groups: int = 1) -> Usage:
+        """A job of ``batch`` as ``service_jobs`` service jobs of ``groups`` measurement groups per row."""
+        circuits = batch.size * groups
+        return Usage(service_jobs, circuits, circuits * (batch.shots or 0))
+
+
 class Job:
     """A submitted batch. Write ``done()``, ``result(timeout=None) -> BatchResult`` (raises ``TimeoutError``,
     ``JobCancelled``, or a ``BackendError``/``JobFailed``) and ``cancel() -> bool`` (best effort; a cloud job
@@ -362,6 +411,11 @@ class Backend:
     def estimate_cost(self, batch: CircuitBatch) -> Cost:
         raise BackendError(f"backend {self.name!r} does not price its jobs")
 
+    def usage(self, batch: CircuitBatch) -> Usage:
+        """What a job of ``batch`` uses on its service, before it runs. Default: one service job per submit
+        (``capabilities.service_jobs``), its rows as circuits, rows x shots shots, and no price."""
+        return Usage.of(batch, self.capabilities.service_jobs(batch.size))
+
     def program(self, template: CircuitTemplate, dtype=None):
         raise BackendError(f"backend {self.name!r} has no torch program (capabilities.gradient is "
                            f"{self.capabilities.gradient!r}, not 'autograd')")
@@ -400,6 +454,7 @@ class _Adapted(Backend):
         self.max_in_flight = getattr(inner, "max_in_flight", None)
         self.priced = callable(getattr(inner, "estimate_cost", None))
         self._program, self._close = getattr(inner, "program", None), getattr(inner, "close", None)
+        self._usage = getattr(inner, "usage", None)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -413,6 +468,9 @@ class _Adapted(Backend):
 
     def estimate_cost(self, batch: CircuitBatch) -> Cost:
         return self.inner.estimate_cost(batch) if self.priced else super().estimate_cost(batch)
+
+    def usage(self, batch: CircuitBatch) -> Usage:
+        return super().usage(batch) if self._usage is None else self._usage(batch)
 
     def program(self, template: CircuitTemplate, dtype=None):
         if self._program is None:
