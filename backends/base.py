@@ -146,8 +146,12 @@ class CircuitBatch:
         *,
         shots: int | None | str = "template",
         seed: int | None = None,
+        per_row: bool = False,
     ) -> CircuitBatch:
         """Normalize loose arrays into a checked batch (the one place shapes are checked).
+
+        ``per_row`` (with a ``seed``): every row gets its own shot seed, ``row_seeds(seed, B)``, so a
+        row-seeded backend's results do not depend on how the runtime cuts the batch.
 
         ``inputs`` are the template's raw inputs; a template with derived inputs is lowered here
         (``CircuitTemplate.lowered``), so the batch holds its input columns and backends never
@@ -185,10 +189,11 @@ class CircuitBatch:
         s = template.shots if shots == "template" else shots
         if s is not None and (not isinstance(s, (int, np.integer)) or isinstance(s, bool) or not 1 <= s <= MAX_SHOTS):
             raise BackendError(f"shots must be a positive integer (at most 2**63 - 1) or None, got {shown(s)}")
+        rs = row_seeds(seed, x.shape[0]) if per_row and seed is not None else None
         if template.derived:
             raw, x, template = x, _derived_columns(template, x), template.lowered()
-            return CircuitBatch(template, x, w, None if s is None else int(s), seed, raw_inputs=raw)
-        return CircuitBatch(template, x, w, None if s is None else int(s), seed)
+            return CircuitBatch(template, x, w, None if s is None else int(s), seed, raw_inputs=raw, row_seeds=rs)
+        return CircuitBatch(template, x, w, None if s is None else int(s), seed, row_seeds=rs)
 
     def weights_per_row(self) -> np.ndarray:
         """Weights as ``[B, n_weights]``."""
@@ -219,9 +224,26 @@ class CircuitBatch:
         for lo in range(0, self.size, max_rows):
             w = self.weights[lo : lo + max_rows] if self.weights.ndim == 2 else self.weights
             seed = None if self.seed is None else self.seed + lo
+            rs = None if self.row_seeds is None else self.row_seeds[lo : lo + max_rows]
             parts.append(CircuitBatch(self.template, self.inputs[lo : lo + max_rows], w, self.shots, seed,
-                                      self.key, self.attempt))
+                                      self.key, self.attempt, row_seeds=rs))
         return parts
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer on a uint64 array: consecutive inputs give independent-looking outputs."""
+    with np.errstate(over="ignore"):
+        z = x + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def row_seeds(seed: int, rows: int, start: int = 0) -> np.ndarray:
+    """``[rows]`` uint64 shot seeds for rows ``start .. start + rows - 1`` of a batch seeded ``seed``: row i's
+    seed depends on ``(seed, i)`` alone."""
+    base = _mix64(np.array([int(seed) % 2**64], dtype=np.uint64))[0]
+    return _mix64(base ^ np.arange(start, start + rows, dtype=np.uint64))
 
 
 def _derived_columns(template: CircuitTemplate, x: np.ndarray) -> np.ndarray:
