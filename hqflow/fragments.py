@@ -18,7 +18,7 @@ from hqflow.backends import BatchResult, CircuitBatch
 from hqflow.ir.graph import Fragment, resolve_fn
 from hqflow.ir.text import one_line
 
-from .gradients import param_shift
+from .gradients import param_shift, spsa
 from .jobs import JobClient, bound_client
 from .ports import PortValues
 from .trace import Span
@@ -114,6 +114,9 @@ def execute_batch(f: Fragment, args: Mapping[str, Any], seed: int | None):
     inputs, weights = args.get("inputs"), args.get("weights")
     if f.gradient == "param-shift":
         return param_shift(f.circuit, inputs, weights, seed=seed)
+    if f.gradient == "spsa":  # the centre row gives the values port; spsa=None: spsa()'s defaults
+        settings = {} if f.spsa is None else {"samples": f.spsa[0], "epsilon": f.spsa[1]}
+        return spsa(f.circuit, inputs, weights, wrt="weights", center=True, seed=seed, **settings)
     return CircuitBatch.make(f.circuit, inputs, weights, seed=seed), None
 
 

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hqflow.backends.base import BackendError, BatchResult, CircuitBatch
+from hqflow.backends.base import BackendError, BatchResult, CircuitBatch, row_seeds
 from hqflow.ir.circuit import Angle, CircuitTemplate, DerivedInputError, Op
 from hqflow.ir.gates import GATES, SHIFT_RULES
 
@@ -80,26 +80,19 @@ def param_shift(
     wrt: str = "weights",
     shots: int | None | str = "template",
     seed: int | None = None,
+    per_row: bool = False,
 ) -> tuple[CircuitBatch, Callable[[BatchResult], Gradient]]:
     """One batch with all shifted rows, and the function that reads the gradient off it.
 
     ``wrt`` is ``"weights"`` (the jacobian), ``"inputs"`` (``input_jacobian``, per sample) or ``"both"``.
+    ``per_row`` (with a ``seed``): every row of the batch gets its own shot seed (``row_seeds(seed, rows)``),
+    so a row-seeded backend's results do not depend on how the runtime cuts the batch into jobs.
     """
     if wrt not in _WRT:
         raise ValueError(f"wrt must be 'weights', 'inputs' or 'both', got {wrt!r}")
-    base = _base(template, inputs, weights, shots, seed)
     kinds = _WRT[wrt]
-    rows, probes = base.size, None  # rows: the caller's; probe rows (if any) follow them in the batch
-    if "input" in kinds and template.derived:
-        try:
-            probes = template.derivative_probes(base.raw_inputs)
-        except DerivedInputError as exc:
-            raise BackendError(str(exc)) from None
-        if probes is not None:
-            w = base.weights
-            w = w if w.ndim == 1 else np.concatenate([w, w[probes.point_rows]])
-            base = CircuitBatch.make(template, np.concatenate([base.raw_inputs, probes.points]), w,
-                                     shots=base.shots, seed=seed)
+    base, probes = _with_probes(template, _base(template, inputs, weights, shots, seed), kinds, seed)
+    rows = base.size if probes is None else base.size - len(probes.points)  # the caller's; probe rows follow
     lowered = base.template  # derived inputs are columns here; their chain rule comes last
     expanded, occ = _expand(lowered)
     angles = _occurrence_angles(base, occ)  # [B, n_occ]
@@ -110,7 +103,8 @@ def param_shift(
         block[:, r, k] += s
     block = block.reshape(B * R, len(occ))
     is_input = np.array([o.kind == "input" for o in occ], dtype=bool)  # occurrences are in column order per kind
-    batch = CircuitBatch(expanded, block[:, is_input], block[:, ~is_input], base.shots, base.seed)
+    batch = CircuitBatch(expanded, block[:, is_input], block[:, ~is_input], base.shots, base.seed,
+                         row_seeds=_row_seeds(seed, B * R, per_row))
 
     def postprocess(result: BatchResult) -> Gradient:
         vals = result.values.reshape(B, R, -1)  # [B, R, n_obs]
@@ -124,18 +118,8 @@ def param_shift(
                 jac[o.kind][:, :, o.index] += o.scale * coeff * (vals[:, r] - vals[:, r + 1])
                 r += 2
         stderr = None if result.stderr is None else result.stderr.reshape(B, R, -1)[:rows, 0]
-        if "input" in kinds and template.derived:  # d/d inputs = d/d columns . d columns/d inputs
-            columns = template.encode_jacobian(base.raw_inputs)
-            if probes is not None:  # derived inputs constant along an input add nothing (not 0/0)
-                d = len(template.direct_inputs())
-                fixed = ~probes.probed
-                columns[probes.rows[fixed], d:, probes.inputs[fixed]] = 0
-                given = np.flatnonzero(np.isfinite(probes.slopes).all(axis=1))  # probes with slopes of their own
-                columns[rows + given, d:, probes.point_inputs[given]] = probes.slopes[given]
-            jac["input"] = np.einsum("boc,bci->boi", jac["input"], columns)
-            if probes is not None and probes.probed.any():  # where the chain rule breaks down: the probes' mean
-                at = jac["input"][rows + np.arange(len(probes.points)), :, probes.point_inputs]  # [2p, n_obs]
-                jac["input"][probes.rows[probes.probed], :, probes.inputs[probes.probed]] = probes.combine(at)
+        if "input" in kinds and template.derived:
+            jac["input"] = _chain_inputs(template, base.raw_inputs, jac["input"], rows, probes)
         return Gradient(vals[:rows, 0], jac["weight"][:rows] if "weight" in kinds else None, stderr,
                         jac["input"][:rows] if "input" in kinds else None)
 
@@ -150,6 +134,46 @@ def _base(template: CircuitTemplate, inputs, weights, shots, seed) -> CircuitBat
     return base
 
 
+def _row_seeds(seed: int | None, rows: int, per_row: bool) -> np.ndarray | None:
+    """Per-row shot seeds for a built batch of ``rows`` rows (``per_row`` with a seed), else None."""
+    return row_seeds(seed, rows) if per_row and seed is not None else None
+
+
+def _with_probes(template: CircuitTemplate, base: CircuitBatch, kinds, seed):
+    """``(base, probes)``: where the inputs are differentiated and the chain rule through a derived input
+    breaks down (``CircuitTemplate.derivative_probes``), ``base`` with the probe rows after the caller's."""
+    if "input" not in kinds or not template.derived:
+        return base, None
+    try:
+        probes = template.derivative_probes(base.raw_inputs)
+    except DerivedInputError as exc:
+        raise BackendError(str(exc)) from None
+    if probes is None:
+        return base, None
+    w = base.weights
+    w = w if w.ndim == 1 else np.concatenate([w, w[probes.point_rows]])
+    return CircuitBatch.make(template, np.concatenate([base.raw_inputs, probes.points]), w, shots=base.shots,
+                             seed=seed), probes
+
+
+def _chain_inputs(template: CircuitTemplate, raw: np.ndarray, jac: np.ndarray, rows: int, probes) -> np.ndarray:
+    """``d/d inputs = d/d columns . d columns/d inputs`` for a template with derived inputs: ``jac``
+    ``[N, n_obs, n_columns]`` over the ``raw`` rows ``[N, n_inputs]`` (the caller's ``rows``, then any probe
+    rows) becomes ``[N, n_obs, n_inputs]``; where the chain rule breaks down, the probes' mean."""
+    columns = template.encode_jacobian(raw)
+    if probes is not None:  # derived inputs constant along an input add nothing (not 0/0)
+        d = len(template.direct_inputs())
+        fixed = ~probes.probed
+        columns[probes.rows[fixed], d:, probes.inputs[fixed]] = 0
+        given = np.flatnonzero(np.isfinite(probes.slopes).all(axis=1))  # probes with slopes of their own
+        columns[rows + given, d:, probes.point_inputs[given]] = probes.slopes[given]
+    jac = np.einsum("boc,bci->boi", jac, columns)
+    if probes is not None and probes.probed.any():  # where the chain rule breaks down: the probes' mean
+        at = jac[rows + np.arange(len(probes.points)), :, probes.point_inputs]  # [2p, n_obs]
+        jac[probes.rows[probes.probed], :, probes.inputs[probes.probed]] = probes.combine(at)
+    return jac
+
+
 def _occurrence_angles(batch: CircuitBatch, occ: list[_Occurrence]) -> np.ndarray:
     """The unshifted angle of every occurrence, per row: ``[B, n_occ]``."""
     w, x = batch.weights_per_row(), batch.inputs
@@ -157,42 +181,126 @@ def _occurrence_angles(batch: CircuitBatch, occ: list[_Occurrence]) -> np.ndarra
     return np.stack(cols, axis=1) if cols else np.zeros((batch.size, 0))
 
 
+@dataclasses.dataclass(frozen=True)
+class Spsa:
+    """SPSA's settings for a ``QuantumLayer`` (``gradient="spsa"``): ``samples`` directions per job, each
+    two rows per input row (``center=True`` adds the unperturbed row, whose values are then exact rather
+    than the pairs' mean), perturbations of size ``epsilon``."""
+
+    samples: int = 2
+    """random ±1 directions per job (1 to 1000), shared by every row of the job"""
+    epsilon: float = 0.1
+    """the perturbation's size, in radians of every angle a parameter drives (0 < epsilon <= 3.2)"""
+    center: bool = False
+    """also run the unperturbed row: exact values, one more row per input row"""
+
+    def __post_init__(self) -> None:
+        k, eps = self.samples, self.epsilon
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= 1000:
+            raise ValueError(f"Spsa: samples must be an integer from 1 to 1000, got {k!r}")
+        if isinstance(eps, bool) or not isinstance(eps, (int, float, np.number)) or not 0 < eps <= 3.2:
+            raise ValueError(f"Spsa: epsilon must be a finite number in (0, 3.2], got {eps!r}")
+        if not isinstance(self.center, bool):
+            raise ValueError(f"Spsa: center must be True or False, got {self.center!r}")
+        object.__setattr__(self, "samples", int(k))
+        object.__setattr__(self, "epsilon", float(eps))
+
+
+def spsa_directions(seed: int | None, samples: int, n: int) -> np.ndarray:
+    """``[samples, n]`` random ±1 (Rademacher) directions from ``np.random.default_rng(seed)`` (a fresh,
+    unseeded generator for ``seed=None``)."""
+    return np.random.default_rng(seed).choice([-1.0, 1.0], size=(samples, n))
+
+
+def spsa_combine(plus: np.ndarray, minus: np.ndarray, directions: np.ndarray, epsilon: float) -> np.ndarray:
+    """The SPSA jacobian ``[B, n_obs, n]`` from the values at ``+epsilon`` and ``-epsilon`` along each of the
+    ``directions`` ``[k, n]`` (``plus``, ``minus``: ``[B, k, n_obs]``):
+    ``J[b, o] = mean_j (plus[b, j, o] - minus[b, j, o]) / (2 epsilon) * directions[j]``."""
+    diff = (plus - minus) / (2 * epsilon)  # [B, k, n_obs]
+    return np.einsum("bso,sw->bow", diff, directions) / directions.shape[0]
+
+
 def spsa(
     template: CircuitTemplate,
     inputs=None,
     weights=None,
     *,
+    wrt: str = "weights",
     samples: int = 4,
     epsilon: float = 0.1,
+    center: bool = True,
     shots: int | None | str = "template",
     seed: int | None = None,
+    per_row: bool = False,
 ) -> tuple[CircuitBatch, Callable[[BatchResult], Gradient]]:
-    """Simultaneous-perturbation estimate of the weight jacobian, in one job.
+    """Simultaneous-perturbation estimate of the jacobian, in one job.
 
-    ``samples`` random ±1 directions ``d`` (seeded) give ``2 * samples + 1`` rows per input row, whatever
-    the number of weights: ``J ~ mean_d (f(w + eps d) - f(w - eps d)) / (2 eps) * d``. It is unbiased up
-    to ``O(eps**2)`` and noisy (variance ~ ``1 / samples``); use it where parameter shift's
-    ``2 * n_weights`` rows per input are too many.
+    ``samples`` random ±1 directions ``d`` (``spsa_directions(seed, ...)``: one set for **every row** of the
+    batch) give ``2 * samples`` rows per input row (``+ 1`` with ``center``, the unperturbed row), whatever
+    the number of parameters: ``J ~ mean_d (f(p + eps d) - f(p - eps d)) / (2 eps) * d``. It is unbiased up
+    to ``O(eps**2)`` and noisy (variance ~ ``1 / samples``); use it where parameter shift's rows are too many.
+
+    ``wrt`` as ``param_shift``'s: a direction has an entry per weight (``"weights"``), per input column
+    (``"inputs"``), or both (``"both"``: the inputs' entries first); derived inputs are perturbed as columns
+    and the chain rule (with its probe rows where it breaks down) leads back to the raw inputs.
+    Without ``center`` the values are the mean over the pairs of ``(f(p + eps d) + f(p - eps d)) / 2``,
+    which is biased by ``O(eps**2)`` (the curvature along ``d``); their ``stderr`` is that mean's.
+    ``per_row`` as ``param_shift``'s.
     """
-    if samples < 1 or epsilon <= 0:
-        raise ValueError(f"spsa needs samples >= 1 and epsilon > 0, got {samples} and {epsilon}")
-    base = _base(template, inputs, weights, shots, seed)
-    B, n_w = base.size, template.n_weights
-    directions = np.random.default_rng(seed).choice([-1.0, 1.0], size=(samples, n_w))
-    R = 1 + 2 * samples
-    w = np.repeat(base.weights_per_row()[:, None, :], R, axis=1)  # [B, R, n_w]
-    w[:, 1::2] += epsilon * directions
-    w[:, 2::2] -= epsilon * directions
-    batch = CircuitBatch(template, np.repeat(base.inputs, R, axis=0), w.reshape(B * R, n_w), base.shots, base.seed)
+    if wrt not in _WRT:
+        raise ValueError(f"wrt must be 'weights', 'inputs' or 'both', got {wrt!r}")
+    if (isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 1
+            or isinstance(epsilon, bool) or not isinstance(epsilon, (int, float, np.number))
+            or not 0 < epsilon < np.inf):
+        raise ValueError(f"spsa needs samples >= 1 and epsilon > 0, got {samples!r} and {epsilon!r}")
+    kinds = _WRT[wrt]
+    base, probes = _with_probes(template, _base(template, inputs, weights, shots, seed), kinds, seed)
+    rows = base.size if probes is None else base.size - len(probes.points)
+    n_x = base.template.n_inputs if "input" in kinds else 0
+    n_w = template.n_weights if "weight" in kinds else 0
+    directions = spsa_directions(seed, samples, n_x + n_w)
+    c, B, R = int(center), base.size, 2 * samples + int(center)  # rows c + 2j: +eps d_j; c + 2j + 1: -eps d_j
+    x, w = _perturbed(base, directions, epsilon, n_x, n_w, c)
+    batch = CircuitBatch(base.template, x, w, base.shots, base.seed, row_seeds=_row_seeds(seed, B * R, per_row))
 
     def postprocess(result: BatchResult) -> Gradient:
         vals = result.values.reshape(B, R, -1)
-        diff = (vals[:, 1::2] - vals[:, 2::2]) / (2 * epsilon)  # [B, samples, n_obs]
-        jac = np.einsum("bso,sw->bow", diff, directions) / samples
-        stderr = None if result.stderr is None else result.stderr.reshape(B, R, -1)[:, 0]
-        return Gradient(vals[:, 0], jac, stderr)
+        plus, minus = vals[:, c::2], vals[:, c + 1::2]
+        jac = spsa_combine(plus, minus, directions, epsilon)  # [B, n_obs, n_x + n_w]
+        values = vals[:, 0] if center else ((plus + minus) / 2).mean(axis=1)
+        stderr = None
+        if result.stderr is not None:
+            se = result.stderr.reshape(B, R, -1)
+            stderr = se[:, 0] if center else np.sqrt((se**2).sum(axis=1)) / R
+        x_jac = None
+        if "input" in kinds:
+            x_jac = jac[:, :, :n_x]
+            if template.derived:
+                x_jac = _chain_inputs(template, base.raw_inputs, x_jac, rows, probes)
+            x_jac = x_jac[:rows]
+        w_jac = jac[:rows, :, n_x:] if "weight" in kinds else None
+        return Gradient(values[:rows], w_jac, None if stderr is None else stderr[:rows], x_jac)
 
     return batch, postprocess
+
+
+def _perturbed(base: CircuitBatch, directions, epsilon, n_x, n_w, c):
+    """The rows of an SPSA batch, ``R = c + 2k`` per row of ``base``: its inputs ``[B*R, n_inputs]`` and
+    weights (shared ``[n_weights]`` when they are not perturbed and were shared, else ``[B*R, n_weights]``)."""
+    B, R = base.size, c + 2 * directions.shape[0]
+    x = np.repeat(base.inputs, R, axis=0)
+    if n_x:
+        x = x.reshape(B, R, -1)
+        x[:, c::2] += epsilon * directions[:, :n_x]
+        x[:, c + 1::2] -= epsilon * directions[:, :n_x]
+        x = x.reshape(B * R, -1)
+    if not n_w:
+        w = base.weights
+        return x, w if w.ndim == 1 else np.repeat(w, R, axis=0)
+    w = np.repeat(base.weights_per_row()[:, None, :], R, axis=1)  # [B, R, n_w]
+    w[:, c::2] += epsilon * directions[:, n_x:]
+    w[:, c + 1::2] -= epsilon * directions[:, n_x:]
+    return x, w.reshape(B * R, -1)
 
 
 def finite_difference(run: Callable[[np.ndarray], np.ndarray], weights: np.ndarray, eps: float = 1e-6) -> np.ndarray:

@@ -146,15 +146,19 @@ class Pipeline:
     learn = _classical("learn", "Decorate a learner step (usually returns the next weights for a loop edge).")
 
     def execute(self, name: str, circuit: CircuitTemplate, backend: str = DEFAULT_BACKEND,
-                gradient: str | None = None) -> CircuitCall:
-        """Run ``circuit`` on ``backend`` (default ``compiled``); ports follow from the circuit (``execute_ports``)."""
+                gradient: str | None = None, spsa: tuple[int, float] | None = None) -> CircuitCall:
+        """Run ``circuit`` on ``backend`` (default ``compiled``); ports follow from the circuit (``execute_ports``).
+
+        ``gradient``: None, ``"param-shift"`` or ``"spsa"`` (then ``spsa=(samples, epsilon)``, default
+        ``(4, 0.1)``: each step's jacobian from that many random directions shared by the step's rows)."""
         if not isinstance(circuit, CircuitTemplate):
             raise GraphError(
                 f"fragment {name!r}: circuit must be a CircuitTemplate (use hqflow.ir.from_qiskit / "
                 f"from_pennylane / Circuit), got {type(circuit).__name__}"
             )
         ins, outs = execute_ports(circuit, gradient)
-        return self.add(CircuitCall(name, "execute", ins, outs, circuit=circuit, backend=backend, gradient=gradient))
+        return self.add(CircuitCall(name, "execute", ins, outs, circuit=circuit, backend=backend, gradient=gradient,
+                                    spsa=spsa))
 
     # -- build --------------------------------------------------------------------
     def _autowire(self) -> list[Edge]:

@@ -15,35 +15,90 @@ parameter-shift rows too, and backward applies the jacobians it saved. ``backend
 backend object, ``(name, options)``, or the name of a pool of the running fragment's job client
 (``job_backends``), whose jobs go through the scheduler.
 
+``gradient="spsa"`` (with ``spsa=Spsa(samples, epsilon, center)``) estimates the gradients from a few random
+simultaneous perturbations instead (``hqflow.gradients.spsa``: ``2 * samples`` rows per input row, whatever
+the number of parameters), as jobs on any backend, never through a torch program. Every row of a job shares
+its directions, drawn from the job's seed: with ``seed=None`` and outside ``seeded``, from fresh entropy, so
+pass a ``seed`` or run inside ``seeded(...)`` for reproducible runs.
+
+``seeded(*key)`` gives the jobs submitted inside it (by any layer, on this thread and the threads that copy
+its context) the seeds ``SeedSequence([*key, k])`` for the k-th job, with one shot seed per row (row-seeded
+batches), so results depend on the key alone, not on which layer or thread submitted first elsewhere.
+
 ``TorchLearner`` keeps a ``learn`` fragment's model and optimizer alive between steps while the loop edge
 carries a plain-data snapshot of both; ``ReducedGradients`` reduces gradients across replicas.
 """
 from __future__ import annotations
 
 import collections
+import contextlib
+import contextvars
 import copy
 import math
+import threading
 import uuid
+import zlib
 
 import numpy as np
 import torch
 from torch import nn
 
-from hqflow.backends import CircuitBatch, as_backend, get_backend, is_backend
+from hqflow.backends import CircuitBatch, Usage, as_backend, get_backend, is_backend
 from hqflow.ir import CircuitTemplate
 from hqflow.ir.circuit import MAX_SHOTS
 from hqflow.ir.text import shown
 
+from . import usage
 from .collective import Compression, reduce, replica
-from .gradients import param_shift
+from .gradients import Spsa, param_shift, spsa
 from .jobs import pool_backend
+
+GRADIENTS = ("param-shift", "spsa")
+
+
+class _Seeds:
+    """A ``seeded`` context's key and its job counter (shared by the threads that copy the context)."""
+
+    def __init__(self, key: tuple[int, ...]):
+        self.key, self.jobs, self._lock = key, 0, threading.Lock()
+
+    def next(self) -> int:
+        with self._lock:
+            k, self.jobs = self.jobs, self.jobs + 1
+        return int(np.random.SeedSequence([*self.key, k]).generate_state(1)[0])
+
+
+_SEEDED: contextvars.ContextVar[_Seeds | None] = contextvars.ContextVar("hqflow_torch_seeded", default=None)
+
+
+@contextlib.contextmanager
+def seeded(*key):
+    """Inside the block, the k-th job (k = 0, 1, ...) that any ``QuantumLayer`` submits gets the seed
+    ``SeedSequence([*key, k]).generate_state(1)[0]`` and a shot seed per row (``per_row``), whatever the
+    layer's own ``seed``. ``key`` holds non-negative integers and strings (a string counts as its
+    ``zlib.crc32``). The counter belongs to this context: another thread that enters its own ``seeded``
+    counts on its own, and a nested block counts afresh and gives the outer count back when it ends."""
+    token = _SEEDED.set(_Seeds(tuple(_key_int(v) for v in key)))
+    try:
+        yield
+    finally:
+        _SEEDED.reset(token)
+
+
+def _key_int(v) -> int:
+    if isinstance(v, str):
+        return zlib.crc32(v.encode())
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0:
+        return int(v)
+    raise ValueError(f"seeded: a key part must be a non-negative integer or a string, got {v!r}")
 
 
 class QuantumLayer(nn.Module):
     """``template``'s observables as a differentiable function of its inputs and weights."""
 
     def __init__(self, template: CircuitTemplate, backend="compiled", *, weights=None, seed: int | None = None,
-                 shots: int | None = None, dtype: torch.dtype = torch.float32, gradient_in_forward: bool = False):
+                 shots: int | None = None, dtype: torch.dtype = torch.float32, gradient_in_forward: bool = False,
+                 gradient: str = "param-shift", spsa: Spsa | None = None):
         super().__init__()
         if not isinstance(template, CircuitTemplate):
             raise TypeError(f"template must be a CircuitTemplate (hqflow.ir.Circuit(...).build(), from_qiskit, "
@@ -54,8 +109,12 @@ class QuantumLayer(nn.Module):
             raise ValueError(f"shots must be a positive integer (at most 2**63 - 1) or None, got {shown(shots)}")
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+        if gradient not in GRADIENTS:
+            raise ValueError(f"gradient must be 'param-shift' or 'spsa', got {shown(gradient)}")
+        if spsa is not None and not isinstance(spsa, Spsa):
+            raise TypeError(f"spsa must be a hqflow.gradients.Spsa or None, got {type(spsa).__name__}")
         self.template, self.backend, self.shots, self.seed = template, backend, shots, seed
-        self.gradient_in_forward = gradient_in_forward
+        self.gradient_in_forward, self.gradient, self.spsa = gradient_in_forward, gradient, spsa or Spsa()
         if weights is None:
             gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
             weights = torch.rand(template.n_weights, generator=gen, dtype=dtype) * (2 * math.pi)
@@ -68,6 +127,10 @@ class QuantumLayer(nn.Module):
         self._jobs = 0  # jobs submitted: each shot job gets its own seed from (seed, count)
 
     def _next_seed(self) -> int | None:
+        """The next job's seed: the ``seeded`` context's, else from the layer's ``seed`` and job count."""
+        ctx = _SEEDED.get()
+        if ctx is not None:
+            return ctx.next()
         if self.seed is None:
             return None
         self._jobs += 1
@@ -77,7 +140,8 @@ class QuantumLayer(nn.Module):
         name = self.backend if isinstance(self.backend, str) else self._backend.name
         return (f"{self.template.name!r}, qubits={self.template.n_qubits}, inputs={self.template.n_inputs}, "
                 f"weights={self.template.n_weights}, observables={len(self.template.observables)}, "
-                f"backend={name!r}" + (f", shots={self.shots}" if self.shots else ""))
+                f"backend={name!r}" + (f", shots={self.shots}" if self.shots else "")
+                + (f", gradient='spsa', {self.spsa}" if self.gradient == "spsa" else ""))
 
     def job_backend(self):
         """Where this layer's jobs go now: the running fragment's pool of that name, else the backend."""
@@ -116,8 +180,8 @@ class QuantumLayer(nn.Module):
         return out[0] if single else out
 
     def _program(self, backend):
-        """The backend's differentiable torch program (exact values only), or None."""
-        if self.shots is not None or not differentiates(backend):
+        """The backend's differentiable torch program (exact values, parameter shift's gradient), or None."""
+        if self.shots is not None or self.gradient == "spsa" or not differentiates(backend):
             return None
         key = (id(backend), self.weights.dtype)
         if key not in self._programs:
@@ -142,26 +206,50 @@ def _resolve(backend):
     raise TypeError(f"backend must be a name, a backend object or (name, options), got {type(backend).__name__}")
 
 
+def _submit(layer: QuantumLayer, batch: CircuitBatch):
+    """Run ``batch`` on the layer's job backend; a job that does not go through a pool (whose job client
+    records it) is recorded on the current usage meter."""
+    pool = pool_backend(layer.backend)
+    backend = pool if pool is not None else layer.job_backend()
+    result = backend.submit(batch).result()
+    if pool is None and usage.current() is not None:
+        used = result.metadata.get("usage")
+        usage.record(used if isinstance(used, Usage) else as_backend(backend).usage(batch))
+    return result
+
+
+def _gradient_batch(layer: QuantumLayer, xs: np.ndarray, ws: np.ndarray, wrt: str, seed: int | None):
+    """The batch (and its postprocessing) of the layer's gradient method at ``(xs, ws)``; inside ``seeded``,
+    row-seeded."""
+    per_row = _SEEDED.get() is not None
+    if layer.gradient == "spsa":
+        s = layer.spsa
+        return spsa(layer.template, xs, ws, wrt=wrt, samples=s.samples, epsilon=s.epsilon, center=s.center,
+                    shots=layer.shots, seed=seed, per_row=per_row)
+    return param_shift(layer.template, xs, ws, wrt=wrt, shots=layer.shots, seed=seed, per_row=per_row)
+
+
 @torch.compiler.disable  # a job runs outside the graph: torch.compile breaks the graph here
 def _values_job(layer: QuantumLayer, x: torch.Tensor, w: torch.Tensor, shift: bool = False):
-    """One job: the values; with ``shift``, the ``Gradient`` of its parameter-shift rows for inputs and weights."""
+    """One job: the values; with ``shift``, the ``Gradient`` of its gradient rows for inputs and weights."""
     xs, ws = x.detach().cpu().double().numpy(), w.detach().cpu().double().numpy()
     if shift:
-        batch, post = param_shift(layer.template, xs, ws, wrt="both", shots=layer.shots, seed=layer._next_seed())
-        return post(layer.job_backend().submit(batch).result())
-    res = layer.job_backend().submit(
-        CircuitBatch.make(layer.template, xs, ws, shots=layer.shots, seed=layer._next_seed())).result()
+        batch, post = _gradient_batch(layer, xs, ws, "both", layer._next_seed())
+        return post(_submit(layer, batch))
+    seed = layer._next_seed()
+    batch = CircuitBatch.make(layer.template, xs, ws, shots=layer.shots, seed=seed, per_row=_SEEDED.get() is not None)
+    res = _submit(layer, batch)
     return torch.as_tensor(np.asarray(res.values), dtype=x.dtype, device=x.device)
 
 
 @torch.compiler.disable
 def _gradient_job(layer: QuantumLayer, x: torch.Tensor, w: torch.Tensor, grad: torch.Tensor, need_x: bool,
                   need_w: bool):
-    """One batched parameter-shift job; the vector-jacobian products for what needs them."""
+    """One batched gradient job (parameter shift or SPSA); the vector-jacobian products for what needs them."""
     xs, ws = x.detach().cpu().double().numpy(), w.detach().cpu().double().numpy()
     wrt = "both" if need_x and need_w else "inputs" if need_x else "weights"
-    batch, post = param_shift(layer.template, xs, ws, wrt=wrt, shots=layer.shots, seed=layer._next_seed())
-    g = post(layer.job_backend().submit(batch).result())
+    batch, post = _gradient_batch(layer, xs, ws, wrt, layer._next_seed())
+    g = post(_submit(layer, batch))
     grad64 = grad.detach().cpu().double()
     gx = gw = None
     if need_x:
@@ -172,7 +260,7 @@ def _gradient_job(layer: QuantumLayer, x: torch.Tensor, w: torch.Tensor, grad: t
 
 
 class _ShiftRule(torch.autograd.Function):
-    """Forward: one job. Backward: one batched parameter-shift job for what needs a gradient; or (``shift``,
+    """Forward: one job. Backward: one batched gradient job for what needs a gradient; or (``shift``,
     from ``gradient_in_forward``) the forward job's jacobians, saved in x's and w's dtypes, applied in grad's."""
 
     @staticmethod

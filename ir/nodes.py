@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import numbers
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -38,7 +39,8 @@ KINDS = ("preprocess", "prepare", "execute", "postprocess", "learn")
 CLASSICAL_KINDS = tuple(k for k in KINDS if k != "execute")
 RESOURCES = ("cpu", "gpu", "qpu")
 PORT_TYPES = ("any", "array", "tensor", "scalar", "int", "bool", "str", "list", "dict", "object")
-GRADIENTS = (None, "param-shift")
+GRADIENTS = (None, "param-shift", "spsa")
+SPSA_MAX_SAMPLES, SPSA_MAX_EPSILON = 1000, 3.2  # the bounds of an execute fragment's SPSA settings
 DATACLASS = "__dataclass__"  # the tag of a frozen dataclass held as a param (see json_constant)
 
 
@@ -71,7 +73,7 @@ def execute_ports(template: CircuitTemplate, gradient: str | None) -> tuple[tupl
     Inputs: ``inputs`` ``[B, n_inputs]`` if the circuit has inputs, ``weights``
     ``[n_weights]`` if it has weights. Outputs: ``values`` ``[B, n_obs]`` with
     observables (plus ``stderr`` with shots), else ``probs`` (exact) or
-    ``counts`` (shots); with ``gradient="param-shift"`` also ``jacobian``
+    ``counts`` (shots); with a gradient (``"param-shift"`` or ``"spsa"``) also ``jacobian``
     ``[B, n_obs, n_weights]``.
     """
     ins = []
@@ -152,18 +154,39 @@ class Classical(Fragment):
 @dataclass(frozen=True)
 class CircuitCall(Fragment):
     """A circuit call (kind ``execute``, always): ``circuit`` runs on backend ``backend``, with the
-    ``gradient`` method (None or ``"param-shift"``); its ports are ``execute_ports(circuit, gradient)``."""
+    ``gradient`` method (None, ``"param-shift"`` or ``"spsa"``); its ports are
+    ``execute_ports(circuit, gradient)``."""
 
     kind: str = "execute"
     resource: str = field(default="qpu", kw_only=True)
     circuit: CircuitTemplate | None = field(default=None, kw_only=True)
     backend: str | None = field(default=None, kw_only=True)
     gradient: str | None = field(default=None, kw_only=True)
+    spsa: tuple[int, float] | None = field(default=None, kw_only=True)
+    """with ``gradient="spsa"``: ``(samples, epsilon)``, the directions per step (1 to 1000) and the
+    perturbation's size (0 < epsilon <= 3.2); None: the runtime's defaults"""
 
     def __post_init__(self) -> None:
         if self.kind != "execute":
             raise GraphError(f"fragment {self.name!r}: a CircuitCall's kind is 'execute', not {self.kind!r}; "
                              f"{', '.join(CLASSICAL_KINDS)} work is a Classical fragment")
+        if self.spsa is not None:
+            object.__setattr__(self, "spsa", _spsa_settings(self.spsa, self.gradient, self.name))
+
+
+def _spsa_settings(value: Any, gradient: str | None, name: str) -> tuple[int, float]:
+    """``value`` as ``(samples, epsilon)``, or a one-line ``GraphError`` that names the problem."""
+    where = f"fragment {name!r}"
+    if gradient != "spsa":
+        raise GraphError(f"{where}: spsa settings {value!r} are for gradient='spsa', not {gradient!r}")
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise GraphError(f"{where}: spsa must be (samples, epsilon), got {value!r}")
+    k, eps = value
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= SPSA_MAX_SAMPLES:
+        raise GraphError(f"{where}: spsa samples must be an integer from 1 to {SPSA_MAX_SAMPLES}, got {k!r}")
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0 < eps <= SPSA_MAX_EPSILON:
+        raise GraphError(f"{where}: spsa epsilon must be a number in (0, {SPSA_MAX_EPSILON}], got {eps!r}")
+    return int(k), float(eps)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ malformed input; whether the graph makes sense is ``Graph.validate()``'s job.
 
 Every fragment is written with the same fields (``fn``/``params`` null and empty for
 an ``execute`` fragment, ``circuit``/``backend``/``gradient`` null for a classical
-one); ``kind`` picks the type read back: ``execute`` a ``CircuitCall``, any other
+one; an ``execute`` fragment's ``spsa``, ``[samples, epsilon]``, only where it is set); ``kind`` picks the type read back: ``execute`` a ``CircuitCall``, any other
 kind a ``Classical`` (an unknown kind loads, and ``validate`` names it). A field of
 the other type that holds something is refused.
 
@@ -70,6 +70,8 @@ def _fragment(f: Fragment) -> dict:
             doc["job_backends"] = list(f.job_backends)
     elif isinstance(f, CircuitCall):
         doc.update(circuit=None if f.circuit is None else _circuit(f.circuit), backend=f.backend, gradient=f.gradient)
+        if f.spsa is not None:  # only when set: documents without it read as before
+            doc["spsa"] = list(f.spsa)
     return doc
 
 
@@ -213,6 +215,7 @@ def _read_fragment(f: Any, i: int) -> Fragment:
     template = None if circuit is None else _read_circuit(circuit, where)
     backend = _get(f, "backend", where, (str, type(None)), None)
     gradient = _get(f, "gradient", where, (str, type(None)), None)
+    spsa = _get(f, "spsa", where, (list, type(None)), None)
     job_backends = _read_names(f, "job_backends", where)
     if kind == "execute":
         held = [k for k, v in (("fn", fn), ("params", params), ("job_backends", job_backends)) if v]
@@ -220,8 +223,9 @@ def _read_fragment(f: Any, i: int) -> Fragment:
             raise GraphError(f"graph JSON: {where}: an execute fragment runs its circuit on its backend; it holds "
                              f"no {', '.join(map(repr, held))} (a classical fragment's fields)")
         return CircuitCall(name, kind, inputs, outputs, resource=resource, circuit=template, backend=backend,
-                           gradient=gradient)
-    held = [k for k, v in (("circuit", circuit), ("backend", backend), ("gradient", gradient)) if v is not None]
+                           gradient=gradient, spsa=None if spsa is None else tuple(spsa))
+    held = [k for k, v in (("circuit", circuit), ("backend", backend), ("gradient", gradient), ("spsa", spsa))
+            if v is not None]
     if held:
         raise GraphError(f"graph JSON: {where}: a {kind} fragment holds no {', '.join(map(repr, held))} "
                          "(an execute fragment's fields)")
