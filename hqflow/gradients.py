@@ -246,6 +246,11 @@ def spsa(
     Without ``center`` the values are the mean over the pairs of ``(f(p + eps d) + f(p - eps d)) / 2``,
     which is biased by ``O(eps**2)`` (the curvature along ``d``); their ``stderr`` is that mean's.
     ``per_row`` as ``param_shift``'s.
+
+    The batch's shot seed is ``seed``. The directions are ``spsa_directions(seed)`` for ``wrt="weights"`` with
+    ``center`` (this function's first form, unchanged), else drawn from a seed derived from ``seed``: drawn
+    from the very stream a backend samples shots from (``default_rng(seed)``, without ``per_row``), the
+    directions correlate with the shot noise and bias the estimate, as they can in the first form.
     """
     if wrt not in _WRT:
         raise ValueError(f"wrt must be 'weights', 'inputs' or 'both', got {wrt!r}")
@@ -258,7 +263,8 @@ def spsa(
     rows = base.size if probes is None else base.size - len(probes.points)
     n_x = base.template.n_inputs if "input" in kinds else 0
     n_w = template.n_weights if "weight" in kinds else 0
-    directions = spsa_directions(seed, samples, n_x + n_w)
+    legacy = center and wrt == "weights"  # the first mode: its directions come from default_rng(seed), as ever
+    directions = spsa_directions(seed if legacy else _directions_seed(seed), samples, n_x + n_w)
     c, B, R = int(center), base.size, 2 * samples + int(center)  # rows c + 2j: +eps d_j; c + 2j + 1: -eps d_j
     x, w = _perturbed(base, directions, epsilon, n_x, n_w, c)
     batch = CircuitBatch(base.template, x, w, base.shots, base.seed, row_seeds=_row_seeds(seed, B * R, per_row))
@@ -282,6 +288,13 @@ def spsa(
         return Gradient(values[:rows], w_jac, None if stderr is None else stderr[:rows], x_jac)
 
     return batch, postprocess
+
+
+def _directions_seed(seed: int | None) -> int | None:
+    """A seed for the directions that is independent of ``seed``'s own stream (the batch's shot seed): a
+    backend that samples from ``default_rng(seed)`` would otherwise correlate its shot noise with the
+    directions, which biases the estimate."""
+    return None if seed is None else int(np.random.SeedSequence([int(seed), 0x53505341]).generate_state(1)[0])
 
 
 def _perturbed(base: CircuitBatch, directions, epsilon, n_x, n_w, c):

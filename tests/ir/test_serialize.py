@@ -441,3 +441,68 @@ def test_hqflow_inspect_says_so_in_one_line(mutate, words, tmp_path, capsys):
     assert main(["inspect", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and words in err, err
+
+
+# --- SPSA settings (issue 25) ------------------------------------------------------
+
+
+def spsa_graph(settings=(4, 0.1)) -> Graph:
+    c = Circuit(2, name="tiny")
+    x, w = c.inputs("x", 2), c.weights("w", 3)
+    c.ry(x[0], 0).ry(x[1], 1).cz(0, 1).ry(w[0], 0).rx(w[1], 1).ry(w[2], 1)
+    pipe = hq.Pipeline("tiny")
+    pipe.input("batch", "array").input("target", "array")
+    pipe.prepare(encode, outputs={"angles": "array"}, params={"scale": np.pi})
+    pipe.execute("circuit", c.build(observables=["Z0 Z1"]), gradient="spsa", spsa=settings)
+    pipe.connect("encode.angles", "circuit.inputs")
+    pipe.learn(step, outputs={"weights": "array", "loss": "scalar"}, params={"lr": 0.3})
+    pipe.loop("step.weights", ["circuit.weights", "step.weights"], init=[0.1, 0.2, -0.3])
+    pipe.output("step.loss")
+    return pipe.build()
+
+
+def test_round_trip_with_spsa_settings():
+    g = spsa_graph()
+    doc = json.loads(g.to_json())
+    frag = next(f for f in doc["fragments"] if f["kind"] == "execute")
+    assert frag["gradient"] == "spsa" and frag["spsa"] == [4, 0.1]
+    g2 = Graph.from_json(g.to_json())
+    same_graph(g, g2)
+    assert g2.validate() is g2 and g2.fragment("circuit").spsa == (4, 0.1)
+    outputs_equal(hq.run(g, stream(3), seed=5), hq.run(g2, stream(3), seed=5))
+
+
+def test_spsa_key_is_written_only_when_set_and_older_documents_load():
+    for g in (training_graph(), spsa_graph(None)):
+        doc = json.loads(g.to_json())
+        assert all("spsa" not in f for f in doc["fragments"])
+        g2 = Graph.from_json(json.dumps(doc))
+        same_graph(g, g2)
+        assert g2.fragment("circuit").spsa is None
+
+
+@pytest.mark.parametrize("value, message", [
+    ("4,0.1", "'spsa' must be list/NoneType, got str"),
+    ([4], r"spsa must be \(samples, epsilon\), got \(4,\)"),
+    ([0, 0.1], "spsa samples must be an integer from 1 to 1000, got 0"),
+    ([4.5, 0.1], "spsa samples must be an integer"),
+    ([4, 0], r"spsa epsilon must be a number in \(0, 3.2\], got 0"),
+    ([4, "0.1"], "spsa epsilon must be a number"),
+])
+def test_bad_spsa_settings_in_a_document_are_one_line_errors(value, message):
+    doc = json.loads(spsa_graph().to_json())
+    next(f for f in doc["fragments"] if f["kind"] == "execute")["spsa"] = value
+    with pytest.raises(GraphError, match=message) as err:
+        Graph.from_json(json.dumps(doc))
+    assert "\n" not in str(err.value)
+
+
+def test_spsa_settings_belong_to_an_spsa_execute_fragment():
+    doc = json.loads(training_graph().to_json())
+    next(f for f in doc["fragments"] if f["kind"] == "execute")["spsa"] = [4, 0.1]
+    with pytest.raises(GraphError, match="spsa settings .* are for gradient='spsa', not 'param-shift'"):
+        Graph.from_json(json.dumps(doc))
+    doc = json.loads(training_graph().to_json())
+    next(f for f in doc["fragments"] if f["kind"] == "learn")["spsa"] = [4, 0.1]
+    with pytest.raises(GraphError, match="a learn fragment holds no 'spsa'"):
+        Graph.from_json(json.dumps(doc))
