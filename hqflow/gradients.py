@@ -248,16 +248,12 @@ def spsa(
     ``per_row`` as ``param_shift``'s.
 
     The batch's shot seed is ``seed``. The directions are ``spsa_directions(seed)`` for ``wrt="weights"`` with
-    ``center`` (this function's first form, unchanged), else drawn from a seed derived from ``seed``: drawn
-    from the very stream a backend samples shots from (``default_rng(seed)``, without ``per_row``), the
-    directions correlate with the shot noise and bias the estimate, as they can in the first form.
+    ``center`` (this function's first form, unchanged), else ``spsa_directions`` of a seed derived from
+    ``seed``. A backend that samples a batch's shots from ``default_rng(seed)`` (no ``per_row``) draws from the
+    directions' own stream in the first form, which correlates shot noise and directions and can bias the
+    estimate; the other forms avoid it.
     """
-    if wrt not in _WRT:
-        raise ValueError(f"wrt must be 'weights', 'inputs' or 'both', got {wrt!r}")
-    if (isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 1
-            or isinstance(epsilon, bool) or not isinstance(epsilon, (int, float, np.number))
-            or not 0 < epsilon < np.inf):
-        raise ValueError(f"spsa needs samples >= 1 and epsilon > 0, got {samples!r} and {epsilon!r}")
+    _check_spsa(wrt, samples, epsilon)
     kinds = _WRT[wrt]
     base, probes = _with_probes(template, _base(template, inputs, weights, shots, seed), kinds, seed)
     rows = base.size if probes is None else base.size - len(probes.points)
@@ -271,13 +267,8 @@ def spsa(
 
     def postprocess(result: BatchResult) -> Gradient:
         vals = result.values.reshape(B, R, -1)
-        plus, minus = vals[:, c::2], vals[:, c + 1::2]
-        jac = spsa_combine(plus, minus, directions, epsilon)  # [B, n_obs, n_x + n_w]
-        values = vals[:, 0] if center else ((plus + minus) / 2).mean(axis=1)
-        stderr = None
-        if result.stderr is not None:
-            se = result.stderr.reshape(B, R, -1)
-            stderr = se[:, 0] if center else np.sqrt((se**2).sum(axis=1)) / R
+        jac = spsa_combine(vals[:, c::2], vals[:, c + 1::2], directions, epsilon)  # [B, n_obs, n_x + n_w]
+        values, stderr = _spsa_values(result, B, R, center)
         x_jac = None
         if "input" in kinds:
             x_jac = jac[:, :, :n_x]
@@ -288,6 +279,26 @@ def spsa(
         return Gradient(values[:rows], w_jac, None if stderr is None else stderr[:rows], x_jac)
 
     return batch, postprocess
+
+
+def _check_spsa(wrt, samples, epsilon) -> None:
+    if wrt not in _WRT:
+        raise ValueError(f"wrt must be 'weights', 'inputs' or 'both', got {wrt!r}")
+    if (isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 1
+            or isinstance(epsilon, bool) or not isinstance(epsilon, (int, float, np.number))
+            or not 0 < epsilon < np.inf):
+        raise ValueError(f"spsa needs samples >= 1 and epsilon > 0, got {samples!r} and {epsilon!r}")
+
+
+def _spsa_values(result: BatchResult, B: int, R: int, center: bool):
+    """``(values, stderr)`` per row of an SPSA batch: the centre row's, else the mean over all ``R`` rows
+    (the pairs' ``(f+ + f-) / 2``) and its standard error."""
+    vals = result.values.reshape(B, R, -1)
+    values = vals[:, 0] if center else ((vals[:, 0::2] + vals[:, 1::2]) / 2).mean(axis=1)
+    if result.stderr is None:
+        return values, None
+    se = result.stderr.reshape(B, R, -1)
+    return values, se[:, 0] if center else np.sqrt((se**2).sum(axis=1)) / R
 
 
 def _directions_seed(seed: int | None) -> int | None:
