@@ -12,10 +12,11 @@ batch that sets none), exactly otherwise.
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 
-from .base import Backend, BackendError, Capabilities, CircuitBatch
+from .base import Backend, BackendError, Capabilities, CircuitBatch, Usage
 
 
 @dataclass
@@ -92,15 +93,27 @@ class DryRunBackend(Backend):
 
     @property
     def capabilities(self) -> Capabilities:
+        """The real backend's qubits and the limits of its service (``service_job_rows``, ``max_shots``,
+        ``row_seeded``); the simulator answers exactly or with shots."""
         caps = self.inner.capabilities
-        return Capabilities(self.name, caps.max_qubits, None, exact=True, shots=True, gradient=None, device="cpu")
+        return Capabilities(self.name, caps.max_qubits, None, exact=True, shots=True, gradient=None, device="cpu",
+                            service_job_rows=caps.service_job_rows, max_shots=caps.max_shots,
+                            row_seeded=caps.row_seeded)
+
+    def usage(self, batch: CircuitBatch) -> Usage:
+        """What the real backend says a job of ``batch`` would use, with the shots the dry run samples."""
+        return self.inner.usage(self._sampled(batch))
+
+    def _sampled(self, batch: CircuitBatch) -> CircuitBatch:
+        """``batch`` with the real backend's shots where it sets none and the real backend only samples."""
+        if batch.shots is None and not self.inner.capabilities.exact and self._shots:
+            return dataclasses.replace(batch, shots=self._shots)
+        return batch
 
     def submit(self, batch: CircuitBatch):
         cost = self.inner.estimate_cost(batch) if self.inner.priced else None
         self.tally.add(self.inner.name, batch, cost, batch.shots or self._shots)
-        if batch.shots is None and not self.inner.capabilities.exact and self._shots:
-            batch = CircuitBatch(batch.template, batch.inputs, batch.weights, self._shots, batch.seed)
-        return self._sim.submit(batch)
+        return self._sim.submit(self._sampled(batch))
 
     def close(self) -> None:
         for b in (self.inner, self._sim):

@@ -76,6 +76,11 @@ class Member:
         return now < self.rest_until
 
 
+def _smallest(limits) -> int | None:
+    """The smallest of ``limits`` that are set (None: none is)."""
+    return min((x for x in limits if x is not None), default=None)
+
+
 def _size_class(rows: int) -> int:
     return max(int(rows), 1).bit_length()
 
@@ -112,14 +117,18 @@ class Pool:
     def capabilities(self) -> Capabilities:
         """What a job sent to the pool can count on: the widest member's qubits (a job goes to one
         that fits), exact/shots only if every member has them, a native gradient only if all share it.
-        Batches are split to the smallest per-job limit, so the pool itself has none."""
+        Batches are split to the smallest per-job limit, so the pool itself has none. Of the limits a
+        member's service sets, the smallest (``service_job_rows``, ``max_shots``; None: no limit), and
+        ``row_seeded`` only if every member is."""
         caps = [m.handle.capabilities for m in self.members if not m.removed] or [m.handle.capabilities
                                                                                   for m in self.members]
         gradients = {c.gradient for c in caps}
         devices = {c.device for c in caps}
         return Capabilities(self.name, max(c.max_qubits for c in caps), None, all(c.exact for c in caps),
                             all(c.shots for c in caps), gradients.pop() if len(gradients) == 1 else None,
-                            devices.pop() if len(devices) == 1 else "mixed")
+                            devices.pop() if len(devices) == 1 else "mixed",
+                            service_job_rows=_smallest(c.service_job_rows for c in caps),
+                            max_shots=_smallest(c.max_shots for c in caps), row_seeded=all(c.row_seeded for c in caps))
 
     def max_rows(self) -> int | None:
         """The largest job every member accepts (``None``: unlimited)."""

@@ -30,7 +30,7 @@ from hqflow.ir.text import one_line
 from .collective import RayRendezvous, Rendezvous, Replica, as_replica
 from .dispatch import Member, Pool
 from .fragments import call_fragment, execute_batch, execute_outputs
-from .jobs import JobClient, JobService
+from .jobs import JobClient, JobService, job_usage
 from .ledger import Ledger, RemoteLedger
 from .placement import Placement
 from .threads import DaemonPool
@@ -128,7 +128,7 @@ class _LocalHandle(Backend):
         self.capabilities = backend.capabilities
         self.max_in_flight = backend.max_in_flight or default_in_flight
         self.priced, self.estimate_cost = backend.priced, backend.estimate_cost  # priced backends (cloud QPUs)
-        self.submit = backend.submit
+        self.submit, self.usage = backend.submit, backend.usage
 
     def close(self) -> None:
         if self.owned:
@@ -162,9 +162,9 @@ class SyncExecutor(Executor):
         self.handles.append(handle)
         return handle
 
-    def ledger(self, budget: float | None) -> Ledger:
-        """The run's spend and budget: in this process, where every job is submitted."""
-        return Ledger(budget)
+    def ledger(self, budget: float | None, shot_budget: int | None = None) -> Ledger:
+        """The run's spend and budgets: in this process, where every job is submitted."""
+        return Ledger(budget, shot_budget)
 
     def close(self) -> None:
         for handle in self.handles:
@@ -364,9 +364,16 @@ class _BackendActor:
     def estimate_cost(self, batch):
         return self.backend.estimate_cost(batch)
 
+    def usage(self, batch):
+        return self.backend.usage(batch)
+
     def run(self, batch, _back=None):
-        """``_back``: the answer of a call made after the actor was lost (resolved by Ray before this runs)."""
-        return self.backend.submit(batch).result()
+        """``_back``: the answer of a call made after the actor was lost (resolved by Ray before this runs).
+        The result carries what the job used (``metadata["usage"]``, ``job_usage``), worked out here, where
+        the backend is: the job service then needs no call back to ask its prediction."""
+        result = self.backend.submit(batch).result()
+        result.metadata["usage"] = job_usage(self.backend, batch, result.metadata)
+        return result
 
     def close(self) -> None:
         self.backend.close()  # the run's session, the backend's threads
@@ -422,6 +429,11 @@ class _RayHandle(Backend):
     def estimate_cost(self, batch):
         """The backend's ``estimate_cost`` (asked only where it is ``priced``)."""
         return _ray_get(self.actor.estimate_cost.remote(batch))
+
+    def usage(self, batch):
+        """The backend's ``usage`` (asked where a job reports none: one that failed or was cancelled, and
+        before each job under a shot budget)."""
+        return _ray_get(self.actor.usage.remote(batch))
 
     def submit(self, batch) -> FutureJob:
         with self._lock:
@@ -644,9 +656,9 @@ class RayExecutor(Executor):
         that went worker to worker through the object store, and the replicas' reductions."""
         return dict(self.traffic, reduce=self._rendezvous.traffic() if self._rendezvous else 0)
 
-    def ledger(self, budget: float | None) -> RemoteLedger:
-        """The run's spend and budget in an actor: the workers' job services charge it too."""
-        ledger = RemoteLedger.start(budget)
+    def ledger(self, budget: float | None, shot_budget: int | None = None) -> RemoteLedger:
+        """The run's spend and budgets in an actor: the workers' job services charge it too."""
+        ledger = RemoteLedger.start(budget, shot_budget)
         self._ledgers.append(ledger)
         return ledger
 

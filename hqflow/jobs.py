@@ -13,6 +13,13 @@
 * with a budget, a part whose estimated cost would take the spend past it fails with
   :class:`BudgetExceeded`, not retried; an estimate counts as spend until the job reports its actual
   cost (``metadata["cost"]`` of its result, or of its ``JobFailed``);
+* with a shot budget (``Ledger.shot_budget``), likewise for shots: a part's predicted shots
+  (``Backend.usage(part).shots``) are charged before it is submitted and replaced by the shots it
+  reports; a part of no shots (exact values) is never refused;
+* every attempt's usage (``attempt_usage``: the job's report, else the backend's prediction) adds up per
+  request and per run: the result's ``metadata["usage"]`` is the request's total over all its attempts
+  (retries included), a request that fails for good raises an exception whose attribute ``usage`` holds
+  it, and ``stats`` holds the run's ``service_jobs``, ``circuits``, ``shots`` and ``failed_service_jobs``;
 * every attempt is a ``Span`` on its device slot's lane;
 * closing the service cancels every job in flight and every failed attempt's job (which ends service
   jobs it left running for a retry to reuse).
@@ -35,7 +42,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from hqflow.backends import Backend, BackendError, BatchResult, Capabilities, CircuitBatch, FutureJob, JobFailed, as_job
+from hqflow.backends import (Backend, BackendError, BatchResult, Capabilities, CircuitBatch, FutureJob, JobFailed, Usage,
+                             as_job)
+
+from . import usage as meters
 
 from .dispatch import Member, Pool
 from .lanes import Lane
@@ -47,6 +57,64 @@ from .trace import Span
 
 class RetriesExhausted(JobFailed):
     """A job failed on every attempt the run allows (``max_retries + 1``)."""
+
+
+_COUNTS = ("service_jobs", "circuits", "shots", "failed_service_jobs")  # the run's usage totals in ``stats``
+
+
+def _count(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _amount(value) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < math.inf
+    return float(value) if ok else None
+
+
+def _reports(meta: dict) -> bool:
+    """Whether a job's metadata says what it used: a ``Usage`` under ``"usage"``, or one of the older keys."""
+    return (isinstance(meta.get("usage"), Usage) or _amount(meta.get("cost")) is not None
+            or any(_count(meta.get(k)) is not None for k in ("service_jobs", "failed_jobs", "shots")))
+
+
+def attempt_usage(meta: dict | None, predicted: Usage, failed: bool = False) -> Usage:
+    """What one job used: the ``Usage`` its metadata (a result's, or a ``JobFailed``'s) holds under
+    ``"usage"``; else ``predicted`` with each figure the metadata's older keys report in its place
+    (``service_jobs``, ``failed_jobs``, ``cost``, ``currency``, and ``shots`` per circuit, as an Azure job
+    reports them). A ``failed`` job that does not count its failed service jobs counts all of them as failed."""
+    meta = meta if isinstance(meta, dict) else {}
+    if isinstance(meta.get("usage"), Usage):
+        return meta["usage"]
+    jobs, failed_jobs, shots = (_count(meta.get(k)) for k in ("service_jobs", "failed_jobs", "shots"))
+    cost, currency = _amount(meta.get("cost")), meta.get("currency")
+    jobs = predicted.service_jobs if jobs is None else jobs
+    if failed_jobs is None:
+        failed_jobs = jobs if failed else predicted.failed_service_jobs
+    return Usage(jobs, predicted.circuits, predicted.shots if shots is None else shots * predicted.circuits,
+                 predicted.cost if cost is None else cost,
+                 currency if cost is not None and isinstance(currency, str) else predicted.currency, failed_jobs)
+
+
+def job_usage(backend: Backend, batch: CircuitBatch, meta: dict | None = None, failed: bool = False) -> Usage:
+    """What a job of ``batch`` on ``backend`` used (``attempt_usage``), its prediction being the backend's
+    ``usage(batch)``, priced at its ``estimate_cost`` where the backend prices its jobs and predicts no cost."""
+    if isinstance((meta or {}).get("usage"), Usage):
+        return meta["usage"]
+    predicted = backend.usage(batch)
+    if not predicted.cost and backend.priced:
+        with contextlib.suppress(BackendError):
+            cost = backend.estimate_cost(batch)
+            predicted = dataclasses.replace(predicted, cost=cost.amount, currency=cost.currency)
+    return attempt_usage(meta, predicted, failed)
+
+
+def _plus(total: Usage, used: Usage) -> Usage:
+    """``total + used``; a report priced in another currency than the total's adds its counts, not its cost
+    (the ledger refuses a second currency before submission, so only a backend's own report can differ)."""
+    try:
+        return total + used
+    except BackendError:
+        return total + dataclasses.replace(used, cost=0.0, currency=None)
 
 
 @dataclass(frozen=True)
@@ -75,6 +143,7 @@ class _Request:
         n = self.left = len(self.parts)
         self.results, self.attempts, self.withdrawn = [None] * n, [0] * n, [0] * n
         self.avoid: list[set[int]] = [set() for _ in range(n)]
+        self.usage = Usage()  # what its attempts used, all of them
         self.future = cf.Future()
         self.future.set_running_or_notify_cancel()
 
@@ -89,22 +158,37 @@ class _Attempt:
     job: Any = None
     running: float | None = None  # when the job was first seen out of its service's queue (job_timeout's start)
     estimate: float | None = None  # the attempt's estimated cost, counted as spend until it reports its own
+    currency: str | None = None  # the estimate's
+    shots: int | None = None  # the shots charged to the shot budget for it, until it reports its own
+    predicted: Usage | None = None  # its backend's ``usage(part)``, once asked
 
 
 class JobService:
-    """Runs circuit jobs over named pools; see the module docstring."""
+    """Runs circuit jobs over named pools; see the module docstring.
+
+    Usage: each attempt counts what its job reports (``attempt_usage``), else what its backend predicts
+    (``usage(part)``, priced at the attempt's cost estimate). An attempt that timed out, was withdrawn from
+    a removed backend or was cancelled when the service closed counts its prediction (a cancelled service
+    job may still bill); one that failed or timed out counts its service jobs as failed; one its backend
+    refused at submission counts only what it reports. A request's total goes on: in its result's
+    ``metadata["usage"]``, or, when it fails for good, in the attribute ``usage`` of the exception its future
+    raises (a ``Usage``, whatever the exception's type). ``usage`` holds the run's total, and ``stats`` its
+    counts."""
 
     def __init__(self, pools: dict[str, Pool], *, max_retries: int = 3, job_timeout: float | None = None,
                  rows_per_job: int | None = None, t0: float | None = None, record=None, run_id: str | None = None,
-                 budget: float | None = None, ledger=None, now=time.perf_counter):
+                 budget: float | None = None, shot_budget: int | None = None, ledger=None, now=time.perf_counter):
+        """``ledger``: the run's (shared with its Ray workers); without one, a ``Ledger(budget, shot_budget)``."""
         self.pools, self.max_retries = pools, max_retries
         self.job_timeout, self.rows_per_job = job_timeout, rows_per_job
         self.now = now  # the run's clock (``hqflow.clock``): spans are timed by it
         self.t0 = now() if t0 is None else t0
         self.run_id = run_id or uuid.uuid4().hex
-        self.ledger = ledger if ledger is not None else Ledger(budget)  # the run's, shared with its Ray workers
+        self.ledger = ledger if ledger is not None else Ledger(budget, shot_budget)
         self.record = record if record is not None else (lambda span: None)
-        self.stats = {"jobs": 0, "retries": 0, "failed_jobs": 0, "timeouts": 0, "max_job_queue": 0}
+        self.stats = {"jobs": 0, "retries": 0, "failed_jobs": 0, "timeouts": 0, "max_job_queue": 0,
+                      **dict.fromkeys(_COUNTS, 0)}
+        self.usage = Usage()  # the run's, all requests and attempts
         self._lock = threading.RLock()
         self._waiting: deque[tuple[_Request, int]] = deque()
         self._live: dict[int, _Attempt] = {}
@@ -190,7 +274,29 @@ class JobService:
                                                           else self._done(token)))
 
     def _charge(self, att: _Attempt, handle, part: CircuitBatch) -> None:
-        """Count the attempt's estimated cost as spend, or refuse it past the budget."""
+        """Count the attempt's predicted shots and estimated cost as spent, or refuse it past a budget."""
+        shots = self._charge_shots(att, handle)
+        try:
+            self._charge_cost(att, handle, part)
+        except BudgetExceeded:
+            if shots:  # not submitted after all
+                self.ledger.adjust_shots(-shots)
+                att.shots = None
+            raise
+
+    def _charge_shots(self, att: _Attempt, handle) -> int:
+        """Under a shot budget, charge the attempt's predicted shots (none for exact values); returns them."""
+        if self.ledger.shot_budget is None:
+            return 0
+        shots = self._predicted(att).shots
+        if shots:
+            refusal = self.ledger.charge_shots(shots, f"on {handle.name}")
+            if refusal:
+                raise BudgetExceeded(refusal)
+            att.shots = shots
+        return shots
+
+    def _charge_cost(self, att: _Attempt, handle, part: CircuitBatch) -> None:
         if not handle.priced:
             return
         try:
@@ -203,7 +309,49 @@ class JobService:
         refusal = self.ledger.charge(cost.amount, cost.currency, what)
         if refusal:
             raise BudgetExceeded(refusal)
-        att.estimate = cost.amount
+        att.estimate, att.currency = cost.amount, cost.currency
+
+    def _predicted(self, att: _Attempt) -> Usage:
+        """The attempt's usage as its backend predicts it (``usage(part)``, asked once), priced at the attempt's
+        cost estimate where the prediction has no price; a backend that cannot say: its rows and shots."""
+        if att.predicted is None:
+            part = att.request.parts[att.part]
+            try:
+                att.predicted = att.request.pool.members[att.member].handle.usage(part)
+            except Exception:  # noqa: BLE001 - e.g. a Ray backend actor lost with its job
+                att.predicted = Usage.of(part)
+        used = att.predicted
+        if att.estimate is not None and not used.cost:
+            used = dataclasses.replace(used, cost=att.estimate, currency=used.currency or att.currency)
+        return used
+
+    def _used(self, att: _Attempt, meta: dict | None, failed: bool = False) -> Usage:
+        """What the attempt used (``attempt_usage``): what its job reports, else its prediction; an attempt
+        its backend refused at submission used only what it reports (no job reached the service)."""
+        meta = meta if isinstance(meta, dict) else {}
+        if isinstance(meta.get("usage"), Usage):
+            return meta["usage"]
+        if att.job is None and not _reports(meta):
+            return Usage()
+        return attempt_usage(meta, self._predicted(att), failed)
+
+    def _spend(self, req: _Request, used: Usage) -> None:
+        """Add an ended attempt's usage to its request's and the run's (the caller holds the lock)."""
+        req.usage, self.usage = _plus(req.usage, used), _plus(self.usage, used)
+        for name in _COUNTS:
+            self.stats[name] += getattr(used, name)
+
+    def _settle(self, req: _Request, result: BatchResult | None = None, error: BaseException | None = None) -> None:
+        """Hand the request's result or error on, with its usage (``metadata["usage"]``, ``error.usage``)."""
+        if req.future.done():
+            return
+        with contextlib.suppress(cf.InvalidStateError):  # settled meanwhile by another thread
+            if error is not None:
+                error.usage = req.usage
+                req.future.set_exception(error)
+            else:
+                result.metadata = dict(result.metadata, usage=req.usage)  # concat copied part 0's: replaced
+                req.future.set_result(result)
 
     def figures(self) -> dict:
         return self.ledger.figures()
@@ -215,8 +363,7 @@ class JobService:
                 return
             req = att.request
             req.pool.release(att.member, att.slot)
-        if not req.future.done():
-            req.future.set_exception(exc)
+        self._settle(req, error=exc)
         self._pump()
 
     def _done(self, token: int) -> None:
@@ -229,35 +376,42 @@ class JobService:
         except Exception as exc:
             self._failed(token, Outcome.error(exc), exc)
             return
-        self._account(att, result.metadata.get("cost"))
+        used = self._used(att, result.metadata)
+        self._account(att, result.metadata.get("cost"), used.shots)
         finish = None
         with self._lock:
             if self._live.pop(token, None) is None:
                 return
             req = att.request
+            self._spend(req, used)
             self._span(att, OK, result.metadata)
             req.pool.finish(att.member, att.slot, True, req.parts[att.part].size)
             req.results[att.part] = result
             req.left -= 1
             if req.left == 0:
                 finish = req.results[0] if len(req.results) == 1 else BatchResult.concat(req.results)
-        if finish is not None and not req.future.done():
-            req.future.set_result(finish)
+        if finish is not None:
+            self._settle(req, finish)
         self._pump()
 
     def _failed(self, token: int, outcome: Outcome, error: BaseException | None = None) -> None:
         """An attempt failed (``error``, or timed out): retry it, or fail its request when it ran out of
         retries or its error is not worth another try (``BackendError.retryable``)."""
-        used = error.metadata if isinstance(error, JobFailed) else None
-        used = used if isinstance(used, dict) else {}
+        meta = error.metadata if isinstance(error, JobFailed) else None
+        meta = meta if isinstance(meta, dict) else {}
+        with self._lock:
+            att = self._live.get(token)
+        if att is None:
+            return
+        used = self._used(att, meta, failed=True)  # outside the lock: a Ray backend is asked remotely
         give_up = None
         with self._lock:
-            att = self._live.pop(token, None)
-            if att is None:
+            if self._live.pop(token, None) is None:
                 return
             req, j = att.request, att.part
-            self._account(att, used.get("cost"))
-            self._span(att, outcome, {"service_jobs": used.get("service_jobs")})
+            self._account(att, meta.get("cost"), used.shots)
+            self._spend(req, used)
+            self._span(att, outcome, {"service_jobs": meta.get("service_jobs")})
             req.pool.finish(att.member, att.slot, False, req.parts[att.part].size)
             self.stats["failed_jobs"] += 1
             if att.job is not None and error is not None:  # (a timed-out one is cancelled by the watchdog)
@@ -272,15 +426,18 @@ class JobService:
             else:
                 self.stats["retries"] += 1
                 self._waiting.appendleft((req, j))
-        if give_up is not None and not req.future.done():
-            req.future.set_exception(give_up)
+        if give_up is not None:
+            self._settle(req, error=give_up)
         self._pump()
 
-    def _account(self, att: _Attempt, actual) -> None:
-        """The job's own figure for its cost replaces the attempt's estimate in the spend."""
+    def _account(self, att: _Attempt, actual, shots: int) -> None:
+        """The job's own figures for its cost and its shots replace the attempt's estimates in the spend."""
         if att.estimate is not None and isinstance(actual, (int, float)) and actual == actual:
             self.ledger.adjust(float(actual) - att.estimate)
             att.estimate = float(actual)
+        if att.shots is not None and shots != att.shots:
+            self.ledger.adjust_shots(shots - att.shots)
+            att.shots = shots
 
     def _span(self, att: _Attempt, outcome: Outcome, meta: dict | None = None) -> None:
         """Record the attempt's span, with the figures its job reported in ``meta`` that make sense."""
@@ -383,8 +540,17 @@ class JobService:
         for _, att in taken:
             if att.job is not None:
                 att.job.cancel()
+        self._spend_predicted([att for _, att in taken if att.job is not None])
         self._pump()
         return len(taken)
+
+    def _spend_predicted(self, attempts: list[_Attempt]) -> None:
+        """Attempts given up on (withdrawn, cancelled at close) count their predicted usage: a cancelled
+        service job may still bill."""
+        used = [(att, self._predicted(att)) for att in attempts]  # outside the lock: maybe remote
+        with self._lock:
+            for att, u in used:
+                self._spend(att.request, u)
 
     # -- the end -----------------------------------------------------------------------
     def close(self) -> None:
@@ -398,9 +564,9 @@ class JobService:
         for job in [att.job for att in live if att.job is not None] + spent:
             with contextlib.suppress(Exception):  # best effort: the run is over either way
                 job.cancel()
+        self._spend_predicted([att for att in live if att.job is not None])
         for req in [a.request for a in live] + [r for r, _ in waiting]:
-            if not req.future.done():
-                req.future.set_exception(BackendError("the run ended before this job finished"))
+            self._settle(req, error=BackendError("the run ended before this job finished"))
 
 
 _DEFERRED: list[DaemonPool] = []
@@ -433,8 +599,31 @@ class JobClient:
         return self._service.pools[name]
 
     def submit(self, name: str, batch: CircuitBatch) -> cf.Future:
+        """Run ``batch`` on pool ``name``; a ``Future`` of its ``BatchResult``. Under a usage meter
+        (``hqflow.usage.meter()``, bound where this is called) the job's usage, all its attempts, is recorded
+        into that meter before the future is done: the result's ``metadata["usage"]``, or a failed job's
+        ``exception.usage``."""
         self._pool(name)
-        return self._service.submit(name, batch, self.parent)
+        future = self._service.submit(name, batch, self.parent)
+        into = meters.current()
+        if into is None:
+            return future
+        metered = cf.Future()
+        metered.set_running_or_notify_cancel()  # as the service's: not cancellable
+
+        def hand_on(done: cf.Future) -> None:
+            error = done.exception()
+            try:
+                meters.record(getattr(error, "usage", None) if error is not None
+                              else done.result().metadata.get("usage"), into)
+            finally:  # the caller never waits forever, whatever the meter did
+                if error is not None:
+                    metered.set_exception(error)
+                else:
+                    metered.set_result(done.result())
+
+        future.add_done_callback(hand_on)
+        return metered
 
     def capabilities(self, name: str) -> Capabilities:
         return self._pool(name).capabilities

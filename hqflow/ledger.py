@@ -1,4 +1,5 @@
-"""A run's spend and budget: one ledger per run, charged before every priced job is submitted.
+"""A run's spend and budgets: one ledger per run, charged before every priced job is submitted (currency),
+and before every sampling job is submitted where the run has a shot budget (shots).
 
 Under the ``ray`` executor, fragments inside Ray workers submit jobs too, so the run's ledger lives in a Ray
 actor that every job service, the driver's and the workers', charges through ``RemoteLedger``.
@@ -14,16 +15,26 @@ class BudgetExceeded(BackendError):
     """A job would have taken the run's spend past its budget; it was not submitted."""
 
 
+def check_shot_budget(shot_budget) -> None:
+    """A shot budget is an integer >= 0 (0: exact jobs only) or None (no limit); else a one-line ``ValueError``."""
+    if shot_budget is not None and (isinstance(shot_budget, bool) or not isinstance(shot_budget, int)
+                                    or shot_budget < 0):
+        raise ValueError(f"shot_budget must be an integer >= 0 or None, got {shot_budget!r}")
+
+
 class Ledger:
-    """Spend in one currency, held to an optional budget. Thread-safe."""
+    """Spend in one currency, held to an optional budget, and shots, held to an optional shot budget.
+    Thread-safe."""
 
     blocking = False  # its calls never block (``RemoteLedger``'s do)
 
-    def __init__(self, budget: float | None = None):
+    def __init__(self, budget: float | None = None, shot_budget: int | None = None):
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0):
             raise ValueError(f"budget must be a number >= 0 or None, got {budget!r}")
-        self.budget = budget
+        check_shot_budget(shot_budget)
+        self.budget, self.shot_budget = budget, shot_budget
         self.spend, self.currency, self.refused = 0.0, None, 0
+        self.shots = 0  # shots charged against the shot budget (none are charged without one)
         self._lock = threading.Lock()
 
     def charge(self, amount: float, currency: str, what: str) -> str | None:
@@ -46,10 +57,28 @@ class Ledger:
         with self._lock:
             self.spend += delta
 
+    def charge_shots(self, shots: int, what: str) -> str | None:
+        """Count ``shots`` as spent; or, past the shot budget, count a refusal and say why (None: charged).
+        A job of no shots (exact values) is never refused."""
+        with self._lock:
+            if shots <= 0:
+                return None
+            if self.shot_budget is not None and self.shots + shots > self.shot_budget:
+                self.refused += 1
+                return (f"shot budget reached: {self.shots:,} of {self.shot_budget:,} shots spent; "
+                        f"the next job {what} would take {shots:,}")
+            self.shots += shots
+            return None
+
+    def adjust_shots(self, delta: int) -> None:
+        """A job reported the shots it took (or took none): replace its estimate (``delta`` = actual - estimate)."""
+        with self._lock:
+            self.shots += delta
+
     def figures(self) -> dict:
         with self._lock:
             return {"spend": self.spend, "currency": self.currency, "budget": self.budget,
-                    "refused_jobs": self.refused}
+                    "refused_jobs": self.refused, "shot_spend": self.shots, "shot_budget": self.shot_budget}
 
 
 class RemoteLedger:
@@ -58,16 +87,16 @@ class RemoteLedger:
 
     blocking = True
 
-    def __init__(self, actor, budget: float | None):
-        self.actor, self.budget = actor, budget
+    def __init__(self, actor, budget: float | None, shot_budget: int | None = None):
+        self.actor, self.budget, self.shot_budget = actor, budget, shot_budget
         self._final: dict | None = None  # the figures when the run's ledger was stopped
 
     @classmethod
-    def start(cls, budget: float | None) -> RemoteLedger:
+    def start(cls, budget: float | None, shot_budget: int | None = None) -> RemoteLedger:
         import ray
 
-        Ledger(budget)  # a bad budget fails here, in the caller
-        return cls(ray.remote(num_cpus=0)(Ledger).remote(budget), budget)
+        Ledger(budget, shot_budget)  # a bad budget fails here, in the caller
+        return cls(ray.remote(num_cpus=0)(Ledger).remote(budget, shot_budget), budget, shot_budget)
 
     def _call(self, method: str, *args):
         import ray
@@ -79,6 +108,12 @@ class RemoteLedger:
 
     def adjust(self, delta: float) -> None:
         self._call("adjust", delta)  # done before the job's result is handed on
+
+    def charge_shots(self, shots: int, what: str) -> str | None:
+        return self._call("charge_shots", shots, what)
+
+    def adjust_shots(self, delta: int) -> None:
+        self._call("adjust_shots", delta)
 
     def figures(self) -> dict:
         return dict(self._final) if self._final is not None else self._call("figures")

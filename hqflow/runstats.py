@@ -22,8 +22,9 @@ class RunStats:
 
     def extra(self, steps: int, service, pools: Mapping, moved: dict) -> dict:
         """``result.extra``, in this order: these counts, the ``steps`` taken from the stream, the job ``service``'s
-        counts and figures (``hqflow.jobs.JobService``: retries, failed and refused jobs, spend, budget), each
-        of the ``pools``' members' health, and the bytes the executor ``moved`` (Ray's object store)."""
+        counts and figures (``hqflow.jobs.JobService``: retries, failed and refused jobs, the service jobs, circuits
+        and shots its jobs used, spend and shot spend, budgets), each of the ``pools``' members' health, and the
+        bytes the executor ``moved`` (Ray's object store)."""
         jobs = service.stats
         return dict(max_admitted=self.max_admitted, executor=self.executor, completed_steps=self.completed,
                     steps=steps, **{k: v for k, v in jobs.items() if k != "jobs"}, quantum_jobs=jobs["jobs"],

@@ -124,8 +124,8 @@ class Scheduler:
         c = self.config
         self.service = JobService(self.pools, max_retries=c.max_retries, job_timeout=c.job_timeout,
                                   rows_per_job=c.rows_per_job, t0=self.t0, record=self.spans.append,
-                                  run_id=c.run_id or self.checkpoints.run_id, ledger=self.executor.ledger(c.budget),
-                                  now=self.clock.now)
+                                  run_id=c.run_id or self.checkpoints.run_id,
+                                  ledger=self.executor.ledger(c.budget, c.shot_budget), now=self.clock.now)
         self.stats = RunStats(self.config.executor.value)
         self.values = Values(self.graph, initial_state)
         self.window = Window(self.config, self.pools)

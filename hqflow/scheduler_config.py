@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from .collective import Compression
 from .config import as_type, check_ints
 from .executors import ExecutorKind
+from .ledger import check_shot_budget
 from .placement import Placement
 
 
@@ -62,6 +63,10 @@ class SchedulerConfig:
     budget: float | None = None
     """the most the run may spend on priced quantum jobs, in their backend's currency (``estimate_cost``);
     a job that would go past it is refused and the run stops with ``BudgetExceeded``, results kept"""
+    shot_budget: int | None = None
+    """the most shots the run may take on sampling quantum jobs (each job's predicted shots, ``Backend.usage``,
+    counted before it is submitted, then its reported ones); a job that would go past it is refused and the run
+    stops with ``BudgetExceeded``, results kept. Exact jobs take no shots and are never refused"""
 
     # -- the window of steps in flight (``hqflow.window``) --------------------------------------
     window: int | None = None
@@ -104,6 +109,7 @@ class SchedulerConfig:
         if self.budget is not None and (isinstance(self.budget, bool) or not isinstance(self.budget, (int, float))
                                         or self.budget < 0):
             raise ValueError(f"budget must be a number >= 0 or None, got {self.budget!r}")
+        check_shot_budget(self.shot_budget)
 
 
 def configure(config: SchedulerConfig | None, options: dict) -> SchedulerConfig:

@@ -79,3 +79,73 @@ def test_free_backends_are_not_priced_and_bad_budgets_are_refused():
     for bad in (-1, "ten", True):
         with pytest.raises(ValueError, match="budget must be a number"):
             hq.SchedulerConfig(budget=bad)
+
+
+def shot_actor(step):
+    batch = CircuitBatch.make(TEMPLATE, np.full((2, 1), 0.1 * step), shots=100, seed=step)
+    return {"y": float(hq.get_client().submit("qpu", batch).result().values.sum())}
+
+
+def _shot_graph(fn=shot_actor):
+    pipe = hq.Pipeline("shot-budgeted")
+    pipe.input("step", "scalar")
+    pipe.preprocess(fn, outputs={"y": "scalar"}, job_backends=("qpu",), name="actor")
+    pipe.output("actor.y")
+    return pipe.build()
+
+
+class Sampling(ReferenceBackend):
+    """The reference simulator, counting its jobs; ``reported``: the shots per circuit its results say."""
+
+    name = "sampling"
+
+    def __init__(self, reported=None):
+        super().__init__()
+        self.reported, self.submitted = reported, 0
+
+    def run(self, batch):
+        self.submitted += 1
+        res = super().run(batch)
+        if self.reported is not None:
+            res.metadata["shots"] = self.reported
+        return res
+
+
+@pytest.mark.parametrize("executor", ["sync", "local"])
+def test_a_shot_budget_for_half_the_jobs_stops_the_run_with_that_half_kept(executor):
+    backend = Sampling()  # 10 steps, one job of 2 rows x 100 shots each; the budget takes 5 of them
+    with pytest.raises(hq.RunFailed, match=r"shot budget reached: 1,000 of 1,000 shots spent; the next job "
+                                           r"on sampling would take 200") as info:
+        hq.run(_shot_graph(), [{"step": i} for i in range(10)], backends={"qpu": backend}, executor=executor,
+               shot_budget=1000)
+    partial = info.value.result
+    assert len(partial.outputs) == 5 and backend.submitted == 5
+    assert partial.extra["shot_spend"] == 1000 == partial.extra["shot_budget"]
+    assert partial.extra["shots"] == 1000 and partial.extra["refused_jobs"] == 1
+
+
+def test_reported_shots_replace_the_estimate_and_exact_runs_are_never_refused():
+    backend = Sampling(reported=25)  # each job says it took 25 shots a circuit, not the 100 asked for
+    result = hq.run(_shot_graph(), [{"step": i} for i in range(4)], backends={"qpu": backend}, executor="sync",
+                    shot_budget=350)  # each job is charged 200 before it runs, then the 50 it took
+    assert len(result.outputs) == 4 and result.extra["shot_spend"] == 4 * 50 == result.extra["shots"]
+    exact = hq.run(_graph(), [{"step": i} for i in range(4)], backends={"qpu": ReferenceBackend()}, executor="sync",
+                   shot_budget=0)
+    assert len(exact.outputs) == 4 and exact.extra["shot_spend"] == 0 and exact.extra["refused_jobs"] == 0
+
+
+def test_bad_shot_budgets_are_refused_in_one_line():
+    for bad in (-1, 1.5, "ten", True):
+        with pytest.raises(ValueError, match=r"^shot_budget must be an integer >= 0 or None, got .*$"):
+            hq.SchedulerConfig(shot_budget=bad)
+    assert hq.SchedulerConfig(shot_budget=10).shot_budget == 10
+
+
+@pytest.mark.ray
+def test_a_shot_budget_holds_for_jobs_submitted_in_ray_workers():
+    """Workers' job services charge the run's ledger actor (``RemoteLedger``)."""
+    with pytest.raises(hq.RunFailed, match=r"shot budget reached: 600 of 700 shots spent") as info:
+        hq.run(_shot_graph(), [{"step": i} for i in range(6)], backends={"qpu": "reference"}, executor="ray",
+               ray_num_cpus=2, shot_budget=700)
+    partial = info.value.result
+    assert len(partial.outputs) == 3 and partial.extra["shot_spend"] == 600 and partial.extra["refused_jobs"] == 1
