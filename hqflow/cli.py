@@ -15,6 +15,7 @@ import os
 import sys
 
 from . import __version__
+from .cli_cost import add_cost_arguments
 from .cli_plan import _spans, cmd_plan, fold, make_plan, with_options
 from .cli_pool import UsageError, backend_pool, check_backend, make_folder, show_figures, warn_secrets
 from .files import atomic_text
@@ -178,6 +179,7 @@ def _add_train(sub) -> None:
     tr.add_argument("--ray-address", metavar="ADDR", help="ray-actors or multi-learner: a Ray cluster to join "
                     "(host:port, ray://host:port or auto; default: a local Ray)")
     tr.add_argument("--json", action="store_true", help=_ONE_JSON_LINE)
+    add_cost_arguments(tr)
 
 
 def _amount(text: str) -> float:

@@ -27,6 +27,7 @@ import sys
 from hqflow.backends import BackendAccessError
 
 from .cli_plan import fold, plan_training
+from .cli_cost import cost_overrides
 from .cli_pool import UsageError, backend_pool, make_folder, make_member, show_figures, value as _value
 from .fragments import RunFailed
 from .jobs import BudgetExceeded
@@ -44,7 +45,8 @@ def _config(args, mod):
         if not sep or key not in fields:
             raise UsageError(f"--set {item!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(fields))}")
         overrides[key] = _value(text)
-    given = {"env": args.env, "seed": args.seed, "max_episodes": args.episodes, "backend": args.backend}
+    given = {"env": args.env, "seed": args.seed, "max_episodes": args.episodes, "backend": args.backend,
+             **cost_overrides(args)}
     overrides.update({k: v for k, v in given.items() if v is not None})
     try:
         return mod.Config(**overrides)
@@ -273,6 +275,12 @@ def cmd_train(args) -> int:
                "circuit_evals_per_s": round(out["circuit_evals_per_s"], 1), "run_dir": run.run_dir}
     if out.get("currency"):
         figures["spend"], figures["currency"] = round(out["spend"], 6), out["currency"]
+    used = out["usage"]
+    if used["circuits"]:  # jobs ran: what they used (list price where the backend prices its jobs)
+        figures.update(service_jobs=used["service_jobs"], circuits=used["circuits"], shots=used["shots"],
+                       list_cost=round(used["cost"], 6))
+        if used["currency"]:
+            figures["currency"] = used["currency"]
     if not args.json and figures["episodes_to_solve"] is None:
         figures["episodes_to_solve"] = f"not within {run.cfg.max_episodes} episodes"
     show_figures(args, figures, 22)
@@ -380,6 +388,8 @@ def _scheduler_options(args, run: _Run) -> None:
     """--budget and --ray-address, beside what --plan auto chose."""
     if args.budget is not None:
         run.scheduler["budget"] = args.budget
+    if args.shot_budget is not None:
+        run.scheduler["shot_budget"] = args.shot_budget
     if args.ray_address is not None:
         if getattr(run.distribution, "name", run.distribution) not in ("ray-actors", "multi-learner"):
             raise UsageError("--ray-address needs --distribution ray-actors or multi-learner (the other "
@@ -394,9 +404,11 @@ def _train(args, run: _Run, runner) -> dict:
     cfg, run_dir = run.cfg, run.run_dir
     if not args.resume and not run.placement.in_process:  # jobs: say what a step costs
         circuits, parameters = runner.circuits_per_env_step(run.algo, cfg)
+        how = (f"SPSA with {cfg.spsa_samples} directions" if cfg.gradient == "spsa" else
+               f"parameter shift over the policy circuit's {parameters} parameters")
         print(f"hqflow: an environment step runs about {circuits:.4g} circuits on {cfg.backend} (acting, and "
-              f"{run.algo}'s parameter-shift gradients over the policy circuit's {parameters} parameters); on a cloud "
-              "target each is a service job per measurement group", file=sys.stderr)
+              f"{run.algo}'s gradients by {how}); on a cloud target that takes one circuit per job (IonQ, "
+              "Quantinuum) each is a service job per measurement group", file=sys.stderr)
     with Progress(cfg.max_episodes, f"{run.algo} {cfg.env}") as bar, \
             run.watcher.sighup() if run.watcher is not None else contextlib.nullcontext():
         if run.watcher is not None:

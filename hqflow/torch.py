@@ -85,6 +85,14 @@ def seeded(*key):
         _SEEDED.reset(token)
 
 
+def seeded_part(index: int):
+    """A context for part ``index`` of work that runs on several threads inside ``seeded(*key)``: its own
+    counter, ``seeded(*key, "part", index)``, so each thread's jobs get the same seeds whatever the threads'
+    timing. Outside a ``seeded`` block: nothing."""
+    seeds = _SEEDED.get()
+    return contextlib.nullcontext() if seeds is None else seeded(*seeds.key, "part", index)
+
+
 def _key_int(v) -> int:
     if isinstance(v, str):
         return zlib.crc32(v.encode())

@@ -36,9 +36,11 @@ BOUNDS = {
     "eps_start": (0, 1), "eps_min": (0, 1), "eps_decay": (0, 1, "(]"), "critic_hidden": (1, 4096),
     "num_steps": (1, 10**6), "update_epochs": (1, 1000), "num_minibatches": (1, 10**6), "gae_lambda": (0, 1),
     "clip_coef": (0, 10, "(]"), "ent_coef": (0, 100), "vf_coef": (0, 100), "max_grad_norm": (0, 1e6, "(]"),
+    "shots": (1, 10**7), "spsa_samples": (1, 1000), "spsa_epsilon": (0, 3.2, "(]"),
 }
 """The hyperparameters' ranges, checked at construction (``hqflow.config.check_fields``): a bad ``--set`` is
 refused before a run starts."""
+GRADIENTS = ("param-shift", "spsa")
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,17 @@ class Config:
     """solved when the mean return of the last ``solve_window`` episodes reaches the env's threshold"""
     stop_when_solved: bool = True
     """stop training at the first update after which the agent counts as solved"""
+    shots: int | None = None
+    """shots per circuit: each value an estimate from this many samples (None: exact values where the backend
+    has them; a cloud target's own default where it has not)"""
+    gradient: str = "param-shift"
+    """the policy circuit's gradient: "param-shift" (exact rule: 1 + 2 x parameters circuits per row; on an
+    in-process simulator with exact values, autograd) or "spsa" (``spsa_samples`` random directions shared by all
+    rows: 2 x spsa_samples circuits per row, whatever the parameter count; an estimate)"""
+    spsa_samples: int = 2
+    """spsa: the directions per update (each costs 2 circuits per row)"""
+    spsa_epsilon: float = 0.1
+    """spsa: the perturbation's size (radians)"""
 
     CONTINUOUS: ClassVar[bool] = False
     """whether the algorithm trains environments with continuous actions"""
@@ -93,6 +106,8 @@ class Config:
             raise ValueError(f"{self.env} has continuous actions (a Box of {spec.n_actions}); train it with --algo ppo")
         if self.encoding is not None and self.encoding not in ENCODINGS:
             raise ValueError(f"unknown encoding {self.encoding!r}; known: {', '.join(ENCODINGS)}")
+        if self.gradient not in GRADIENTS:
+            raise ValueError(f"unknown gradient {self.gradient!r}; known: {', '.join(GRADIENTS)}")
         self.check(spec)
 
     def check(self, spec: EnvSpec) -> None:
@@ -110,6 +125,14 @@ def setting(cfg: Config, name: str):
         return value
     table = type(cfg).ENV_DEFAULTS
     return table.get(cfg.env, table["*"])[name]
+
+
+def circuit_options(cfg: Config) -> dict:
+    """The policy circuit's ``QuantumLayer`` settings: shots and gradient estimator."""
+    from hqflow.gradients import Spsa
+
+    return {"shots": cfg.shots, "gradient": cfg.gradient,
+            "spsa": Spsa(cfg.spsa_samples, cfg.spsa_epsilon) if cfg.gradient == "spsa" else None}
 
 
 def params(module: torch.nn.Module) -> dict[str, torch.Tensor]:

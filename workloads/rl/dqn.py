@@ -140,7 +140,7 @@ def make_policy(cfg: Config, backend=None) -> QValuePQC:
     spec, backend = cfg.spec, cfg.backend if backend is None else backend
     return QValuePQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
                      encoding=setting(cfg, "encoding"), observables=observables(cfg), backend=backend,
-                     seed=cfg.seed)
+                     seed=cfg.seed, circuit=algorithm.circuit_options(cfg))
 
 
 def make_optimizer(policy, cfg: Config) -> torch.optim.Optimizer:

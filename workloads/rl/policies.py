@@ -79,7 +79,8 @@ class Acting:
 class _PQC(Acting, QuantumLayer):
     """The shared body: scaled, encoded states -> expectation values [B, n_obs]; the circuit layer itself."""
 
-    def __init__(self, n_qubits, n_layers, observables, encoding, backend, seed, dtype, output: list[float]):
+    def __init__(self, n_qubits, n_layers, observables, encoding, backend, seed, dtype, output: list[float],
+                 circuit: dict | None = None):
         if encoding not in ENCODINGS:
             raise ValueError(f"unknown encoding {encoding!r}; known: {', '.join(ENCODINGS)}")
         if not isinstance(backend, str) and not is_backend(backend):
@@ -87,7 +88,8 @@ class _PQC(Acting, QuantumLayer):
         template = pqc_template(n_qubits, n_layers, observables)
         gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
         weights = torch.rand(template.n_weights, generator=gen, dtype=dtype) * math.pi
-        QuantumLayer.__init__(self, template, backend, weights=weights, dtype=dtype, gradient_in_forward=True)
+        QuantumLayer.__init__(self, template, backend, weights=weights, dtype=dtype, gradient_in_forward=True,
+                              **(circuit or {}))  # shots and gradient estimator (QuantumLayer's keywords)
         self.n_qubits, self.n_layers, self.encoding = n_qubits, n_layers, encoding
         self.input_scaling = nn.Parameter(torch.ones(n_layers, n_qubits, dtype=dtype))
         self.n_actions, self.output = len(output), nn.Parameter(torch.tensor(output, dtype=dtype))  # readout w
@@ -140,9 +142,9 @@ class SoftmaxPQC(_PQC):
 
     def __init__(self, n_qubits: int = 4, n_layers: int = 5, n_actions: int = 2, encoding: str = "plain",
                  beta: float = 1.0, observable: str | None = None, backend="compiled",
-                 seed: int | None = None, dtype: torch.dtype = torch.float32):
+                 seed: int | None = None, dtype: torch.dtype = torch.float32, circuit: dict | None = None):
         super().__init__(n_qubits, n_layers, None if observable is None else [observable], encoding, backend,
-                         seed, dtype, [(-1.0) ** a for a in range(n_actions)])
+                         seed, dtype, [(-1.0) ** a for a in range(n_actions)], circuit)
         self.beta = float(beta)
 
     def logits(self, states: torch.Tensor) -> torch.Tensor:
@@ -163,11 +165,12 @@ class QValuePQC(_PQC):
 
     def __init__(self, n_qubits: int = 4, n_layers: int = 5, n_actions: int = 2, encoding: str = "plain",
                  observables=("Z0 Z1", "Z2 Z3"), backend="compiled", seed: int | None = None,
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, circuit: dict | None = None):
         if len(observables) != n_actions:
             raise ValueError(f"QValuePQC needs one observable per action: {n_actions} actions, "
                              f"{len(observables)} observables")
-        super().__init__(n_qubits, n_layers, list(observables), encoding, backend, seed, dtype, [1.0] * n_actions)
+        super().__init__(n_qubits, n_layers, list(observables), encoding, backend, seed, dtype, [1.0] * n_actions,
+                         circuit)
 
     def forward(self, states: torch.Tensor) -> torch.Tensor:
         """Q-values [B, n_actions]."""
@@ -179,11 +182,12 @@ class GaussianPQC(_PQC):
     state-independent log standard deviation per dimension (CleanRL's continuous PPO head), starting at 0 (std 1)."""
 
     def __init__(self, n_qubits: int = 3, n_layers: int = 5, n_actions: int = 1, encoding: str = "plain",
-                 backend="compiled", seed: int | None = None, dtype: torch.dtype = torch.float32):
+                 backend="compiled", seed: int | None = None, dtype: torch.dtype = torch.float32,
+                 circuit: dict | None = None):
         if n_actions > n_qubits:
             raise ValueError(f"GaussianPQC reads one qubit per action dimension: {n_actions} > {n_qubits} qubits")
         super().__init__(n_qubits, n_layers, [f"Z{i}" for i in range(n_actions)], encoding, backend, seed, dtype,
-                         [1.0] * n_actions)
+                         [1.0] * n_actions, circuit)
         self.log_std = nn.Parameter(torch.zeros(n_actions, dtype=dtype))
 
     def forward(self, states: torch.Tensor) -> torch.Tensor:

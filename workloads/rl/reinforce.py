@@ -39,6 +39,7 @@ from hqflow.workloads.rl.envs import EnvSpec, FreshEnvs, ObsEncoder, reset_finis
 from hqflow.workloads.rl.policies import SoftmaxPQC
 
 from hqflow.jobs import current_client
+from hqflow.torch import seeded_part
 
 NORMALIZE = ("batch", "episode", "none")
 
@@ -107,7 +108,7 @@ def make_policy(cfg: Config, backend=None) -> SoftmaxPQC:
     spec, backend = cfg.spec, cfg.backend if backend is None else backend
     return SoftmaxPQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
                       encoding=cfg.encoding, beta=cfg.beta, backend=backend, seed=cfg.seed,
-                      dtype=getattr(torch, cfg.dtype))
+                      dtype=getattr(torch, cfg.dtype), circuit=algorithm.circuit_options(cfg))
 
 
 def make_optimizer(policy, cfg: Config) -> torch.optim.Optimizer:
@@ -194,7 +195,8 @@ _POOLS: dict[int, cf.ThreadPoolExecutor] = {}
 
 def run_groups(fn: Callable, items: Sequence) -> list:
     """``[fn(item) for item in items]``, the items side by side: the first on this thread, the
-    others on worker threads that share this thread's context (its job client) and its grad mode."""
+    others on worker threads that share this thread's context (its job client, its usage meter) and its grad
+    mode; each item's jobs are seeded as its own part (``hqflow.torch.seeded_part``)."""
     if len(items) == 1:
         return [fn(items[0])]
     workers = len(items) - 1
@@ -202,12 +204,17 @@ def run_groups(fn: Callable, items: Sequence) -> list:
         _POOLS[workers] = cf.ThreadPoolExecutor(workers, thread_name_prefix="hqflow-actor-group")
     grad = torch.is_grad_enabled()
 
-    def call(item, ctx):
+    def call(index, ctx):  # each group counts its own jobs' seeds (seeded_part): timing changes none
         with torch.set_grad_enabled(grad):
-            return ctx.run(fn, item)
+            return ctx.run(lambda: _part(fn, items[index], index))
 
-    futures = [_POOLS[workers].submit(call, item, contextvars.copy_context()) for item in items[1:]]
-    return [fn(items[0])] + [f.result() for f in futures]
+    futures = [_POOLS[workers].submit(call, k, contextvars.copy_context()) for k in range(1, len(items))]
+    return [_part(fn, items[0], 0)] + [f.result() for f in futures]
+
+
+def _part(fn: Callable, item, index: int):
+    with seeded_part(index):
+        return fn(item)
 
 
 def _work(label: str):

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 
 import numpy as np
 import torch
-from hqflow.backends import is_backend
+from hqflow.backends import Usage, is_backend
 from hqflow.ir import Graph
 
 import hqflow as hq
@@ -36,7 +36,8 @@ from hqflow.collective import replica
 from hqflow.distribution import get_distribution
 from hqflow.executors import ExecutorKind, make_backend
 from hqflow.scheduler import Scheduler
-from hqflow.torch import ReducedGradients, differentiates
+from hqflow import usage
+from hqflow.torch import ReducedGradients, differentiates, seeded
 from hqflow.workloads.rl.algorithm import Algorithm, load_params
 from hqflow.workloads.rl.algorithm import params as _params
 from hqflow.workloads.rl.envs import EnvImportError
@@ -200,18 +201,21 @@ def _scratch(algo: str, cfg, local: str | None, role: str):
 
 
 def rollout(params, step, algo, cfg, local=None):
-    """The actor: run the environments with ``params``."""
+    """The actor: run the environments with ``params``; what its jobs used."""
     policy, _, envs = _scratch(algo, cfg, local, "actor")
     load_params(policy, params)
-    return {"batch": algorithm(algo).act(policy, envs, cfg, int(step), None)[0]}
+    with usage.meter() as used, seeded(cfg.seed, int(step), "act"):  # shot seeds: a function of (seed, step)
+        batch = algorithm(algo).act(policy, envs, cfg, int(step), None)[0]
+    return {"batch": batch, "usage": used.total}
 
 
 def rollout_carry(params, carry, step, algo, cfg, local=None):
     """The actor of an algorithm that carries state between updates (``init_carry``)."""
     policy, _, envs = _scratch(algo, cfg, local, "actor")
     load_params(policy, params)
-    batch, carry = algorithm(algo).act(policy, envs, cfg, int(step), carry["value"])
-    return {"batch": batch, "carry": {"value": carry}}
+    with usage.meter() as used, seeded(cfg.seed, int(step), "act"):
+        batch, carry = algorithm(algo).act(policy, envs, cfg, int(step), carry["value"])
+    return {"batch": batch, "carry": {"value": carry}, "usage": used.total}
 
 
 def learn(batch, params, opt, extra, step, algo, cfg, local=None):
@@ -226,7 +230,7 @@ def learn(batch, params, opt, extra, step, algo, cfg, local=None):
     if left < 1:  # admitted before the run stopped at its episode budget: nothing of it is part of the run
         return {"params": params, "opt": opt, "extra": extra, "report": {
             "returns": [], "lengths": [], "env_steps": 0, "env_steps_taken": 0, "circuit_evals": 0,
-            "loss": float("nan"), "losses": {}}}
+            "loss": float("nan"), "losses": {}, "usage": Usage()}}
     batch = mod.within_budget(batch, cfg, left)  # the budget's last rollout stops on its last episode
     policy, optimizer, _ = _scratch(algo, cfg, local, "learner")
     load_params(policy, params)
@@ -234,7 +238,8 @@ def learn(batch, params, opt, extra, step, algo, cfg, local=None):
     rep = replica()
     sharded = shard_rows(policy, *((rep.rank, rep.size) if rep is not None else (None,)))
     try:
-        with ReducedGradients(policy, sharded) if rep is not None else contextlib.nullcontext():
+        with ReducedGradients(policy, sharded) if rep is not None else contextlib.nullcontext(), \
+                usage.meter() as used, seeded(cfg.seed, int(step), "learn"):  # every replica: the same seeds
             metrics, value = mod.learn(policy, optimizer, batch, cfg, extra["value"], int(step))
     finally:
         shard_rows(policy, None)
@@ -242,7 +247,8 @@ def learn(batch, params, opt, extra, step, algo, cfg, local=None):
               "lengths": [int(n) for n in batch.episode_lengths], "env_steps": int(batch.n_steps),
               "env_steps_taken": int(batch.n_steps if batch.steps_taken < 0 else batch.steps_taken),
               "circuit_evals": int(batch.circuit_evals) + int(metrics.get("circuit_evals", 0)),  # + the learner's
-              "loss": float(metrics["loss"]), "losses": {k: float(v) for k, v in metrics["losses"].items()}}
+              "loss": float(metrics["loss"]), "losses": {k: float(v) for k, v in metrics["losses"].items()},
+              "usage": used.total}
     return {"params": _params(policy), "opt": copy.deepcopy(optimizer.state_dict()),
             "extra": {"value": value, "episodes": extra["episodes"] + len(batch.episode_returns)}, "report": report}
 
@@ -256,7 +262,7 @@ def build_graph(algo: str, cfg, staleness: int = 0, job_backends: tuple[str, ...
     pipe = hq.Pipeline(f"{algo}_{cfg.env}")
     pipe.input("step", "scalar")
     pipe.preprocess(rollout_carry if carries else rollout, name="rollout", params=params, job_backends=job_backends,
-                    outputs={"batch": "any", "carry": "any"} if carries else {"batch": "any"})
+                    outputs={"batch": "any", "usage": "any"} | ({"carry": "any"} if carries else {}))
     pipe.learn(learn, outputs={"params": "any", "opt": "any", "extra": "any", "report": "any"},
                resource="gpu", params=params, job_backends=job_backends)
     pipe.loop("learn.params", "rollout.params", max_staleness=staleness)
@@ -267,6 +273,7 @@ def build_graph(algo: str, cfg, staleness: int = 0, job_backends: tuple[str, ...
         pipe.output("rollout.carry")
     for port in ("params", "opt", "extra", "report"):
         pipe.output(f"learn.{port}")
+    pipe.output("rollout.usage")
     return pipe.build()
 
 
@@ -291,8 +298,9 @@ def circuits_per_env_step(algo: str, cfg) -> tuple[float, int]:
 
     mod = algorithm(algo)
     template = next(m.template for m in mod.make_policy(cfg).modules() if isinstance(m, _PQC))  # (no backend made)
-    batch, _ = param_shift(template, np.zeros((1, template.n_inputs)), np.zeros(template.n_weights), wrt="both")
-    return mod.circuits_per_step(cfg, batch.size), template.n_inputs + template.n_weights
+    rows = 2 * cfg.spsa_samples if cfg.gradient == "spsa" else param_shift(
+        template, np.zeros((1, template.n_inputs)), np.zeros(template.n_weights), wrt="both")[0].size
+    return mod.circuits_per_step(cfg, rows), template.n_inputs + template.n_weights
 
 
 # --- a run directory's run ----------------------------------------------------------------
@@ -459,6 +467,7 @@ class _Tally:
     update: int = -1
     solved_at: int | None = None
     spend: float = 0.0
+    usage: dict = dataclasses.field(default_factory=lambda: Usage().as_dict())  # the jobs' totals (Usage)
     metrics: list = dataclasses.field(default_factory=list)
 
     @classmethod
@@ -518,6 +527,7 @@ class _Tally:
         spend, currency = self.spent()
         if currency is not None:  # priced jobs: the run's spend so far
             row["spend"], row["currency"] = round(spend, 6), currency
+        self._used(out.get("usage", Usage()) + report.get("usage", Usage()), row)
         self.metrics.append(row)  # checkpoints hold every row: a resume rewrites metrics.jsonl from them
         rd.log(row, _scalars(row, n), self.env_steps)
         if (self.update + 1) % checkpoint_every == 0:
@@ -528,6 +538,17 @@ class _Tally:
                 shown["spend"] = row["spend"]
             progress(len(self.returns), shown)
 
+    def _used(self, used: Usage, row: dict) -> None:
+        """An update's usage into the totals, and (once the run has used a service) into its row."""
+        total = Usage(**self.usage) + used
+        self.usage = total.as_dict()
+        if total.circuits:
+            row.update(service_jobs=used.service_jobs, circuits=used.circuits, shots=used.shots,
+                       list_cost=round(used.cost, 6), service_jobs_total=total.service_jobs,
+                       shots_total=total.shots, list_cost_total=round(total.cost, 6))
+            if total.currency is not None:
+                row["currency"] = total.currency
+
     def summary(self, run: Setup, distribution: str, result) -> dict:
         seconds = self.elapsed()
         spend, currency = self.spent()
@@ -537,7 +558,9 @@ class _Tally:
                 "env_steps_taken": self.env_steps_taken, "env_steps_taken_per_s": self.env_steps_taken / seconds,
                 "circuit_evals": self.circuit_evals, "circuit_evals_per_s": self.circuit_evals / seconds,
                 "params": self.state["learn.params"], "spans": result.spans, "stats": result.extra,
-                "spend": spend, "currency": currency}
+                "spend": spend, "currency": currency, "usage": self.usage,
+                "usage_per_episode": {k: v / max(1, len(self.returns)) for k, v in self.usage.items()
+                                      if k != "currency"}}
 
 
 def _scalars(row: dict, window: int) -> list[tuple[str, float]]:
@@ -551,4 +574,6 @@ def _scalars(row: dict, window: int) -> list[tuple[str, float]]:
         out.append((f"charts/mean_return_{window}", row[f"mean_return_{window}"]))
     if "spend" in row:
         out.append(("charts/spend", row["spend"]))
+    out += [(f"cost/{k}", row[k]) for k in ("service_jobs", "circuits", "shots", "list_cost", "list_cost_total")
+            if k in row]
     return out
