@@ -31,6 +31,7 @@ from .cli_cost import cost_overrides
 from .cli_pool import UsageError, backend_pool, make_folder, make_member, show_figures, value as _value
 from .fragments import RunFailed
 from .jobs import BudgetExceeded
+from .ledger import ShotBudgetExceeded
 
 
 class RunStopped(RuntimeError):
@@ -389,6 +390,9 @@ def _scheduler_options(args, run: _Run) -> None:
     if args.budget is not None:
         run.scheduler["budget"] = args.budget
     if args.shot_budget is not None:
+        if run.placement.in_process:
+            raise UsageError(f"--shot-budget counts the shots of a job backend's jobs (emulated-qpu, azure:TARGET, a "
+                             f"pool): {run.cfg.backend!r} runs in process")
         run.scheduler["shot_budget"] = args.shot_budget
     if args.ray_address is not None:
         if getattr(run.distribution, "name", run.distribution) not in ("ray-actors", "multi-learner"):
@@ -420,7 +424,8 @@ def _train(args, run: _Run, runner) -> dict:
                                 tensorboard=args.tensorboard, resources=run.watcher, backends=run.placement,
                                 **run.scheduler)
         except RunFailed as exc:
-            what = ("raise --budget" if _caused_by(exc, BudgetExceeded) else
+            what = ("raise --shot-budget" if _caused_by(exc, ShotBudgetExceeded) else
+                    "raise --budget" if _caused_by(exc, BudgetExceeded) else
                     "check the credentials and the endpoint" if _caused_by(exc, BackendAccessError) else
                     "fix the backend")
             raise RunStopped(f"training stopped: {exc} ({_kept(run_dir)}: {what}, then hqflow train --resume "

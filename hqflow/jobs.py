@@ -49,7 +49,7 @@ from . import usage as meters
 
 from .dispatch import Member, Pool
 from .lanes import Lane
-from .ledger import BudgetExceeded, Ledger
+from .ledger import BudgetExceeded, Ledger, ShotBudgetExceeded
 from .outcome import CANCELLED, OK, TIMEOUT, Outcome
 from .threads import DaemonPool
 from .trace import Span
@@ -292,7 +292,7 @@ class JobService:
         if shots:
             refusal = self.ledger.charge_shots(shots, f"on {handle.name}")
             if refusal:
-                raise BudgetExceeded(refusal)
+                raise ShotBudgetExceeded(refusal)
             att.shots = shots
         return shots
 

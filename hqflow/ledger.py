@@ -15,6 +15,10 @@ class BudgetExceeded(BackendError):
     """A job would have taken the run's spend past its budget; it was not submitted."""
 
 
+class ShotBudgetExceeded(BudgetExceeded):
+    """A job would have taken the run's shots past its shot budget; it was not submitted."""
+
+
 def check_shot_budget(shot_budget) -> None:
     """A shot budget is an integer >= 0 (0: exact jobs only) or None (no limit); else a one-line ``ValueError``."""
     if shot_budget is not None and (isinstance(shot_budget, bool) or not isinstance(shot_budget, int)

@@ -414,6 +414,8 @@ def _train(run: Setup, rd: RunDir, ckpt, distribution, checkpoint_every, progres
     tally = _Tally.of(ckpt or {}, run, state)
     if ckpt is not None and scheduler.get("budget") is not None:  # the whole run's: what the resumed part may spend
         scheduler["budget"] = max(0.0, scheduler["budget"] - tally.spend)
+    if ckpt is not None and scheduler.get("shot_budget") is not None:  # likewise in shots
+        scheduler["shot_budget"] = max(0, scheduler["shot_budget"] - tally.usage["shots"])
     pools = None if placement.specs == (placement.name,) else {placement.name: list(placement.specs)}
     part = {"distribution": policy.name, "distribution_options": dataclasses.asdict(policy),  # a placement
             "backends": json_pools(pools)}
