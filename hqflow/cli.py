@@ -15,7 +15,7 @@ import os
 import sys
 
 from . import __version__
-from .cli_cost import add_cost_arguments
+from .cli_cost import add_cost_arguments, add_dry_run_arguments, dry_run_tally
 from .cli_plan import _spans, cmd_plan, fold, make_plan, with_options
 from .cli_pool import UsageError, backend_pool, check_backend, make_folder, show_figures, warn_secrets
 from .files import atomic_text
@@ -179,6 +179,7 @@ def _add_train(sub) -> None:
     tr.add_argument("--ray-address", metavar="ADDR", help="ray-actors or multi-learner: a Ray cluster to join "
                     "(host:port, ray://host:port or auto; default: a local Ray)")
     tr.add_argument("--json", action="store_true", help=_ONE_JSON_LINE)
+    add_dry_run_arguments(tr)
     add_cost_arguments(tr)
 
 
@@ -352,12 +353,7 @@ def _dry_run(args, cfg):
     none), and the ``Tally`` the jobs are priced into."""
     if not hasattr(cfg, "backend"):
         raise UsageError(f"workload {args.workload!r} runs no quantum jobs to price")
-    from hqflow.backends import register_backend
-    from hqflow.backends.dryrun import DryRunBackend, Tally
-
-    tally = Tally()
-    register_backend("dry-run", lambda target=None, **o: DryRunBackend(target, tally, **o), listed=False,
-                     suffix="target")
+    tally = dry_run_tally()
     return dataclasses.replace(cfg, backend=f"dry-run:{cfg.backend}"), tally
 
 

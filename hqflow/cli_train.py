@@ -23,8 +23,9 @@ import itertools
 import json
 import os
 import sys
+import tempfile
 
-from hqflow.backends import BackendAccessError
+from hqflow.backends import BackendAccessError, BackendError
 
 from .cli_plan import fold, plan_training
 from .cli_cost import cost_overrides
@@ -257,6 +258,8 @@ def cmd_train(args) -> int:
 
     if (args.max_staleness is not None or args.profile) and not args.plan:
         raise UsageError("--max-staleness and --profile go with --plan auto")
+    if args.dry_run:
+        return _dry_run(args, runner)
     run = _resumed_run(args, runner) if args.resume else _new_run(args, runner)
     if run is None:
         return 0
@@ -285,6 +288,40 @@ def cmd_train(args) -> int:
     if not args.json and figures["episodes_to_solve"] is None:
         figures["episodes_to_solve"] = f"not within {run.cfg.max_episodes} episodes"
     show_figures(args, figures, 22)
+    return 0
+
+
+def _dry_run(args, runner) -> int:
+    """--dry-run: ``--dry-run-updates`` updates on ``dry-run:<backend>`` in a scratch directory, and what the whole
+    run would use (nothing is submitted; no run directory is kept)."""
+    from .cli_cost import dry_run_tally, projection
+
+    if args.resume or args.plan or args.resources or args.run_dir:
+        raise UsageError("--dry-run keeps no run: give ENV and its settings, not --resume, --plan, --resources or "
+                         "--run-dir")
+    if not args.env:
+        raise UsageError("--dry-run needs an environment (cartpole, acrobot, a gymnasium id, ...)")
+    try:
+        mod = runner.algorithm(args.algo or "reinforce")
+    except (ValueError, ImportError) as exc:
+        raise UsageError(str(exc)) from None
+    cfg = _config(args, mod)
+    tally, dry = dry_run_tally(), f"dry-run:{cfg.backend}"
+    small = dataclasses.replace(cfg, backend=dry, stop_when_solved=False,
+                                max_episodes=args.dry_run_updates * mod.episodes_per_update(cfg))
+    placement = _placement(runner, dry, backend_pool(args, name=dry, check=False), "--backend")
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            out = runner.train(mod.name, small, _distribution(args), run_dir=scratch, tensorboard=False,
+                               backends=placement)
+        except (ValueError, BackendError) as exc:
+            raise UsageError(f"--dry-run: {exc}") from None
+        finally:
+            placement.close()
+    figures = projection(out, cfg, cfg.spec.max_episode_steps(), runner.circuits_per_env_step(mod.name, cfg)[0])
+    if not args.json:
+        print(tally.table())
+    show_figures(args, figures, 36)
     return 0
 
 
