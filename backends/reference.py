@@ -8,7 +8,10 @@ multiplies by the (batched) gate matrix, and moves them back.
 Shot mode samples honestly from the exact distribution: for each Pauli term
 ``P`` the ±1 outcome of measuring ``P`` is drawn ``shots`` times with
 ``p(+1) = (1 + <P>) / 2``, each term with its own shots; counts are drawn from
-the computational-basis probabilities.
+the computational-basis probabilities. A batch with ``row_seeds`` samples row i
+from ``row_seeds[i]`` alone (``backends/sampling.py``), with the same estimator,
+so its results do not depend on how the batch was cut; without them, one
+generator seeded ``batch.seed`` draws for the whole batch.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import numpy as np
 from hqflow.ir.gates import PAULIS, gate_matrix
 
 from .base import BatchResult, Capabilities, CircuitBatch, LocalBackend, pm1_variance
+from .sampling import multinomial_rows, sample_terms
 
 
 def initial_state(batch: int, n_qubits: int) -> np.ndarray:
@@ -64,7 +68,8 @@ class ReferenceBackend(LocalBackend):
 
     def __init__(self, max_qubits: int = 20):
         super().__init__()
-        self._caps = Capabilities("reference", max_qubits=max_qubits, exact=True, shots=True)
+        self._caps = Capabilities("reference", max_qubits=max_qubits, exact=True, shots=True,
+                                  row_seeded=True)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -73,6 +78,8 @@ class ReferenceBackend(LocalBackend):
     def run(self, batch: CircuitBatch) -> BatchResult:
         t = batch.template
         state = simulate(batch)
+        if batch.shots is not None and batch.row_seeds is not None:
+            return _row_seeded(batch, state)
         rng = np.random.default_rng(batch.seed)
         if not t.observables:
             probs = probabilities(state)
@@ -101,3 +108,16 @@ class ReferenceBackend(LocalBackend):
         if batch.shots is None:
             return BatchResult(values=values)
         return BatchResult(values=values, stderr=np.sqrt(variance))
+
+
+def _row_seeded(batch: CircuitBatch, state: np.ndarray) -> BatchResult:
+    """Shots drawn per row from ``batch.row_seeds``: counts, or every Pauli term's exact value sampled."""
+    t = batch.template
+    if not t.observables:
+        return BatchResult(counts=multinomial_rows(batch.row_seeds, probabilities(state), batch.shots))
+    terms = [term for obs in t.observables for term in obs.terms]
+    exact = np.ones((batch.size, len(terms)))
+    for col, term in enumerate(terms):
+        if term.paulis:
+            exact[:, col] = pauli_expectation(state, term.paulis)
+    return sample_terms(t, exact, batch.shots, batch.row_seeds)

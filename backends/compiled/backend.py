@@ -6,6 +6,7 @@ import torch
 from hqflow.ir.circuit import CircuitTemplate
 
 from ..base import BackendError, BatchResult, Capabilities, CircuitBatch, LocalBackend, pm1_variance
+from ..sampling import multinomial_rows, sample_terms
 from . import config
 from .program import (
     CompiledProgram,
@@ -25,6 +26,11 @@ class CompiledBackend(LocalBackend):
     honestly from the exact distribution, as ``reference`` does: counts from the
     probabilities, and each Pauli term's ±1 outcome ``shots`` times. Batches are
     run in chunks of at most ``max_amplitudes`` amplitudes (rows x 2**n).
+
+    A shot batch with ``row_seeds`` samples row i from ``row_seeds[i]`` alone (``backends/sampling.py``),
+    so its results do not depend on how the batch was cut. Its exact values are computed in complex128
+    whatever ``dtype`` (single precision changes a row's values in the 7th digit with the batch's size,
+    which would move a draw now and then), grouped by shared weight rows as exact batches are.
     """
 
     name = "compiled"
@@ -42,7 +48,7 @@ class CompiledBackend(LocalBackend):
             raise BackendError(f"max_qubits must be an int between 1 and {config.MAX_QUBITS}, got {max_qubits!r}")
         self.max_amplitudes = int(max_amplitudes)
         self._caps = Capabilities("compiled", max_qubits=int(max_qubits), exact=True, shots=True,
-                                  gradient="autograd", device=str(self.device))
+                                  gradient="autograd", device=str(self.device), row_seeded=True)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -57,6 +63,8 @@ class CompiledBackend(LocalBackend):
 
     def run(self, batch: CircuitBatch) -> BatchResult:
         t = batch.template
+        if batch.shots is not None and batch.row_seeds is not None:
+            return self._run_row_seeded(batch)
         prog = self.program(t)
         if batch.shots is None and batch.weights.ndim == 2:
             grouped = _by_shared_weights(batch)
@@ -86,6 +94,35 @@ class CompiledBackend(LocalBackend):
                 return BatchResult(values=prog(batch.inputs, batch.weights).double().cpu().numpy())
             exact = prog.term_values(batch.inputs, batch.weights).double().cpu().numpy()  # [B, n_terms]
         return _sample_terms(t, exact, batch.shots, rng)
+
+    def _run_row_seeded(self, batch: CircuitBatch) -> BatchResult:
+        """Exact values in complex128 (grouped by shared weights where rows share few), then each row's
+        shots drawn from its own seed."""
+        t = batch.template
+        exact = self._exact(batch, "term_values" if t.observables else "probs", torch.complex128)
+        if t.observables:
+            res = sample_terms(t, exact, batch.shots, batch.row_seeds)
+        else:
+            res = BatchResult(counts=multinomial_rows(batch.row_seeds, exact, batch.shots))
+        res.metadata.update(backend=self.name, dtype="complex128", device=str(self.device))
+        return res
+
+    def _exact(self, batch: CircuitBatch, method: str, dtype: torch.dtype) -> np.ndarray:
+        """``prog.<method>`` (``term_values`` or ``probs``) of every row as float64 ``[B, k]``: per group of
+        rows that share a weight row where ``_by_shared_weights`` finds few, each in chunks of at most
+        ``max_amplitudes`` amplitudes."""
+        prog = self.program(batch.template, dtype)
+        grouped = _by_shared_weights(batch) if batch.weights.ndim == 2 else None
+        chunk = max(1, self.max_amplitudes // 2**batch.template.n_qubits)
+        out = None
+        for rows, part in grouped or [(slice(None), batch)]:
+            with torch.no_grad():
+                vals = [getattr(prog, method)(b.inputs, b.weights).double().cpu().numpy() for b in part.split(chunk)]
+            vals = vals[0] if len(vals) == 1 else np.concatenate(vals)
+            if out is None:
+                out = np.empty((batch.size, vals.shape[1]))
+            out[rows] = vals
+        return out
 
 
 def _by_shared_weights(batch: CircuitBatch):
