@@ -195,7 +195,7 @@ def frugal_config(mod, cfg, spec, bounds):
     if settings.get("groups", 1) != 1:
         lines[-1] += f" (but {settings['groups']} actor groups, as configured)"
     longest = cfg.spec.max_episode_steps()
-    for label, length in (("per state", 1), (f"per episode of {longest} steps", longest)):
+    for label, length in (("per state", 1), (f"per episode of {longest} steps (the longest)", longest)):
         if length:
             lines.append(f"  {label}: {_use(chosen.per_episode(length))}")
     print("hqflow: --objective cost chose:\n" + "\n".join(lines), file=sys.stderr)

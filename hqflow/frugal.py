@@ -69,7 +69,8 @@ class Frugal:
 
     def settings(self) -> dict:
         """The config fields this choice sets (``groups`` where the algorithm has it)."""
-        return {"gradient": self.gradient, "shots": self.shots, "spsa_samples": self.spsa_samples, "groups": 1}
+        return {"gradient": self.gradient, "shots": self.shots, "spsa_samples": self.spsa_samples,
+                "groups": self.groups}
 
     def per_episode(self, length: float) -> dict:
         """The predicted use of one episode of ``length`` states."""
@@ -82,16 +83,17 @@ class Frugal:
 def _gradient(parameters: int, bounds: Bounds, gradient: str, k: int) -> tuple[str, int, str, str]:
     """``(gradient, k, why the gradient, why k)``."""
     low = k if bounds.spsa_samples is None else bounds.spsa_samples[0]
-    why_k = f"{k}: as configured" if bounds.spsa_samples is None else f"{low}: the fewest in the range"
+    offered = {"param-shift": 1 + 2 * parameters, "spsa": 2 * low}
     if bounds.gradients is None:
-        return gradient, low if gradient == "spsa" else k, f"{gradient}: as configured (no gradients offered)", why_k
-    ps, spsa = 1 + 2 * parameters, 2 * low
-    offered = {"param-shift": ps, "spsa": spsa}
-    chosen = min((g for g in GRADIENTS if g in bounds.gradients), key=offered.get)
-    others = ", ".join(f"{g}'s {offered[g]}" for g in bounds.gradients if g != chosen)
-    why = (f"{chosen}: {offered[chosen]} circuits per state (1 + 2 x {parameters} parameters)" if chosen == "param-shift"
-           else f"{chosen}: {offered[chosen]} circuits per state (2 x {low} directions)")
-    return chosen, low if chosen == "spsa" else k, why + (f", against {others}" if others else ""), why_k
+        chosen, why = gradient, f"{gradient}: as configured (no gradients offered)"
+    else:
+        chosen = min((g for g in GRADIENTS if g in bounds.gradients), key=offered.get)  # a tie: parameter shift
+        how = f"1 + 2 x {parameters} parameters" if chosen == "param-shift" else f"2 x {low} directions"
+        others = "".join(f", against {g}'s {offered[g]}" for g in bounds.gradients if g != chosen)
+        why = f"{chosen}: {offered[chosen]} circuits per state ({how}){others}"
+    if chosen != "spsa" or bounds.spsa_samples is None:
+        return chosen, k, why, f"{k}: as configured" + ("" if chosen == "spsa" else f" (unused by {chosen})")
+    return chosen, low, why, f"{low}: the fewest in the range"
 
 
 def _price(backend, one_row: CircuitBatch, shots: int | None):
@@ -106,25 +108,26 @@ def _shots(backend, one_row: CircuitBatch, bounds: Bounds, shots: int | None) ->
     lo, hi = bounds.shots
     cap = backend.capabilities.max_shots
     if cap is not None and lo > cap:
-        raise ValueError(f"the shots range starts at {lo}, above {backend.name}'s most shots a circuit ({cap})")
+        raise ValueError(f"the shots range starts at {lo}, above the most shots {backend.name} takes a circuit, {cap}")
     capped = f" (capped at {backend.name}'s most, {cap})" if cap is not None and hi > cap else ""
     hi = hi if cap is None else min(hi, cap)
     if not backend.priced:
         return hi, f"{hi}: {backend.name} does not price its jobs, so the most in the range{capped}"
     try:
-        floor = _price(backend, one_row, lo).amount
-        flat = lambda s: _price(backend, one_row, s).amount <= floor + 1e-9 * max(1.0, abs(floor))  # noqa: E731
+        at_lo = _price(backend, one_row, lo)
+        floor, price = at_lo.amount, f"{at_lo.amount:.4g} {at_lo.currency}"
+        good, bad = lo, hi + 1  # the price is monotone in shots: the largest at the lower bound's price
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            flat = _price(backend, one_row, mid).amount <= floor + 1e-9 * max(1.0, abs(floor))
+            good, bad = (mid, bad) if flat else (good, mid)
     except BackendError as exc:
         return hi, f"{hi}: {backend.name} cannot price this circuit ({exc}), so the most in the range{capped}"
-    good, bad = lo, hi + 1  # the price is monotone in shots: the largest at the lower bound's price
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        good, bad = (mid, bad) if flat(mid) else (good, mid)
     if good == hi:
-        return hi, f"{hi}: a circuit costs {floor:.4g} at every shots in the range, so the most{capped}"
+        return hi, f"{hi}: a circuit costs {price} at any shots in the range, so the most{capped}"
     if good == lo:
-        return lo, f"{lo}: a circuit's price rises from the lower bound's {floor:.4g}, so the fewest"
-    return good, (f"{good}: the most shots at the lower bound's price, {floor:.4g} a circuit (a per-job minimum: "
+        return lo, f"{lo}: a circuit's price rises from the lower bound's {price}, so the fewest"
+    return good, (f"{good}: the most shots at the lower bound's price, {price} a circuit (a per-job minimum: "
                   f"fewer save nothing, more cost more)")
 
 

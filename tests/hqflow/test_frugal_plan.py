@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import hqflow as hq
-from hqflow.backends import Backend, Capabilities, CircuitBatch, Cost, FutureJob
+from hqflow.backends import Backend, BackendError, Capabilities, CircuitBatch, Cost, FutureJob
 from hqflow.backends.emulated import EmulatedQPU
 from hqflow.costmodel import predict
 from hqflow.frugal import Bounds, choose
@@ -72,7 +72,7 @@ def test_a_free_or_unpriced_backend_gives_the_upper_bound_and_max_shots_caps_it(
     capped = choose(_Priced(None, max_shots=1000), ONE, P, Bounds(shots=(100, 5000)))
     assert capped.shots == 1000 and "capped" in capped.reasons["shots"]
     assert choose(ionq(0.039886, max_shots=2000), ONE, P, Bounds(shots=(100, 5000))).shots == 2000  # under the floor
-    with pytest.raises(ValueError, match="above priced's most shots a circuit"):
+    with pytest.raises(ValueError, match="above the most shots priced takes a circuit, 50"):
         choose(_Priced(None, max_shots=50), ONE, P, Bounds(shots=(100, 5000)))
 
 
@@ -87,6 +87,7 @@ def test_a_free_or_unpriced_backend_gives_the_upper_bound_and_max_shots_caps_it(
 def test_the_gradient_with_the_fewest_circuits_per_state(gradients, k, expected):
     chosen = choose(_Priced(None), ONE, P, Bounds(gradients=gradients, spsa_samples=k), spsa_samples=5)
     assert (chosen.gradient, chosen.spsa_samples) == expected
+    assert ("unused" in chosen.reasons["spsa_samples"]) == (chosen.gradient == "param-shift")
     rows = 2 * chosen.spsa_samples if chosen.gradient == "spsa" else 1 + 2 * P
     assert chosen.circuits_per_state == 1 + rows  # one to act, the gradient's rows
 
@@ -166,3 +167,13 @@ def test_the_predicted_usage_is_what_a_real_run_counts(member):
         assert guess.circuits == real.extra["circuits"] == steps * cfg.batch and guess.shots == 0
         assert guess.service_jobs == (steps * cfg.batch if member == "per-row" else jobs)
     assert real.extra["service_jobs"] == (steps * cfg.batch if member == "per-row" else steps * 3)
+
+
+def test_a_circuit_the_backend_cannot_price_gets_the_upper_bound_and_says_why():
+    class Unpriceable(_Priced):
+        def estimate_cost(self, batch):
+            raise BackendError("no price for this target")
+
+    chosen = choose(Unpriceable(lambda s: 1.0), ONE, P, Bounds(shots=(100, 300)))
+    assert chosen.shots == 300 and "no price for this target" in chosen.reasons["shots"]
+    assert chosen.cost_per_state is None
