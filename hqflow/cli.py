@@ -15,7 +15,7 @@ import os
 import sys
 
 from . import __version__
-from .cli_cost import add_cost_arguments, add_dry_run_arguments, dry_run_tally
+from .cli_cost import add_cost_arguments, add_dry_run_arguments, add_frugal_arguments, dry_run_tally
 from .cli_plan import _spans, cmd_plan, fold, make_plan, with_options
 from .cli_pool import UsageError, backend_pool, check_backend, make_folder, show_figures, warn_secrets
 from .files import atomic_text
@@ -181,6 +181,7 @@ def _add_train(sub) -> None:
     tr.add_argument("--json", action="store_true", help=_ONE_JSON_LINE)
     add_dry_run_arguments(tr)
     add_cost_arguments(tr)
+    add_frugal_arguments(tr)
 
 
 def _amount(text: str) -> float:

@@ -91,3 +91,125 @@ def projection(out: dict, cfg, longest: int | None, circuits_per_step: float) ->
             figures[f"{k}_bound_at_{longest}_steps"] = round(v * scale * cfg.max_episodes, 2)
     figures["currency"] = used["currency"]
     return figures
+
+
+def _range(text: str) -> tuple[int, int]:
+    """An argparse type: ``LO:HI`` with ``1 <= LO <= HI`` integers, as a tuple."""
+    lo, sep, hi = text.partition(":")
+    try:
+        bound = (int(lo), int(hi)) if sep else None
+    except ValueError:
+        bound = None
+    if bound is None or not 1 <= bound[0] <= bound[1]:
+        raise argparse.ArgumentTypeError(f"expected LO:HI with 1 <= LO <= HI, got {text!r}")
+    return bound
+
+
+def _gradients(text: str) -> tuple[str, ...]:
+    from .frugal import GRADIENTS
+
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",")))
+    if not names or set(names) - set(GRADIENTS):
+        raise argparse.ArgumentTypeError(f"expected {' and/or '.join(GRADIENTS)}, comma-separated, got {text!r}")
+    return names
+
+
+def add_frugal_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--objective`` and the bounds it may choose within: ``--gradients``, ``--shots-range``,
+    ``--spsa-samples-range`` (``hqflow train --plan auto``)."""
+    group = parser.add_argument_group("what --plan auto minimizes", "--objective cost chooses the gradient, shots "
+                                      "and packing within the bounds given; a setting without one stays as configured")
+    group.add_argument("--objective", choices=["time", "cost"], help="with --plan auto: time (default: the scheduler "
+                       "knobs for the shortest run) or cost (first the fewest circuits and the cheapest shots within "
+                       "the bounds, then the scheduler knobs for time)")
+    group.add_argument("--gradients", type=_gradients, metavar="LIST", help="with --objective cost: the gradients "
+                       "it may choose, e.g. param-shift,spsa (default: the configured one)")
+    group.add_argument("--shots-range", type=_range, metavar="LO:HI", help="with --objective cost: "
+                       "the shots it may choose (default: the configured shots)")
+    group.add_argument("--spsa-samples-range", type=_range, metavar="LO:HI",
+                       help="with --objective cost: the SPSA directions it may choose (default: the configured)")
+
+
+def frugal_bounds(args):
+    """The ``hqflow.frugal.Bounds`` the flags give (None: not ``--objective cost``); a bound without
+    ``--plan auto --objective cost``, or beside the setting it bounds, is a usage error."""
+    from .cli_pool import UsageError
+    from .frugal import Bounds
+
+    given = {"--gradients": args.gradients, "--shots-range": args.shots_range,
+             "--spsa-samples-range": args.spsa_samples_range}
+    if args.objective is not None and not args.plan:
+        raise UsageError("--objective goes with --plan auto")
+    if args.objective != "cost":
+        flag = next((f for f, v in given.items() if v is not None), None)
+        if flag:
+            raise UsageError(f"{flag} goes with --plan auto --objective cost")
+        return None
+    for flag, fixed in (("--gradients", "--gradient"), ("--shots-range", "--shots"),
+                        ("--spsa-samples-range", "--spsa-samples")):
+        if given[flag] is not None and getattr(args, fixed[2:].replace("-", "_")) is not None:
+            raise UsageError(f"give {fixed} or {flag}, not both")
+    return Bounds(args.gradients, args.shots_range, args.spsa_samples_range)
+
+
+def policy_template(mod, cfg):
+    """The circuit template of ``mod``'s policy for ``cfg`` (no backend made)."""
+    from hqflow.workloads.rl.policies import _PQC
+
+    return next(m.template for m in mod.make_policy(cfg).modules() if isinstance(m, _PQC))
+
+
+def frugal_config(mod, cfg, spec, bounds):
+    """``cfg`` with the settings ``hqflow.frugal.choose`` makes for the backend ``spec`` (a name or ``(name,
+    options)``, made here once) within ``bounds``; each choice, its reason and the predicted use per episode
+    are printed (stderr)."""
+    import dataclasses
+    import sys
+
+    import numpy as np
+
+    from hqflow.backends import BackendError, CircuitBatch
+
+    from .cli_pool import UsageError, make_member
+    from .frugal import choose
+
+    template = policy_template(mod, cfg)
+    one = CircuitBatch.make(template, np.zeros((1, template.n_inputs)), np.zeros(template.n_weights), shots=cfg.shots)
+    backend = make_member(spec)
+    try:
+        chosen = choose(backend, one, template.n_inputs + template.n_weights, bounds, gradient=cfg.gradient,
+                        shots=cfg.shots, spsa_samples=cfg.spsa_samples,
+                        circuits_per_state=lambda rows: mod.circuits_per_step(cfg, rows))
+    except (BackendError, ValueError) as exc:
+        raise UsageError(f"--objective cost: {exc}") from None
+    finally:
+        backend.close()
+    settings = {k: v for k, v in chosen.settings().items() if hasattr(cfg, k)}
+    if getattr(cfg, "groups", None) is not None:  # set by the user: kept
+        settings["groups"] = cfg.groups
+    try:
+        cfg = dataclasses.replace(cfg, **settings)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"--objective cost: {exc}") from None
+    lines = [f"  {k:<13} {chosen.reasons[k]}" for k in ("gradient", "spsa_samples", "shots", "packing")]
+    if settings.get("groups", 1) != 1:
+        lines[-1] += f" (but {settings['groups']} actor groups, as configured)"
+    longest = cfg.spec.max_episode_steps()
+    for label, length in (("per state", 1), (f"per episode of {longest} steps (the longest)", longest)):
+        if length:
+            lines.append(f"  {label}: {_use(chosen.per_episode(length))}")
+    print("hqflow: --objective cost chose:\n" + "\n".join(lines), file=sys.stderr)
+    return cfg
+
+
+def _use(used: dict) -> str:
+    """Predicted use as text: circuits, shots, service jobs and list price where known."""
+    def n(x: float) -> str:
+        return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+    text = f"{n(used['circuits'])} circuits, {n(used['shots'])} shots"
+    if used["service_jobs"] is not None:
+        text += f", {n(used['service_jobs'])} service jobs"
+    if used["cost"] is not None:
+        text += f", {used['cost']:,.2f} {used['currency']} at list price"
+    return text

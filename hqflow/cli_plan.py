@@ -134,7 +134,8 @@ def cmd_plan(args) -> int:
     figures = {"workload": name, "steps": cfg.steps, "staleness": chosen.staleness,
                "prefetch": chosen.config.prefetch, "rows_per_job": chosen.config.rows_per_job,
                "cpu_workers": chosen.config.cpu_workers, "members": {p: list(map(str, m)) for p, m in chosen.members},
-               "predicted_s": round(chosen.prediction.makespan, 4), "predicted_spend": chosen.prediction.spend}
+               "predicted_s": round(chosen.prediction.makespan, 4), "predicted_spend": chosen.prediction.spend,
+               **{f"predicted_{k}": getattr(chosen.prediction, k) for k in ("service_jobs", "circuits", "shots")}}
     if not args.json:
         print(f"plan for {name}, {cfg.steps} steps\n{chosen}")
     if args.measure:
@@ -155,16 +156,19 @@ def cmd_plan(args) -> int:
 
 
 def plan_training(algo: str, cfg, backends, *, profile_path: str | None = None, max_staleness: int | None = None,
-                  calibrate_updates: int = 3):
+                  calibrate_updates: int = 3, objective: str = "time"):
     """How ``hqflow train --plan auto`` runs: ``(plan, distribution, scheduler options, backends)``, planned
     from ``profile_path``'s profile, else from ``calibrate_updates`` updates of the default distribution.
     The planner searches staleness up to ``max_staleness`` (default: the default distribution's), the actor
-    slots, prefetch, rows per job and the pool's members."""
+    slots, prefetch, rows per job and the pool's members, for the shortest run; ``objective="cost"`` keeps a
+    step's rows in one job (the fewest service jobs: ``cfg`` already holds ``hqflow.frugal``'s choice)."""
     import hqflow as hq
     from hqflow.distribution import get_distribution
     from hqflow.planner import apply, calibration, with_staleness
     from hqflow.workloads.rl import runner
 
+    if objective not in ("time", "cost"):
+        raise ValueError(f"objective must be time or cost, got {objective!r}")
     run = runner.setup(algo, cfg, backends)  # (its members serve the calibration runs too)
     mod, in_process, default, resolved = run.algo, run.placement.in_process, run.default_distribution(), run.cfg
     bound = default.staleness if max_staleness is None else max_staleness
@@ -187,7 +191,7 @@ def plan_training(algo: str, cfg, backends, *, profile_path: str | None = None, 
     finally:
         run.placement.close()
     try:
-        chosen = hq.plan(graph, updates, prof, max_staleness=bound)
+        chosen = hq.plan(graph, updates, prof, max_staleness=bound, rows_per_job=(None,) if objective == "cost" else None)
     except (KeyError, ValueError) as exc:
         raise UsageError(f"cannot plan the training: {str(exc).strip(QUOTES)}") from None
     actors = chosen.config.cpu_workers

@@ -227,17 +227,28 @@ def _caused_by(exc: BaseException, kind: type) -> bool:
 
 
 def _planned(args, algo, cfg, pool, watcher, distribution):
-    """``--plan auto``: ``(distribution, pool, scheduler options)`` the cost model chooses (``hqflow plan``)."""
+    """``--plan auto``: ``(distribution, pool, scheduler options, config)`` the cost model chooses (``hqflow
+    plan``); with ``--objective cost`` the config first takes the estimator's settings ``hqflow.frugal`` chooses
+    within the bounds given. Without ``--plan``: as given (its flags refused)."""
+    from .cli_cost import frugal_bounds, frugal_config
+
+    bounds = frugal_bounds(args)
+    if not args.plan:
+        return distribution, pool, {}, cfg
     if distribution != "auto" or args.staleness is not None:
         raise UsageError("--plan auto chooses the distribution: give --max-staleness, not --distribution or "
                          "--staleness")
     if watcher is not None:
         raise UsageError("--plan auto chooses the pool's members and --resources names them: give one of the two")
+    if bounds is not None:
+        from hqflow.workloads.rl import runner
+
+        cfg = frugal_config(runner.algorithm(algo), cfg, pool[0] if pool else cfg.backend, bounds)
     chosen, distribution, options, backends = plan_training(
         algo, cfg, None if pool is None else {cfg.backend: pool}, profile_path=args.profile,
-        max_staleness=args.max_staleness)
+        max_staleness=args.max_staleness, objective=args.objective or "time")
     print(f"{chosen}\n", file=sys.stderr)
-    return distribution, None if backends is None else backends.get(cfg.backend, pool), options
+    return distribution, None if backends is None else backends.get(cfg.backend, pool), options, cfg
 
 
 @dataclasses.dataclass
@@ -384,9 +395,7 @@ def _new_run(args, runner) -> _Run:
         pool = backend_pool(args, check=False)
     distribution = _distribution(args)
     _in_process(distribution, watcher)
-    scheduler = {}
-    if args.plan:
-        distribution, pool, scheduler = _planned(args, algo, cfg, pool, watcher, distribution)
+    distribution, pool, scheduler, cfg = _planned(args, algo, cfg, pool, watcher, distribution)
     placement = _placement(runner, cfg.backend, pool, "--resources" if watcher is not None else "--backend")
     run_dir = args.run_dir
     if run_dir is None:  # runs/ALGO-ENV-seedN, then -2, -3, ... : never over an earlier run

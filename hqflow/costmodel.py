@@ -7,8 +7,10 @@ plus the scheduler's overhead (one that submits jobs itself alternates slices of
 jobs); a quantum job waits out its member's queue, then holds a device for ``per_job + per_row * rows
 + per_shot * rows * shots``; work computed on this machine shares its CPUs. Where a member fails jobs,
 ``REPLAYS`` runs with seeded failures are averaged. So a rule changed in the scheduler changes the
-prediction with it. Not modelled: ``job_timeout``, budgets (``spend`` is predicted instead) and
-running out of retries.
+prediction with it. What the jobs use on their services is counted by the simulated job service from each
+job's ``usage``: its rows as circuits, its shots (a fragment's own jobs: the profile's shots per circuit),
+and its service jobs as the profile fitted them (else one a job). Not modelled: ``job_timeout``, budgets
+(``spend`` is predicted instead) and running out of retries.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from hqflow.backends import Backend, BatchResult, Capabilities, CircuitBatch, FutureJob, JobFailed
+from hqflow.backends import Backend, BatchResult, Capabilities, CircuitBatch, FutureJob, JobFailed, Usage
 from hqflow.ir.circuit import CircuitTemplate
 from hqflow.ir.graph import CircuitCall, Graph
 
@@ -51,6 +53,12 @@ class Prediction:
     device seconds spread over the pools' devices, Q a job's seconds with its queue"""
     jobs: int = 0
     """quantum jobs, retries not counted"""
+    service_jobs: int = 0
+    """service jobs the jobs create (``BackendProfile.service_jobs``), retries included"""
+    circuits: int = 0
+    """circuits the jobs run (their rows), retries included"""
+    shots: int = 0
+    """shots over those circuits (0: exact values); ``spend`` is their list price where the members are priced"""
 
 
 @dataclass(frozen=True)
@@ -135,6 +143,10 @@ class _SimBackend(Backend):
             return _Price(0.0)
         return _Price(self.p.price(batch.size, batch.shots) / max(1e-9, 1.0 - self.fails))
 
+    def usage(self, batch: CircuitBatch) -> Usage:
+        """Its rows as circuits, and the service jobs the profile fitted for that many rows."""
+        return Usage.of(batch, self.p.service_jobs(batch.size))
+
     def submit(self, batch: CircuitBatch) -> FutureJob:
         future: cf.Future = cf.Future()
         # the dispatch takes ``overhead``; a job sent ahead (prefetch) has it behind the running one
@@ -191,8 +203,8 @@ class _SimExecutor(SyncExecutor):
             seconds = self.profile.fragment(fragment.name).seconds
             self.clock.at(now + overhead, lambda: host.run(seconds, lambda: future.set_result(outputs)))
             return future
-        pool, rounds, size, piece = self.nested[fragment.name]
-        batch = CircuitBatch(CircuitTemplate(1, ()), np.zeros((size, 0)), np.zeros(0))
+        pool, rounds, size, piece, shots = self.nested[fragment.name]
+        batch = CircuitBatch(CircuitTemplate(1, ()), np.zeros((size, 0)), np.zeros(0), shots or None)
 
         def round_(left: int) -> None:  # a slice of the call's own work is done: its job goes out
             job = client.submit(pool, batch)
@@ -213,7 +225,8 @@ class _SimExecutor(SyncExecutor):
 
 
 def _nested(graph: Graph, profile: Profile) -> dict:
-    """Classical fragments that submit jobs themselves: name -> (pool, rounds, rows per job, seconds per round)."""
+    """Classical fragments that submit jobs themselves: name -> (pool, rounds, rows per job, seconds per round,
+    shots per circuit)."""
     out = {}
     for f in graph.fragments:
         if isinstance(f, CircuitCall) or not f.job_backends:
@@ -224,7 +237,7 @@ def _nested(graph: Graph, profile: Profile) -> dict:
             continue
         if p.jobs > 0 and p.classical is not None:
             rounds = max(1, round(p.jobs))
-            out[f.name] = (f.job_backends[0], rounds, max(1, round(p.rows)), p.classical / rounds)
+            out[f.name] = (f.job_backends[0], rounds, max(1, round(p.rows)), p.classical / rounds, round(p.shots))
     return out
 
 
@@ -261,7 +274,8 @@ def predict(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig 
     makespan = sum(r[1] for r in runs) / len(runs)
     utilization = {k: sum(r[2].get(k, 0.0) for r in runs) / len(runs) for k in runs[0][2]}
     bound = _bound(graph, steps, profile, config, chosen, nested, n_rows)
-    return Prediction(makespan, utilization, runs[0][3], bound, runs[0][4])
+    used = {k: round(sum(r[0].extra.get(k, 0) for r in runs) / len(runs)) for k in ("service_jobs", "circuits", "shots")}
+    return Prediction(makespan, utilization, runs[0][3], bound, runs[0][4], **used)
 
 
 def simulate(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig = SchedulerConfig(), *,
@@ -389,7 +403,7 @@ def _bound(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig, 
             d, q = d + dd, q + qq
             continue
         if f.name in nested:
-            pool_name, rounds, size, piece = nested[f.name]
+            pool_name, rounds, size, piece, _ = nested[f.name]
             dd, qq = job(pools[pool_name], size)
             own, d, q = piece * rounds, d + dd * rounds, q + qq
         else:

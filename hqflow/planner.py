@@ -63,7 +63,8 @@ class Plan:
                 ("window", "auto" if self.config.window is None else str(self.config.window))]
         rows += [(f"pool {name}", ", ".join(map(str, m)) or "-") for name, m in self.members]
         rows += [("predicted makespan", f"{p.makespan:.3f} s (bound {p.bound:.3f} s)"),
-                 ("predicted spend", f"{p.spend:.4g}"), ("jobs", str(p.jobs))]
+                 ("predicted spend", f"{p.spend:.4g}"), ("jobs", str(p.jobs)),
+                 ("predicted usage", f"{p.service_jobs:,} service jobs, {p.circuits:,} circuits, {p.shots:,} shots")]
         rows += [(f"utilization {k}", f"{v:.0%}") for k, v in p.utilization.items()]
         rows += [("candidates", str(self.candidates))]
         width = max(len(k) for k, _ in rows)
@@ -99,8 +100,10 @@ def _workers(graph: Graph) -> list[int]:
 
 def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time", budget: float | None = None,
          max_staleness: int | None = None, config: SchedulerConfig = SchedulerConfig(executor="local"),
-         rows: int | Mapping[str, int] = 1, prefetch: tuple[int, ...] = PREFETCH) -> Plan:
-    """The best configuration the cost model finds (see the module docstring); ``prefetch``: the values tried."""
+         rows: int | Mapping[str, int] = 1, prefetch: tuple[int, ...] = PREFETCH,
+         rows_per_job: Sequence[int | None] | None = None) -> Plan:
+    """The best configuration the cost model finds (see the module docstring); ``prefetch``: the values tried;
+    ``rows_per_job``: the values tried (default: None and the largest step cut into 2 .. the pool's devices)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0):
@@ -116,7 +119,10 @@ def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time",
             raise ValueError(f"no profile of a backend in pool {name!r}: calibrate with a run that uses it")
     devices = sum(max(1, b.devices) for b in profile.backends if b.pool.name in pools)
     subsets = [[c for k in range(len(n), 0, -1) for c in itertools.combinations(n, k)] for n in pools.values()]
-    space = itertools.product(range(limit + 1), prefetch, _cuts(rows, devices), _workers(graph),
+    cuts = _cuts(rows, devices) if rows_per_job is None else list(rows_per_job)
+    if not cuts:
+        raise ValueError("rows_per_job must give at least one value to try (None: all rows in one job)")
+    space = itertools.product(range(limit + 1), prefetch, cuts, _workers(graph),
                               itertools.product(*subsets))  # each pool's subsets of members, the largest first
 
     def score(candidate, horizon: int):

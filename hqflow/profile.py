@@ -3,7 +3,8 @@
 ``profile(spans)`` fits a :class:`BackendProfile` per pool member and a :class:`FragmentProfile` per
 classical fragment and resource from a run's spans. A job's time past its queue (``Span.device``, else its
 seconds less ``Span.queued``), its price (``Span.cost``) and its computation here (``Span.compute``) are each
-fitted as ``per_job + per_row * rows + per_shot * rows * shots`` (:func:`_fit`). Where every job had the same
+fitted as ``per_job + per_row * rows + per_shot * rows * shots`` (:func:`_fit`), and the service jobs it created
+(``Span.service_jobs``, where the spans say) as ``per_job + per_row * rows``. Where every job had the same
 rows the time is all ``per_job``: a calibration that cuts some jobs smaller tells the two apart.
 
 Profiles are saved as JSON (``save``/``load``; version 1 files still load) and combined with ``merged``,
@@ -56,6 +57,10 @@ class BackendProfile:
     compute_per_shot: float | None = None
     """CPU seconds a job computes on this machine beside its device time (it ends when both are done), fitted
     the same way; None: not measured (the backend does not say, or the profile is older), merged as unknown"""
+    service_jobs_per_job: float | None = None
+    service_jobs_per_row: float | None = None
+    """service jobs one job creates on its service, fitted as ``per_job + per_row * rows`` from the spans'
+    ``service_jobs``; None: no span said (a job is one service job)"""
 
     def __post_init__(self):  # names as a user writes them ("qpu:emulated-qpu#1") become lanes
         for name in ("backend", "pool"):
@@ -70,6 +75,12 @@ class BackendProfile:
     def seconds(self, rows: int, shots: int | None = None) -> float:
         """Predicted seconds of one job of ``rows`` circuits, queue included."""
         return self.queue + self.per_job + self.per_row * rows + self.per_shot * rows * (shots or 0)
+
+    def service_jobs(self, rows: int) -> int:
+        """Predicted service jobs of one job of ``rows`` circuits (at least 1; 1 where not measured)."""
+        if self.service_jobs_per_job is None:
+            return 1
+        return max(1, round(self.service_jobs_per_job + (self.service_jobs_per_row or 0.0) * rows))
 
     def price(self, rows: int, shots: int | None = None) -> float:
         """Predicted spend of one job (0 where unpriced)."""
@@ -93,6 +104,8 @@ class FragmentProfile:
     """circuits per such job, on average"""
     classical: float | None = None
     """seconds of a call outside its own jobs (None: it submits none)"""
+    shots: float = 0.0
+    """shots per circuit of such jobs, on average (0: exact values)"""
 
 
 @dataclass(frozen=True)
@@ -274,9 +287,11 @@ def profile(spans: list[Span]) -> Profile:
         X = np.column_stack([np.ones(len(ok)), rows, rows * np.array([s.shots or 0 for s in ok], dtype=float)])
         held = _fitted(ok, X, lambda s: s.device if s.device is not None else s.seconds - (s.queued or 0.0))
         price, compute = _fitted(ok, X, lambda s: s.cost), _fitted(ok, X, lambda s: s.compute)
+        service = _fitted(ok, X[:, :2], lambda s: s.service_jobs)
         backends.append(BackendProfile(lane, attempts[0].resource, float(np.mean([s.queued or 0.0 for s in ok])),
                                        *held, failed / len(attempts), *(price or (None, 0.0, 0.0)), len(attempts),
-                                       len({s.lane for s in attempts}), *(compute or (None,) * 3)))
+                                       len({s.lane for s in attempts}), *(compute or (None,) * 3),
+                                       *(service or (None, None))))
     fragments = []
     for name, resource in dict.fromkeys((s.fragment, s.resource.kind) for s in spans
                                         if not s.resource.quantum and s.parent_lane is None):
@@ -287,9 +302,10 @@ def profile(spans: list[Span]) -> Profile:
         times = np.array([s.seconds for s in calls])
         own = [_own_jobs(c, jobs) for c in calls]
         n_jobs = np.array([len(j) for j in own], dtype=float)
-        nested = () if not n_jobs.sum() else (  # its own jobs per call, their rows, its seconds outside them
+        nested = () if not n_jobs.sum() else (  # its own jobs per call, their rows, its seconds outside them, shots
             float(n_jobs.mean()), float(np.mean([s.rows for j in own for s in j])),
-            max(0.0, float(np.mean([c.seconds - _covered(j) for c, j in zip(calls, own)]))))
+            max(0.0, float(np.mean([c.seconds - _covered(j) for c, j in zip(calls, own)]))),
+            float(np.mean([s.shots or 0 for j in own for s in j])))
         fragments.append(FragmentProfile(name, resource, float(times.mean()), float(times.std()), len(times), *nested))
     return Profile(tuple(backends), tuple(fragments), rows=tuple(step_rows(spans).items()))
 

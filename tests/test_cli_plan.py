@@ -112,3 +112,51 @@ def test_train_plan_usage_errors(extra, words, capsys, tmp_path):
     assert main([*TRAIN, "--run-dir", str(tmp_path / "r"), *extra]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and words in err, err
+
+
+FRUGAL = ["train", "cartpole", "--backend", "emulated-qpu", "--backend-opt", "per_job=0", "--plan", "auto",
+          "--objective", "cost", "--gradients", "param-shift,spsa", "--shots-range", "100:5000", "--episodes", "4",
+          "--set", "n_layers=1", "--set", "batch_episodes=2", "--no-tensorboard", "--json"]
+
+
+def test_train_objective_cost_chooses_within_the_bounds_prints_why_and_predicts_the_usage(tmp_path, capsys):
+    assert main([*FRUGAL, "--run-dir", str(tmp_path / "r")]) == 0
+    captured = capsys.readouterr()
+    err = captured.err
+    for words in ("--objective cost chose", "gradient      spsa: 4 circuits per state", "against param-shift's 57",
+                  "shots         5000: emulated-qpu does not price its jobs", "packing", "per episode of 500 steps",
+                  "rows per job                  all", "predicted usage"):
+        assert words in err, words
+    saved = json.loads((tmp_path / "r" / "config.json").read_text())["config"]
+    assert (saved["gradient"], saved["shots"], saved["spsa_samples"], saved["groups"]) == ("spsa", 5000, 2, 1)
+    figures = json.loads(captured.out.strip().splitlines()[-1])
+    line = next(x for x in err.splitlines() if x.startswith("predicted usage")).split()
+    jobs, circuits, shots = (int(line[k].replace(",", "")) for k in (2, 5, 7))
+    assert shots == 5000 * circuits and figures["shots"] == 5000 * figures["circuits"]
+    # the rollouts' and learner's own jobs are modelled by their mean rounds and rows per call: close, not exact
+    assert figures["service_jobs"] == pytest.approx(jobs, rel=0.25)
+    assert figures["circuits"] == pytest.approx(circuits, rel=0.25)
+
+
+def test_plan_json_gives_the_predicted_usage(capsys):
+    assert main(["plan", "vqe", "--steps", "4", "--calibrate", "3", "--json", *POOL]) == 0
+    figures = _json(capsys)
+    assert figures["predicted_service_jobs"] >= 4 and figures["predicted_circuits"] >= figures["predicted_service_jobs"]
+    assert figures["predicted_shots"] == 0  # exact values
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--plan", "auto", "--objective", "cost", "--shots-range", "0:10"], "expected LO:HI with 1 <= LO <= HI"),
+    (["--plan", "auto", "--objective", "cost", "--spsa-samples-range", "4"], "expected LO:HI with 1 <= LO <= HI"),
+    (["--plan", "auto", "--objective", "cost", "--gradients", "foo"], "expected param-shift and/or spsa"),
+    (["--plan", "auto", "--shots-range", "100:200"], "--shots-range goes with --plan auto --objective cost"),
+    (["--gradients", "spsa"], "--gradients goes with --plan auto --objective cost"),
+    (["--objective", "cost"], "--objective goes with --plan auto"),
+    (["--plan", "auto", "--objective", "cost", "--shots", "10", "--shots-range", "10:20"],
+     "give --shots or --shots-range, not both"),
+])
+def test_train_objective_usage_errors(extra, words, capsys, tmp_path):
+    assert main([*TRAIN, "--run-dir", str(tmp_path / "r"), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err, err
+    assert not (tmp_path / "r").exists()
