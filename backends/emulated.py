@@ -29,7 +29,15 @@ its queue wait is over, as a job stuck on the device would, though it holds no
 device slot. ``cancel()`` stops a job that is queued or hanging; one on the device runs to its end. The queue draw, jitter and fault decisions of job
 ``k`` come from ``np.random.default_rng([seed, k])`` only, so they reproduce
 whatever the thread timing. A batch larger than ``max_circuits_per_job`` is
-rejected, as a cloud service would; split it with ``CircuitBatch.split``.
+rejected, as a cloud service would; split it with ``CircuitBatch.split``. So is a batch with more
+shots than ``max_shots`` (None: no cap), to emulate a capped target.
+
+Each submit is one service job (``capabilities.service_job_rows`` None). The emulated QPU is free unless
+``price_as`` names an Azure target (``ionq.qpu.aria-1``, say): then it is ``priced``, and
+``estimate_cost(batch)`` is that target's list price for the batch, with the target's own packing
+(``hqflow.backends.azure.cost.list_price``), at the batch's shots or, for an exact batch,
+``price_shots``; ``usage(batch)`` carries that cost. Its capabilities say ``row_seeded`` when the
+wrapped simulator's do.
 
 Threads: one for the queue (a timer heap) and one per device slot, all daemon
 threads, started by a submit and ended when no job is left; ``close()`` also cancels
@@ -57,9 +65,11 @@ from .base import (
     BatchResult,
     Capabilities,
     CircuitBatch,
+    Cost,
     Job,
     JobCancelled,
     JobFailed,
+    Usage,
 )
 
 _log = logging.getLogger(__name__)
@@ -206,20 +216,24 @@ class EmulatedQPU(Backend):
     individual latency / fault arguments (not both at once).
     """
 
+    priced = False  # per instance: True with ``price_as`` (an emulated QPU without it is free)
+
     def __init__(self, wrapped: str | Backend = "reference", *, queue_wait: float = 0.0, per_job: float = 0.0,
                  per_circuit: float = 0.0, per_shot: float = 0.0, jitter: float = 0.0,
                  queue_distribution: str = "fixed", max_in_flight: int = 1, failure_rate: float = 0.0,
                  timeout_rate: float = 0.0, fail_jobs=(), hang_jobs=(), seed: int = 0,
                  name: str = "emulated-qpu", max_qubits: int | None = None,
                  max_circuits_per_job: int | None = None, wrapped_options: dict | None = None,
-                 latency: LatencyModel | None = None, faults: FaultModel | None = None):
+                 latency: LatencyModel | None = None, faults: FaultModel | None = None,
+                 max_shots: int | None = None, price_as: str | None = None, price_shots: int = 1000):
         given = LatencyModel(queue_wait, per_job, per_circuit, per_shot, jitter, queue_distribution)
         self.latency = _either("latency", latency, given, LatencyModel)
         self.faults = _either("faults", faults, FaultModel(failure_rate, timeout_rate, fail_jobs, hang_jobs),
                               FaultModel)
         for arg, value in (("max_in_flight", max_in_flight), ("max_qubits", max_qubits),
-                           ("max_circuits_per_job", max_circuits_per_job)):
-            if value is not None and (not isinstance(value, (int, np.integer)) or value < 1):
+                           ("max_circuits_per_job", max_circuits_per_job), ("max_shots", max_shots),
+                           ("price_shots", price_shots)):
+            if value is not None and (not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1):
                 raise BackendError(f"emulated-qpu: {arg} must be a positive integer, got {value!r}")
         if isinstance(wrapped, str):
             wrapped = get_backend(wrapped, **(wrapped_options or {}))
@@ -227,11 +241,14 @@ class EmulatedQPU(Backend):
             raise BackendError("emulated-qpu: wrapped_options only apply when wrapped is a backend name")
         self.name, self.seed, self.max_in_flight = name, seed, int(max_in_flight)
         self.wrapped = wrapped
+        self.price_as, self.price_shots = _price_target(price_as), int(price_shots)
+        self.priced = self.price_as is not None
         inner = wrapped.capabilities
         self._caps = Capabilities(
             name, max_qubits=min(inner.max_qubits, max_qubits or inner.max_qubits),
             max_circuits_per_job=max_circuits_per_job or inner.max_circuits_per_job,
-            exact=inner.exact, shots=inner.shots, gradient=None, device="qpu")
+            exact=inner.exact, shots=inner.shots, gradient=None, device="qpu",
+            max_shots=None if max_shots is None else int(max_shots), row_seeded=inner.row_seeded)
         self._run = getattr(wrapped, "run_checked", None) or (lambda batch: wrapped.submit(batch).result())
         self._cond = threading.Condition()
         self._waiting: list[tuple[float, int, EmulatedJob]] = []  # heap of (ready time, index, job)
@@ -253,6 +270,9 @@ class EmulatedQPU(Backend):
         if caps.max_circuits_per_job and batch.size > caps.max_circuits_per_job:
             raise BackendError(f"batch of {batch.size} circuits exceeds {self.name!r}'s limit of "
                                f"{caps.max_circuits_per_job} per job; split it with batch.split()")
+        if caps.max_shots is not None and (batch.shots or 0) > caps.max_shots:
+            raise BackendError(f"{self.name} takes at most {caps.max_shots:,} shots per job (its max_shots "
+                               f"option); got {batch.shots}")
         getattr(self.wrapped, "check", lambda b: None)(batch)  # fail fast, in the caller's thread
         with self._cond:
             job = self._new_job(self._submitted, batch)
@@ -265,6 +285,22 @@ class EmulatedQPU(Backend):
                 self._cond.notify()
         job.add_done_callback(self._forget)
         return job
+
+    def estimate_cost(self, batch: CircuitBatch) -> Cost:
+        """With ``price_as``: the target's list price for ``batch`` at its shots (``price_shots`` if exact)."""
+        if not self.priced:
+            return super().estimate_cost(batch)
+        from .azure.cost import list_price
+
+        return list_price(self.price_as, batch, shots=batch.shots or self.price_shots)
+
+    def usage(self, batch: CircuitBatch) -> Usage:
+        """One service job per submit, the rows as circuits and their shots; with ``price_as``, its list price."""
+        used = super().usage(batch)
+        if not self.priced:
+            return used
+        cost = self.estimate_cost(batch)
+        return Usage(used.service_jobs, used.circuits, used.shots, cost.amount, cost.currency)
 
     def _new_job(self, k: int, batch: CircuitBatch) -> EmulatedJob:
         """Job ``k`` with its seeded draws (always the same four, whatever the settings)."""
@@ -369,6 +405,24 @@ class EmulatedQPU(Backend):
 
     def __repr__(self) -> str:
         return f"<EmulatedQPU {self.name!r} wrapping {self.wrapped.name!r}>"
+
+
+def _price_target(price_as: str | None) -> str | None:
+    """An Azure target of the price table (``azure:`` may lead), checked once; None stays None. The pricing
+    modules load here, on the thread that makes the backend (qiskit's, in particular: see
+    ``hqflow.backends.azure.translate``)."""
+    if price_as is None:
+        return None
+    from .azure import translate  # noqa: F401  (qiskit, loaded on this thread)
+    from .azure.cost import load_prices
+
+    target = str(price_as).removeprefix("azure:")
+    targets = load_prices()["targets"]
+    if target not in targets or targets[target].get("model") not in ("ionq", "hqc", "free"):
+        known = ", ".join(t for t, e in targets.items() if e.get("model") in ("ionq", "hqc", "free"))
+        raise BackendError(f"emulated-qpu: price_as {price_as!r} is not a priced target of the Azure price table; "
+                           f"known: {known}")
+    return target
 
 
 def _either(what: str, model, from_args, cls):

@@ -2,23 +2,28 @@
 
     backend = get_backend("azure:ionq.simulator", subscription_id=..., resource_group=...,
                           name=..., location=...)     # the key: AZURE_QUANTUM_API_KEY, or az login
-    job = backend.submit(batch)        # B rows x G measurement groups -> B*G service jobs
+    job = backend.submit(batch)        # B rows x G measurement groups -> B*G service jobs (packed: fewer)
     backend.estimate_cost(batch)       # before submitting: Cost(amount, currency, ...)
+    backend.usage(batch)               # before submitting: service jobs, circuits, shots, cost
 
 A batch of ``B`` rows becomes ``B * G`` service jobs (``G`` measurement groups),
 created, polled and downloaded concurrently on the backend's threads (at most
-``max_concurrency`` at once). Job ids are UUIDs derived from the run's job key
-(``CircuitBatch.key``: run, fragment, step), the batch's content, the row, the
-group, the attempt and the try, so resubmitting after a crash or a timeout finds the
-service job that already ran instead of running it again.
+``max_concurrency`` at once). Where the target's input format packs (Rigetti's Quil,
+``input_format="quil"``: one program, a parameter set per row), each group's rows go
+``max_bindings`` (default 512) to a service job instead (``packing.py``); the target
+table (``prices.json``) says which formats pack, and each target's shot cap, which
+``submit`` enforces. Job ids are UUIDs derived from the run's job key
+(``CircuitBatch.key``: run, fragment, step), the batch's content, the row (or the
+packed rows), the group, the attempt and the try, so resubmitting after a crash or a
+timeout finds the service job that already ran instead of running it again.
 
 What fails, and what happens then:
 
 * a transient HTTP failure (429, 5xx, a dropped connection, an expired SAS) is
   retried with the same id;
 * a service job that ends ``Failed`` (or is cancelled by someone else) is retried
-  alone, with the next try's id, up to ``job_tries`` service jobs for that row and
-  group; its sibling jobs run on untouched. Only a row that fails ``job_tries``
+  alone, with the next try's id, up to ``job_tries`` service jobs for that row (or
+  packed rows) and group; its sibling jobs run on untouched. Only a row that fails ``job_tries``
   times fails the batch: the rows still running then stay on the service, and the
   runtime's retry (``CircuitBatch.attempt`` + 1) finds them, and every row that
   succeeded, by their ids;
@@ -29,9 +34,14 @@ What fails, and what happens then:
   (also after the batch failed), and ``close()`` cancels every service job this
   backend started that has not ended: the end of a run leaves nothing running.
 
-``AzureJob.started()`` is True once one of the batch's service jobs has left the
+``AzureJob.started()`` is True once every one of the batch's service jobs has left the
 service's queue (``Waiting``): the runtime's ``job_timeout`` counts running time from
 then, so a batch in a long queue is waited for.
+
+Results carry ``metadata["usage"]`` (a ``Usage``: the service jobs this batch created, retries
+included, their circuits and shots, and their list price) beside ``service_jobs``, ``cost`` and the
+other figures. A simulator target's returned probabilities are sampled here: from each row's own seed
+where the batch has ``row_seeds`` (``capabilities.row_seeded``), else from the batch's seed as before.
 
 Options follow the SDK's ``Workspace``: ``subscription_id``, ``resource_group``,
 ``name``, ``location``, ``resource_id``, ``credential`` (an azure-identity
@@ -59,12 +69,14 @@ from urllib.parse import urlparse
 import numpy as np
 
 from ..base import Backend, BackendAccessError, BackendError, BatchResult, Capabilities, CircuitBatch, FutureJob, \
-    JobCancelled, JobFailed
-from .cost import PRICES, Cost, gate_counts, job_cost, load_prices
-from .results import counts_of, estimate
+    JobCancelled, JobFailed, Usage
+from . import packing
+from .cost import MAX_BINDINGS, PRICES, Cost, batch_cost, job_cost, limits, load_prices, template_counts
+from .packing import Chunk
+from .results import estimate
 from .translate import Format, Payloads, format_for
 
-_NAMESPACE = uuid.UUID("6b1f3c2e-8d1a-4c55-9a57-0d6c2f6f1a11")
+_NAMESPACE = packing.NAMESPACE
 _TERMINAL = {"Succeeded", "Completed", "Failed", "Cancelled"}
 _QUEUED = {"Queued", "Waiting"}
 _SECRETS = ("key", "credential", "connection_string")
@@ -99,11 +111,14 @@ class _Prepared:
     entry: dict | None  # the target's price-table entry
     target: str
 
-    def job_cost(self, group: int, shots: int) -> float:
-        """What one service job of ``group`` at ``shots`` costs; NaN where the price is unknown."""
+    def job_cost(self, group: int, shots: int, rows: int = 1) -> float:
+        """What one service job of ``group`` at ``shots`` (``rows`` bindings) costs; NaN where the price is unknown."""
         if not self.entry or self.entry.get("model") == "unknown":
             return float("nan")
-        return job_cost(self.entry, self.target, self.counts[group], shots)
+        try:
+            return job_cost(self.entry, self.target, self.counts[group], shots, rows)
+        except BackendError:
+            return float("nan")
 
 
 class AzureBackend(Backend):
@@ -115,10 +130,12 @@ class AzureBackend(Backend):
                  credential=None, connection_string: str | None = None, shots: int = 500,
                  max_concurrency: int = 64, job_tries: int = 4, session: bool = False,
                  job_failure_policy: str = "Abort", input_format: str | None = None, poll_interval: float = 0.05,
-                 max_poll_interval: float = 5.0, prices: str = PRICES, workspace=None):
+                 max_poll_interval: float = 5.0, prices: str = PRICES, workspace=None,
+                 max_bindings: int = MAX_BINDINGS):
         if not target:
             raise BackendError("name an Azure Quantum target: azure:<target>, e.g. azure:ionq.simulator")
-        for option, value in (("shots", shots), ("max_concurrency", max_concurrency), ("job_tries", job_tries)):
+        for option, value in (("shots", shots), ("max_concurrency", max_concurrency), ("job_tries", job_tries),
+                              ("max_bindings", max_bindings)):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
                 raise BackendError(f"{option} must be a positive integer, got {value!r}")
         if job_failure_policy not in ("Abort", "Continue"):
@@ -130,6 +147,12 @@ class AzureBackend(Backend):
         self.poll_interval, self.max_poll_interval = float(poll_interval), float(max_poll_interval)
         self.prices = prices
         self._entry = load_prices(prices)["targets"].get(target)
+        per_job, self.max_shots = limits(target, self.format.kind, prices)
+        if per_job != 1 and self.format.kind not in packing.PACKS:
+            raise BackendError(f"the price table says {target} takes {per_job} rows per {self.format.kind} job, "
+                               f"but hqflow packs only parameter bindings ({', '.join(packing.PACKS)})")
+        self.max_bindings = int(max_bindings)
+        self.rows_per_job = per_job or self.max_bindings  # rows of one group in one service job
         self._connect = dict(subscription_id=subscription_id, resource_group=resource_group, name=name,
                              location=location, resource_id=resource_id, endpoint=endpoint, key=key,
                              credential=credential, connection_string=connection_string)
@@ -150,39 +173,52 @@ class AzureBackend(Backend):
     @property
     def capabilities(self) -> Capabilities:
         qubits = (self._entry or {}).get("qubits", 20)
-        return Capabilities(self.name, qubits, None, exact=False, shots=True, gradient=None, device="qpu")
+        return Capabilities(self.name, qubits, None, exact=False, shots=True, gradient=None, device="qpu",
+                            service_job_rows=self.rows_per_job, max_shots=self.max_shots, row_seeded=True)
 
     def submit(self, batch: CircuitBatch) -> AzureJob:
         self._check(batch)
         prep = self._prepare(batch.template)
         shots = batch.shots or self.shots
-        bodies = prep.payloads.rows(batch)
-        digest = _digest(batch, shots)
+        if self.max_shots is not None and shots > self.max_shots:
+            raise BackendError(f"{self.target} takes at most {self.max_shots:,} shots per job (azure-quantum's "
+                               f"target configuration); got {shots}")
         key = batch.key or uuid.uuid4().hex
-        job = AzureJob(self, batch, prep, shots)
+        chunks = packing.plan(prep.payloads, batch, key, _digest(batch, shots), self.rows_per_job)
+        job = AzureJob(self, batch, prep, shots, len(chunks))
         with self._lock:
             if self._pool is None:
                 self._closing = threading.Event()
                 self._pool = cf.ThreadPoolExecutor(self.max_concurrency, thread_name_prefix=f"hqflow-{self.name}")
             pool, closing = self._pool, self._closing
             self._jobs.add(job)
-        for r, row in enumerate(bodies):
-            for g, body in enumerate(row):
-                job.add(pool.submit(self._run_one, job, f"{key}|{digest}|{r}|{g}", body, r, g, closing))
+        for chunk in chunks:
+            job.add(pool.submit(self._run_one, job, chunk, closing))
         return job
 
     def estimate_cost(self, batch: CircuitBatch) -> Cost:
-        """The batch's cost before it runs: every row's jobs, from the price table."""
+        """The batch's cost before it runs: every service job's, from the price table (``cost.batch_cost``,
+        which ``cost.list_price`` prices with too)."""
         self._check(batch)
         prep = self._prepare(batch.template)
-        shots = batch.shots or self.shots
         if self._entry is None:
             raise BackendError(f"target {self.target!r} is not in the price table ({self.prices})")
-        per_row = [job_cost(self._entry, self.target, c, shots) for c in prep.counts]
-        n1, n2, nm = (sum(c[i] for c in prep.counts) * batch.size for i in range(3))
-        jobs = batch.size * len(per_row)
-        return Cost(sum(per_row) * batch.size, self._entry.get("currency", "USD"), jobs, shots,
-                    {"1q": n1, "2q": n2, "measurements": nm})
+        return batch_cost(self._entry, self.target, prep.counts, batch.size, batch.shots or self.shots,
+                          self.rows_per_job)
+
+    def usage(self, batch: CircuitBatch) -> Usage:
+        """What the batch will use: ``groups * ceil(rows / rows_per_job)`` service jobs, ``rows * groups``
+        circuits of the batch's shots (or the ``shots`` option), and the estimate (0 where no price is known)."""
+        prep = self._prepare(batch.template)
+        groups, shots = len(prep.payloads.groups), batch.shots or self.shots
+        try:
+            cost = self.estimate_cost(batch)
+            amount, currency = cost.amount, cost.currency
+        except BackendError:
+            amount, currency = 0.0, (self._entry or {}).get("currency")
+        circuits = batch.size * groups
+        return Usage(self.capabilities.service_jobs(batch.size, groups), circuits, circuits * shots, amount,
+                     currency)
 
     def targets(self) -> list[tuple[str, str, str]]:
         """``(provider, target, availability)`` for every target the workspace offers."""
@@ -240,9 +276,7 @@ class AzureBackend(Backend):
             prep = self._prepared.get(fp)
         if prep is None:
             payloads = Payloads(template, self.format)
-            model = (self._entry or {}).get("model", "free")
-            zeros = np.full(len(payloads.slot_angles), 0.5)
-            counts = [gate_counts(payloads._qiskit(g, zeros), model) for g in payloads.groups]
+            counts = template_counts(template, (self._entry or {}).get("model", "free"))
             prep = _Prepared(payloads, counts, self._entry, self.target)
             with self._lock:
                 self._prepared[fp] = prep
@@ -270,21 +304,21 @@ class AzureBackend(Backend):
                 self._session_id = s.id
             return self._session_id
 
-    def _run_one(self, job: AzureJob, base: str, body: bytes, row: int, group: int,
-                 closing: threading.Event) -> tuple:
-        """One row's service job for one group: reuse one of an earlier attempt that ran or runs, else
-        create this attempt's; a failed one is followed by the next try, up to ``job_tries``."""
+    def _run_one(self, job: AzureJob, chunk: Chunk, closing: threading.Event) -> tuple:
+        """One chunk's service job (a row, or packed rows, of one group): reuse one of an earlier attempt
+        that ran or runs, else create this attempt's; a failed one is followed by the next try, up to
+        ``job_tries``."""
         from azure.core.exceptions import ResourceNotFoundError
 
         ws, failures = self.workspace(), []
         attempt = job.batch.attempt
 
-        def jid(a: int, t: int) -> str:  # try 0 keeps the ids of hqflow before per-row tries
-            return str(uuid.uuid5(_NAMESPACE, f"{base}|{a}" + (f"|{t}" if t else "")))
+        def jid(a: int, t: int) -> str:
+            return packing.job_id(chunk.base, a, t)
 
-        # The row's lock: an earlier attempt's thread still creating this row's job (it checked before its
+        # The chunk's lock: an earlier attempt's thread still creating this chunk's job (it checked before its
         # batch failed) finishes before this one looks for it, so no row runs twice
-        lock = self._row_locks[hash(base) % len(self._row_locks)]
+        lock = self._row_locks[hash(chunk.base) % len(self._row_locks)]
         for a in range(attempt):  # an earlier attempt's tries, in order, until one was never made
             for t in range(self.job_tries):
                 self._stop_check(job, closing)
@@ -293,17 +327,17 @@ class AzureBackend(Backend):
                         sj = self._retry(lambda: ws.get_job(jid(a, t)), "look up a job")
                 except ResourceNotFoundError:
                     break
-                done = self._follow(sj, False, job, row, group, closing, failures)
+                done = self._follow(sj, False, job, chunk, closing, failures)
                 if done is not None:
                     return done
         for t in range(self.job_tries):
             with lock:
                 self._stop_check(job, closing)
-                sj, created = self._retry(lambda: self._create(ws, jid(attempt, t), body, job), "submit a job")
-            done = self._follow(sj, created, job, row, group, closing, failures)
+                sj, created = self._retry(lambda: self._create(ws, jid(attempt, t), chunk, job), "submit a job")
+            done = self._follow(sj, created, job, chunk, closing, failures)
             if done is not None:
                 return done
-        raise JobFailed(f"Azure job for row {row} on {self.target} failed {len(failures)} times "
+        raise JobFailed(f"Azure job for {chunk.label()} on {self.target} failed {len(failures)} times "
                         f"(job_tries={self.job_tries}); last: {failures[-1]}")
 
     @staticmethod
@@ -311,11 +345,11 @@ class AzureBackend(Backend):
         if job.stopped or closing.is_set():
             raise _Stopped("the batch was cancelled or failed, or the backend closed")
 
-    def _follow(self, sj, created: bool, job: AzureJob, row: int, group: int, closing: threading.Event,
+    def _follow(self, sj, created: bool, job: AzureJob, chunk: Chunk, closing: threading.Event,
                 failures: list) -> tuple | None:
-        """Track ``sj``, wait for it to end and download its result: ``(row, group, counts)``, or None
-        (the reason added to ``failures``) when it failed. Raises ``_Stopped`` when the batch stops."""
-        job.track(sj, created, row, group)
+        """Track ``sj``, wait for it to end and download its result: ``(lo, group, [counts per row])``, or
+        None (the reason added to ``failures``) when it failed. Raises ``_Stopped`` when the batch stops."""
+        job.track(sj, created, chunk)
         live = _status(sj) not in _TERMINAL
         with self._lock:  # registered before the checks below: close() and cancel() see it, or it sees them
             if live:
@@ -325,17 +359,15 @@ class AzureBackend(Backend):
             if live:
                 self._cancel(sj)
             raise _Stopped("cancelled")
-        self._wait(sj, job, (row, group), closing)
+        self._wait(sj, job, (chunk.lo, chunk.group), closing)
         status = _status(sj)
         if status in ("Succeeded", "Completed"):
             uri = sj.details.output_data_uri or _output_blob(sj.details.container_uri)
             raw = self._retry(lambda: sj.download_data(uri), "download a result")
-            seed = job.batch.seed
-            rng = np.random.default_rng([seed, row, group] if seed is not None else uuid.UUID(sj.id).int % 2**63)
             sample = "simulator" in self.target or ".sim." in self.target
             if not created:
                 job.count("reused")
-            return row, group, counts_of(self.format, raw, job.batch.template.n_qubits, job.shots, rng, sample)
+            return chunk.lo, chunk.group, packing.unpack(self.format, raw, chunk, job.batch, job.shots, sj.id, sample)
         if status == "Cancelled" and (job.cancelled or closing.is_set()):
             raise _Stopped("cancelled")
         err = sj.details.error_data
@@ -343,7 +375,7 @@ class AzureBackend(Backend):
         job.count("failed")
         return None
 
-    def _create(self, ws, jid: str, body: bytes, job: AzureJob) -> tuple:
+    def _create(self, ws, jid: str, chunk: Chunk, job: AzureJob) -> tuple:
         """``(job, created)``: upload the input and create the job (PUT with our id). An input already
         there means a try before this one (a crash, a lost answer) got that far, and the job may exist:
         it is then the job as it is (whether the service answers it or says 409), created here only if
@@ -356,10 +388,12 @@ class AzureBackend(Backend):
         params = {fmt.shots_param: job.shots}
         if fmt.kind == "qir":
             params.update(count=job.shots, items=[{"entryPoint": "ENTRYPOINT__main", "arguments": []}])
+        params.update(chunk.params)  # Quil's substitutions: the chunk's rows
         container = ws.get_container_uri(job_id=jid)
         fresh = True
         try:
-            input_uri = Job.upload_input_data(container, body, content_type=fmt.content_type, blob_name="inputData")
+            input_uri = Job.upload_input_data(container, chunk.body, content_type=fmt.content_type,
+                                              blob_name="inputData")
         except ResourceExistsError:  # a try before this one got that far
             base, _, _ = remove_sas_token(container).partition("?")
             input_uri = base.rstrip("/") + "/inputData"
@@ -478,19 +512,20 @@ class AzureBackend(Backend):
 class AzureJob(FutureJob):
     """The service jobs of one batch; ``result()`` re-joins them into one ``BatchResult``."""
 
-    def __init__(self, backend: AzureBackend, batch: CircuitBatch, prep: _Prepared, shots: int):
+    def __init__(self, backend: AzureBackend, batch: CircuitBatch, prep: _Prepared, shots: int, parts: int):
         super().__init__(cf.Future(), backend.name)
         self._future.set_running_or_notify_cancel()
         self.backend_obj, self.batch, self.prep, self.shots = backend, batch, prep, shots
-        self.rows, self.groups = batch.size, len(prep.payloads.groups)  # one service job each
+        self.rows, self.groups = batch.size, len(prep.payloads.groups)
+        self.service_parts = parts  # chunks x groups: one service job each (and its tries)
         self.cancelled = False  # cancel() was called: what is created from now on is cancelled at once
         self.stopped = False  # the batch ended early (cancelled, or failed): its threads stop
         self._wake = threading.Event()  # set when stopped: sleeping threads wake
         self._parts: list[cf.Future] = []
         self._service_jobs: list = []
         self._cost = 0.0
-        self._created = self._reused = self._failed = 0
-        self._out: set[tuple[int, int]] = set()  # (row, group) whose service job has left the queue
+        self._created = self._reused = self._failed = self._circuits = 0
+        self._out: set[tuple[int, int]] = set()  # (first row, group) whose service job has left the queue
         self._lock = threading.Lock()
         self._left = 0
 
@@ -500,15 +535,16 @@ class AzureJob(FutureJob):
             self._left += 1
         fut.add_done_callback(self._part_done)
 
-    def track(self, service_job, created: bool, row: int, group: int) -> None:
+    def track(self, service_job, created: bool, chunk: Chunk) -> None:
         """A service job of this batch: ``created`` by it (and charged), or found from an earlier try."""
         with self._lock:
             self._service_jobs.append(service_job)
             if created:
                 self._created += 1
-                self._cost += self.prep.job_cost(group, self.shots)
+                self._circuits += chunk.rows
+                self._cost += self.prep.job_cost(chunk.group, self.shots, chunk.rows)
             if _status(service_job) not in _QUEUED:
-                self._out.add((row, group))
+                self._out.add((chunk.lo, chunk.group))
 
     def count(self, outcome: str) -> None:
         """One more service job that ``"failed"``, or that an earlier try ran and this batch ``"reused"``."""
@@ -519,7 +555,7 @@ class AzureJob(FutureJob):
                 self._reused += 1
 
     def mark_started(self, part: tuple[int, int]) -> None:
-        """Service job ``part`` = ``(row, group)`` has left the service's queue (or ended)."""
+        """Service job ``part`` = ``(first row, group)`` has left the service's queue (or ended)."""
         with self._lock:
             self._out.add(part)
 
@@ -527,7 +563,7 @@ class AzureJob(FutureJob):
         """Whether every one of the batch's service jobs has left the service's queue (or the batch has ended):
         the batch runs, and ``job_timeout`` may count, only when no row waits in the queue any more."""
         with self._lock:
-            return self._future.done() or (self.rows * self.groups > 0 and len(self._out) >= self.rows * self.groups)
+            return self._future.done() or (self.service_parts > 0 and len(self._out) >= self.service_parts)
 
     def sleep(self, seconds: float) -> None:
         """Wait ``seconds``, or until the batch stops or its backend closes."""
@@ -546,11 +582,15 @@ class AzureJob(FutureJob):
             return [sj.id for sj in self._service_jobs]
 
     def _used(self) -> dict:
-        """What the batch has used so far: ``BatchResult.metadata``'s figures."""
+        """What the batch has used so far: ``BatchResult.metadata``'s figures, and ``usage``, a ``Usage`` of
+        the service jobs it created (retries included; cost 0 where no price is known)."""
         with self._lock:
+            currency = (self.backend_obj._entry or {}).get("currency", "USD")
+            usage = Usage(self._created, self._circuits, self._circuits * self.shots,
+                          self._cost if np.isfinite(self._cost) else 0.0, currency, self._failed)
             return {"backend": self.backend, "cost": self._cost, "service_jobs": self._created,
-                    "reused_jobs": self._reused, "failed_jobs": self._failed,
-                    "currency": (self.backend_obj._entry or {}).get("currency", "USD"), "shots": self.shots}
+                    "reused_jobs": self._reused, "failed_jobs": self._failed, "currency": currency,
+                    "shots": self.shots, "usage": usage}
 
     def _part_done(self, fut: cf.Future) -> None:
         if self._future.done():
@@ -585,8 +625,9 @@ class AzureJob(FutureJob):
         t, groups = self.batch.template, self.prep.payloads.groups
         counts = [[None] * len(groups) for _ in range(self.batch.size)]
         for f in self._parts:
-            r, g, c = f.result()
-            counts[r][g] = c
+            lo, g, rows = f.result()
+            for j, c in enumerate(rows):
+                counts[lo + j][g] = c
         meta = self._used()
         if not t.observables:
             return BatchResult(counts=[row[0] for row in counts], metadata=meta)

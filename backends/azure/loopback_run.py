@@ -11,7 +11,12 @@ hqflow's reference simulator, and write the provider's output format.
 * ``qir.v1`` (QIR text or bitcode, base profile) -> ``microsoft.quantum-results.v2``: each
   shot the recorded output (all zeros on the syntax checker) (a result is 0 or 1, an array a list, a tuple
   ``{"Item1": ..}``), and a histogram whose ``Display`` is the Python literal
-  (``"[1, 0]"``, ``"([1], [0, 1])"``).
+  (``"[1, 0]"``, ``"([1], [0, 1])"``). A job takes one item (``inputParams.items``), as
+  azure-quantum sends it for every QPU target.
+* ``rigetti.quil.v1`` (the Quil hqflow writes: ``DECLARE``, standard gates, ``DAGGER``,
+  ``MEASURE q ro[i]``) -> ``rigetti.quil-results.v1``: ``{"ro": [[bit per ro index] per shot]}``;
+  with ``inputParams.substitutions`` the program runs once per parameter set, ``shots`` each,
+  set after set (azure-quantum's ``rigetti.InputParams``).
 
 Gates run through ``hqflow.backends.reference`` with wire 0 the most significant bit.
 Measurements must come last on each qubit (no mid-circuit measurement or reset).
@@ -19,6 +24,7 @@ Measurements must come last on each qubit (no mid-circuit measurement or reset).
 from __future__ import annotations
 
 import json
+import math
 import re
 import struct
 
@@ -152,7 +158,7 @@ def parse_ionq(data: bytes) -> Program:
     return prog
 
 
-def run_ionq(data: bytes, target: str, shots: int, rng: np.random.Generator) -> dict:
+def run_ionq(data: bytes, target: str, shots: int, rng: np.random.Generator, params: dict | None = None) -> dict:
     prog = parse_ionq(data)
     probs, n = prog.probabilities(), prog.n
     if target.startswith("ionq.simulator"):
@@ -202,7 +208,7 @@ def parse_qasm(data: bytes):
     return prog, qc
 
 
-def run_qasm(data: bytes, target: str, shots: int, rng: np.random.Generator) -> dict:
+def run_qasm(data: bytes, target: str, shots: int, rng: np.random.Generator, params: dict | None = None) -> dict:
     prog, qc = parse_qasm(data)
     bits = _sample(prog, target, shots, rng)
     clbits = np.zeros((shots, qc.num_clbits), dtype=int)
@@ -338,7 +344,10 @@ def _shot(tree, bits) -> tuple:
     return {f"Item{i + 1}": p[0] for i, p in enumerate(parts)}, f"({inner})"
 
 
-def run_qir(data: bytes, target: str, shots: int, rng: np.random.Generator) -> dict:
+def run_qir(data: bytes, target: str, shots: int, rng: np.random.Generator, params: dict | None = None) -> dict:
+    items = (params or {}).get("items")
+    if items is not None and (not isinstance(items, list) or len(items) > 1):
+        raise BadInput(f"this target takes one item per job; got {len(items) if isinstance(items, list) else items!r}")
     prog, records = parse_qir(data)
     if not prog.measured:
         raise BadInput("the QIR program measures nothing")
@@ -354,17 +363,127 @@ def run_qir(data: bytes, target: str, shots: int, rng: np.random.Generator) -> d
             "Results": [{"Histogram": list(counts.values()), "Shots": rows}]}
 
 
-RUNNERS = {"ionq.circuit.v1": run_ionq, "honeywell.openqasm.v1": run_qasm, "qir.v1": run_qir}
+# --- Quil ----------------------------------------------------------------------------------
+
+_QUIL_GATES = {"I": "id", "H": "h", "X": "x", "Y": "y", "Z": "z", "S": "s", "T": "t", "RX": "rx", "RY": "ry",
+               "RZ": "rz", "PHASE": "p", "CZ": "cz", "CNOT": "cx", "SWAP": "swap", "CCNOT": "ccx", "CPHASE": "cp",
+               "CSWAP": "cswap"}
+_QUIL_DAGGER = {"S": ("sdg", 1), "T": ("tdg", 1), "RX": ("rx", -1), "RY": ("ry", -1), "RZ": ("rz", -1),
+                "PHASE": ("p", -1)}
+_DECLARE = re.compile(r"DECLARE\s+(\w+)\s+(BIT|REAL)(?:\[(\d+)\])?")
+_GATE = re.compile(r"(DAGGER\s+)?([A-Z]+)(?:\((.*)\))?((?:\s+\d+)+)")
+_MEASURE = re.compile(r"MEASURE\s+(\d+)\s+(\w+)\[(\d+)\]")
+_ATOM = re.compile(r"(-)?\s*(pi|[0-9.]+(?:[eE][-+]?\d+)?|\w+\[\d+\])(?:\s*([*/])\s*(pi|[0-9.]+(?:[eE][-+]?\d+)?))?")
 
 
-def run(input_format: str, data: bytes, target: str, shots, rng: np.random.Generator) -> dict:
-    """The output document of one job; raises ``BadInput`` with a readable message."""
+def parse_quil(data: bytes) -> tuple[dict, list, list]:
+    """``(memory, gates, measures)``: ``{name: (BIT|REAL, size)}``, ``(hqflow gate, wires, [arg text], line)``
+    and ``(qubit, ro index)``. What hqflow writes, plus literals and ``pi``; anything else is ``BadInput``."""
+    memory, gates, measures = {}, [], []
+    for k, line in enumerate(data.decode(errors="replace").splitlines(), 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        if m := _DECLARE.fullmatch(text):
+            memory[m.group(1)] = (m.group(2), int(m.group(3) or 1))
+        elif m := _MEASURE.fullmatch(text):
+            if m.group(2) != "ro" or memory.get("ro", ("", 0))[0] != "BIT" or int(m.group(3)) >= memory["ro"][1]:
+                raise BadInput(f"line {k} ({text!r}): {m.group(2)}[{m.group(3)}] is not in the declared BIT "
+                               "register ro (the one this service returns)")
+            measures.append((int(m.group(1)), int(m.group(3))))
+        elif (m := _GATE.fullmatch(text)) and (m.group(2) in (_QUIL_DAGGER if m.group(1) else _QUIL_GATES)):
+            name, sign = _QUIL_DAGGER[m.group(2)] if m.group(1) else (_QUIL_GATES[m.group(2)], 1)
+            args = [a.strip() for a in m.group(3).split(",")] if m.group(3) else []
+            if sign < 0:
+                args = [f"-({a})" for a in args]
+            gates.append((name, [int(q) for q in m.group(4).split()], args, f"line {k} ({text!r})"))
+        else:
+            raise BadInput(f"line {k} ({text!r}): not Quil that this service runs")
+    return memory, gates, measures
+
+
+def _quil_value(arg: str, sets: dict, what: str) -> float:
+    """One gate argument: ``[-]atom[(*|/)number]``, an atom a number, ``pi`` or ``name[i]``; ``-(...)`` negates."""
+    sign = 1.0
+    while arg.startswith("-(") and arg.endswith(")"):
+        sign, arg = -sign, arg[2:-1].strip()
+    m = _ATOM.fullmatch(arg)
+    if m is None:
+        raise BadInput(f"{what}: cannot read the argument {arg!r}")
+
+    def atom(text: str) -> float:
+        if text == "pi":
+            return float(np.pi)
+        if "[" in text:
+            name, index = text[:-1].split("[")
+            if name not in sets or int(index) >= len(sets[name]):
+                raise BadInput(f"{what}: {text} has no value (declare it REAL and give it substitutions)")
+            return float(sets[name][int(index)])
+        return float(text)
+
+    v = atom(m.group(2))
+    if m.group(3):
+        v = v * atom(m.group(4)) if m.group(3) == "*" else v / atom(m.group(4))
+    return sign * (-v if m.group(1) else v)
+
+
+def _substitution_sets(memory: dict, params: dict) -> list[dict]:
+    """The parameter sets of ``inputParams.substitutions`` (one empty set without them), each checked."""
+    subs = params.get("substitutions")
+    if not subs:
+        return [{}]
+    if not isinstance(subs, dict):
+        raise BadInput(f"substitutions must map memory names to lists of value lists, got {type(subs).__name__}")
+    lengths = {name: len(v) if isinstance(v, list) else -1 for name, v in subs.items()}
+    if len(set(lengths.values())) != 1 or -1 in lengths.values() or 0 in lengths.values():
+        raise BadInput(f"substitutions must give every region the same number of sets; got {lengths}")
+    for name, values in subs.items():
+        kind, size = memory.get(name, (None, 0))
+        if kind != "REAL":
+            raise BadInput(f"substitutions name {name!r}, which the program does not declare REAL")
+        for i, row in enumerate(values):
+            if not isinstance(row, list) or len(row) != size or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in row):
+                raise BadInput(f"substitution set {i} of {name!r} must be {size} finite numbers ({name} is "
+                               f"REAL[{size}]); got {str(row)[:80]}")
+    return [{name: values[i] for name, values in subs.items()} for i in range(next(iter(lengths.values())))]
+
+
+def run_quil(data: bytes, target: str, shots: int, rng: np.random.Generator, params: dict | None = None) -> dict:
+    memory, gates, measures = parse_quil(data)
+    if not measures:
+        raise BadInput("the Quil program measures nothing")
+    width = memory["ro"][1]
+    n = max([q + 1 for _, wires, _, _ in gates for q in wires] + [q + 1 for q, _ in measures])
+    readout = []
+    for values in _substitution_sets(memory, params or {}):
+        prog = Program(n)
+        for name, wires, args, what in gates:
+            prog.gate(name, wires, [_quil_value(a, values, what) for a in args], what=what)
+        for q, i in measures:
+            prog.measure(q, i, f"MEASURE {q} ro[{i}]")
+        bits = _sample(prog, target, shots, rng)
+        ro = np.zeros((shots, width), dtype=int)
+        for q, i in measures:
+            ro[:, i] = bits[:, q]
+        readout += ro.tolist()
+    return {"ro": readout}
+
+
+RUNNERS = {"ionq.circuit.v1": run_ionq, "honeywell.openqasm.v1": run_qasm, "qir.v1": run_qir,
+           "rigetti.quil.v1": run_quil}
+
+
+def run(input_format: str, data: bytes, target: str, shots, rng: np.random.Generator,
+        params: dict | None = None) -> dict:
+    """The output document of one job (``params``: the job's ``inputParams``); raises ``BadInput`` with a
+    readable message."""
     if input_format not in RUNNERS:
         raise BadInput(f"input format {input_format!r} is not supported; one of {', '.join(RUNNERS)}")
     if not isinstance(shots, int) or isinstance(shots, bool) or not 1 <= shots <= MAX_SHOTS:
         raise BadInput(f"shots must be an integer in 1..{MAX_SHOTS}, got {shots!r}")
     try:
-        return RUNNERS[input_format](data, target, shots, rng)
+        return RUNNERS[input_format](data, target, shots, rng, params)
     except BadInput:
         raise
     except (KeyError, IndexError, TypeError, ValueError) as exc:

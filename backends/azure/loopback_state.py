@@ -23,7 +23,7 @@ import numpy as np
 
 TARGETS = {"ionq": {"ionq.simulator": 29, "ionq.qpu.aria-1": 25, "ionq.qpu.forte-1": 36},
            "quantinuum": {"quantinuum.sim.h2-1sc": 56, "quantinuum.sim.h2-1e": 56, "quantinuum.qpu.h2-1": 56},
-           "rigetti": {"rigetti.sim.qvm": 20, "rigetti.qpu.ankaa-3": 84}}
+           "rigetti": {"rigetti.sim.qvm": 20, "rigetti.qpu.ankaa-3": 84, "rigetti.qpu.cepheus-1-108q": 108}}
 FAULTS = ("job_failure", "http_503", "http_429", "slow_job", "hang_job", "expired_sas", "drop_connection")
 DEFAULTS = {"latency": 0.0, "slow_seconds": 2.0, "run_seconds": 0.0, **{f: 0.0 for f in FAULTS}}
 _TERMINAL = ("Succeeded", "Failed", "Cancelled")
@@ -198,7 +198,7 @@ class Service:
             data = self._blob(job["inputDataUri"]).download_blob().readall()
             what = hashlib.sha256(json.dumps([job["target"], job.get("inputDataFormat"), params]).encode() + data)
             out = loopback_run.run(job.get("inputDataFormat"), data, job["target"], shots,
-                                   np.random.default_rng(seed))
+                                   np.random.default_rng(seed), params)
             container = urlparse(job["containerUri"]).path.split("/")[2]
             blob = self.blobs.get_blob_client(container, "rawOutputData")
             blob.upload_blob(json.dumps(out).encode(), overwrite=True)

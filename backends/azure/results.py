@@ -13,6 +13,9 @@ Every output becomes ``{bitstring: count}`` with wire 0 first (hqflow's order):
   them). Without ``Shots``, its ``Histogram`` (``Outcome``/``Display`` and ``Count``);
   the older ``microsoft.quantum-results.v1`` histogram (``["[0, 1]", p, ...]``) too.
   Shots with lost-qubit markers (``-``, ``2``) are dropped, as the SDK drops them.
+* Rigetti ``rigetti.quil-results.v1``: ``{"ro": [[b0, .., bn-1] per shot]}``, bit ``ro[i]`` is qubit
+  ``i``; a job with ``substitutions`` runs ``count`` shots for each parameter set, set after set
+  (azure-quantum's ``rigetti.InputParams``), which ``counts_of_bindings`` cuts into one count per row.
 
 Expectation values come from the counts of each measurement group, with the
 standard error of the mean from the unbiased sample variance.
@@ -41,11 +44,34 @@ def counts_of(fmt: Format, raw: bytes | str | dict, n_qubits: int, shots: int,
             return _ionq(data["histogram"], n_qubits, shots, rng, sample)
         if fmt.kind == "qasm":
             return _per_shot([s[::-1] for s in data["c"]], n_qubits)
+        if fmt.kind == "quil":
+            return _quil(data, n_qubits, shots, 1)[0]
         return _qir(data, n_qubits, shots, rng, sample)
     except OutputError:
         raise
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise OutputError(f"cannot read {fmt.output_data_format} output: {type(exc).__name__}: {exc}") from None
+
+
+def counts_of_bindings(raw: bytes | str | dict, n_qubits: int, shots: int, rows: int) -> list[dict[str, int]]:
+    """Counts (wire 0 first) of each of ``rows`` parameter sets from one ``rigetti.quil-results.v1`` output:
+    ``rows * shots`` measurement vectors, set-major. A list of another length is an ``OutputError``."""
+    try:
+        data = json.loads(raw) if isinstance(raw, (bytes, str)) else raw
+        return _quil(data, n_qubits, shots, rows)
+    except OutputError:
+        raise
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise OutputError(f"cannot read rigetti.quil-results.v1 output: {type(exc).__name__}: {exc}") from None
+
+
+def _quil(data: dict, n: int, shots: int, rows: int) -> list[dict[str, int]]:
+    readout = data["ro"]
+    if len(readout) != rows * shots:
+        raise OutputError(f"the rigetti.quil-results.v1 output has {len(readout)} measurement vectors; expected "
+                          f"{rows} parameter sets x {shots} shots = {rows * shots}")
+    strings = ["".join(str(int(b)) for b in shot) for shot in readout]
+    return [_per_shot(strings[r * shots:(r + 1) * shots], n) for r in range(rows)]
 
 
 def _qir(data: dict, n: int, shots: int, rng: np.random.Generator, sample: bool) -> dict[str, int]:

@@ -4,12 +4,17 @@ A template becomes one circuit per **measurement group** (qubit-wise commuting
 Pauli terms share a group; a group's basis rotations come before measuring every
 qubit). Each circuit is translated by the SDK's own tooling: IonQ's JSON
 (``qiskit_circ_to_ionq_circ``), OpenQASM 2 for Quantinuum (``qiskit.qasm2``) or
-QIR for the other providers (``qdk``'s Qiskit interop). To do that once and
+QIR for the other providers (``qdk``'s Qiskit interop), or Quil for Rigetti's
+``rigetti.quil.v1``, which hqflow writes itself (the SDK has no Quil translator). To do that once and
 bind only the parameters per row, every parametrized gate angle is a **slot**:
 the circuit is translated with distinct sentinel angles, the sentinels are found
 in the text and cut out, and a second translation with other sentinels checks
 that filling the slots reproduces the SDK's text exactly. Where it does not (a
 translator that folds angles together), each row is translated on its own.
+
+Quil is the one format whose service job holds many rows: its slots are memory references
+(``theta[k]``, ``DECLARE theta REAL[n]``), and ``Payloads.bindings`` gives one program per group and
+the rows' slot values as the job's ``substitutions`` (azure-quantum's ``rigetti.InputParams``).
 
 Bit order: counts keys put wire 0 first, as everywhere in hqflow.
 
@@ -39,7 +44,7 @@ except ImportError:  # said when a circuit is translated: the azure extra is mis
 class Format:
     """What a provider takes and returns."""
 
-    kind: str  # "ionq" | "qasm" | "qir"
+    kind: str  # "ionq" | "qasm" | "qir" | "quil"
     input_data_format: str
     output_data_format: str
     content_type: str
@@ -50,11 +55,17 @@ FORMATS = {
     "ionq": Format("ionq", "ionq.circuit.v1", "ionq.quantum-results.v1", "application/json", "shots"),
     "qasm": Format("qasm", "honeywell.openqasm.v1", "honeywell.quantum-results.v1", "application/qasm", "count"),
     "qir": Format("qir", "qir.v1", "microsoft.quantum-results.v2", "qir.v1", "shots"),
+    "quil": Format("quil", "rigetti.quil.v1", "rigetti.quil-results.v1", "text/plain", "shots"),
 }
+QUIL_MEMORY = "theta"  # the Quil memory region that holds the slots: its rows are the job's substitutions
+# lowered gates as Quil writes them (Quil 2.0's standard gates; DAGGER for the inverses)
+_QUIL = {"rx": "RX", "ry": "RY", "rz": "RZ", "h": "H", "x": "X", "y": "Y", "z": "Z", "s": "S", "t": "T",
+         "sdg": "DAGGER S", "tdg": "DAGGER T", "cz": "CZ", "cx": "CNOT", "swap": "SWAP", "ccx": "CCNOT"}
 
 
 def format_for(target: str, override: str | None = None) -> Format:
-    """IonQ's JSON for ``ionq.*``, OpenQASM 2 for ``quantinuum.*``, QIR for the rest (or ``override``)."""
+    """IonQ's JSON for ``ionq.*``, OpenQASM 2 for ``quantinuum.*``, QIR for the rest (or ``override``: Quil
+    for Rigetti is chosen with ``"quil"``)."""
     if override is not None:
         if override not in FORMATS:
             raise BackendError(f"unknown input format {override!r}; one of {', '.join(FORMATS)}")
@@ -99,6 +110,11 @@ def _lower(op: Op) -> list[Op]:
         c, x, y = w
         return [Op("cx", (y, x)), Op("ccx", (c, x, y)), Op("cx", (y, x))]
     return [op]
+
+
+def lowered_ops(template: CircuitTemplate) -> list[Op]:
+    """The template's ops in the gate set every format takes (``_lower``)."""
+    return [low for op in template.ops for low in _lower(op)]
 
 
 def measurement_groups(template: CircuitTemplate) -> list[dict[int, str]]:
@@ -149,6 +165,14 @@ class _Slotted:
             out.append(part)
         return "".join(out)
 
+    def refer(self, memory: str) -> str:
+        """The text with each slot a reference ``memory[k]`` (Quil's parameters)."""
+        out = [self.parts[0]]
+        for s, part in zip(self.slots, self.parts[1:]):
+            out.append(f"{memory}[{s}]")
+            out.append(part)
+        return "".join(out)
+
 
 def _cut(text: str, sentinels: np.ndarray, modulo: bool) -> _Slotted | None:
     """Cut the sentinel numbers out of ``text``; None if one is missing or ambiguous."""
@@ -177,39 +201,44 @@ class Payloads:
     def __init__(self, template: CircuitTemplate, fmt: Format):
         self.template, self.format = template, fmt
         self.groups = measurement_groups(template)
-        self.ops = [low for op in template.ops for low in _lower(op)]
+        self.ops = lowered_ops(template)
         self.slot_angles = [a for op in self.ops for a in op.angles if a.kind != "const"]
         self._slotted: list[_Slotted] | None = self._prepare()
 
     # one circuit, its text -----------------------------------------------------------
     def _qiskit(self, group: dict[int, str], values: np.ndarray):
-        from qiskit import QuantumCircuit
+        return qiskit_circuit(self.template, self.ops, group, values)
 
-        n = self.template.n_qubits
-        qc = QuantumCircuit(n, n, name=self.template.name)
-        slot = 0
+    def _quil(self, group: dict[int, str]) -> _Slotted:
+        """The group's Quil program with a gap for each slot: ``DECLARE``s, the gates, the group's basis
+        rotations, then ``MEASURE q ro[q]`` for every qubit. A gate Quil lacks is a ``BackendError``."""
+        n, gaps, slots = self.template.n_qubits, [], []
+        text = f"DECLARE ro BIT[{n}]\nDECLARE {QUIL_MEMORY} REAL[{max(len(self.slot_angles), 1)}]\n"
         for op in self.ops:
-            angles = []
-            for a in op.angles:
+            if op.name not in _QUIL:
+                raise BackendError(f"gate {op.name!r} of circuit {self.template.name!r} has no Quil equivalent "
+                                   f"({self.format.input_data_format}); use input_format='qir'")
+            text += _QUIL[op.name]
+            for i, a in enumerate(op.angles):
+                text += "(" if i == 0 else ", "
                 if a.kind == "const":
-                    angles.append(a.offset)
+                    text += repr(float(a.offset))
                 else:
-                    angles.append(float(values[slot]))
-                    slot += 1
-            getattr(qc, op.name)(*angles, *op.wires)
+                    gaps.append(text)
+                    slots.append(len(slots))
+                    text = ""
+            text += (")" if op.angles else "") + " " + " ".join(map(str, op.wires)) + "\n"
         for w in sorted(group):
-            if group[w] == "X":
-                qc.h(w)
-            elif group[w] == "Y":
-                qc.sdg(w)
-                qc.h(w)
-        qc.measure(range(n), range(n))
-        return qc
+            text += {"X": f"H {w}\n", "Y": f"DAGGER S {w}\nH {w}\n"}.get(group[w], "")
+        text += "".join(f"MEASURE {q} ro[{q}]\n" for q in range(n))
+        return _Slotted(tuple(gaps) + (text,), tuple(slots))
 
     def translate(self, group: dict[int, str], values: np.ndarray) -> str:
-        """The SDK's translation of the group's circuit with these slot values."""
-        qc = self._qiskit(group, values)
+        """The SDK's translation of the group's circuit with these slot values (hqflow's own for Quil)."""
         kind = self.format.kind
+        if kind == "quil":
+            return self._quil(group).fill(values)
+        qc = self._qiskit(group, values)
         try:
             if kind == "ionq":
                 from azure.quantum.qiskit.backends._qiskit_ionq import qiskit_circ_to_ionq_circ
@@ -233,6 +262,8 @@ class Payloads:
                                f"{self.format.input_data_format}: {exc}") from None
 
     def _prepare(self) -> list[_Slotted] | None:
+        if self.format.kind == "quil":  # written here: its slots are known, nothing to verify
+            return [self._quil(g) for g in self.groups]
         n = len(self.slot_angles)
         first, second = _sentinels(n, 0.0), _sentinels(n, 0.37)
         modulo = self.format.kind == "qir"
@@ -245,11 +276,22 @@ class Payloads:
         return out
 
     # per row ---------------------------------------------------------------------------
-    def values(self, batch: CircuitBatch) -> np.ndarray:
-        """Slot values ``[B, n_slots]``: every parametrized angle of the lowered circuit."""
-        x, w = batch.inputs, batch.weights_per_row()
+    def values(self, batch: CircuitBatch, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """Slot values ``[rows, n_slots]`` of rows ``lo:hi``: every parametrized angle of the lowered circuit."""
+        x, w = batch.inputs[lo:hi], batch.weights_per_row()[lo:hi]
         cols = [a.scale * (x if a.kind == "input" else w)[:, a.index] + a.offset for a in self.slot_angles]
-        return np.stack(cols, axis=1) if cols else np.zeros((batch.size, 0))
+        return np.stack(cols, axis=1) if cols else np.zeros((x.shape[0], 0))
+
+    def bindings(self, batch: CircuitBatch, lo: int, hi: int) -> tuple[list[bytes], dict]:
+        """Quil only: one program per group (the same for every row) and the substitutions of rows ``lo:hi``,
+        ``{"theta": [[slot values] per row]}`` (a program without slots declares one, set to 0)."""
+        if self.format.kind != "quil":
+            raise BackendError(f"{self.format.input_data_format} takes no parameter bindings; only Quil does")
+        vals = self.values(batch, lo, hi)
+        if vals.shape[1] == 0:
+            vals = np.zeros((vals.shape[0], 1))
+        texts = [s.refer(QUIL_MEMORY).encode() for s in self._slotted]
+        return texts, {QUIL_MEMORY: vals.tolist()}
 
     def rows(self, batch: CircuitBatch) -> list[list[bytes]]:
         vals = self.values(batch)
@@ -261,6 +303,33 @@ class Payloads:
     def per_row(self) -> bool:
         """True when every row is translated on its own (the fast path did not verify)."""
         return self._slotted is None
+
+
+def qiskit_circuit(template: CircuitTemplate, ops: list[Op], group: dict[int, str], values: np.ndarray):
+    """The Qiskit circuit of lowered ``ops`` with slot ``values``, the group's basis rotations, and a
+    measurement of every qubit: what the SDK translates, and what prices count."""
+    from qiskit import QuantumCircuit
+
+    n = template.n_qubits
+    qc = QuantumCircuit(n, n, name=template.name)
+    slot = 0
+    for op in ops:
+        angles = []
+        for a in op.angles:
+            if a.kind == "const":
+                angles.append(a.offset)
+            else:
+                angles.append(float(values[slot]))
+                slot += 1
+        getattr(qc, op.name)(*angles, *op.wires)
+    for w in sorted(group):
+        if group[w] == "X":
+            qc.h(w)
+        elif group[w] == "Y":
+            qc.sdg(w)
+            qc.h(w)
+    qc.measure(range(n), range(n))
+    return qc
 
 
 def _canon(text: str, modulo: bool = False) -> str:

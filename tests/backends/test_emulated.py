@@ -324,3 +324,104 @@ def test_registry_and_cli(capsys):
     assert main(["backends"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("emulated-qpu"))
     assert "20 qubits" in line and "device=qpu" in line
+
+
+# --- issue 25: a shot cap, list prices of a real target, row seeds -----------------------------------
+
+def _many_cx(rows):
+    c = Circuit(2, name="cx40")
+    x = c.inputs("x", 2)
+    c.ry(x[0], 0).ry(x[1], 1)
+    for _ in range(40):
+        c.cx(0, 1)
+    return c.build(observables=["Z0"]), np.linspace(0, 1, 2 * rows).reshape(rows, 2)  # N1 = 2, N2 = 40
+
+
+def test_max_shots_is_declared_and_a_batch_over_it_is_refused(make):
+    qpu = make(max_shots=100)
+    assert qpu.capabilities.max_shots == 100 and make().capabilities.max_shots is None
+    t = rz_batch().template
+    with pytest.raises(BackendError) as err:
+        qpu.submit(CircuitBatch.make(t, [[0.1]], shots=101))
+    assert str(err.value) == "emulated-qpu takes at most 100 shots per job (its max_shots option); got 101"
+    assert qpu.submit(CircuitBatch.make(t, [[0.1]], shots=100, seed=0)).result(5).values.shape == (1, 1)
+    assert qpu.submit(rz_batch()).result(5).values.shape == (1, 1)  # exact: no shots to cap
+
+
+def test_price_as_prices_at_the_targets_list_price(make):
+    pytest.importorskip("qiskit", reason="prices count gates on the Qiskit circuit")
+    from hqflow.backends.azure.cost import price_entry
+
+    aria = price_entry("ionq.qpu.aria-1")
+    p1, p2, minimum = aria["price_1q"], aria["price_2q"], aria["minimum"]
+    t, x = _many_cx(3)
+    qpu = make(price_as="ionq.qpu.aria-1")
+    assert qpu.priced and qpu.price_as == "ionq.qpu.aria-1" and qpu.price_shots == 1000
+    cost = qpu.estimate_cost(CircuitBatch.make(t, x, shots=5000))
+    assert cost.currency == "USD" and cost.jobs == 3  # one circuit per service job on IonQ
+    assert cost.amount == pytest.approx(3 * max(5000 * (p1 * 2 + p2 * 40), minimum))
+    assert 5000 * (p1 * 2 + p2 * 40) > minimum  # this case is priced per gate, the exact one below at the floor
+    exact = CircuitBatch.make(t, x)
+    assert qpu.estimate_cost(exact).amount == pytest.approx(3 * max(1000 * (p1 * 2 + p2 * 40), minimum))
+    assert make(price_as="azure:ionq.qpu.aria-1", price_shots=3000).estimate_cost(exact).amount == pytest.approx(
+        3 * max(3000 * (p1 * 2 + p2 * 40), minimum))
+    used = qpu.usage(CircuitBatch.make(t, x, shots=5000))
+    assert (used.service_jobs, used.circuits, used.shots) == (1, 3, 15000)  # the emulated QPU's own service job
+    assert used.cost == pytest.approx(cost.amount) and used.currency == "USD"
+
+
+def test_an_emulated_qpu_without_price_as_stays_free(make):
+    qpu = make()
+    assert not qpu.priced and not EmulatedQPU.priced
+    with pytest.raises(BackendError, match="does not price its jobs"):
+        qpu.estimate_cost(rz_batch())
+    used = qpu.usage(CircuitBatch.make(rz_batch().template, [[0.1], [0.2]], shots=10))
+    assert (used.service_jobs, used.circuits, used.shots, used.cost, used.currency) == (1, 2, 20, 0.0, None)
+
+
+def _budget_run(options):
+    import hqflow as hq
+
+    pipe = hq.Pipeline("budget")
+    pipe.input("step", "scalar")
+    pipe.preprocess(_submit_one, outputs={"value": "array"}, job_backends=("qpu",), name="actor")
+    pipe.output("actor.value")
+    return hq.run(pipe.build(), [{"step": 0}, {"step": 1}], backends={"qpu": [("emulated-qpu", options)]},
+                  executor="sync", budget=1.0)
+
+
+def _submit_one(step):
+    import hqflow as hq
+
+    return {"value": hq.get_client().submit("qpu", rz_batch()).result().values}
+
+
+def test_a_budget_refuses_only_the_priced_emulated_qpu():
+    import hqflow as hq
+
+    assert len(_budget_run({}).outputs) == 2  # free: a budget of 1 USD never refuses it
+    with pytest.raises(hq.RunFailed, match="budget"):
+        _budget_run({"price_as": "ionq.qpu.aria-1"})  # 97.50 USD a circuit
+
+
+@pytest.mark.parametrize("price_as, match", [("ionq.qpu.aria-9", "known: .*ionq.qpu.aria-1"),
+                                             ("rigetti.qpu.cepheus-1-108q", "not a priced target"),
+                                             (3, "not a priced target")])
+def test_price_as_an_unknown_target_is_one_line(price_as, match):
+    with pytest.raises(BackendError, match=match) as err:
+        EmulatedQPU(price_as=price_as)
+    assert "\n" not in str(err.value)
+    with pytest.raises(BackendError, match="price_shots"):
+        EmulatedQPU(price_as="ionq.qpu.aria-1", price_shots=0)
+
+
+def test_row_seeded_is_the_wrapped_simulators(make):
+    from dataclasses import replace
+
+    class Seeded(ReferenceBackend):
+        @property
+        def capabilities(self):
+            return replace(super().capabilities, row_seeded=True)
+
+    assert make(Seeded()).capabilities.row_seeded
+    assert make().capabilities.row_seeded == get_backend("reference").capabilities.row_seeded

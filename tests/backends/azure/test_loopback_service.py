@@ -254,7 +254,8 @@ def test_provider_status_lists_and_job_listing(azure_workspace, azure_service):
     targets = {(p, t.id) for p, t in ws._get_target_status()}
     assert {t for _, t in targets} == {"ionq.simulator", "ionq.qpu.aria-1", "ionq.qpu.forte-1",
                                        "quantinuum.sim.h2-1sc", "quantinuum.sim.h2-1e", "quantinuum.qpu.h2-1",
-                                       "rigetti.sim.qvm", "rigetti.qpu.ankaa-3"}
+                                       "rigetti.sim.qvm", "rigetti.qpu.ankaa-3",
+                                       "rigetti.qpu.cepheus-1-108q"}
     assert {p for p, _ in targets} == {"ionq", "quantinuum", "rigetti"}
     assert ws.get_quotas() == []
     a = _submit(ws, "ionq.simulator", json.dumps(BELL_RX).encode(), IONQ, {"shots": 10})
