@@ -96,7 +96,8 @@ class Capabilities:
     def describe(self) -> str:
         modes = "+".join(m for m, ok in (("exact", self.exact), ("shots", self.shots)) if ok)
         per_job = self.max_circuits_per_job or "unlimited"
-        packing = "" if self.service_job_rows is None else f", {self.service_job_rows} rows/service job"
+        rows = self.service_job_rows
+        packing = "" if rows is None else f", {rows} row{'s' if rows > 1 else ''}/service job"
         cap = "" if self.max_shots is None else f", <= {self.max_shots} shots"
         return (
             f"{self.max_qubits} qubits, {per_job} circuits/job{packing}, {modes}{cap}, "
