@@ -15,7 +15,8 @@ import os
 import sys
 
 from . import __version__
-from .cli_cost import add_cost_arguments, add_dry_run_arguments, add_frugal_arguments, dry_run_tally
+from .cli_cost import (_at_least, _epsilon, add_cost_arguments, add_dry_run_arguments, add_frugal_arguments,
+                       cost_overrides, dry_run_tally)
 from .cli_plan import _spans, cmd_plan, fold, make_plan, with_options
 from .cli_pool import UsageError, backend_pool, check_backend, make_folder, show_figures, warn_secrets
 from .files import atomic_text
@@ -86,6 +87,23 @@ def _add_run(sub, workloads: str) -> None:
                    help="with --plan auto: how many versions old the parameters may be (default: the graph's own)")
     r.add_argument("--pool", type=_positive, default=None, help="with --backend: a pool of N such backends")
     r.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[], help=_MEMBER_OPT)
+    _add_run_cost(r)
+
+
+def _add_run_cost(r) -> None:
+    """``hqflow run``'s share of ``hqflow train``'s cost flags (cli_cost's types): each sets the workload's
+    config field of its name."""
+    group = r.add_argument_group("gradient and shots", "each sets the workload's field of that name; a workload "
+                                 "without it refuses the flag")
+    group.add_argument("--gradient", choices=["param-shift", "spsa"], help="the training circuit's gradient: "
+                       "param-shift (default; exact, 1 + 2 x angles circuits per row) or spsa (an estimate, "
+                       "1 + 2 x --spsa-samples circuits per row)")
+    group.add_argument("--spsa-samples", type=_at_least(1, "a positive number of directions"), metavar="K",
+                       help="with --gradient spsa: random directions per step (default 4)")
+    group.add_argument("--spsa-epsilon", type=_epsilon, metavar="E",
+                       help="with --gradient spsa: perturbation size (default 0.1)")
+    group.add_argument("--shots", type=_at_least(1, "a positive number of shots"), help="classifier, vqe: shots "
+                       "per training circuit (default: exact values); qaoa: shots when sampling the trained circuit")
 
 
 def _add_plan(sub, workloads: str) -> None:
@@ -319,7 +337,7 @@ def cmd_run(args) -> int:
         module = get_workload(args.workload)
     except (KeyError, ValueError) as exc:
         raise UsageError(str(exc).strip("'\"")) from None
-    cfg = with_options(args.workload, module.Config(), args)
+    cfg = _run_config(args, module)
     if args.out:
         _check_output(args.out, None, "--out")
     if args.backend:
@@ -347,6 +365,27 @@ def cmd_run(args) -> int:
     except OSError as exc:
         raise UsageError(f"cannot write {exc.filename}: {exc.strerror}") from None
     return 0
+
+
+_RUN_COST_FLAGS = {"gradient": "--gradient", "spsa_samples": "--spsa-samples", "spsa_epsilon": "--spsa-epsilon",
+                   "shots": "--shots"}
+
+
+def _run_config(args, module):
+    """The workload's ``Config`` with --steps, --seed, --backend and the gradient and shots flags given."""
+    cfg = with_options(args.workload, module.Config(), args)
+    given = cost_overrides(args)
+    for field in given:
+        if not hasattr(cfg, field):
+            raise UsageError(f"workload {args.workload!r} has no setting for {_RUN_COST_FLAGS[field]}")
+    try:
+        cfg = dataclasses.replace(cfg, **given)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"workload {args.workload!r}: {exc}") from None
+    spsa_only = [_RUN_COST_FLAGS[f] for f in ("spsa_samples", "spsa_epsilon") if f in given]
+    if spsa_only and getattr(cfg, "gradient", None) != "spsa":
+        raise UsageError(f"{spsa_only[0]} goes with --gradient spsa")
+    return cfg
 
 
 def _dry_run(args, cfg):

@@ -6,8 +6,12 @@ them again before every layer of trainable rotations, so two qubits can draw a
 curved decision boundary. The prediction is ``<Z0> + bias``, trained on the
 square loss with Adam; the bias lives in the learner's loop-carried state:
 
-    input.x -> encode (prepare) -> circuit (execute, param-shift) -> adam (learn) <- input.y
+    input.x -> encode (prepare) -> circuit (execute, gradient) -> adam (learn) <- input.y
     adam.weights ~> circuit.weights, adam.weights;  adam.bias ~> adam.bias;  adam.opt ~> adam.opt
+
+The circuit's gradient is parameter shift (exact) or SPSA (``gradient="spsa"``: an estimate from
+``spsa_samples`` random directions shared by the mini-batch's rows), its values exact or from ``shots``
+samples; the train and test accuracies are evaluated exactly either way.
 
     from hqflow.workloads import classifier
     print(classifier.run(classifier.Config(steps=150)))
@@ -18,6 +22,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from hqflow.backends import DEFAULT_BACKEND
+from hqflow.config import check_fields
 from hqflow.ir import Circuit, CircuitTemplate, Graph
 from hqflow.workloads.optim import adam_init, adam_step
 
@@ -44,6 +49,24 @@ class Config:
     """seed for the data, the initial weights and the mini-batches"""
     backend: str = DEFAULT_BACKEND
     """backend that runs the classifier circuit"""
+    gradient: str = "param-shift"
+    """the circuit's gradient: "param-shift" (exact; 1 + 2 x angles circuits per point) or "spsa" (an
+    estimate; 1 + 2 x spsa_samples circuits per point, whatever the number of weights)"""
+    spsa_samples: int = 4
+    """spsa: random directions per step, shared by the mini-batch's points (1 to 1000)"""
+    spsa_epsilon: float = 0.1
+    """spsa: the perturbation's size in radians (0 < epsilon <= 3.2)"""
+    shots: int | None = None
+    """shots per training circuit (None: exact values); the accuracies are evaluated exactly"""
+
+    def __post_init__(self) -> None:
+        check_fields(self, BOUNDS)  # types and ranges, the field named in the error
+        if self.gradient not in GRADIENTS:
+            raise ValueError(f"unknown gradient {self.gradient!r}; known: {', '.join(GRADIENTS)}")
+
+
+BOUNDS = {"spsa_samples": (1, 1000), "spsa_epsilon": (0, 3.2, "(]"), "shots": (1, 10**7)}
+GRADIENTS = ("param-shift", "spsa")
 
 
 # --- data ----------------------------------------------------------------------------------
@@ -70,7 +93,7 @@ def make_data(cfg: Config):
 
 # --- the circuit -----------------------------------------------------------------------------
 
-def reuploading_circuit(layers: int) -> CircuitTemplate:
+def reuploading_circuit(layers: int, shots: int | None = None) -> CircuitTemplate:
     c = Circuit(2, name=f"reupload_{layers}")
     x = c.inputs("x", 2)
     w = c.weights("w", 4 * layers)
@@ -79,7 +102,7 @@ def reuploading_circuit(layers: int) -> CircuitTemplate:
         c.ry(x[0], 0).ry(x[1], 1)  # upload the point again
         c.rz(a, 0).ry(b, 0).rz(d, 1).ry(e, 1)
         c.cz(0, 1)
-    return c.build(observables=["Z0"])
+    return c.build(observables=["Z0"], shots=shots)
 
 
 # --- fragments -----------------------------------------------------------------------------
@@ -111,8 +134,9 @@ def _pipeline(name: str, cfg: Config) -> hq.Pipeline:
 
 def build_graph(cfg: Config) -> Graph:
     pipe = _pipeline("classifier_moons", cfg).input("y", "array")
-    template = reuploading_circuit(cfg.layers)
-    pipe.execute("circuit", template, backend=cfg.backend, gradient="param-shift")
+    template = reuploading_circuit(cfg.layers, cfg.shots)
+    spsa = (cfg.spsa_samples, cfg.spsa_epsilon) if cfg.gradient == "spsa" else None
+    pipe.execute("circuit", template, backend=cfg.backend, gradient=cfg.gradient, spsa=spsa)
     pipe.connect("encode.angles", "circuit.inputs")
     pipe.learn(adam, outputs={"weights": "array", "bias": "scalar", "opt": "dict", "loss": "scalar",
                               "accuracy": "scalar"}, params={"lr": cfg.lr})

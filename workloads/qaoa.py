@@ -7,8 +7,11 @@ The cost is ``C = sum_{(i,j) in E} (1 - Z_i Z_j) / 2`` (the cut size); we maximi
 parameter-shift transform sums their shifts. Training starts from a linear ramp
 (a discretized anneal) and runs Adam:
 
-    cost (execute, param-shift) --values, jacobian--> adam (learn)
+    cost (execute, gradient) --values, jacobian--> adam (learn)
     adam.weights ~> cost.weights, adam.weights;  adam.opt ~> adam.opt   (loop-carried)
+
+The gradient is parameter shift (exact) or SPSA (``gradient="spsa"``: an estimate from
+``spsa_samples`` random directions), ``<C>`` exact or from ``cost_shots`` samples.
 
 Afterwards a second graph evaluates ``<C>`` at the trained weights and samples the
 trained circuit (``shots`` counts), and a postprocess fragment picks the best sampled
@@ -26,6 +29,7 @@ from dataclasses import asdict, dataclass
 import networkx as nx
 import numpy as np
 from hqflow.backends import DEFAULT_BACKEND
+from hqflow.config import check_fields
 from hqflow.ir import Circuit, CircuitTemplate, Graph
 from hqflow.trace import after
 from hqflow.workloads.optim import adam_init, adam_step
@@ -53,6 +57,24 @@ class Config:
     """seed for the random graph and for sampling"""
     backend: str = DEFAULT_BACKEND
     """backend that runs the circuits"""
+    gradient: str = "param-shift"
+    """the cost's gradient: "param-shift" (exact; 1 + 2 x angles circuits a step) or "spsa" (an estimate;
+    1 + 2 x spsa_samples circuits a step, whatever the depth)"""
+    spsa_samples: int = 4
+    """spsa: random directions per step (1 to 1000)"""
+    spsa_epsilon: float = 0.1
+    """spsa: the perturbation's size in radians (0 < epsilon <= 3.2)"""
+    cost_shots: int | None = None
+    """shots per training (cost) circuit (None: exact values); the final <C> is evaluated exactly"""
+
+    def __post_init__(self) -> None:
+        check_fields(self, BOUNDS)  # types and ranges, the field named in the error
+        if self.gradient not in GRADIENTS:
+            raise ValueError(f"unknown gradient {self.gradient!r}; known: {', '.join(GRADIENTS)}")
+
+
+BOUNDS = {"shots": (1, 10**7), "spsa_samples": (1, 1000), "spsa_epsilon": (0, 3.2, "(]"), "cost_shots": (1, 10**7)}
+GRADIENTS = ("param-shift", "spsa")
 
 
 # --- the problem ----------------------------------------------------------------------------
@@ -114,7 +136,9 @@ def best_sample(counts, edges):
 def build_graph(cfg: Config) -> Graph:
     edges = [list(e) for e in make_graph(cfg).edges]
     pipe = hq.Pipeline("qaoa_maxcut")
-    pipe.execute("cost", qaoa_circuit(cfg.nodes, edges, cfg.layers), backend=cfg.backend, gradient="param-shift")
+    template = qaoa_circuit(cfg.nodes, edges, cfg.layers, shots=cfg.cost_shots)
+    spsa = (cfg.spsa_samples, cfg.spsa_epsilon) if cfg.gradient == "spsa" else None
+    pipe.execute("cost", template, backend=cfg.backend, gradient=cfg.gradient, spsa=spsa)
     pipe.learn(adam, outputs={"weights": "array", "opt": "dict", "cut": "scalar"}, params={"lr": cfg.lr})
     init = ramp(cfg)
     pipe.loop("adam.weights", "cost.weights", init=init)

@@ -6,14 +6,17 @@ the Hartree-Fock state |1100> followed by one double excitation
 ``G(theta) = exp(-i theta/2 (|1100><0011| i - h.c.))``, written in hqflow's gate set
 as eight commuting Pauli rotations (``double_excitation`` below). The graph:
 
-    energy (execute, param-shift) --values, jacobian--> adam (learn)
+    energy (execute, gradient) --values, jacobian--> adam (learn)
     adam.weights  ~>  energy.weights, adam.weights      (loop-carried)
     adam.opt      ~>  adam.opt                          (loop-carried Adam moments)
+
+The gradient is parameter shift (exact) or SPSA (``gradient="spsa"``: an estimate from
+``spsa_samples`` random directions), the energy exact or from ``shots`` samples.
 
 Then a second, one-step graph evaluates the energy at the trained angle
 (``build_energy_graph``), on the same backends with the same options, so a pool,
 ``--backend-opt`` and ``--dry-run`` cover it too. Its spans follow the training run's
-among the result's ``spans``, as step ``steps``.
+among the result's ``spans``, as step ``steps``; it is exact whatever ``shots`` is.
 
     from hqflow.workloads import vqe
     print(vqe.run(vqe.Config(steps=60)))
@@ -25,6 +28,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from hqflow.backends import DEFAULT_BACKEND
+from hqflow.config import check_fields
 from hqflow.ir import Circuit, CircuitTemplate, Graph, Observable, PauliTerm
 from hqflow.trace import after
 from hqflow.workloads.optim import adam_init, adam_step
@@ -48,6 +52,24 @@ class Config:
     """seed for the executor (only matters with shots)"""
     backend: str = DEFAULT_BACKEND
     """backend that runs the energy circuit"""
+    gradient: str = "param-shift"
+    """the energy's gradient: "param-shift" (exact; 17 circuits a step) or "spsa" (an estimate;
+    1 + 2 x spsa_samples circuits a step)"""
+    spsa_samples: int = 4
+    """spsa: random directions per step (1 to 1000)"""
+    spsa_epsilon: float = 0.1
+    """spsa: the perturbation's size in radians (0 < epsilon <= 3.2)"""
+    shots: int | None = None
+    """shots per training circuit (None: exact values); the final energy is evaluated exactly"""
+
+    def __post_init__(self) -> None:
+        check_fields(self, BOUNDS)  # types and ranges, the field named in the error
+        if self.gradient not in GRADIENTS:
+            raise ValueError(f"unknown gradient {self.gradient!r}; known: {', '.join(GRADIENTS)}")
+
+
+BOUNDS = {"spsa_samples": (1, 1000), "spsa_epsilon": (0, 3.2, "(]"), "shots": (1, 10**7)}
+GRADIENTS = ("param-shift", "spsa")
 
 
 # --- the molecule ---------------------------------------------------------------------
@@ -109,12 +131,12 @@ def double_excitation(c: Circuit, theta, wires=(0, 1, 2, 3)) -> Circuit:
     return c
 
 
-def ansatz(observable: Observable | None = None) -> CircuitTemplate:
+def ansatz(observable: Observable | None = None, shots: int | None = None) -> CircuitTemplate:
     c = Circuit(4, name="h2_uccd")
     (theta,) = c.weights("theta", 1)
     c.x(0).x(1)  # Hartree-Fock |1100>
     double_excitation(c, theta)
-    return c.build(observables=[observable] if observable is not None else [])
+    return c.build(observables=[observable] if observable is not None else [], shots=shots)
 
 
 # --- fragments ----------------------------------------------------------------------------
@@ -128,7 +150,8 @@ def adam(values, jacobian, weights, opt, lr):
 def build_graph(cfg: Config) -> Graph:
     observable, _, _ = hamiltonian(cfg.bond_length)
     pipe = hq.Pipeline("vqe_h2")
-    pipe.execute("energy", ansatz(observable), backend=cfg.backend, gradient="param-shift")
+    spsa = (cfg.spsa_samples, cfg.spsa_epsilon) if cfg.gradient == "spsa" else None
+    pipe.execute("energy", ansatz(observable, cfg.shots), backend=cfg.backend, gradient=cfg.gradient, spsa=spsa)
     pipe.learn(adam, outputs={"weights": "array", "opt": "dict", "energy": "scalar"}, params={"lr": cfg.lr})
     init = [float(cfg.init)]
     pipe.loop("adam.weights", "energy.weights", init=init)
