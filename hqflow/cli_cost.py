@@ -77,7 +77,8 @@ def projection(out: dict, cfg, longest: int | None, circuits_per_step: float) ->
     """What a dry run's updates say of the whole run: per episode, over ``cfg.max_episodes`` at the dry run's
     episode lengths, and the bound where every episode lasts ``longest`` steps."""
     used, episodes = out["usage"], max(1, len(out["returns"]))
-    per = {k: v / episodes for k, v in used.items() if k not in ("currency", "failed_service_jobs")}
+    per = {"list_cost" if k == "cost" else k: v / episodes for k, v in used.items()
+           if k not in ("currency", "failed_service_jobs")}
     steps = out["env_steps"] / episodes
     figures = {"dry_run_updates": out["updates"], "dry_run_episodes": len(out["returns"]),
                "mean_episode_length": round(steps, 1), "circuits_per_env_step": round(circuits_per_step, 2)}
