@@ -302,14 +302,19 @@ def cmd_train(args) -> int:
     return 0
 
 
+def _planning(args) -> bool:
+    """Whether --objective or its bounds were given (they go with --plan auto on a new run)."""
+    return bool(args.objective or args.gradients or args.shots_range or args.spsa_samples_range)
+
+
 def _dry_run(args, runner) -> int:
     """--dry-run: ``--dry-run-updates`` updates on ``dry-run:<backend>`` in a scratch directory, and what the whole
     run would use (nothing is submitted; no run directory is kept)."""
     from .cli_cost import dry_run_tally, projection
 
-    if args.resume or args.plan or args.resources or args.run_dir:
-        raise UsageError("--dry-run keeps no run: give ENV and its settings, not --resume, --plan, --resources or "
-                         "--run-dir")
+    if args.resume or args.plan or args.resources or args.run_dir or _planning(args):
+        raise UsageError("--dry-run keeps no run: give ENV and its settings, not --resume, --plan (or --objective "
+                         "and its bounds), --resources or --run-dir")
     if not args.env:
         raise UsageError("--dry-run needs an environment (cartpole, acrobot, a gymnasium id, ...)")
     try:
@@ -340,10 +345,11 @@ def _resumed_run(args, runner) -> _Run | None:
     """``--resume RUN_DIR``: the run's own algorithm and config, the pool and distribution given (None: done)."""
     if args.plan:
         raise UsageError("--plan auto plans a new run; to change a resumed run's pool or distribution, give them")
-    if args.env or args.env_module or args.algo or args.seed is not None or args.set or args.episodes or args.run_dir:
+    if (args.env or args.env_module or args.algo or args.seed is not None or args.set or args.episodes or args.run_dir
+            or cost_overrides(args) or _planning(args)):
         raise UsageError("--resume continues the run's own algorithm and directory: ENV, --env-module, --algo, "
-                         "--seed, --set, --episodes and --run-dir cannot change (the pool, the distribution "
-                         "and --resources may)")
+                         "--seed, --set, --episodes, --run-dir, --shots, --gradient, --spsa-* and --objective's "
+                         "bounds cannot change (the pool, the distribution, --resources and the budgets may)")
     _importable_cwd()  # a MODULE:ID environment from the current directory, as a new run finds it
     try:
         meta, ckpt = runner.load_run(args.resume)

@@ -158,3 +158,9 @@ def test_a_dry_run_submits_nothing_and_projects_the_run(tmp_path, capsys, monkey
     assert figures["circuits_bound_at_500_steps"] >= figures["circuits_for_100_episodes"]
     assert not (tmp_path / "runs").exists()  # no run directory is kept
     assert main([*argv, "--resume", "x"]) == 2
+
+
+@pytest.mark.parametrize("flags", [["--shots", "10"], ["--gradient", "spsa"], ["--objective", "cost"]])
+def test_a_resume_refuses_settings_it_would_ignore(flags, tmp_path, capsys):
+    assert main(["train", "--resume", str(tmp_path), *flags]) == 2
+    assert "cannot change" in capsys.readouterr().err
