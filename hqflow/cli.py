@@ -212,20 +212,7 @@ def _amount(text: str) -> float:
     return value
 
 
-def _integer(low: int, expected: str):
-    """An argparse type: an integer >= ``low``, or a one-line error saying ``expected``."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
-        return value
-    return parse
-
-
-_natural, _positive = _integer(0, "an integer >= 0"), _integer(1, "a positive integer")
+_natural, _positive = _at_least(0, "an integer >= 0"), _at_least(1, "a positive integer")
 
 
 def cmd_backends(args) -> int:

@@ -9,6 +9,7 @@ import argparse
 
 
 def _at_least(low: int, expected: str):
+    """An argparse type: an integer >= ``low``, or a one-line error saying ``expected``."""
     def parse(text: str) -> int:
         try:
             value = int(text)
