@@ -43,6 +43,7 @@ import sys
 import time
 import unicodedata
 
+from hqflow.backends import Usage
 from hqflow.ir import GATES, Circuit, CircuitError, ExprError, GraphError
 
 OWN_ERRORS = (GraphError, CircuitError, ExprError)
@@ -408,7 +409,7 @@ class _Cli:
                 runner.load_run(run_dir)
             runner.initial_state(algo, cfg)  # the policy the configuration describes
             return {"returns": [1.0], "episodes_to_solve": None, "seconds": 0.01, "env_steps": 1, "env_steps_per_s": 1.0,
-                    "circuit_evals_per_s": 1.0, "distribution": "sync"}
+                    "circuit_evals_per_s": 1.0, "distribution": "sync", "usage": Usage().as_dict()}
 
         runner.train = train
         self.real_train = real_train

@@ -303,12 +303,12 @@ class Recording(ReferenceBackend):
 
 
 def _layer_grads(layer, x, v):
+    """Values and the gradients of sum(v * layer(x)); torch.autograd.grad, not backward: threads that share the
+    layer must not accumulate into (and reset) one ``weights.grad``."""
     xt = torch.tensor(x, requires_grad=True)
     out = layer(xt)
-    (out * torch.as_tensor(v)).sum().backward()
-    gw = layer.weights.grad.clone()
-    layer.weights.grad = None
-    return out.detach(), xt.grad, gw
+    gx, gw = torch.autograd.grad((out * torch.as_tensor(v)).sum(), (xt, layer.weights))
+    return out.detach(), gx, gw
 
 
 @pytest.mark.parametrize("in_forward", [False, True])
