@@ -113,6 +113,7 @@ def summarize(variant: str, runs: list[dict], episodes: int, base: dict, latency
     median = statistics.median([*solved, *[float("inf")] * (len(runs) - len(solved))]) if runs else float("inf")
     return {"solved": len(solved), "median_episodes": None if median == float("inf") else median,
             "service_jobs_per_episode": round(jobs / eps, 2), "circuits_per_episode": round(circuits / eps, 2),
+            "service_jobs_per_step": round(jobs / max(1, steps), 3),
             "shots_per_episode": round(shots / eps), "usd_per_episode_aria": round(usd / eps, 2),
             "mean_episode_length": round(steps / eps, 1),
             "seconds_per_episode_at_50ms": round((jobs * 0.05 + (seconds if latency == 0 else 0)) / eps
@@ -169,6 +170,10 @@ def overall(figures: dict, variants: list[str], seeds: int) -> dict:
            "jobs_reduction_packed": round(base_jobs / min(packed), 1) if base_jobs and packed else None,
            "jobs_reduction_single": (round(base_jobs / figures["spsa_single_service_jobs_per_episode"], 1)
                                      if base_jobs and "spsa_single" in variants else None),
+           # per env step: free of how long each variant's episodes are (a policy that does not learn has short ones)
+           "jobs_reduction_single_per_step": (round(figures["baseline_service_jobs_per_step"]
+                                                    / figures["spsa_single_service_jobs_per_step"], 1)
+                                              if base_jobs and "spsa_single" in variants else None),
            "usd_reduction": (round(base_usd / min(figures[f"{v}_usd_per_episode_aria"] for v in solving), 2)
                              if base_usd and solving else None),
            "frugal_best_solved": max([figures.get(f"{v}_solved", 0) for v in ("spsa_packed", "spsa_single")
