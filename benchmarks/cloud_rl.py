@@ -163,6 +163,7 @@ def table(figures: dict, variants: list[str]) -> None:
 def overall(figures: dict, variants: list[str], seeds: int) -> dict:
     need = 4 if seeds >= 5 else max(1, -(-2 * seeds // 3))  # "solving": 4 of 5 (2 of 3 with --quick)
     solving = [v for v in variants if figures.get(f"{v}_solved", 0) >= need]
+    better = [v for v in solving if v != "baseline"]  # the variants that change something
     base_jobs = figures.get("baseline_service_jobs_per_episode")
     base_usd = figures.get("baseline_usd_per_episode_aria")
     packed = [figures[f"{v}_service_jobs_per_episode"] for v in ("ps_packed", "spsa_packed") if v in solving]
@@ -174,8 +175,8 @@ def overall(figures: dict, variants: list[str], seeds: int) -> dict:
            "jobs_reduction_single_per_step": (round(figures["baseline_service_jobs_per_step"]
                                                     / figures["spsa_single_service_jobs_per_step"], 1)
                                               if base_jobs and "spsa_single" in variants else None),
-           "usd_reduction": (round(base_usd / min(figures[f"{v}_usd_per_episode_aria"] for v in solving), 2)
-                             if base_usd and solving else None),
+           "usd_reduction": (round(base_usd / min(figures[f"{v}_usd_per_episode_aria"] for v in better), 2)
+                             if base_usd and better else None),
            "frugal_best_solved": max([figures.get(f"{v}_solved", 0) for v in ("spsa_packed", "spsa_single")
                                       if v in variants] or [0])}
     out["targets"] = {"jobs_reduction_packed_300": (out["jobs_reduction_packed"] or 0) >= 300,
