@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from hqflow.backends import DEFAULT_BACKEND
-from hqflow.config import check_fields
 from hqflow.ir import Circuit, CircuitTemplate, Graph
+from hqflow.workloads import estimator
 from hqflow.workloads.optim import adam_init, adam_step
 
 import hqflow as hq
@@ -60,13 +60,9 @@ class Config:
     """shots per training circuit (None: exact values); the accuracies are evaluated exactly"""
 
     def __post_init__(self) -> None:
-        check_fields(self, BOUNDS)  # types and ranges, the field named in the error
-        if self.gradient not in GRADIENTS:
-            raise ValueError(f"unknown gradient {self.gradient!r}; known: {', '.join(GRADIENTS)}")
+        estimator.check(self)  # types and ranges, the field named in the error
 
 
-BOUNDS = {"spsa_samples": (1, 1000), "spsa_epsilon": (0, 3.2, "(]"), "shots": (1, 10**7)}
-GRADIENTS = ("param-shift", "spsa")
 
 
 # --- data ----------------------------------------------------------------------------------
@@ -135,7 +131,7 @@ def _pipeline(name: str, cfg: Config) -> hq.Pipeline:
 def build_graph(cfg: Config) -> Graph:
     pipe = _pipeline("classifier_moons", cfg).input("y", "array")
     template = reuploading_circuit(cfg.layers, cfg.shots)
-    spsa = (cfg.spsa_samples, cfg.spsa_epsilon) if cfg.gradient == "spsa" else None
+    spsa = estimator.spsa_setting(cfg)
     pipe.execute("circuit", template, backend=cfg.backend, gradient=cfg.gradient, spsa=spsa)
     pipe.connect("encode.angles", "circuit.inputs")
     pipe.learn(adam, outputs={"weights": "array", "bias": "scalar", "opt": "dict", "loss": "scalar",

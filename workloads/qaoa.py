@@ -29,9 +29,9 @@ from dataclasses import asdict, dataclass
 import networkx as nx
 import numpy as np
 from hqflow.backends import DEFAULT_BACKEND
-from hqflow.config import check_fields
 from hqflow.ir import Circuit, CircuitTemplate, Graph
 from hqflow.trace import after
+from hqflow.workloads import estimator
 from hqflow.workloads.optim import adam_init, adam_step
 
 import hqflow as hq
@@ -68,13 +68,9 @@ class Config:
     """shots per training (cost) circuit (None: exact values); the final <C> is evaluated exactly"""
 
     def __post_init__(self) -> None:
-        check_fields(self, BOUNDS)  # types and ranges, the field named in the error
-        if self.gradient not in GRADIENTS:
-            raise ValueError(f"unknown gradient {self.gradient!r}; known: {', '.join(GRADIENTS)}")
+        estimator.check(self, {"cost_shots": (1, 10**7)})  # types and ranges, the field named in the error
 
 
-BOUNDS = {"shots": (1, 10**7), "spsa_samples": (1, 1000), "spsa_epsilon": (0, 3.2, "(]"), "cost_shots": (1, 10**7)}
-GRADIENTS = ("param-shift", "spsa")
 
 
 # --- the problem ----------------------------------------------------------------------------
@@ -137,7 +133,7 @@ def build_graph(cfg: Config) -> Graph:
     edges = [list(e) for e in make_graph(cfg).edges]
     pipe = hq.Pipeline("qaoa_maxcut")
     template = qaoa_circuit(cfg.nodes, edges, cfg.layers, shots=cfg.cost_shots)
-    spsa = (cfg.spsa_samples, cfg.spsa_epsilon) if cfg.gradient == "spsa" else None
+    spsa = estimator.spsa_setting(cfg)
     pipe.execute("cost", template, backend=cfg.backend, gradient=cfg.gradient, spsa=spsa)
     pipe.learn(adam, outputs={"weights": "array", "opt": "dict", "cut": "scalar"}, params={"lr": cfg.lr})
     init = ramp(cfg)

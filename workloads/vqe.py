@@ -28,9 +28,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from hqflow.backends import DEFAULT_BACKEND
-from hqflow.config import check_fields
 from hqflow.ir import Circuit, CircuitTemplate, Graph, Observable, PauliTerm
 from hqflow.trace import after
+from hqflow.workloads import estimator
 from hqflow.workloads.optim import adam_init, adam_step
 
 import hqflow as hq
@@ -63,13 +63,9 @@ class Config:
     """shots per training circuit (None: exact values); the final energy is evaluated exactly"""
 
     def __post_init__(self) -> None:
-        check_fields(self, BOUNDS)  # types and ranges, the field named in the error
-        if self.gradient not in GRADIENTS:
-            raise ValueError(f"unknown gradient {self.gradient!r}; known: {', '.join(GRADIENTS)}")
+        estimator.check(self)  # types and ranges, the field named in the error
 
 
-BOUNDS = {"spsa_samples": (1, 1000), "spsa_epsilon": (0, 3.2, "(]"), "shots": (1, 10**7)}
-GRADIENTS = ("param-shift", "spsa")
 
 
 # --- the molecule ---------------------------------------------------------------------
@@ -150,7 +146,7 @@ def adam(values, jacobian, weights, opt, lr):
 def build_graph(cfg: Config) -> Graph:
     observable, _, _ = hamiltonian(cfg.bond_length)
     pipe = hq.Pipeline("vqe_h2")
-    spsa = (cfg.spsa_samples, cfg.spsa_epsilon) if cfg.gradient == "spsa" else None
+    spsa = estimator.spsa_setting(cfg)
     pipe.execute("energy", ansatz(observable, cfg.shots), backend=cfg.backend, gradient=cfg.gradient, spsa=spsa)
     pipe.learn(adam, outputs={"weights": "array", "opt": "dict", "energy": "scalar"}, params={"lr": cfg.lr})
     init = [float(cfg.init)]

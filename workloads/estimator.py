@@ -1,0 +1,20 @@
+"""The gradient-estimator settings the classical workloads share (``gradient``, ``spsa_samples``,
+``spsa_epsilon`` and a training circuit's shots): their checks, and what ``Pipeline.execute`` takes."""
+from __future__ import annotations
+
+from hqflow.config import check_fields
+
+GRADIENTS = ("param-shift", "spsa")
+BOUNDS = {"spsa_samples": (1, 1000), "spsa_epsilon": (0, 3.2, "(]"), "shots": (1, 10**7)}
+
+
+def check(cfg, bounds: dict | None = None) -> None:
+    """Every field's type and range (``BOUNDS`` and the workload's own), and the gradient's name: one-line errors."""
+    check_fields(cfg, {**BOUNDS, **(bounds or {})})
+    if cfg.gradient not in GRADIENTS:
+        raise ValueError(f"unknown gradient {cfg.gradient!r}; known: {', '.join(GRADIENTS)}")
+
+
+def spsa_setting(cfg) -> tuple[int, float] | None:
+    """``Pipeline.execute``'s ``spsa=``: (samples, epsilon) for the SPSA gradient, else None."""
+    return (cfg.spsa_samples, cfg.spsa_epsilon) if cfg.gradient == "spsa" else None
