@@ -1,8 +1,9 @@
-"""Affine phase maps and block structures (numpy, compile time).
+"""Affine phase maps, their pieces, and block structures (numpy, compile time).
 
 An ``_Affine`` gives a diagonal layer's angles as an affine function of the
-symbols; a ``_Structure`` is a block's unitary as constant matrices between
-weight-dependent phase slots.
+symbols; ``_pieces`` cuts a wide layer into factors on few axes each (so no table
+has ``2**n`` entries past ``config._PHASE_CHUNK`` qubits); a ``_Structure`` is a
+block's unitary as constant matrices between weight-dependent phase slots.
 """
 from __future__ import annotations
 
@@ -56,6 +57,29 @@ def _affine(prims, axis_of: dict, m: int, n_in: int, n_w: int, per_row: bool) ->
         elif a.kind == "weight":
             out.weight[a.index] = out.weight.get(a.index, 0.0) + a.scale * vec
     return out
+
+
+def _pieces(prims, axis_of: dict, n: int, chunk: int) -> list[tuple[tuple[int, ...], list]]:
+    """A diagonal layer's primitives as pieces ``(axes, prims)``: its phase is the product of the pieces'.
+
+    Up to ``chunk`` qubits the layer is one piece on every axis (one table of ``2**n`` phases). Wider, the
+    axes are cut into ``ceil(n / chunk)`` runs of near-equal length: a primitive whose axes lie in one run
+    joins that run's piece; one across runs makes a piece on its own axes (shared by the primitives on the
+    same axes). Pieces keep the order of their first primitive; ``axes`` ascend."""
+    if n <= chunk:
+        return [(tuple(range(n)), list(prims))]
+    parts = -(-n // chunk)
+    bounds = [i * n // parts for i in range(parts + 1)]
+    run_of = {a: j for j in range(parts) for a in range(bounds[j], bounds[j + 1])}
+    out: dict[tuple[int, ...], list] = {}
+    for p in prims:
+        axes = tuple(sorted(axis_of[w] for w in p.wires))
+        runs = {run_of[a] for a in axes}
+        if len(runs) == 1:
+            (j,) = runs
+            axes = tuple(range(bounds[j], bounds[j + 1]))
+        out.setdefault(axes, []).append(p)
+    return list(out.items())
 
 
 def _embed(matrix: np.ndarray, axes: list[int], m: int) -> np.ndarray:

@@ -43,7 +43,7 @@ class CompiledBackend(LocalBackend):
         _check_fusion(fusion)
         self.fusion = fusion
         if max_qubits is None:
-            max_qubits = 16 if self.device.type == "cpu" else 24
+            max_qubits = 24 if self.device.type == "cpu" else config.MAX_QUBITS
         if not isinstance(max_qubits, int) or not 1 <= max_qubits <= config.MAX_QUBITS:
             raise BackendError(f"max_qubits must be an int between 1 and {config.MAX_QUBITS}, got {max_qubits!r}")
         self.max_amplitudes = int(max_amplitudes)

@@ -13,7 +13,7 @@ import torch
 from hqflow.ir.circuit import CircuitTemplate
 
 from . import config
-from .affine import _Affine, _affine, _structure
+from .affine import _Affine, _affine, _pieces, _structure
 from .config import _REAL
 from .cost import _choose_fusion, _place, _segments
 from .lower import _lower, _schedule
@@ -26,10 +26,46 @@ class _Stage:
     perm: tuple = ()  # perm: new axis i is old axis perm[i]
     width: int = 0  # dense: acts on the trailing `width` axes (one GEMM)
     unitary: tuple = (-1, -1)  # dense: (stack, member) in the program's unitary stacks
-    cols: tuple = (0, 0)  # phase: column range of its phases
-    per_sample: bool = False  # phase: a per-sample layer (its columns) or shared phases (columns of p_shared)
+    pieces: tuple = ()  # phase: its factors (``_Piece``); the stage multiplies the state by each one's phases
+    per_sample: bool = False  # phase: per-sample pieces (columns of the per-sample angles) or shared (of p_shared)
     wires: tuple = ()  # logical wires (for describe)
     note: str = ""
+
+
+@dataclass(eq=False)
+class _Piece:
+    """One factor of a phase stage: ``2**k`` phases on the state axes ``axes`` (ascending), broadcast over
+    the rest. The state ``[..., 2**n]`` is viewed as ``dims`` (runs of those axes and the gaps between them)
+    and the phases ``[..., 2**k]`` as ``shape`` (a run's size, 1 on a gap); ``dims == (2**n,)`` is a full
+    table. ``cols``: its columns, in the per-sample angles or in ``p_shared``."""
+
+    axes: tuple
+    dims: tuple
+    shape: tuple
+    cols: tuple = (0, 0)
+
+    @staticmethod
+    def on(axes: tuple, n: int, cols: tuple = (0, 0)) -> _Piece:
+        dims, shape, at = [], [], 0
+        for a in axes:
+            if dims and a == at and shape[-1] != 1:  # extends the current run
+                dims[-1] *= 2
+                shape[-1] *= 2
+            else:
+                if a > at:
+                    dims.append(2 ** (a - at))
+                    shape.append(1)
+                dims.append(2)
+                shape.append(2)
+            at = a + 1
+        if at < n:
+            dims.append(2 ** (n - at))
+            shape.append(1)
+        return _Piece(tuple(axes), tuple(dims), tuple(shape), cols)
+
+    @property
+    def full(self) -> bool:
+        return len(self.dims) == 1
 
 
 @dataclass
@@ -38,9 +74,9 @@ class _Plan:
 
     Shared angles ``theta_shared = shared_c + shared_w @ w`` (``[T]``, ``_shared_angles``): their first
     ``n_phase`` entries are turned into phases (the weight slots of unitaries and
-    shared phase stages); ``theta_shared[sample_bias]`` is the bias of the per-sample
-    angles: layer ``l`` (columns ``l*2**n ...``) has ``sym @ sample_a[l] + bias[cols]``
-    (``[B, 2**n]``), computed only when a stage needs it.
+    shared phase pieces); ``theta_shared[sample_bias]`` is the bias of the per-sample
+    angles: the piece with columns ``cols`` has ``sym @ sample_a[cols] + bias[cols]``
+    (``[B, 2**k]``), computed only when a stage needs it.
     """
 
     n: int
@@ -53,9 +89,9 @@ class _Plan:
     shared_w: torch.Tensor | _WeightMap | None  # [T, n_w]: dense, or gathered (None: no shared angle uses a weight)
     shared_c: torch.Tensor  # [T]
     n_phase: int
-    sample_a: list  # per distinct per-sample phase layer l: [n_sample, 2**n], its columns l*2**n...
+    sample_a: dict  # per distinct per-sample piece, by its columns: [n_sample, 2**k]
     sample_bias: tuple
-    sample_uses: dict  # columns of a per-sample layer -> (first, last) index of the stages using it
+    sample_uses: dict  # columns of a per-sample piece -> (first, last) index of the stages using it
     stacks: list  # {"const": [G, K, K]} or {"fixed": [...], "slots": [...], "size": G, "dim": K}
     flops: float = 0.0
 
@@ -215,32 +251,27 @@ def _build_plan(t: CircuitTemplate, per_row: bool, fusion: int | None, dtype, de
     layout = list(range(n))
     batched, flops = False, 0.0
     cols = _Columns(n_w)
-    sample_layers: dict[bytes, tuple[int, int]] = {}  # identical per-sample layers share columns
-    sample_affines: list[_Affine] = []
+    sample = _SampleColumns()
     structures: list = []  # (block id, _Structure)
-    shared_phases: list = []  # (stage, _Affine): columns assigned after the unitaries'
+    shared_phases: list = []  # (piece, _Affine): columns assigned after the unitaries'
 
     for kind, group in _segments(schedule, k, n, lazy):
         if kind == "phase":
-            aff = _affine(group, {w: i for i, w in enumerate(layout)}, n, n_in, n_w, per_row)
-            if aff.key() not in sample_layers:
-                sample_layers[aff.key()] = (len(sample_affines) * d, (len(sample_affines) + 1) * d)
-                sample_affines.append(aff)
-            stages.append(_Stage("phase", batched, cols=sample_layers[aff.key()], per_sample=True,
+            pieces = [sample.piece(axes, aff, n) for axes, aff in _piece_affines(group, layout, n, n_in, n_w, per_row)]
+            stages.append(_Stage("phase", batched, pieces=tuple(pieces), per_sample=True,
                                  wires=tuple(sorted({w for p in group for w in p.wires})),
                                  note=", ".join(p.label for p in group)))
             batched = True
-            flops += 6 * d
+            flops += 6 * d * len(pieces)
             continue
         for b in group:
             wires = tuple(sorted(b.wires))
             note = ", ".join(p.label for p in b.prims) if len(b.prims) <= 6 else f"{len(b.prims)} primitives"
             if b.diagonal:
-                stage = _Stage("phase", batched, wires=wires, note=note)
-                axis_of = {w: i for i, w in enumerate(layout)}
-                shared_phases.append((stage, _affine(b.prims, axis_of, n, n_in, n_w, per_row)))
-                stages.append(stage)
-                flops += 6 * d
+                parts = [(_Piece.on(axes, n), aff) for axes, aff in _piece_affines(b.prims, layout, n, n_in, n_w, per_row)]
+                shared_phases.extend(parts)
+                stages.append(_Stage("phase", batched, pieces=tuple(pc for pc, _ in parts), wires=wires, note=note))
+                flops += 6 * d * len(parts)
                 continue
             new = _place(layout, b.wires, n) if k < n else None
             if new is not None:
@@ -257,13 +288,13 @@ def _build_plan(t: CircuitTemplate, per_row: bool, fusion: int | None, dtype, de
     for i, stage in enumerate(stages):
         if stage.kind == "dense":
             stage.unitary = where[i]
-    for stage, aff in shared_phases:
-        stage.cols = cols.take(aff.weight, aff.const)
+    for piece, aff in shared_phases:
+        piece.cols = cols.take(aff.weight, aff.const)
     n_phase = cols.size
     bias = (cols.size, cols.size)
-    if sample_affines:
+    if sample.affines:
         first = cols.size
-        for aff in sample_affines:
+        for aff in sample.affines:
             cols.take(aff.weight, aff.const)
         bias = (first, cols.size)
     real = _REAL[dtype]
@@ -279,7 +310,7 @@ def _build_plan(t: CircuitTemplate, per_row: bool, fusion: int | None, dtype, de
         shared_w=shared_w,
         shared_c=shared_c,
         n_phase=n_phase,
-        sample_a=[torch.tensor(a.sample, dtype=real, device=device) for a in sample_affines],
+        sample_a={c: torch.tensor(a.sample, dtype=real, device=device) for c, a in zip(sample.columns, sample.affines)},
         sample_bias=bias,
         sample_uses=_uses(stages),
         stacks=stacks,
@@ -287,10 +318,40 @@ def _build_plan(t: CircuitTemplate, per_row: bool, fusion: int | None, dtype, de
     )
 
 
+def _piece_affines(prims, layout: list, n: int, n_in: int, n_w: int, per_row: bool) -> list:
+    """A diagonal layer (in the state's ``layout``) as ``[(axes, _Affine over those axes)]`` (``_pieces``)."""
+    axis_of = {w: i for i, w in enumerate(layout)}
+    out = []
+    for axes, group in _pieces(prims, axis_of, n, config._PHASE_CHUNK):
+        local = {w: axes.index(axis_of[w]) for p in group for w in p.wires}
+        out.append((axes, _affine(group, local, len(axes), n_in, n_w, per_row)))
+    return out
+
+
+class _SampleColumns:
+    """Columns of the per-sample angles: identical pieces (same axes, same map) share theirs."""
+
+    def __init__(self):
+        self.by_key: dict = {}
+        self.affines: list[_Affine] = []
+        self.columns: list[tuple] = []
+        self.size = 0
+
+    def piece(self, axes: tuple, aff: _Affine, n: int) -> _Piece:
+        key = (axes, aff.key())
+        if key not in self.by_key:
+            self.by_key[key] = (self.size, self.size + aff.const.shape[0])
+            self.size += aff.const.shape[0]
+            self.affines.append(aff)
+            self.columns.append(self.by_key[key])
+        return _Piece.on(axes, n, self.by_key[key])
+
+
 def _uses(stages: list) -> dict:
     uses: dict = {}
     for i, st in enumerate(stages):
         if st.kind == "phase" and st.per_sample:
-            first, _ = uses.get(st.cols, (i, i))
-            uses[st.cols] = (first, i)
+            for pc in st.pieces:
+                first, _ = uses.get(pc.cols, (i, i))
+                uses[pc.cols] = (first, i)
     return uses

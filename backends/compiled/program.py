@@ -154,9 +154,11 @@ class CompiledProgram:
             if torch.is_grad_enabled() and (not cone.weights and w.requires_grad or not cone.inputs and x.requires_grad):
                 out = out + 0 * (w.sum() + x.sum())  # parameters outside the cone get zero gradients, not None
             return out
-        rows = max(1, config._CHUNK_AMPLITUDES >> self.template.n_qubits)
-        if x.shape[0] > 2 * rows and self.device.type == "cpu":
-            # large batches run in cache-sized chunks (faster on CPU; the unitaries are rebuilt per chunk)
+        cpu = self.device.type == "cpu"
+        rows = max(1, (config._CHUNK_AMPLITUDES if cpu else config._DEVICE_AMPLITUDES) >> self.template.n_qubits)
+        if x.shape[0] > 2 * rows:
+            # large batches run in chunks: cache-sized on CPU (faster; the unitaries are rebuilt per chunk),
+            # memory-sized on a GPU (a wide circuit's states would not fit at once)
             return torch.cat([self._run_rows(x[i: i + rows], w[i: i + rows] if w.ndim == 2 else w, what, x.shape[0])
                               for i in range(0, x.shape[0], rows)])
         return self._run_rows(x, w, what, x.shape[0])
@@ -214,6 +216,7 @@ class CompiledProgram:
             counts[st.kind] = counts.get(st.kind, 0) + 1
         built = [s for s in plan.stacks if "const" not in s]
         n_sample = len(plan.sample_a)
+        n_layers = sum(1 for st in plan.stages if st.kind == "phase" and st.per_sample)
         lines = [
             (f"compiled {t.name!r} [{t.fingerprint()}]: {t.n_qubits} qubits, {len(t.ops)} ops, "
              f"{t.n_inputs} inputs, {t.n_weights} weights ({'per row' if per_row else 'shared'}), "
@@ -224,7 +227,7 @@ class CompiledProgram:
             f"{'' if plan.width >= plan.n else (', lazy' if plan.lazy else ', eager') + ' single-qubit fusion'}"
             "; stages: "
             + ", ".join(f"{v} {k}" for k, v in counts.items())
-            + f"; {n_sample} distinct per-sample phase layer(s); "
+            + f"; {n_layers} per-sample phase layer(s) of {n_sample} distinct piece(s); "
             f"{sum(s['size'] for s in built)} unitar{'y' if sum(s['size'] for s in built) == 1 else 'ies'} "
             f"built from weights per call in {len(built)} batched stack(s)",
             f"  estimated {plan.flops:,.0f} real flops per sample (forward)",
@@ -234,6 +237,10 @@ class CompiledProgram:
                 lines.append(f"  {i:3d} perm    axes {list(st.perm)}")
             elif st.kind == "phase":
                 src = "per-sample [B, 2^n]" if st.per_sample else "shared [2^n]"
+                if not (len(st.pieces) == 1 and st.pieces[0].full):
+                    src += f" as {len(st.pieces)} piece(s) on axes " + " ".join(
+                        f"{pc.axes[0]}-{pc.axes[-1]}" if pc.axes == tuple(range(pc.axes[0], pc.axes[-1] + 1))
+                        else ",".join(map(str, pc.axes)) for pc in st.pieces)
                 lines.append(f"  {i:3d} phase   {src} on wires {list(st.wires)}: {st.note}")
             else:
                 spec = plan.stacks[st.unitary[0]]

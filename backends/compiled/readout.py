@@ -4,14 +4,18 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .affine import _bits
 from .config import _REAL
 from .perm import _inverse, _permute
 from .plan import _Plan
 
 
 class _Readout:
-    """Maps the final state (in the plan's layout) to the output, and back for gradients."""
+    """Maps the final state (in the plan's layout) to the output, and back for gradients.
+
+    Z-only terms are ``|psi|^2 @ z``; the terms of one X/Y mask are ``Re((conj(psi) * psi[i ^ mask]) @ m)``,
+    where ``psi[i ^ mask]`` flips the masked axes (no index table). The ``[2**n, columns]`` tables are built
+    as products of one factor per axis (exact: the factors are ±1 and ±i), so none of ``2**n x n``.
+    """
 
     def __init__(self, plan: _Plan, terms_per_col: list[list] | None, dtype, device):
         self.n, self.probs = plan.n, terms_per_col is None
@@ -20,21 +24,21 @@ class _Readout:
         self.x: list = []
         if self.probs:
             return
-        d, bits = 2**plan.n, _bits(plan.n)
+        n, d = plan.n, 2**plan.n
         axis_of = {w: i for i, w in enumerate(plan.layout)}
         z = np.zeros((d, len(terms_per_col)))
         xs: dict[int, np.ndarray] = {}
         for r, terms in enumerate(terms_per_col):
             for coeff, paulis in terms:
-                mask, val = 0, np.full(d, complex(coeff))
+                mask, factors = 0, {}
                 for w, p in paulis:
-                    b = bits[:, axis_of[w]]
+                    a = axis_of[w]
                     if p in "XY":
-                        mask |= 1 << (plan.n - 1 - axis_of[w])
-                    if p == "Y":
-                        val = val * np.where(b == 0, -1j, 1j)
-                    elif p == "Z":
-                        val = val * (1 - 2 * b)
+                        mask |= 1 << (n - 1 - a)
+                    if p in "YZ":
+                        factors[a] = _FACTORS[p]
+                real = mask == 0 and all(p == "Z" for _, p in paulis)
+                val = _product(factors, n, float(coeff) if real else complex(coeff))
                 if mask == 0:
                     z[:, r] += val.real
                 else:
@@ -44,7 +48,7 @@ class _Readout:
             self.z = torch.tensor(z, dtype=real, device=device)
             self.z2t = torch.tensor(2 * z.T, dtype=real, device=device).contiguous()
         for m, mat in sorted(xs.items()):
-            self.x.append((torch.tensor(np.arange(d) ^ m, device=device),
+            self.x.append((_flip_of(m, n),
                            torch.tensor(mat, dtype=dtype, device=device),
                            torch.tensor(2 * mat.T, dtype=dtype, device=device).contiguous()))
 
@@ -55,8 +59,8 @@ class _Readout:
         out = None
         if self.z is not None:
             out = torch.view_as_real(psi).square().sum(-1) @ self.z
-        for idx, m, _ in self.x:
-            v = ((psi.conj() * psi[:, idx]) @ m).real
+        for flip, m, _ in self.x:
+            v = ((psi.conj() * _flipped(psi, flip)) @ m).real
             out = v if out is None else out + v
         return out
 
@@ -69,7 +73,42 @@ class _Readout:
         lam = None
         if self.z is not None:
             lam = psi * (g @ self.z2t)
-        for idx, _, m2t in self.x:
-            term = psi[:, idx] * (g.to(m2t.dtype) @ m2t)
+        for flip, _, m2t in self.x:
+            term = _flipped(psi, flip) * (g.to(m2t.dtype) @ m2t)
             lam = term if lam is None else lam + term
         return lam
+
+
+_FACTORS = {"Z": np.array([1.0, -1.0]), "Y": np.array([-1j, 1j])}  # a Pauli's diagonal factor on its axis
+# (X's is [1, 1]; Y = -i on |0>, +i on |1> after the flip, as <psi| Y |psi> reads it)
+
+
+def _product(factors: dict, n: int, coeff: complex) -> np.ndarray:
+    """``coeff`` times the product over axes of ``factors[a]`` (``[1, 1]`` elsewhere), ``[2**n]``, axis 0 most
+    significant: a sign (or ±i) per basis state, broadcast a factor at a time."""
+    val = np.full(1, coeff)
+    for a in range(n):
+        f = factors.get(a)
+        val = np.repeat(val, 2) if f is None else (val[:, None] * f[None, :]).reshape(-1)
+    return val
+
+
+def _flip_of(mask: int, n: int) -> tuple[tuple, list]:
+    """``(dims, flipped dims)``: ``psi[:, i ^ mask]`` as ``psi`` viewed in runs of flipped and kept axes, the
+    flipped runs reversed (reversing a run of ``r`` axes is ``XOR (2**r - 1)`` on its index)."""
+    dims, flip, prev = [], [], None
+    for a in range(n):
+        bit = bool(mask >> (n - 1 - a) & 1)
+        if bit == prev:
+            dims[-1] *= 2
+        else:
+            dims.append(2)
+            if bit:
+                flip.append(len(dims))  # dim 0 is the rows
+        prev = bit
+    return tuple(dims), flip
+
+
+def _flipped(psi: torch.Tensor, flip: tuple) -> torch.Tensor:
+    dims, axes = flip
+    return psi.reshape(psi.shape[:1] + dims).flip(axes).reshape(psi.shape)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from .perm import _inverse, _permute
-from .plan import _Plan, _Stage
+from .plan import _Piece, _Plan, _Stage
 
 
 def _phases(theta: torch.Tensor) -> torch.Tensor:
@@ -12,11 +12,28 @@ def _phases(theta: torch.Tensor) -> torch.Tensor:
     return torch.complex(torch.cos(theta), torch.sin(theta))
 
 
-class _SamplePhases:
-    """Per-sample phases ``exp(+-i (sym @ sample_a[l] + bias[cols]))``, one layer at a time.
+def _times(psi: torch.Tensor, phases: torch.Tensor, pc: _Piece) -> torch.Tensor:
+    """``psi`` ``[..., 2**n]`` times a piece's phases (``[rows, 2**k]`` per sample, or ``[2**k]``) on its axes."""
+    if pc.full:
+        return psi * phases
+    out = psi.reshape(psi.shape[:-1] + pc.dims) * phases.reshape(phases.shape[:-1] + pc.shape)
+    return out.reshape(out.shape[: out.ndim - len(pc.dims)] + (-1,))
 
-    A layer is computed when a stage first asks for it and kept, or, with
-    ``release``, dropped after the last stage to use it (``order`` -1: stages are
+
+def _reduce(g: torch.Tensor, pc: _Piece, rows: bool) -> torch.Tensor:
+    """``g`` ``[rows, 2**n]`` summed onto a piece's ``2**k`` entries (and over the rows, with ``rows``)."""
+    if pc.full:
+        return g.sum(0) if rows else g
+    gaps = [1 + i for i, size in enumerate(pc.shape) if size == 1]
+    out = g.reshape(g.shape[:1] + pc.dims).sum([0] + gaps if rows else gaps)
+    return out.reshape(-1) if rows else out.reshape(g.shape[0], -1)
+
+
+class _SamplePhases:
+    """Per-sample phases ``exp(+-i (sym @ sample_a[cols] + bias[cols]))``, one piece at a time.
+
+    A piece's phases are computed when a stage first asks for them and kept, or, with
+    ``release``, dropped after the last stage to use them (``order`` -1: stages are
     visited backwards), so at most a layer or two are alive in the adjoint method.
     """
 
@@ -27,7 +44,7 @@ class _SamplePhases:
 
     def angles(self, cols: tuple) -> torch.Tensor:
         a, b = cols
-        return torch.addmm(self.bias[a:b], self.sym, self.plan.sample_a[a // (b - a)])
+        return torch.addmm(self.bias[a:b], self.sym, self.plan.sample_a[cols])
 
     def __call__(self, cols: tuple, stage: int) -> torch.Tensor:
         p = self.cache.get(cols)
@@ -40,8 +57,9 @@ class _SamplePhases:
 
 def _apply(st: _Stage, i: int, psi: torch.Tensor, n: int, stacks, p_sample, p_shared) -> torch.Tensor:
     if st.kind == "phase":
-        a, b = st.cols
-        return psi * (p_sample(st.cols, i) if st.per_sample else p_shared[a:b])
+        for pc in st.pieces:
+            psi = _times(psi, p_sample(pc.cols, i) if st.per_sample else p_shared[pc.cols[0]:pc.cols[1]], pc)
+        return psi
     if st.kind == "dense":
         u = stacks[st.unitary[0]][st.unitary[1]]
         if st.width == n:
@@ -153,8 +171,10 @@ class _Backward:
         if st.kind == "perm":
             return _permute(carry, _inverse(st.perm), self.n)
         if st.kind == "phase":
-            a, b = st.cols
-            return carry * (self.conj_sample(st.cols, s) if st.per_sample else self.conj_shared[a:b])
+            for pc in st.pieces:
+                a, b = pc.cols
+                carry = _times(carry, self.conj_sample(pc.cols, s) if st.per_sample else self.conj_shared[a:b], pc)
+            return carry
         i, j = st.unitary
         if i not in self.conj_stacks:
             self.conj_stacks[i] = self.stacks[i].conj().resolve_conj()
@@ -166,8 +186,7 @@ class _Backward:
         if st.kind == "phase" and st.per_sample and self.need_s:
             self._sample_grads(st, s, lam_out, psi_out)
         elif st.kind == "phase" and not st.per_sample and self.need_sh:
-            a, b = st.cols
-            self.g_shared[a:b] += (lam_out * psi_in.conj()).sum(0)
+            self._shared_grads(st, lam_out, psi_in, psi_out)
         elif st.kind == "dense" and self.need_m[st.unitary[0]]:
             i, j = st.unitary
             k = 2**st.width
@@ -175,21 +194,36 @@ class _Backward:
                 self.g_stacks[i] = torch.zeros_like(self.stacks[i])
             self.g_stacks[i][j] += (psi_in.reshape(-1, k).mH @ lam_out.reshape(-1, k)).transpose(0, 1)
 
-    def _sample_grads(self, st: _Stage, s: int, lam_out, psi_out) -> None:
-        a, b = st.cols
-        # d L / d theta = Im(lambda conj(psi)) at the stage's output: summed as complex
-        # products over the stages sharing the layer, the imaginary part taken at its first use
-        g = lam_out * psi_out.conj()
-        if (a, b) in self.g_sample:
-            g = g + self.g_sample.pop((a, b))
-        if s != self.plan.sample_uses[(a, b)][0]:
-            self.g_sample[(a, b)] = g
+    def _shared_grads(self, st: _Stage, lam_out, psi_in, psi_out) -> None:
+        """The gradient of a shared phase stage's pieces: one piece, ``lambda conj(psi_in)`` summed onto
+        it; several, ``lambda conj(psi_out)`` summed onto each times the piece's own phases (the others'
+        phases cancel), so no piece's phases are divided out."""
+        if len(st.pieces) == 1:
+            (pc,) = st.pieces
+            a, b = pc.cols
+            self.g_shared[a:b] += _reduce(lam_out * psi_in.conj(), pc, rows=True)
             return
-        g_theta = g.imag  # [B, 2**n]
-        if self.need_sym:
-            self.g_sym.add_(g_theta @ self.plan.sample_a[a // (b - a)].transpose(0, 1))
-        if self.need_bias:
-            self.g_bias[a:b] += g_theta.sum(0)
+        g = lam_out * psi_out.conj()
+        for pc in st.pieces:
+            a, b = pc.cols
+            self.g_shared[a:b] += _reduce(g, pc, rows=True) * self.p_shared[a:b]
+
+    def _sample_grads(self, st: _Stage, s: int, lam_out, psi_out) -> None:
+        # d L / d theta = Im(lambda conj(psi)) at the stage's output, summed onto each piece; a piece's
+        # gradient is summed over the stages sharing it and applied at its first use
+        g = (lam_out * psi_out.conj()).imag  # [B, 2**n]
+        for pc in st.pieces:
+            a, b = pc.cols
+            g_theta = _reduce(g, pc, rows=False)  # [B, 2**k]
+            if pc.cols in self.g_sample:
+                g_theta = g_theta + self.g_sample.pop(pc.cols)
+            if s != self.plan.sample_uses[pc.cols][0]:
+                self.g_sample[pc.cols] = g_theta
+                continue
+            if self.need_sym:
+                self.g_sym.add_(g_theta @ self.plan.sample_a[pc.cols].transpose(0, 1))
+            if self.need_bias:
+                self.g_bias[a:b] += g_theta.sum(0)
 
     def run(self, ctx, grad_out) -> tuple:
         """Walk the stages in reverse, carrying ``lambda`` (and, un-computing, ``psi``); the gradients."""

@@ -381,7 +381,7 @@ def test_registry_lookup():
     b = get_backend("compiled")
     assert isinstance(b, CompiledBackend) and b.dtype == torch.complex64
     caps = b.capabilities
-    assert (caps.exact, caps.shots, caps.gradient, caps.device, caps.max_qubits) == (True, True, "autograd", "cpu", 16)
+    assert (caps.exact, caps.shots, caps.gradient, caps.device, caps.max_qubits) == (True, True, "autograd", "cpu", 24)
     b128 = get_backend("compiled", dtype="complex128")
     assert b128.dtype == torch.complex128
     assert b128.program(policy_circuit(2, 1)).dtype == torch.complex128
