@@ -140,9 +140,11 @@ TRAIN = [("reinforce", ["--set", "batch_episodes=2", "--episodes", "4"]),
 def test_hqflow_train_cartpole_on_compiled_cuda_runs_as_on_the_cpu(algo, flags, tmp_path, monkeypatch, capsys):
     """``hqflow train cartpole --backend compiled:cuda`` (issue 26: it stopped in its first rollout on mixed
     devices) runs two updates, and its first update's episodes and loss are the CPU run's (the same seeds;
-    complex64 on either device rounds a probability differently only in its 7th digit)."""
+    complex64 on either device rounds a probability differently only in its 7th digit); its policy evaluates
+    greedily on CUDA as on the CPU."""
     _cuda()
     from hqflow.cli import main
+    from hqflow.workloads.rl.trained import evaluate
 
     monkeypatch.chdir(tmp_path)
     runs = {}
@@ -159,3 +161,6 @@ def test_hqflow_train_cartpole_on_compiled_cuda_runs_as_on_the_cpu(algo, flags, 
     assert gpu[0]["returns"] == cpu[0]["returns"]
     assert gpu[0]["loss"] == pytest.approx(cpu[0]["loss"], rel=1e-3, abs=1e-5, nan_ok=True)
     assert all(math.isfinite(m["loss"]) or algo == "dqn" for m in gpu)
+    trained = tmp_path / "compiled-cuda"
+    on_gpu = evaluate(trained, episodes=1, max_steps=60)  # the run's own backend, compiled:cuda
+    assert on_gpu["returns"] == evaluate(trained, episodes=1, max_steps=60, backend="compiled")["returns"]
