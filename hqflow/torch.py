@@ -15,6 +15,11 @@ parameter-shift rows too, and backward applies the jacobians it saved. ``backend
 backend object, ``(name, options)``, or the name of a pool of the running fragment's job client
 (``job_backends``), whose jobs go through the scheduler.
 
+Devices follow torch's convention: the output lives where ``layer.weights`` live, in their dtype (as
+``nn.Linear``'s), whatever device the backend computes on, and ``x`` may be on any device (autograd carries its
+gradient back). ``QuantumLayer(t, "compiled:cuda")`` with CPU weights simulates on the GPU and answers on the
+CPU; ``layer.cuda()`` on a CPU backend simulates on the CPU and answers on the GPU.
+
 ``gradient="spsa"`` (with ``spsa=Spsa(samples, epsilon, center)``) estimates the gradients from a few random
 simultaneous perturbations instead (``hqflow.gradients.spsa``: ``2 * samples`` rows per input row, whatever
 the number of parameters), as jobs on any backend, never through a torch program. Every row of a job shares
@@ -165,7 +170,7 @@ class QuantumLayer(nn.Module):
         if x is None:
             if n:
                 raise ValueError(f"circuit {self.template.name!r} takes {n} inputs; call the layer with x [B, {n}]")
-            x = torch.zeros(1, 0, dtype=self.weights.dtype)
+            x = torch.zeros(1, 0, dtype=self.weights.dtype, device=self.weights.device)
         x = torch.as_tensor(x)
         single = x.ndim == 1
         if single:
@@ -173,18 +178,20 @@ class QuantumLayer(nn.Module):
         if x.ndim != 2 or x.shape[1] != n:
             raise ValueError(f"inputs must have shape [B, {n}] (or [{n}]) for circuit {self.template.name!r}, "
                              f"got {list(x.shape)}")
-        x = x.to(self.weights.dtype)
+        # the output lives where the weights live (as nn.Linear's), whatever device the backend computes on;
+        # x may be on any device: autograd carries its gradient back across the moves
+        w = self.weights
+        x = x.to(w.dtype)
         if x.shape[0] == 0:  # nothing to run: an empty result, still in the graph
-            out = x.new_zeros((0, len(self.template.observables))) + 0 * self.weights.sum()
+            out = x.to(w.device).new_zeros((0, len(self.template.observables))) + 0 * w.sum()
             return out[0] if single else out
         backend = self.job_backend()
         program = self._program(backend)
-        if program is not None:
-            out = program(x, self.weights).to(self.weights.dtype)
+        if program is not None:  # it moves x and w to its own device, and its result comes back here
+            out = program(x, w).to(device=w.device, dtype=w.dtype)
         else:  # (inside a Function grad mode is off: whether a gradient is needed is decided here)
-            shift = self.gradient_in_forward and torch.is_grad_enabled() and (
-                x.requires_grad or self.weights.requires_grad)
-            out = _ShiftRule.apply(x, self.weights, self, shift)
+            shift = self.gradient_in_forward and torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
+            out = _ShiftRule.apply(x.to(w.device), w, self, shift)
         return out[0] if single else out
 
     def _program(self, backend):
@@ -247,7 +254,7 @@ def _values_job(layer: QuantumLayer, x: torch.Tensor, w: torch.Tensor, shift: bo
     seed = layer._next_seed()
     batch = CircuitBatch.make(layer.template, xs, ws, shots=layer.shots, seed=seed, per_row=_SEEDED.get() is not None)
     res = _submit(layer, batch)
-    return torch.as_tensor(np.asarray(res.values), dtype=x.dtype, device=x.device)
+    return torch.as_tensor(np.asarray(res.values), dtype=w.dtype, device=w.device)
 
 
 @torch.compiler.disable
@@ -261,15 +268,16 @@ def _gradient_job(layer: QuantumLayer, x: torch.Tensor, w: torch.Tensor, grad: t
     grad64 = grad.detach().cpu().double()
     gx = gw = None
     if need_x:
-        gx = torch.einsum("bo,boi->bi", grad64, torch.as_tensor(g.input_jacobian)).to(x.dtype).to(grad.device)
+        gx = torch.einsum("bo,boi->bi", grad64, torch.as_tensor(g.input_jacobian)).to(device=x.device, dtype=x.dtype)
     if need_w:
-        gw = torch.einsum("bo,bow->w", grad64, torch.as_tensor(g.jacobian)).to(w.dtype).to(grad.device)
+        gw = torch.einsum("bo,bow->w", grad64, torch.as_tensor(g.jacobian)).to(device=w.device, dtype=w.dtype)
     return gx, gw
 
 
 class _ShiftRule(torch.autograd.Function):
-    """Forward: one job. Backward: one batched gradient job for what needs a gradient; or (``shift``,
-    from ``gradient_in_forward``) the forward job's jacobians, saved in x's and w's dtypes, applied in grad's."""
+    """Forward: one job, its values on w's device in w's dtype (``QuantumLayer.forward`` hands x over on w's
+    device). Backward: one batched gradient job for what needs a gradient; or (``shift``, from
+    ``gradient_in_forward``) the forward job's jacobians, saved in x's and w's dtypes, applied in grad's."""
 
     @staticmethod
     def forward(ctx, x, w, layer, shift):
@@ -280,7 +288,7 @@ class _ShiftRule(torch.autograd.Function):
         g = _values_job(layer, x, w, shift=True)
         ctx.save_for_backward(torch.as_tensor(g.input_jacobian, dtype=x.dtype),
                               torch.as_tensor(g.jacobian, dtype=w.dtype))
-        return torch.as_tensor(np.asarray(g.values), dtype=x.dtype, device=x.device)
+        return torch.as_tensor(np.asarray(g.values), dtype=w.dtype, device=w.device)
 
     @staticmethod
     def backward(ctx, grad):  # called only when x or w needs a gradient
