@@ -2,7 +2,7 @@
 
 An ``_Affine`` gives a diagonal layer's angles as an affine function of the
 symbols; ``_pieces`` cuts a wide layer into factors on few axes each (so no table
-has ``2**n`` entries past ``config._PHASE_CHUNK`` qubits); a ``_Structure`` is a
+has ``2**n`` entries past ``config._WIDE`` qubits); a ``_Structure`` is a
 block's unitary as constant matrices between weight-dependent phase slots.
 """
 from __future__ import annotations

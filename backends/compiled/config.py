@@ -15,7 +15,8 @@ MAX_QUBITS = 30  # hard limit of compile_template (CompiledBackend defaults to 2
 _KEEP_BYTES = 2 * 2**30  # "fused" keeps forward states up to this size, else un-computes them (adjoint method)
 _CHUNK_AMPLITUDES = 2**19  # CPU batches run in chunks of about this many amplitudes (rows x 2**n)
 _DEVICE_AMPLITUDES = 2**27  # on CUDA, batches past this many amplitudes run in chunks of it (memory)
-_PHASE_CHUNK = 16  # a diagonal layer wider than this many qubits is applied as pieces of at most ~this width
+_WIDE = 16  # wider circuits: diagonal layers as pieces of at most ~this many qubits, blocks applied in place
+# on adjacent axes (up to this width a program is what it was before wide circuits: the same numbers, bit for bit)
 _DENSE_MAP = 2**22  # the weights -> shared angles map is a dense matrix up to this many entries, else gathers
 _CACHE_SIZE = 256  # compile_template keeps at most this many programs (oldest evicted first)
 # the fusion cost model (cost.py)

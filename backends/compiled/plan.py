@@ -24,7 +24,8 @@ class _Stage:
     kind: str  # "perm" | "dense" | "phase"
     batched: bool  # is the state entering this stage [B, d] (True) or the same for every row ([1, d])?
     perm: tuple = ()  # perm: new axis i is old axis perm[i]
-    width: int = 0  # dense: acts on the trailing `width` axes (one GEMM)
+    width: int = 0  # dense: acts on the `width` axes from `at` (one GEMM; trailing axes when at + width == n)
+    at: int = 0
     unitary: tuple = (-1, -1)  # dense: (stack, member) in the program's unitary stacks
     pieces: tuple = ()  # phase: its factors (``_Piece``); the stage multiplies the state by each one's phases
     per_sample: bool = False  # phase: per-sample pieces (columns of the per-sample angles) or shared (of p_shared)
@@ -273,14 +274,14 @@ def _build_plan(t: CircuitTemplate, per_row: bool, fusion: int | None, dtype, de
                 stages.append(_Stage("phase", batched, pieces=tuple(pc for pc, _ in parts), wires=wires, note=note))
                 flops += 6 * d * len(parts)
                 continue
-            new = _place(layout, b.wires, n) if k < n else None
+            new, at = _place(layout, b.wires, n, k)
             if new is not None:
                 stages.append(_Stage("perm", batched, perm=tuple(layout.index(w) for w in new)))
                 layout = new
-            local = layout[n - len(b.wires):] if k < n else list(layout)
+            local = layout[at: at + len(b.wires)] if k < n else list(layout)
             st = _structure(b.prims, local, n_in, n_w, per_row)
             structures.append((len(stages), st))
-            stages.append(_Stage("dense", batched, width=len(local), wires=wires,
+            stages.append(_Stage("dense", batched, width=len(local), at=at, wires=wires,
                                  note=f"{note}; {len(st.slots)} weight slot(s)"))
             flops += 8 * d * 2 ** len(local)
 
@@ -322,7 +323,7 @@ def _piece_affines(prims, layout: list, n: int, n_in: int, n_w: int, per_row: bo
     """A diagonal layer (in the state's ``layout``) as ``[(axes, _Affine over those axes)]`` (``_pieces``)."""
     axis_of = {w: i for i, w in enumerate(layout)}
     out = []
-    for axes, group in _pieces(prims, axis_of, n, config._PHASE_CHUNK):
+    for axes, group in _pieces(prims, axis_of, n, config._WIDE):
         local = {w: axes.index(axis_of[w]) for p in group for w in p.wires}
         out.append((axes, _affine(group, local, len(axes), n_in, n_w, per_row)))
     return out

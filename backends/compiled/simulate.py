@@ -64,8 +64,15 @@ def _apply(st: _Stage, i: int, psi: torch.Tensor, n: int, stacks, p_sample, p_sh
         u = stacks[st.unitary[0]][st.unitary[1]]
         if st.width == n:
             return psi @ u.transpose(0, 1)
-        return (psi.reshape(-1, u.shape[0]) @ u.transpose(0, 1)).reshape(psi.shape[0], -1)
+        if st.at + st.width == n:
+            return (psi.reshape(-1, u.shape[0]) @ u.transpose(0, 1)).reshape(psi.shape[0], -1)
+        return torch.matmul(u, _mid(psi, st, n)).reshape(psi.shape[0], -1)  # in place on axes at.. (wide)
     return _permute(psi, st.perm, n)
+
+
+def _mid(psi: torch.Tensor, st: _Stage, n: int) -> torch.Tensor:
+    """``[..., 2**n]`` as ``[-1, 2**width, rest]``: a block's axes in the middle of the state."""
+    return psi.reshape(-1, 2**st.width, 2 ** (n - st.at - st.width))
 
 
 def _simulate(plan: _Plan, stacks, p_sample, p_shared, dtype, device, keep: list | None = None,
@@ -178,6 +185,8 @@ class _Backward:
         i, j = st.unitary
         if i not in self.conj_stacks:
             self.conj_stacks[i] = self.stacks[i].conj().resolve_conj()
+        if st.at + st.width < self.n:  # in place in the middle: U^dag from the left
+            return torch.matmul(self.conj_stacks[i][j].transpose(0, 1), _mid(carry, st, self.n)).reshape(carry.shape)
         k = 2**st.width
         return (carry.reshape(-1, k) @ self.conj_stacks[i][j]).reshape(carry.shape)
 
@@ -192,7 +201,10 @@ class _Backward:
             k = 2**st.width
             if self.g_stacks[i] is None:
                 self.g_stacks[i] = torch.zeros_like(self.stacks[i])
-            self.g_stacks[i][j] += (psi_in.reshape(-1, k).mH @ lam_out.reshape(-1, k)).transpose(0, 1)
+            if st.at + st.width < self.n:
+                self.g_stacks[i][j] += torch.einsum("gjs,gis->ji", _mid(lam_out, st, self.n), _mid(psi_in, st, self.n).conj())
+            else:
+                self.g_stacks[i][j] += (psi_in.reshape(-1, k).mH @ lam_out.reshape(-1, k)).transpose(0, 1)
 
     def _shared_grads(self, st: _Stage, lam_out, psi_in, psi_out) -> None:
         """The gradient of a shared phase stage's pieces: one piece, ``lambda conj(psi_in)`` summed onto

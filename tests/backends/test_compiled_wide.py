@@ -1,6 +1,6 @@
 """Wide circuits on the ``compiled`` backend: diagonal layers as pieces, the readout without index tables.
 
-Past ``config._PHASE_CHUNK`` qubits a diagonal layer is a product of pieces on few axes each (no ``2**n``-sized
+Past ``config._WIDE`` qubits a diagonal layer is a product of pieces on few axes each (no ``2**n``-sized
 table per layer). Here the chunk is patched down to 2 or 3 qubits, so small circuits take every piece path
 (several pieces per stage, pieces across runs, pieces on axes that are not adjacent, per-row weights) and are
 checked against the numpy reference, parameter shift, and plain autograd.
@@ -23,7 +23,7 @@ def chunk(monkeypatch):
     """Set the piece width (compiled programs are cached without it: the cache is cleared around)."""
     def set_chunk(k: int):
         clear_cache()
-        monkeypatch.setattr(config, "_PHASE_CHUNK", k)
+        monkeypatch.setattr(config, "_WIDE", k)
 
     yield set_chunk
     clear_cache()
@@ -84,7 +84,7 @@ def test_flips_are_the_xor_gather():
 @pytest.mark.parametrize("k", [2, 3])
 def test_pieces_match_the_reference_on_random_templates(reference, chunk, k):
     chunk(k)
-    several = 0
+    several = middle = 0
     for case, t, x, w in _cases(24, seed=31 + k, qubits=(3, 8)):
         prog = compile_template(t, "complex128", fusion=(None, 2)[case % 2])
         want = reference.run_checked(CircuitBatch.make(t, x, w))
@@ -94,7 +94,8 @@ def test_pieces_match_the_reference_on_random_templates(reference, chunk, k):
                                    atol=1e-10, err_msg=f"probs, case {case}")
         plan = prog._plan(w.ndim == 2) if prog._sub is None else prog._sub._plan(w.ndim == 2)
         several += any(st.kind == "phase" and len(st.pieces) > 1 for st in plan.stages)
-    assert several >= 12  # most cases really ran several pieces per stage
+        middle += any(st.kind == "dense" and st.at + st.width < plan.n for st in plan.stages)
+    assert several >= 12 and middle >= 12  # most cases really ran several pieces per stage, blocks in place
 
 
 @pytest.mark.parametrize("per_row", [False, True])
@@ -122,6 +123,30 @@ def test_piece_gradients_match_parameter_shift_and_the_gradient_modes_agree(refe
     jac = post(reference.run_checked(batch)).jacobian  # [B, n_obs, n_weights]
     want_w = np.einsum("bo,bow->bw" if per_row else "bo,bow->w", out_w.numpy(), jac)
     np.testing.assert_allclose(grads["fused"][1], want_w, atol=1e-9)
+
+
+def test_a_ring_keeps_its_blocks_in_place_after_a_rotation(reference, chunk):
+    """Past the wide limit, a ring's closing block permutes the state to a rotation, not to the trailing axes,
+    so the blocks after it stay on adjacent axes: one permutation there and one back per layer at most."""
+    chunk(4)
+    c = Circuit(8, name="ring8")
+    x = c.inputs("x", 8)
+    w = c.weights("w", 24)
+    for layer in range(3):
+        for q in range(8):
+            c.ry(x[q], q).rz(w[8 * layer + q], q)
+        for q in range(8):
+            c.cx(q, (q + 1) % 8)
+    t = c.build(observables=["Z0 Z7", "X3"])
+    prog = compile_template(t, "complex128", fusion=2, lightcone=False)
+    stages = prog._plan(False).stages
+    perms = [st for st in stages if st.kind == "perm"]
+    assert 1 <= len(perms) <= 2 * 3 + 1
+    assert sum(st.kind == "dense" and st.at + st.width < 8 for st in stages) > len(perms)
+    rng = np.random.default_rng(2)
+    xs, ws = rng.uniform(-np.pi, np.pi, (3, 8)), rng.uniform(-np.pi, np.pi, 24)
+    want = reference.run_checked(CircuitBatch.make(t, xs, ws)).values
+    np.testing.assert_allclose(prog(xs, ws).numpy(), want, atol=1e-10)
 
 
 def test_a_wide_circuit_compiles_without_full_width_tables_and_matches_the_reference(reference):
