@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from . import config
 from .perm import _inverse, _permute
 from .plan import _Piece, _Plan, _Stage
 
@@ -114,7 +115,9 @@ class _FusedSim(torch.autograd.Function):
     method** (``uncompute=True``), recomputed backwards by the same adjoint maps:
     ``Z = [lambda, psi]`` is carried as one stacked tensor, so memory stays at a few
     states whatever the depth. Stages before the first per-sample phase act on a
-    state that is the same for every row (``[1, d]``); their inputs are always kept.
+    state that is the same for every row (``[1, d]``); their inputs are kept, except in a wide circuit
+    (past ``config._WIDE`` qubits), where the adjoint method un-computes every stage, those too (from the
+    first row), so that memory stays at a few states whatever the circuit.
     """
 
     @staticmethod
@@ -122,9 +125,12 @@ class _FusedSim(torch.autograd.Function):
         keep_all = not uncompute and any(ctx.needs_input_grad)  # else no backward needs the phases either
         p_sample = _SamplePhases(plan, sym, bias, release=not keep_all)
         kept: list = []
+        through = uncompute and plan.n > config._WIDE  # un-compute every stage: keep no state
+        keep = None if through or not any(ctx.needs_input_grad) else kept  # no backward: keep nothing
         psi = _simulate(plan, stacks, p_sample, p_shared, p_shared.dtype, p_shared.device,
-                        keep=kept, keep_all=keep_all)
+                        keep=keep, keep_all=keep_all)
         ctx.plan, ctx.readout, ctx.kept, ctx.uncompute, ctx.p_sample = plan, readout, kept, uncompute, p_sample
+        ctx.through = through
         ctx.save_for_backward(psi, sym, bias, p_shared, *stacks)
         return readout(psi)
 
@@ -241,18 +247,23 @@ class _Backward:
         """Walk the stages in reverse, carrying ``lambda`` (and, un-computing, ``psi``); the gradients."""
         plan, kept, psi = self.plan, self.kept, self.psi
         lam = ctx.readout.grad(psi, grad_out.to(psi.real.dtype))
-        stacked = ctx.uncompute and bool(plan.sample_a)  # else every stage's input was kept
+        through = ctx.through
+        stacked = ctx.uncompute and (bool(plan.sample_a) or through)  # else every stage's input was kept
         carry = torch.stack([lam, psi]) if stacked else lam
+        del lam
         psi_out = psi
         for s in range(len(plan.stages) - 1, -1, -1):
             st = plan.stages[s]
             lam_out = carry[0] if stacked else carry
             new = self.back_map(st, s, carry)
-            psi_in = new[1] if stacked and st.batched else kept[s]
+            psi_in = (new[1] if st.batched else new[1][:1]) if stacked and (st.batched or through) else kept[s]
             self.param_grads(st, s, lam_out, psi_in, psi_out)
             carry, psi_out = new, psi_in
             if st.kind == "phase" and st.per_sample and not st.batched:
                 # the first per-sample phase: its input was the same for every row
-                carry = (carry[0] if stacked else carry).sum(0, keepdim=True)
-                stacked = False
+                if through:  # every row un-computes to the same state: carry on from the first
+                    carry = torch.stack([carry[0].sum(0, keepdim=True), psi_in])
+                else:
+                    carry = (carry[0] if stacked else carry).sum(0, keepdim=True)
+                    stacked = False
         return (None, None, None, self.g_sym, self.g_bias, self.g_shared, *self.g_stacks)

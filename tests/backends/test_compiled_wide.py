@@ -149,6 +149,44 @@ def test_a_ring_keeps_its_blocks_in_place_after_a_rotation(reference, chunk):
     np.testing.assert_allclose(prog(xs, ws).numpy(), want, atol=1e-10)
 
 
+@pytest.mark.parametrize("inputs", [0, 2])
+def test_the_adjoint_method_of_a_wide_circuit_keeps_no_state_and_agrees_with_autograd(chunk, monkeypatch, inputs):
+    """Past the wide limit the adjoint method un-computes every stage, those before the rows differ too."""
+    from hqflow.backends.compiled import simulate
+
+    chunk(3)
+    c = Circuit(6, name=f"vqe6_{inputs}")
+    x = c.inputs("x", inputs) if inputs else None
+    w = c.weights("w", 18)
+    for layer in range(3):
+        for q in range(6):
+            c.ry(w[6 * layer + q], q)
+        if layer == 1 and x is not None:
+            c.rz(x[0], 2).rzz(x[1], 0, 5)
+        for q in range(5):
+            c.cx(q, q + 1)
+    t = c.build(observables=["Z0 Z5", [(0.3, "X1 X2"), (0.2, "Y4")]])
+    kept = []
+    forward = simulate._simulate
+
+    def spy(*args, keep=None, **kwargs):
+        kept.append(keep)
+        return forward(*args, keep=keep, **kwargs)
+
+    monkeypatch.setattr(simulate, "_simulate", spy)
+    rng = np.random.default_rng(8)
+    xs, ws = rng.uniform(-np.pi, np.pi, (3, inputs)), rng.uniform(-np.pi, np.pi, 18)
+    grads = {}
+    for mode in ("autograd", "adjoint"):
+        prog = compile_template(t, "complex128", gradient=mode, lightcone=False)
+        xt, wt = torch.tensor(xs, requires_grad=True), torch.tensor(ws, requires_grad=True)
+        (prog(xt, wt) * torch.tensor([[1.0, -2.0]])).sum().backward()
+        grads[mode] = (wt.grad.numpy(), xt.grad.numpy() if inputs else np.zeros(0))
+    assert kept[-1] is None  # the adjoint call kept no state
+    for got, want in zip(grads["adjoint"], grads["autograd"]):
+        np.testing.assert_allclose(got, want, atol=1e-9)
+
+
 def test_a_wide_circuit_compiles_without_full_width_tables_and_matches_the_reference(reference):
     """18 qubits: every per-sample piece is at most 2**9 wide, and the values agree in complex64 and 128."""
     n = 18
