@@ -33,7 +33,17 @@ How a template is compiled (each pass is a small function in a module of this pa
    (permutations fixed at compile time, on merged axes: ``perm``) so that each block
    acts on the trailing axes: one GEMM per block.
 5. **Readout** (``readout._Readout``). Pauli terms are grouped by their X/Y mask: Z-only
-   terms are ``|psi|^2 @ M`` and each other group ``Re((conj(psi) * psi[i ^ mask]) @ M)``.
+   terms are ``|psi|^2 @ M`` and each other group ``Re((conj(psi) * psi[i ^ mask]) @ M)``
+   (``psi[i ^ mask]`` flips the masked axes; ``M`` is built a factor per axis).
+
+**Wide circuits** (past ``config._WIDE`` = 16 qubits; up to 16 a program is what it always was, bit
+for bit): a diagonal layer is a product of *pieces* on runs of at most 16 axes (and one per gate
+across runs), so no table has ``2**n`` entries per symbol (``affine._pieces``); a block on adjacent
+axes runs in place (a GEMM from the left, no permutation), and a ring's closing block permutes to a
+rotation that keeps the next blocks adjacent (``cost._place``); a memory-bound cost model picks the
+width; a forward without gradients keeps no state, and the adjoint method un-computes every stage,
+so memory stays at a few states (one row of 28 qubits: 2 GiB each in complex64). On CUDA, batches
+past ``config._DEVICE_AMPLITUDES`` amplitudes run in chunks. ``MAX_QUBITS`` is 30.
 
 The state is ``[B, 2**n]`` complex (``complex64`` by default, ``complex128`` on
 request), on any torch device. Gradients (``gradient=``): ``"fused"`` (default)
