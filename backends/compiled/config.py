@@ -17,6 +17,8 @@ _CHUNK_AMPLITUDES = 2**19  # CPU batches run in chunks of about this many amplit
 _DEVICE_AMPLITUDES = 2**27  # on CUDA, batches past this many amplitudes run in chunks of it (memory)
 _WIDE = 16  # wider circuits: diagonal layers as pieces of at most ~this many qubits, blocks applied in place
 # on adjacent axes (up to this width a program is what it was before wide circuits: the same numbers, bit for bit)
+_GRAPHS = 16  # CUDA: forwards without gradients replayed from CUDA graphs, this many shapes per program (0: off)
+_GRAPH_AMPLITUDES = 2**22  # ... for calls of at most this many amplitudes (rows x 2**n)
 _DENSE_MAP = 2**22  # the weights -> shared angles map is a dense matrix up to this many entries, else gathers
 _CACHE_SIZE = 256  # compile_template keeps at most this many programs (oldest evicted first)
 # the fusion cost model (cost.py)

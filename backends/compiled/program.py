@@ -11,6 +11,7 @@ from hqflow.ir.passes import light_cone
 from ..base import BackendError
 from . import config
 from .config import _DTYPES, _GRADIENTS, _REAL
+from .graphs import _Graphs, graphable
 from .plan import _build_plan, _Plan, _shared_angles
 from .readout import _Readout
 from .simulate import _build_stacks, _FusedSim, _phases, _SamplePhases, _simulate
@@ -75,6 +76,7 @@ class CompiledProgram:
         self._plans: dict[bool, _Plan] = {}
         self._readouts: dict = {}
         self._lock = threading.Lock()
+        self._graphs = _Graphs()
         # expectation values only need the observables' light cone (hqflow.ir.passes)
         self.cone = light_cone(template) if lightcone else None
         self._sub = None
@@ -165,7 +167,14 @@ class CompiledProgram:
 
     def _run_rows(self, x: torch.Tensor, w: torch.Tensor, what: str, total_rows: int) -> torch.Tensor:
         """One chunk of rows; ``total_rows`` (the whole batch, whose kept states all live until
-        backward) decides whether the fused backward keeps states or un-computes them."""
+        backward) decides whether the fused backward keeps states or un-computes them. On CUDA without
+        gradients, replayed from a CUDA graph (``graphs``)."""
+        if graphable(self.device, x.shape[0], self.template.n_qubits):
+            key = (what, tuple(x.shape), tuple(w.shape))
+            return self._graphs.run(key, x, w, lambda a, b: self._eager_rows(a, b, what, total_rows))
+        return self._eager_rows(x, w, what, total_rows)
+
+    def _eager_rows(self, x: torch.Tensor, w: torch.Tensor, what: str, total_rows: int) -> torch.Tensor:
         per_row = w.ndim == 2
         plan = self._plan(per_row)
         readout = self._readout(plan, what)
