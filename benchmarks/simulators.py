@@ -15,6 +15,8 @@ Circuits (benchmarks/_circuits.py):
 * ``12q``: a hardware-efficient ansatz: RY(x_q) on every qubit once, then 3 layers of
   RY(w)·RZ(w) on every qubit and a CNOT chain CNOT(q, q+1), q = 0..10. Readout <Z0>.
   12 inputs, 72 weights.
+* ``16q``: the policy circuit at 16 qubits, 5 layers (16 inputs, 160 weights); at B = 512 unless
+  ``--batch`` is given. In the default set on CUDA (4q, 8q, 16q); on the CPU on request.
 
 Peers, side by side in one run (each optional: a missing one prints why):
 
@@ -41,7 +43,42 @@ Peers, side by side in one run (each optional: a missing one prints why):
 
 Every peer is first checked against hqflow's numpy ``reference`` backend on a few rows:
 values and the weight gradient of their sum (reference: parameter-shift). A peer whose
-numbers disagree is reported and not timed: a fast wrong peer is worthless.
+numbers disagree is reported and not timed: a fast wrong peer is worthless. Past 12 qubits
+parameter-shift would take minutes (two circuits per weight and row): the gradient is checked
+along two random unit directions instead, against central differences of the complex128
+reference (error ~1e-8).
+
+``--device cuda`` (exits 2 where CUDA is not available): compiled runs with
+``device="cuda"``, inputs and weights are CUDA tensors, and every timed step ends with
+``torch.cuda.synchronize()``. Batches 1000 10000 100000 by default. GPU peers: ``pyqtorch`` on
+CUDA (circuit, observable and tensors moved there); ``tensorcircuit`` on the JAX backend on the
+GPU (``jax.vmap`` over rows, ``jax.value_and_grad`` w.r.t. the weights, ``jax.jit``, each step
+blocking until ready; ``jax_default_matmul_precision="highest"``; set ``NVIDIA_TF32_OVERRIDE=0``
+yourself, as JAX's default TF32 gave errors of 1e-3; its jit of the 16q circuit took over 60 s on
+an H200, so it runs up to 12 qubits); ``lightning.gpu`` where it imports. The CPU-only peers
+(default.qubit, lightning.qubit, aer) are left out. Figure keys get a ``cuda_`` prefix; the
+speedups are ``cuda_vs_best_gpu_peer_<circuit>_b<B>``; ``device_name`` names the card.
+
+``--wide`` (instead of the tables): ``policy_circuit(n, 3)`` at n = 16, 20, 24, 28 (``--quick``: 16
+and 20, about 90 s on 2 loaded cores; ``--wide-qubits`` picks others), the whole state (compiled
+with ``lightcone=False``), 8 rows (1 at 28 qubits), forward alone and fwd+bwd: a warm-up, then the
+best of up to 2 s of repeats. Peers: ``lightning.qubit`` on the CPU (forward: the broadcast call or
+per-row QNode calls, the faster; fwd+bwd: adjoint), pyqtorch and lightning.gpu on CUDA. Row 0 is
+checked against the reference up to 20 qubits (above, compiled and the peers are compared with each
+other). A cell whose estimated memory passes 8 GiB on the CPU (where the process's address space is
+also capped, so that a larger one fails with MemoryError) or 80% of the card is skipped, and an
+error in one (BackendError, MemoryError, CUDA out of memory) is a note. Keys:
+``<cpu|cuda>_wide_<n>q_<fwd|fwd_bwd>_<runner>_rows_per_s``, ``cpu_wide_<n>q_<mode>_vs_lightning``,
+``cuda_wide_<n>q_<mode>_vs_best_gpu_peer`` and ``cuda_28q_fwd_bwd_s`` (one circuit, fwd+bwd).
+
+``--learner`` (instead of the tables; with ``--wide``, both): ``hqflow train cartpole`` in this
+process on ``compiled`` and, where CUDA is available, ``compiled:cuda`` (``--episodes`` 100, 40 with
+``--quick``; 10 per update; seed 0; a temporary run directory). Seconds per update come from the
+run's ``metrics.jsonl``, whose cumulative ``seconds`` give the updates after the first (a warm-up):
+``learner_s_per_update_cpu`` and ``learner_s_per_update_cuda`` (null, with a note, without CUDA).
+
+A SIGTERM (``timeout``) ends the run early with the figures measured so far and
+``"stopped_early": true``.
 
 Timing: a warm-up call at the cell's B (for ``compiled``, the first call compiles), then the
 best of R repeats (up to 10 when a call takes under 0.1 s); circuits/s = B / seconds.
@@ -64,7 +101,8 @@ each circuit, the best kept (load from other processes only ever slows it). The 
 is the program's own estimate (``prog.describe()``) when it states one, else the model in
 ``flops_model()``; ``program_flops()`` says how the backward pass is counted.
 
-    python benchmarks/simulators.py [--quick] [--batch B ...] [--peers a,b] [--circuits 4q,8q]
+    python benchmarks/simulators.py [--quick] [--device cpu|cuda] [--batch B ...] [--peers a,b] [--circuits 4q,8q]
+    python benchmarks/simulators.py [--quick] [--device cpu|cuda] --wide [--wide-qubits 16,20] [--learner]
 
 The last line printed is one JSON object with the figures.
 """
@@ -390,6 +428,8 @@ def _tc_one_row(tc, K, t):
 def build_tensorcircuit(t, device="cpu"):
     """On the CPU: the pytorch backend, ``K.vmap`` and torch autograd. On CUDA: the JAX backend on the
     GPU (``JaxRunner``), float32 matmuls at full precision (JAX's default is TF32 on the GPU)."""
+    if torch.device(device).type != "cpu":  # before JAX makes its GPU client: leave the memory to torch too
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     try:
         import tensorcircuit as tc
     except ImportError:
@@ -401,7 +441,6 @@ def build_tensorcircuit(t, device="cpu"):
     if t.n_qubits > TC_JAX_MAX_QUBITS:
         raise Unavailable(f"skipped: on JAX its jit of a {t.n_qubits}-qubit circuit took over 60 s on an H200 "
                           f"(issue 26); run at most {TC_JAX_MAX_QUBITS} qubits")
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave the GPU's memory to torch too
     try:
         import jax
     except ImportError:
@@ -767,7 +806,8 @@ def main() -> int:
     s = _session(args, peers)
     peak = (lambda: matmul_peak(4096, device="cuda")) if s.device == "cuda" else matmul_peak
     peaks = [peak()]  # timed again after each circuit; the best counts (load only slows it down)
-    for p in peers:
+    narrow = not (args.wide or args.learner)
+    for p in peers if narrow else []:
         if p in DISTS:
             s.figures[f"{KEYS[p]}_version"] = version(DISTS[p])
     load = os.getloadavg()[0]
@@ -780,7 +820,7 @@ def main() -> int:
         _cuda_notes(s)
     signal.signal(signal.SIGTERM, _stop)  # `timeout` stops a run: the figures measured so far still print
     try:
-        if not (args.wide or args.learner):
+        if narrow:
             for cname in circuits:
                 _circuit(s, cname)
                 peaks.append(peak())
@@ -792,7 +832,7 @@ def main() -> int:
         s.figures["stopped_early"] = True
         s.notes.append(f"stopped by SIGTERM after {time.perf_counter() - s.start:.0f} s: the figures are those "
                        f"measured until then")
-    return _summary(s, peaks, narrow=not (args.wide or args.learner), wide=args.wide, learner=args.learner)
+    return _summary(s, peaks, narrow=narrow, wide=args.wide, learner=args.learner)
 
 
 class Stopped(BaseException):
@@ -988,6 +1028,7 @@ WIDE_ROWS = 8  # rows per call; 1 at 28 qubits and more on CUDA
 WIDE_MODES = ("fwd", "fwd_bwd")
 WIDE_CHECK_MAX_QUBITS = 20  # the numpy reference: ~1 s per circuit at 20 qubits, ~16 s at 24
 CPU_WIDE_MEMORY = 8 * 2**30  # --wide on the CPU: every run under ~8 GiB (of this 24 GiB machine)
+WIDE_REPEAT_S = 2.0  # a cell's repeats after its warm-up: up to this many seconds of them (at most 10)
 
 
 def _wide_bytes(name: str, t, rows: int, mode: str) -> int:
@@ -996,7 +1037,7 @@ def _wide_bytes(name: str, t, rows: int, mode: str) -> int:
     state per gate and row (fwd+bwd, at least one row per chunk) and a few states forward."""
     state = 2**t.n_qubits
     if name == "compiled":
-        return rows * state * 8 * (4 if mode == "fwd" else 6)
+        return rows * state * 8 * (5 if mode == "fwd" else 6)
     if name.startswith("lightning"):
         return state * 16 * 4
     if mode == "fwd":
@@ -1041,6 +1082,8 @@ def _wide(s: Session, qubits: list[int]) -> None:
     peers = ["lightning.qubit"] if s.device == "cpu" else ["pyqtorch", "lightning.gpu"]
     limit = _memory_limit(s.device)
     s.figures[f"{s.device}_wide_layers"] = WIDE_LAYERS
+    for p in peers:
+        s.figures[f"{KEYS[p]}_version"] = version(DISTS[p])
     print(f"\nwide: policy_circuit(n, {WIDE_LAYERS}), the whole state (compiled with lightcone=False), "
           f"rows/s forward and fwd+bwd, best of {s.repeats} after a warm-up; cells over "
           f"{limit / 2**30:.0f} GiB skipped")
@@ -1066,6 +1109,7 @@ def _wide_size(s: Session, n: int, peers: list[str], limit: int) -> None:
     for name in ["compiled"] + peers:
         results[name] = _wide_runner(s, t, name, x, w, limit, ref)
         _release(s.device)
+        print(f"[{time.perf_counter() - s.start:6.1f} s] wide {n}q {name} done", file=sys.stderr, flush=True)
     _wide_report(s, n, rows, results, ref is not None)
 
 
@@ -1132,8 +1176,9 @@ def _wide_time(s: Session, runner: Runner, t, x, w, mode: str) -> dict:
             break
         warm = seconds(step)
         reps = max(1, min(s.repeats, int(s.budget // max(warm, 1e-9))))
-        if warm < 0.1:  # as in measure(): a short call is easily hit by a preemption
-            reps = max(reps, min(10, int(1.0 // max(warm, 1e-9))))
+        # more repeats for short calls, up to ~2 s of them: the compiled program's many short parallel ops
+        # are slowed by other processes on the cores far more than one long call is (0.02 to 0.5 s seen here)
+        reps = max(reps, min(10, int(WIDE_REPEAT_S // max(warm, 1e-9))))
         best[how] = min(seconds(step) for _ in range(reps))
     how = min(best, key=best.get)
     return {"seconds": best[how], "rows": len(x), "rate": len(x) / best[how], "call": how}
@@ -1154,7 +1199,8 @@ def _wide_report(s: Session, n: int, rows: int, results: dict, checked: bool) ->
         if "dv" in res:  # row 0 against the reference: the value, and the gradient along a random direction
             s.figures[f"{dev}_wide_{n}q_{KEYS[name]}_max_abs_diff"] = res["dv"]
             s.figures[f"{dev}_wide_{n}q_{KEYS[name]}_grad_max_abs_diff"] = res["dg"]
-        line = f"{LABELS[name]:<20}{res.get('compile_s', math.nan):>10.2f}"
+        compile_s = f"{res['compile_s']:.2f}" if "compile_s" in res else "-"
+        line = f"{LABELS[name]:<20}{compile_s:>10}"
         line += "".join(f"{res[k]:>9.1e}" if k in res else f"{'-':>9}" for k in ("dv", "dg"))
         for mode in WIDE_MODES:
             cell = res.get("cells", {}).get(mode)
