@@ -61,8 +61,8 @@ speedups are ``cuda_vs_best_gpu_peer_<circuit>_b<B>``; ``device_name`` names the
 
 ``--wide`` (instead of the tables): ``policy_circuit(n, 3)`` at n = 16, 20, 24, 28 (``--quick``: 16
 and 20, about 90 s on 2 loaded cores; ``--wide-qubits`` picks others), the whole state (compiled
-with ``lightcone=False``), 8 rows (1 at 28 qubits), forward alone and fwd+bwd: a warm-up, then the
-best of up to 2 s of repeats. Peers: ``lightning.qubit`` on the CPU (forward: the broadcast call or
+with ``lightcone=False``), 8 rows (2 at 24 qubits on the CPU, 1 at 28), forward alone and fwd+bwd:
+a warm-up, then the best of up to 2 s of repeats. Peers: ``lightning.qubit`` on the CPU (forward: the broadcast call or
 per-row QNode calls, the faster; fwd+bwd: adjoint), pyqtorch and lightning.gpu on CUDA. Row 0 is
 checked against the reference up to 20 qubits (above, compiled and the peers are compared with each
 other). A cell whose estimated memory passes 8 GiB on the CPU (where the process's address space is
@@ -1024,7 +1024,7 @@ def _speedups(s: Session, case: Case, rows: dict[str, dict], prog) -> None:
 WIDE_QUBITS = (16, 20, 24, 28)
 WIDE_QUICK_QUBITS = (16, 20)  # --quick: 24 and 28 qubits take minutes each on 2 CPU cores
 WIDE_LAYERS = 3
-WIDE_ROWS = 8  # rows per call; 1 at 28 qubits and more on CUDA
+WIDE_ROWS = 8  # rows per call; 1 at 28 qubits, and 2 at 24 on the CPU
 WIDE_MODES = ("fwd", "fwd_bwd")
 WIDE_CHECK_MAX_QUBITS = 20  # the numpy reference: ~1 s per circuit at 20 qubits, ~16 s at 24
 CPU_WIDE_MEMORY = 8 * 2**30  # --wide on the CPU: every run under ~8 GiB (of this 24 GiB machine)
@@ -1095,7 +1095,7 @@ def _wide(s: Session, qubits: list[int]) -> None:
 def _wide_size(s: Session, n: int, peers: list[str], limit: int) -> None:
     """One width: the reference check (up to 20 qubits), every runner's cells, the table and figures."""
     t = policy_circuit(n, WIDE_LAYERS)
-    rows = 1 if n >= 28 else WIDE_ROWS
+    rows = 1 if n >= 28 else 2 if n >= 24 and s.device == "cpu" else WIDE_ROWS  # 24q: ~10 s a row on 2 cores
     rng = np.random.default_rng(0)
     w = rng.uniform(-np.pi, np.pi, t.n_weights)
     x = rng.uniform(-np.pi, np.pi, (rows, t.n_inputs)).astype(np.float32)
@@ -1106,11 +1106,13 @@ def _wide_size(s: Session, n: int, peers: list[str], limit: int) -> None:
         except (MemoryError, RuntimeError) as exc:
             s.notes.append(f"wide {n}q: reference not run ({type(exc).__name__}: {exc})"[:200])
     results = {}
-    for name in ["compiled"] + peers:
-        results[name] = _wide_runner(s, t, name, x, w, limit, ref)
-        _release(s.device)
-        print(f"[{time.perf_counter() - s.start:6.1f} s] wide {n}q {name} done", file=sys.stderr, flush=True)
-    _wide_report(s, n, rows, results, ref is not None)
+    try:
+        for name in ["compiled"] + peers:
+            results[name] = _wide_runner(s, t, name, x, w, limit, ref)
+            _release(s.device)
+            print(f"[{time.perf_counter() - s.start:6.1f} s] wide {n}q {name} done", file=sys.stderr, flush=True)
+    finally:  # stopped (SIGTERM) part way: the runners done so far are reported
+        _wide_report(s, n, rows, results, ref is not None)
 
 
 def _release(device: str) -> None:
@@ -1186,7 +1188,7 @@ def _wide_time(s: Session, runner: Runner, t, x, w, mode: str) -> dict:
 
 def _wide_report(s: Session, n: int, rows: int, results: dict, checked: bool) -> None:
     """The width's table and figures: rows/s per runner and mode, compiled's ratio to the peer(s)."""
-    dev, comp = s.device, results["compiled"]
+    dev, comp = s.device, results.get("compiled", {})
     check = ("row 0 checked against the reference" if checked
              else "not checked against the reference: compiled is compared with the peers instead")
     print(f"\n{n}q ({rows} rows; {check})")
@@ -1224,7 +1226,7 @@ def _wide_report(s: Session, n: int, rows: int, results: dict, checked: bool) ->
 
 def _wide_ratios(s: Session, n: int, results: dict) -> None:
     """compiled rows/s ÷ lightning.qubit's (CPU) or the best GPU peer's (CUDA), per mode; seconds."""
-    dev, comp = s.device, results["compiled"].get("cells", {})
+    dev, comp = s.device, results.get("compiled", {}).get("cells", {})
     for mode in WIDE_MODES:
         mine = comp.get(mode)
         if not isinstance(mine, dict):
