@@ -816,7 +816,7 @@ def main() -> int:
     print(f"simulators: fwd+bwd circuits/s (d/d weights), best of {s.repeats}, torch {torch.__version__} "
           f"on {s.device} ({where}); complex64 matmul {peaks[0]:.1f} GFLOP/s; "
           f"1-min load average {load:.2f} (other work on the machine skews every figure)")
-    if s.device == "cuda":
+    if s.device == "cuda" and narrow:
         _cuda_notes(s)
     signal.signal(signal.SIGTERM, _stop)  # `timeout` stops a run: the figures measured so far still print
     try:
