@@ -68,19 +68,21 @@ EOF
 # the CUDA tests: every test file with a gpu mark, its gpu tests only
 mapfile -t gpu_files < <(grep -rlE "pytest\.mark\.gpu|mark\.gpu" tests --include='*.py' | sort)
 if [ "${#gpu_files[@]}" -gt 0 ]; then
-    step pytest_gpu 100 "$PY" -m pytest -q -p no:cacheprovider -m gpu "${gpu_files[@]}"
+    step pytest_gpu 110 "$PY" -m pytest -q -p no:cacheprovider -m gpu "${gpu_files[@]}"
 fi
 # the circuit tables on CUDA: 4q and 8q at B = 1k, 10k, 100k and 16q at 512, against pyqtorch (CUDA) and
 # tensorcircuit-ng (JAX); a short cell budget (compiled 5x) keeps it to a few minutes; SIGTERM prints the
 # figures measured so far
-step simulators_cuda 230 "$PY" benchmarks/simulators.py --device cuda --budget 3
-step simulators_cuda_wide 110 "$PY" benchmarks/simulators.py --device cuda --wide
-step simulators_learner 70 "$PY" benchmarks/simulators.py --learner
+step simulators_cuda 210 "$PY" benchmarks/simulators.py --device cuda --budget 3
+# widest first: the 28-qubit figure must not be the one a time limit cuts
+step simulators_cuda_wide 120 "$PY" benchmarks/simulators.py --device cuda --wide --wide-qubits 28,24,20,16
+step simulators_learner 60 "$PY" benchmarks/simulators.py --learner
 
-# the JSON lines, one file (each run's last line)
+# the JSON lines in one file (each run's last line of figures; its log has stderr's lines too)
 for name in simulators_cuda simulators_cuda_wide simulators_learner; do
     if [ -f "$OUT/$name.log" ]; then
-        tail -n 1 "$OUT/$name.log" >>"$OUT/json_lines.txt"
+        grep '^{' "$OUT/$name.log" | tail -n 1 >>"$OUT/json_lines.txt" || echo "$name: no JSON line" \
+            >>"$OUT/json_lines.txt"
     fi
 done
 echo "gpu_check: done in ${SECONDS} s; failed steps: ${failed[*]:-none}"

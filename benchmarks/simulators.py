@@ -744,8 +744,8 @@ def _options() -> tuple[argparse.Namespace, list[str], list[str], list[int]]:
     ap.add_argument("--batch", type=int, nargs="+", default=None,
                     help="batch sizes (default 1000 10000; cuda: 1000 10000 100000; 16q: 512)")
     ap.add_argument("--repeats", type=int, default=None, help="timed repeats, best kept (default 3; quick 1)")
-    ap.add_argument("--peers", default=None, help=f"comma-separated subset of {','.join(ALL_PEERS)} "
-                                                  f"(default {','.join(PEERS)}; cuda: {','.join(GPU_PEERS)})")
+    ap.add_argument("--peers", default=None, help=f"comma-separated subset of {', '.join(ALL_PEERS)} "
+                                                  f"(default: all but lightning.gpu; cuda: {', '.join(GPU_PEERS)})")
     ap.add_argument("--no-peers", action="store_true", help="hqflow compiled only (what CI runs)")
     ap.add_argument("--circuits", default=None, help=f"comma-separated subset of {','.join(CIRCUITS)} "
                                                      f"(default 4q,8q,12q; cuda: 4q,8q,16q)")
