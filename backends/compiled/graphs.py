@@ -73,17 +73,19 @@ class _Graphs:
 
 
 def _capture(x: torch.Tensor, w: torch.Tensor, eager) -> _Captured:
-    """Warm up on a side stream (as torch asks), then capture ``eager`` on static copies of the inputs."""
-    sx, sw = x.clone(), w.clone()
-    side = torch.cuda.Stream(device=x.device)
-    side.wait_stream(torch.cuda.current_stream(x.device))
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            eager(sx, sw)
-    torch.cuda.current_stream(x.device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # other threads keep launching meanwhile
-        out = eager(sx, sw)
+    """Warm up on a side stream (as torch asks), then capture ``eager`` on static copies of the inputs, on the
+    inputs' device (which need not be the current one)."""
+    with torch.cuda.device(x.device):
+        sx, sw = x.clone(), w.clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                eager(sx, sw)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # other threads keep launching meanwhile
+            out = eager(sx, sw)
     return _Captured(graph, sx, sw, out)
 
 
