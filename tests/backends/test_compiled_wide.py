@@ -55,7 +55,8 @@ def _crossing_circuit(n: int = 7):
     for q in range(n):
         c.rx(w[3], q)
     c.rzz(x[2], 3, 6).crz(w[4], 6, 0).rz(w[5], 1)
-    return c.build(observables=["Z0 Z6", [(0.5, "X1 Y4"), (-0.7, "Y0 X5 Z6")], "X2"])
+    every = " ".join(f"Z{q}" for q in range(n))
+    return c.build(observables=["Z0 Z6", [(0.5, "X1 Y4"), (-0.7, "Y0 X5 Z6"), (0.25, "")], "X2", every])
 
 
 def test_pieces_cut_a_wide_layer_into_runs_and_crossings():
