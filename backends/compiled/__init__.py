@@ -34,7 +34,8 @@ How a template is compiled (each pass is a small function in a module of this pa
    acts on the trailing axes: one GEMM per block.
 5. **Readout** (``readout._Readout``). Pauli terms are grouped by their X/Y mask: Z-only
    terms are ``|psi|^2 @ M`` and each other group ``Re((conj(psi) * psi[i ^ mask]) @ M)``
-   (``psi[i ^ mask]`` flips the masked axes; ``M`` is built a factor per axis).
+   (``psi[i ^ mask]`` flips the masked axes; ``M`` is built a factor per axis). Past 16 qubits
+   there is no ``M``: each term contracts the state's product with small tables, 16 axes at a time.
 
 **Wide circuits** (past ``config._WIDE`` = 16 qubits; up to 16 a program is what it always was, bit
 for bit): a diagonal layer is a product of *pieces* on runs of at most 16 axes (and one per gate
