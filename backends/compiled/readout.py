@@ -36,13 +36,7 @@ class _Readout:
         xs: dict[int, np.ndarray] = {}
         for r, terms in enumerate(terms_per_col):
             for coeff, paulis in terms:
-                mask, factors = 0, {}
-                for w, p in paulis:
-                    a = axis_of[w]
-                    if p in "XY":
-                        mask |= 1 << (n - 1 - a)
-                    if p in "YZ":
-                        factors[a] = _FACTORS[p]
+                mask, factors = _term(paulis, axis_of, n)
                 real = mask == 0 and all(p == "Z" for _, p in paulis)
                 val = _product(factors, n, float(coeff) if real else complex(coeff))
                 if mask == 0:
@@ -93,6 +87,18 @@ _FACTORS = {"Z": np.array([1.0, -1.0]), "Y": np.array([-1j, 1j])}  # a Pauli's d
 # (X's is [1, 1]; Y = -i on |0>, +i on |1> after the flip, as <psi| Y |psi> reads it)
 
 
+def _term(paulis, axis_of: dict, n: int) -> tuple[int, dict]:
+    """A Pauli product's X/Y mask (axis 0 the most significant bit) and its diagonal factors by axis."""
+    mask, factors = 0, {}
+    for w, p in paulis:
+        a = axis_of[w]
+        if p in "XY":
+            mask |= 1 << (n - 1 - a)
+        if p in "YZ":
+            factors[a] = _FACTORS[p]
+    return mask, factors
+
+
 def _product(factors: dict, n: int, coeff: complex) -> np.ndarray:
     """``coeff`` times the product over axes of ``factors[a]`` (``[1, 1]`` elsewhere), ``[2**n]``, axis 0 most
     significant: a sign (or ±i) per basis state, broadcast a factor at a time."""
@@ -138,13 +144,7 @@ class _Contractions:
         self.groups: dict[int, list] = {}  # mask -> [(column, [table per run])]
         for r, terms in enumerate(terms_per_col):
             for coeff, paulis in terms:
-                mask, factors = 0, {}
-                for w, p in paulis:
-                    a = axis_of[w]
-                    if p in "XY":
-                        mask |= 1 << (n - 1 - a)
-                    if p in "YZ":
-                        factors[a] = _FACTORS[p]
+                mask, factors = _term(paulis, axis_of, n)
                 kind = dtype if mask else _REAL[dtype]
                 tables = []
                 for lo, hi in self.runs:
