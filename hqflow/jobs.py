@@ -285,8 +285,8 @@ class JobService:
             raise
 
     def _charge_shots(self, att: _Attempt, handle) -> int:
-        """Under a shot budget, charge the attempt's predicted shots (none for exact values); returns them."""
-        if self.ledger.shot_budget is None:
+        """Charge the attempt's predicted shots (none for exact values) where the ledger counts them; returns them."""
+        if not self.ledger.counts_shots:
             return 0
         shots = self._predicted(att).shots
         if shots:
