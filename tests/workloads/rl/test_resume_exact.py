@@ -18,7 +18,8 @@ from hqflow.distribution import Pipelined
 from hqflow.workloads.rl import reinforce, runner
 
 CFG = reinforce.Config(n_layers=1, batch_episodes=3, max_episodes=18, seed=5, backend="qpu", shots=100,
-                       gradient="spsa", stop_when_solved=False, dtype="float64")
+                       gradient="spsa", stop_when_solved=False, dtype="float64", lr_in=0.5, lr_var=0.5, lr_out=0.5,
+                       beta=5.0)  # large steps: a rollout on other parameters acts otherwise
 POOL = {"qpu": [("emulated-qpu", {"wrapped": "compiled", "price_as": "ionq.qpu.aria-1", "seed": 3})]}
 
 
