@@ -4,18 +4,20 @@ and every sampling job (shots), then corrected by what the job reports.
 With a ``path`` (``RUN_DIR/ledger.jsonl``) the ledger is written ahead: every charge and correction is a line
 of that file, flushed before the job is submitted, and a ledger opened on the file starts from its totals. So a
 run that goes on from a killed one knows what the killed one paid (its jobs in flight count at their estimates),
-and a budget holds across every process of the run. Each line: ``{"spend": delta, "shots": delta, "currency"}``;
-a line cut short by a kill is dropped (its job was never submitted).
+and a budget holds across every process of the run. Each line: ``{"spend": delta, "shots": delta, "currency"}``,
+and, for a job that ended, ``"used"``: its ``Usage`` (the run's ``paid``: service jobs, circuits, shots, cost); a
+line cut short by a kill is dropped (its job was never submitted).
 
 Under the ``ray`` executor, fragments inside Ray workers submit jobs too, so the run's ledger lives in a Ray
 actor that every job service, the driver's and the workers', charges through ``RemoteLedger``.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 
-from hqflow.backends import BackendError
+from hqflow.backends import BackendError, Usage
 
 
 class BudgetExceeded(BackendError):
@@ -46,6 +48,7 @@ class Ledger:
         self.budget, self.shot_budget = budget, shot_budget
         self.spend, self.currency, self.refused = 0.0, None, 0
         self.shots = 0  # shots charged: every sampling job's (exact jobs take none)
+        self.paid = Usage()  # what the jobs that ended used, all of them
         self._lock = threading.Lock()
         self._file = None if path is None else self._open(path)
         self.counts_shots = shot_budget is not None or path is not None  # every sampling job charges its shots
@@ -63,14 +66,16 @@ class Ledger:
                 entry = json.loads(line)
                 self.spend, self.shots = self.spend + float(entry["spend"]), self.shots + int(entry["shots"])
                 self.currency = entry.get("currency") or self.currency
+                self.paid = plus(self.paid, Usage(**entry.get("used", {})))
             except (ValueError, KeyError, TypeError):
                 continue
         return open(path, "a")
 
-    def _write(self, spend: float = 0.0, shots: int = 0) -> None:
+    def _write(self, spend: float = 0.0, shots: int = 0, used: Usage | None = None) -> None:
         """A change of the totals, on file before the caller goes on (the caller holds the lock)."""
         if self._file is not None:
-            self._file.write(json.dumps({"spend": spend, "shots": shots, "currency": self.currency}) + "\n")
+            entry = {"spend": spend, "shots": shots, "currency": self.currency}
+            self._file.write(json.dumps(entry if used is None else dict(entry, used=used.as_dict())) + "\n")
             self._file.flush()
 
     def charge(self, amount: float, currency: str, what: str) -> str | None:
@@ -90,11 +95,12 @@ class Ledger:
             self._write(spend=amount)
             return None
 
-    def adjust(self, delta: float) -> None:
-        """A job reported its own cost: replace its estimate (``delta`` = actual - estimate)."""
+    def settle(self, used: Usage, spend: float = 0.0, shots: int = 0) -> None:
+        """A job ended, having ``used`` that; its own cost and shots replace what was charged for it (``spend``,
+        ``shots``: actual - charged)."""
         with self._lock:
-            self.spend += delta
-            self._write(spend=delta)
+            self.spend, self.shots, self.paid = self.spend + spend, self.shots + shots, plus(self.paid, used)
+            self._write(spend, shots, used)
 
     def charge_shots(self, shots: int, what: str) -> str | None:
         """Count ``shots`` as spent; or, past the shot budget, count a refusal and say why (None: charged).
@@ -110,23 +116,27 @@ class Ledger:
             self._write(shots=shots)
             return None
 
-    def adjust_shots(self, delta: int) -> None:
-        """A job reported the shots it took (or took none): replace its estimate (``delta`` = actual - estimate)."""
-        with self._lock:
-            self.shots += delta
-            self._write(shots=delta)
-
     def figures(self) -> dict:
         with self._lock:
             return {"spend": self.spend, "currency": self.currency, "budget": self.budget,
                     "refused_jobs": self.refused, "shot_spend": self.shots, "shot_budget": self.shot_budget,
-                    "spend_before": self.before["spend"], "shots_before": self.before["shots"]}
+                    "spend_before": self.before["spend"], "shots_before": self.before["shots"],
+                    "paid": self.paid.as_dict()}
 
     def close(self) -> None:
         with self._lock:
             if self._file is not None:
                 self._file.close()
                 self._file = None
+
+
+def plus(total: Usage, used: Usage) -> Usage:
+    """``total + used``; a report priced in another currency than the total's adds its counts, not its cost
+    (the ledger refuses a second currency before submission, so only a backend's own report can differ)."""
+    try:
+        return total + used
+    except BackendError:
+        return total + dataclasses.replace(used, cost=0.0, currency=None)
 
 
 def money(amount: float, currency: str | None) -> str:
@@ -164,14 +174,11 @@ class RemoteLedger:
     def charge(self, amount: float, currency: str, what: str) -> str | None:
         return self._call("charge", amount, currency, what)
 
-    def adjust(self, delta: float) -> None:
-        self._call("adjust", delta)  # done before the job's result is handed on
+    def settle(self, used: Usage, spend: float = 0.0, shots: int = 0) -> None:
+        self._call("settle", used, spend, shots)
 
     def charge_shots(self, shots: int, what: str) -> str | None:
         return self._call("charge_shots", shots, what)
-
-    def adjust_shots(self, delta: int) -> None:
-        self._call("adjust_shots", delta)
 
     def figures(self) -> dict:
         return dict(self._final) if self._final is not None else self._call("figures")

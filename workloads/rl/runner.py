@@ -32,7 +32,7 @@ from hqflow.backends import Usage, is_backend
 from hqflow.ir import Graph
 
 import hqflow as hq
-from hqflow.collective import replica
+from hqflow.collective import reduce, replica
 from hqflow.distribution import get_distribution
 from hqflow.executors import ExecutorKind, make_backend
 from hqflow.scheduler import Scheduler
@@ -249,9 +249,17 @@ def learn(batch, params, opt, extra, step, algo, cfg, local=None):
               "env_steps_taken": int(batch.n_steps if batch.steps_taken < 0 else batch.steps_taken),
               "circuit_evals": int(batch.circuit_evals) + int(metrics.get("circuit_evals", 0)),  # + the learner's
               "loss": float(metrics["loss"]), "losses": {k: float(v) for k, v in metrics["losses"].items()},
-              "usage": used.total}
+              "usage": used.total if rep is None else _every_replicas(used.total)}
     return {"params": _params(policy), "opt": copy.deepcopy(optimizer.state_dict()),
             "extra": {"value": value, "episodes": extra["episodes"] + len(batch.episode_returns)}, "report": report}
+
+
+def _every_replicas(used: Usage) -> Usage:
+    """What the jobs of every learner replica used (each submitted its share of the batch): summed in rank order."""
+    counts, cost = reduce([np.array([used.service_jobs, used.circuits, used.shots, used.failed_service_jobs]),
+                           np.array([used.cost])], "sum", key="usage")
+    jobs, circuits, shots, failed = (int(c) for c in counts)
+    return Usage(jobs, circuits, shots, float(cost[0]), used.currency, failed)
 
 
 def build_graph(algo: str, cfg, staleness: int = 0, job_backends: tuple[str, ...] = (),
@@ -378,7 +386,9 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
 
     Returns ``returns`` (every episode's), ``episodes_to_solve``, ``updates``, ``seconds``, ``env_steps`` (of
     the episodes the learner got), ``env_steps_taken`` (the actors', with unfinished episodes), their rates,
-    ``circuit_evals``, the final ``params``, ``spans``, the scheduler's ``stats`` and the ``spend``. A failed run
+    ``circuit_evals``, the final ``params``, ``spans``, the scheduler's ``stats``, ``usage`` (the updates' jobs, as
+    ``metrics.jsonl`` counts them), ``paid`` (every job the run paid for, in every process of it: also those of
+    work a stop or a kill cut short) and ``spend`` (what ``paid`` cost, the budget's count). A failed run
     (a job out of retries, say) writes the last update's checkpoint, metrics and spans, then raises
     ``hqflow.RunFailed``: fix the backend and ``resume``.
     """
@@ -547,7 +557,7 @@ class _Tally:
         if (self.update + 1) % checkpoint_every == 0:
             rd.save(self.checkpoint())
         if progress is not None:  # the run's own clock ("seconds"), which the summary reports too
-            shown = {"reward": row[f"mean_return_{n}"] or 0.0, "seconds": row["seconds"]}
+            shown = {"reward": row[f"mean_return_{n}"] or 0.0, "seconds": row["seconds"], "row": row}  # (not shown)
             if "spend" in row:
                 shown["spend"] = row["spend"]
             progress(len(self.returns), shown)
@@ -566,13 +576,14 @@ class _Tally:
     def summary(self, run: Setup, distribution: str, result) -> dict:
         seconds = self.elapsed()
         spend, currency = self.spent()
+        paid = result.extra.get("paid") or self.usage  # every job the run paid for: its ledger's, all processes
         return {"algo": run.name, "config": dataclasses.asdict(run.cfg), "distribution": distribution,
                 "returns": self.returns, "episodes_to_solve": self.solved_at, "updates": self.update + 1,
                 "seconds": seconds, "env_steps": self.env_steps, "env_steps_per_s": self.env_steps / seconds,
                 "env_steps_taken": self.env_steps_taken, "env_steps_taken_per_s": self.env_steps_taken / seconds,
                 "circuit_evals": self.circuit_evals, "circuit_evals_per_s": self.circuit_evals / seconds,
                 "params": self.state["learn.params"], "spans": result.spans, "stats": result.extra,
-                "spend": spend, "currency": currency, "usage": self.usage,
+                "spend": spend, "currency": currency, "usage": self.usage, "paid": paid,
                 "usage_per_episode": {k: v / max(1, len(self.returns)) for k, v in self.usage.items()
                                       if k != "currency"}}
 
