@@ -75,7 +75,9 @@ class Ledger:
         """A change of the totals, on file before the caller goes on (the caller holds the lock)."""
         if self._file is not None:
             entry = {"spend": spend, "shots": shots, "currency": self.currency}
-            self._file.write(json.dumps(entry if used is None else dict(entry, used=used.as_dict())) + "\n")
+            if used is not None:
+                entry["used"] = {k: v for k, v in used.as_dict().items() if v}
+            self._file.write(json.dumps(entry, separators=(",", ":")) + "\n")
             self._file.flush()
 
     def charge(self, amount: float, currency: str, what: str) -> str | None:
