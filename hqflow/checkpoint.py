@@ -5,11 +5,12 @@ it does, the newly finished steps' outputs are appended to ``outputs.pkl`` and, 
 ``state.pkl`` is replaced (atomically) by the loop-carried values after the prefix, its length (the stream
 position) and the run's identity. A resumed run skips that many stream items, starts every loop edge from the
 saved value and numbers its steps on from there, so shot seeds and job ids are those of an uninterrupted run:
-with every loop edge at ``max_staleness=0`` the result is identical.
+at every ``max_staleness`` the result is identical (``window.Values``: the version a step takes never depends on timing).
 
 * ``state.pkl``: ``{"version", "graph", "seed", "run_id", "steps", "state", "item"}``, its ``state`` a list of
-  ``[port, value]`` pairs, each port as an object (``PortRef.to_dict``; version 1, its values keyed by the
-  ``"frag.port"`` text, is still read);
+  ``[port, Versions]`` pairs, each port as an object (``PortRef.to_dict``), with the versions the next steps
+  take at their ``max_staleness``; version 2, a value per port, and version 1, keyed by the ``"frag.port"``
+  text, are still read;
 * ``outputs.pkl``: one pickle per finished step, ``(step, outputs)``, in step order (a frame cut short by a kill
   is dropped on resume).
 
@@ -31,7 +32,7 @@ from .ports import PortRef
 from .scheduler_config import SchedulerConfig
 from .window import Values
 
-VERSION = 2
+VERSION = 3
 
 
 class CheckpointError(GraphError):
@@ -104,7 +105,7 @@ class Checkpointer:
             raise CheckpointError(f"cannot read {self.state_file}: {exc.strerror}") from None
         except Exception:  # noqa: BLE001 - truncated or not a pickle
             raise CheckpointError(f"{self.state_file} is damaged: not a checkpoint") from None
-        if not isinstance(saved, dict) or saved.get("version") not in (1, VERSION) \
+        if not isinstance(saved, dict) or saved.get("version") not in (1, 2, VERSION) \
                 or not isinstance(saved.get("steps"), int):
             raise CheckpointError(f"{self.state_file} is damaged: not a checkpoint of this hqflow")
         try:  # loop values by port: version 2's [port, value] pairs, version 1's keyed by "frag.port" text

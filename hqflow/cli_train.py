@@ -32,7 +32,7 @@ from .cli_cost import cost_overrides
 from .cli_pool import UsageError, backend_pool, make_folder, make_member, show_figures, value as _value
 from .fragments import RunFailed
 from .jobs import BudgetExceeded
-from .ledger import ShotBudgetExceeded
+from .ledger import ShotBudgetExceeded, money
 
 
 class RunStopped(RuntimeError):
@@ -169,17 +169,19 @@ def _kind(spec) -> tuple:
 
 
 def _cost_report(bar, updates: int):
-    """The progress callback, plus one line after the first priced update: what it cost and what the
-    whole run of ``updates`` will cost at that rate."""
+    """The progress callback, plus one line after this process's first priced update: what that update cost and
+    what the run's updates left will cost at that rate."""
     said = []
 
     def report(done, metrics=None):
         bar(done, metrics)
-        spend = (metrics or {}).get("spend")
-        if spend is not None and not said:
-            said.append(spend)
-            bar.write(f"hqflow: the first update cost {spend:.4f}; {updates} updates at that rate: about "
-                      f"{spend * updates:.4f} (--budget caps a run)")
+        row = (metrics or {}).get("row", {})  # the update's metrics row
+        if row.get("currency") and "list_cost" in row and not said:
+            said.append(row)
+            cost, left = row["list_cost"], updates - row["update"] - 1
+            first = "the first update" if row["update"] == 0 else f"update {row['update'] + 1}"
+            bar.write(f"hqflow: {first} cost {money(cost, row['currency'])}; the {left} updates left at that rate: "
+                      f"about {money(cost * left, row['currency'])} more (--budget caps a run)")
     return report
 
 
@@ -290,12 +292,16 @@ def cmd_train(args) -> int:
                "circuit_evals_per_s": round(out["circuit_evals_per_s"], 1), "run_dir": run.run_dir}
     if out.get("currency"):
         figures["spend"], figures["currency"] = round(out["spend"], 6), out["currency"]
-    used = out["usage"]
-    if used["circuits"]:  # jobs ran: what they used (list price where the backend prices its jobs)
+    used, paid = out["usage"], out["paid"]
+    if used["circuits"]:  # jobs ran: what the updates' jobs used (list price where the backend prices its jobs)
         figures.update(service_jobs=used["service_jobs"], circuits=used["circuits"], shots=used["shots"],
                        list_cost=round(used["cost"], 6))
         if used["currency"]:
             figures["currency"] = used["currency"]
+    if paid["service_jobs"] > used["service_jobs"] or out["spend"] > used["cost"] + 1e-6:
+        print(f"hqflow: the run paid for {paid['service_jobs']:,} service jobs ({money(out['spend'], out['currency'])})"
+              f"; its updates used {used['service_jobs']:,} ({money(used['cost'], used['currency'])}): the rest went "
+              "to work a stop or a kill cut short (ledger.jsonl has every charge)", file=sys.stderr)
     if not args.json and figures["episodes_to_solve"] is None:
         figures["episodes_to_solve"] = f"not within {run.cfg.max_episodes} episodes"
     show_figures(args, figures, 22)

@@ -312,7 +312,8 @@ def _simulate(graph: Graph, steps: int, profile: Profile, config: SchedulerConfi
     idle = BackendProfile(Lane("qpu", "unused"), Lane("qpu", "unused"), 0.0, 0.0, 0.0, 0.0, 0.0)
     pools = {name: members.get(name) or [_SimBackend(idle, clock, host, 0.0, None)]  # pools the profile saw no job of
              for f in graph.fragments for name in ((f.backend,) if isinstance(f, CircuitCall) else f.job_backends)}
-    cfg = replace(config, job_timeout=None, max_retries=1 << 30, budget=None, shot_budget=None, run_dir=None, resume=False)
+    cfg = replace(config, job_timeout=None, max_retries=1 << 30, budget=None, shot_budget=None, ledger=None, run_dir=None,
+                  resume=False)
     executor = _SimExecutor(profile, clock, host, n_rows, nested)
     stream = ({p.name: None for p in graph.inputs} for _ in range(steps))  # the values matter to no one
     unset = {PortRef(*e.src): 0.0 for e in graph.edges if e.loop and e.init is None}  # given at run time

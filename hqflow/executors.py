@@ -162,9 +162,9 @@ class SyncExecutor(Executor):
         self.handles.append(handle)
         return handle
 
-    def ledger(self, budget: float | None, shot_budget: int | None = None) -> Ledger:
+    def ledger(self, budget: float | None, shot_budget: int | None = None, path=None) -> Ledger:
         """The run's spend and budgets: in this process, where every job is submitted."""
-        return Ledger(budget, shot_budget)
+        return Ledger(budget, shot_budget, path)
 
     def close(self) -> None:
         for handle in self.handles:
@@ -656,9 +656,9 @@ class RayExecutor(Executor):
         that went worker to worker through the object store, and the replicas' reductions."""
         return dict(self.traffic, reduce=self._rendezvous.traffic() if self._rendezvous else 0)
 
-    def ledger(self, budget: float | None, shot_budget: int | None = None) -> RemoteLedger:
+    def ledger(self, budget: float | None, shot_budget: int | None = None, path=None) -> RemoteLedger:
         """The run's spend and budgets in an actor: the workers' job services charge it too."""
-        ledger = RemoteLedger.start(budget, shot_budget)
+        ledger = RemoteLedger.start(budget, shot_budget, path)
         self._ledgers.append(ledger)
         return ledger
 

@@ -49,7 +49,7 @@ from . import usage as meters
 
 from .dispatch import Member, Pool
 from .lanes import Lane
-from .ledger import BudgetExceeded, Ledger, ShotBudgetExceeded
+from .ledger import BudgetExceeded, Ledger, ShotBudgetExceeded, plus
 from .outcome import CANCELLED, OK, TIMEOUT, Outcome
 from .threads import DaemonPool
 from .trace import Span
@@ -106,15 +106,6 @@ def job_usage(backend: Backend, batch: CircuitBatch, meta: dict | None = None, f
             cost = backend.estimate_cost(batch)
             predicted = dataclasses.replace(predicted, cost=cost.amount, currency=cost.currency)
     return attempt_usage(meta, predicted, failed)
-
-
-def _plus(total: Usage, used: Usage) -> Usage:
-    """``total + used``; a report priced in another currency than the total's adds its counts, not its cost
-    (the ledger refuses a second currency before submission, so only a backend's own report can differ)."""
-    try:
-        return total + used
-    except BackendError:
-        return total + dataclasses.replace(used, cost=0.0, currency=None)
 
 
 @dataclass(frozen=True)
@@ -244,6 +235,9 @@ class JobService:
             self._waiting = waiting
         for token, att in starts:
             req = att.request
+            with self._lock:
+                if token not in self._live:  # the service closed meanwhile: nothing is charged or submitted
+                    continue
             part = req.parts[att.part]
             part = dataclasses.replace(part, key=part.key or f"{self.run_id}/{req.parent.fragment}/{req.parent.step}",
                                        attempt=req.attempts[att.part])
@@ -260,15 +254,16 @@ class JobService:
                 self._failed(token, Outcome.error(exc), exc)
                 continue
             with self._lock:
-                if token not in self._live:
-                    continue
-                att.job = job
-                if self.job_timeout:  # the watchdog asks at once whether it has started
+                att.job, gone = job, token not in self._live
+                if not gone and self.job_timeout:  # the watchdog asks at once whether it has started
                     heapq.heappush(self._deadlines, (att.start, token))
                     if self._watchdog is None:
                         self._watchdog = threading.Thread(target=self._watch, name="hqflow-job-timeouts", daemon=True)
                         self._watchdog.start()
                     self._wake.notify()
+            if gone:  # closed or withdrawn while it was submitted: it reached the backend, so cancel and count it
+                self._cancelled([att])
+                continue
             blocking = self.ledger.blocking  # Ray: never block Ray's callback thread
             job.add_done_callback(lambda _, token=token: (_deferred().submit(self._done, token) if blocking
                                                           else self._done(token)))
@@ -280,13 +275,13 @@ class JobService:
             self._charge_cost(att, handle, part)
         except BudgetExceeded:
             if shots:  # not submitted after all
-                self.ledger.adjust_shots(-shots)
+                self.ledger.settle(Usage(), 0.0, -shots)
                 att.shots = None
             raise
 
     def _charge_shots(self, att: _Attempt, handle) -> int:
-        """Under a shot budget, charge the attempt's predicted shots (none for exact values); returns them."""
-        if self.ledger.shot_budget is None:
+        """Charge the attempt's predicted shots (none for exact values) where the ledger counts them; returns them."""
+        if not self.ledger.counts_shots:
             return 0
         shots = self._predicted(att).shots
         if shots:
@@ -337,7 +332,7 @@ class JobService:
 
     def _spend(self, req: _Request, used: Usage) -> None:
         """Add an ended attempt's usage to its request's and the run's (the caller holds the lock)."""
-        req.usage, self.usage = _plus(req.usage, used), _plus(self.usage, used)
+        req.usage, self.usage = plus(req.usage, used), plus(self.usage, used)
         for name in _COUNTS:
             self.stats[name] += getattr(used, name)
 
@@ -377,7 +372,6 @@ class JobService:
             self._failed(token, Outcome.error(exc), exc)
             return
         used = self._used(att, result.metadata)
-        self._account(att, result.metadata.get("cost"), used.shots)
         finish = None
         with self._lock:
             if self._live.pop(token, None) is None:
@@ -390,6 +384,7 @@ class JobService:
             req.left -= 1
             if req.left == 0:
                 finish = req.results[0] if len(req.results) == 1 else BatchResult.concat(req.results)
+        self._account(att, result.metadata.get("cost"), used)  # the attempt is this thread's alone now
         if finish is not None:
             self._settle(req, finish)
         self._pump()
@@ -409,7 +404,6 @@ class JobService:
             if self._live.pop(token, None) is None:
                 return
             req, j = att.request, att.part
-            self._account(att, meta.get("cost"), used.shots)
             self._spend(req, used)
             self._span(att, outcome, {"service_jobs": meta.get("service_jobs")})
             req.pool.finish(att.member, att.slot, False, req.parts[att.part].size)
@@ -426,18 +420,21 @@ class JobService:
             else:
                 self.stats["retries"] += 1
                 self._waiting.appendleft((req, j))
+        # its cost as the job reports it; one that never reached the service (refused at submission) cost nothing
+        self._account(att, meta.get("cost") if att.job is not None or _reports(meta) else 0.0, used)
         if give_up is not None:
             self._settle(req, error=give_up)
         self._pump()
 
-    def _account(self, att: _Attempt, actual, shots: int) -> None:
-        """The job's own figures for its cost and its shots replace the attempt's estimates in the spend."""
+    def _account(self, att: _Attempt, actual, used: Usage) -> None:
+        """An ended attempt into the ledger: what it used, and its job's own cost (``actual``, if a number) and
+        shots in place of the estimates charged for it."""
+        spend = shots = 0
         if att.estimate is not None and isinstance(actual, (int, float)) and actual == actual:
-            self.ledger.adjust(float(actual) - att.estimate)
-            att.estimate = float(actual)
-        if att.shots is not None and shots != att.shots:
-            self.ledger.adjust_shots(shots - att.shots)
-            att.shots = shots
+            spend, att.estimate = float(actual) - att.estimate, float(actual)
+        if att.shots is not None and used.shots != att.shots:
+            shots, att.shots = used.shots - att.shots, used.shots
+        self.ledger.settle(used, spend, shots)
 
     def _span(self, att: _Attempt, outcome: Outcome, meta: dict | None = None) -> None:
         """Record the attempt's span, with the figures its job reported in ``meta`` that make sense."""
@@ -551,6 +548,18 @@ class JobService:
         with self._lock:
             for att, u in used:
                 self._spend(att.request, u)
+        for att, u in used:
+            self._account(att, None, u)
+
+    def _cancelled(self, attempts: list[_Attempt]) -> None:
+        """Jobs the run gives up on as it ends: cancelled, counted at their predicted usage, each a span."""
+        for att in attempts:
+            with contextlib.suppress(Exception):  # best effort: the run is over either way
+                att.job.cancel()
+        self._spend_predicted(attempts)
+        with self._lock:
+            for att in attempts:
+                self._span(att, CANCELLED)
 
     # -- the end -----------------------------------------------------------------------
     def close(self) -> None:
@@ -561,10 +570,10 @@ class JobService:
             waiting, self._waiting = list(self._waiting), deque()
             spent, self._spent = self._spent, []
             self._wake.notify_all()
-        for job in [att.job for att in live if att.job is not None] + spent:
+        for job in spent:
             with contextlib.suppress(Exception):  # best effort: the run is over either way
                 job.cancel()
-        self._spend_predicted([att for att in live if att.job is not None])
+        self._cancelled([att for att in live if att.job is not None])  # those still being submitted: by _pump
         for req in [a.request for a in live] + [r for r, _ in waiting]:
             self._settle(req, error=BackendError("the run ended before this job finished"))
 

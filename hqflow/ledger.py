@@ -1,14 +1,23 @@
-"""A run's spend and budgets: one ledger per run, charged before every priced job is submitted (currency),
-and before every sampling job is submitted where the run has a shot budget (shots).
+"""A run's spend and budgets: one ledger per run, charged before every priced job is submitted (currency)
+and every sampling job (shots), then corrected by what the job reports.
+
+With a ``path`` (``RUN_DIR/ledger.jsonl``) the ledger is written ahead: every charge and correction is a line
+of that file, flushed before the job is submitted, and a ledger opened on the file starts from its totals. So a
+run that goes on from a killed one knows what the killed one paid (its jobs in flight count at their estimates),
+and a budget holds across every process of the run. Each line: ``{"spend": delta, "shots": delta, "currency"}``,
+and, for a job that ended, ``"used"``: its ``Usage`` (the run's ``paid``: service jobs, circuits, shots, cost); a
+line cut short by a kill is dropped (its job was never submitted).
 
 Under the ``ray`` executor, fragments inside Ray workers submit jobs too, so the run's ledger lives in a Ray
 actor that every job service, the driver's and the workers', charges through ``RemoteLedger``.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import threading
 
-from hqflow.backends import BackendError
+from hqflow.backends import BackendError, Usage
 
 
 class BudgetExceeded(BackendError):
@@ -32,14 +41,44 @@ class Ledger:
 
     blocking = False  # its calls never block (``RemoteLedger``'s do)
 
-    def __init__(self, budget: float | None = None, shot_budget: int | None = None):
+    def __init__(self, budget: float | None = None, shot_budget: int | None = None, path=None):
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0):
             raise ValueError(f"budget must be a number >= 0 or None, got {budget!r}")
         check_shot_budget(shot_budget)
         self.budget, self.shot_budget = budget, shot_budget
         self.spend, self.currency, self.refused = 0.0, None, 0
-        self.shots = 0  # shots charged against the shot budget (none are charged without one)
+        self.shots = 0  # shots charged: every sampling job's (exact jobs take none)
+        self.paid = Usage()  # what the jobs that ended used, all of them
         self._lock = threading.Lock()
+        self._file = None if path is None else self._open(path)
+        self.counts_shots = shot_budget is not None or path is not None  # every sampling job charges its shots
+        self.before = {"spend": self.spend, "shots": self.shots}  # what earlier processes of the run paid
+
+    def _open(self, path):
+        """Start from the file's totals (a line cut short by a kill is dropped); append to it from here on."""
+        try:
+            with open(path, "rb") as fh:
+                lines = fh.read().decode("utf-8", "replace").splitlines()
+        except FileNotFoundError:
+            lines = []
+        for line in lines:
+            try:
+                entry = json.loads(line)
+                self.spend, self.shots = self.spend + float(entry["spend"]), self.shots + int(entry["shots"])
+                self.currency = entry.get("currency") or self.currency
+                self.paid = plus(self.paid, Usage(**entry.get("used", {})))
+            except (ValueError, KeyError, TypeError):
+                continue
+        return open(path, "a")
+
+    def _write(self, spend: float = 0.0, shots: int = 0, used: Usage | None = None) -> None:
+        """A change of the totals, on file before the caller goes on (the caller holds the lock)."""
+        if self._file is not None:
+            entry = {"spend": spend, "shots": shots, "currency": self.currency}
+            if used is not None:
+                entry["used"] = {k: v for k, v in used.as_dict().items() if v}
+            self._file.write(json.dumps(entry, separators=(",", ":")) + "\n")
+            self._file.flush()
 
     def charge(self, amount: float, currency: str, what: str) -> str | None:
         """Count ``amount`` as spent; or, past the budget, count a refusal and say why (None: charged)."""
@@ -51,15 +90,19 @@ class Ledger:
                 return f"jobs priced in {currency} and {self.currency} cannot share one budget"
             if self.budget is not None and self.spend + amount > self.budget + 1e-9:
                 self.refused += 1
-                return (f"budget reached: spent {self.spend:.4f} {self.currency} of {self.budget:.4f}; "
-                        f"the next job {what} would cost {amount:.4f}")
+                return (f"budget reached: spent {money(self.spend, self.currency)} of "
+                        f"{money(self.budget, self.currency)}; the next job {what} would cost "
+                        f"{money(amount, self.currency)}")
             self.spend += amount
+            self._write(spend=amount)
             return None
 
-    def adjust(self, delta: float) -> None:
-        """A job reported its own cost: replace its estimate (``delta`` = actual - estimate)."""
+    def settle(self, used: Usage, spend: float = 0.0, shots: int = 0) -> None:
+        """A job ended, having ``used`` that; its own cost and shots replace what was charged for it (``spend``,
+        ``shots``: actual - charged)."""
         with self._lock:
-            self.spend += delta
+            self.spend, self.shots, self.paid = self.spend + spend, self.shots + shots, plus(self.paid, used)
+            self._write(spend, shots, used)
 
     def charge_shots(self, shots: int, what: str) -> str | None:
         """Count ``shots`` as spent; or, past the shot budget, count a refusal and say why (None: charged).
@@ -72,17 +115,35 @@ class Ledger:
                 return (f"shot budget reached: {self.shots:,} of {self.shot_budget:,} shots spent; "
                         f"the next job {what} would take {shots:,}")
             self.shots += shots
+            self._write(shots=shots)
             return None
-
-    def adjust_shots(self, delta: int) -> None:
-        """A job reported the shots it took (or took none): replace its estimate (``delta`` = actual - estimate)."""
-        with self._lock:
-            self.shots += delta
 
     def figures(self) -> dict:
         with self._lock:
             return {"spend": self.spend, "currency": self.currency, "budget": self.budget,
-                    "refused_jobs": self.refused, "shot_spend": self.shots, "shot_budget": self.shot_budget}
+                    "refused_jobs": self.refused, "shot_spend": self.shots, "shot_budget": self.shot_budget,
+                    "spend_before": self.before["spend"], "shots_before": self.before["shots"],
+                    "paid": self.paid.as_dict()}
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+
+def plus(total: Usage, used: Usage) -> Usage:
+    """``total + used``; a report priced in another currency than the total's adds its counts, not its cost
+    (the ledger refuses a second currency before submission, so only a backend's own report can differ)."""
+    try:
+        return total + used
+    except BackendError:
+        return total + dataclasses.replace(used, cost=0.0, currency=None)
+
+
+def money(amount: float, currency: str | None) -> str:
+    """An amount of money as people write it: two decimals, thousands separated, its currency after it."""
+    return f"{amount:,.2f}" + (f" {currency}" if currency else "")
 
 
 class RemoteLedger:
@@ -91,16 +152,21 @@ class RemoteLedger:
 
     blocking = True
 
-    def __init__(self, actor, budget: float | None, shot_budget: int | None = None):
+    def __init__(self, actor, budget: float | None, shot_budget: int | None = None, path=None):
         self.actor, self.budget, self.shot_budget = actor, budget, shot_budget
+        self.counts_shots = shot_budget is not None or path is not None
         self._final: dict | None = None  # the figures when the run's ledger was stopped
 
     @classmethod
-    def start(cls, budget: float | None, shot_budget: int | None = None) -> RemoteLedger:
+    def start(cls, budget: float | None, shot_budget: int | None = None, path=None) -> RemoteLedger:
+        """The ledger's actor, on this node (its file is this process's run directory's)."""
         import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         Ledger(budget, shot_budget)  # a bad budget fails here, in the caller
-        return cls(ray.remote(num_cpus=0)(Ledger).remote(budget, shot_budget), budget, shot_budget)
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        actor = ray.remote(num_cpus=0, scheduling_strategy=here)(Ledger).remote(budget, shot_budget, path)
+        return cls(actor, budget, shot_budget, path)
 
     def _call(self, method: str, *args):
         import ray
@@ -110,17 +176,17 @@ class RemoteLedger:
     def charge(self, amount: float, currency: str, what: str) -> str | None:
         return self._call("charge", amount, currency, what)
 
-    def adjust(self, delta: float) -> None:
-        self._call("adjust", delta)  # done before the job's result is handed on
+    def settle(self, used: Usage, spend: float = 0.0, shots: int = 0) -> None:
+        self._call("settle", used, spend, shots)
 
     def charge_shots(self, shots: int, what: str) -> str | None:
         return self._call("charge_shots", shots, what)
 
-    def adjust_shots(self, delta: int) -> None:
-        self._call("adjust_shots", delta)
-
     def figures(self) -> dict:
         return dict(self._final) if self._final is not None else self._call("figures")
+
+    def close(self) -> None:
+        """Nothing: the executor that started the actor stops it (``stop``), its file with it."""
 
     def stop(self) -> None:
         """Keep the final figures and end the actor (at the end of the run)."""
@@ -128,4 +194,5 @@ class RemoteLedger:
 
         if self._final is None:
             self._final = self.figures()
+            self._call("close")
             ray.kill(self.actor)

@@ -26,7 +26,8 @@ class Progress:
         run's go on from its checkpoint's)."""
         metrics = {k: v for k, v in (metrics or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         elapsed = metrics.pop("seconds", None)
-        shown = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
+        shown = "  ".join(f"{k}={v:,.2f}" if isinstance(v, float) and abs(v) >= 1e4 else f"{k}={v:.4g}"
+                          if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())  # 148,200.00, not 1.482e+05
         if elapsed is not None:
             self.t0 = time.perf_counter() - elapsed
             if self.bar is not None:

@@ -64,7 +64,9 @@ class Scheduler:
 
     # -- the loop -------------------------------------------------------------------
     def run(self, stream: Iterable[Mapping[str, Any]] | int, *, initial_state: Mapping[PortRef | str, Any] | None = None,
-            progress=None) -> RunResult:
+            progress=None, start: int = 0) -> RunResult:
+        """``start``: the first stream item's step number, for a run that goes on from another's state (shot seeds
+        and job ids go on from there; ``initial_state`` holds version ``start``, with older ones in a ``Versions``)."""
         if isinstance(stream, int):
             if stream < 0:
                 raise ValueError(f"number of steps must be >= 0, got {stream}")
@@ -72,9 +74,9 @@ class Scheduler:
         items, self.checkpoints, self.service = iter(stream), None, None
         try:
             self.checkpoints = Checkpointer(self.config, self.graph)
-            self._reset(initial_state)
+            self._reset(initial_state, start)
             self.started.set()  # a RunHandle may change the pools from here on
-            next_step = self.stats.completed = self.checkpoints.restore(items, self.values, self.outputs)
+            next_step = self.stats.completed = self.checkpoints.restore(items, self.values, self.outputs) or start
         except BaseException:
             self._close()
             raise
@@ -111,7 +113,7 @@ class Scheduler:
             raise RunFailed(str(failure), self._result(next_step)) from failure
         return self._result(next_step)
 
-    def _reset(self, initial_state) -> None:
+    def _reset(self, initial_state, start: int) -> None:
         """A fresh run's state; its job service, window and event queue are the elastic changes' from now on."""
         self.t0 = self.clock.now()
         self.events: queue.Queue[Event] = queue.Queue()
@@ -125,15 +127,17 @@ class Scheduler:
         self.service = JobService(self.pools, max_retries=c.max_retries, job_timeout=c.job_timeout,
                                   rows_per_job=c.rows_per_job, t0=self.t0, record=self.spans.append,
                                   run_id=c.run_id or self.checkpoints.run_id,
-                                  ledger=self.executor.ledger(c.budget, c.shot_budget), now=self.clock.now)
+                                  ledger=self.executor.ledger(c.budget, c.shot_budget, c.ledger or (
+                                      c.run_dir and f"{c.run_dir}/ledger.jsonl")), now=self.clock.now)
         self.stats = RunStats(self.config.executor.value)
-        self.values = Values(self.graph, initial_state)
+        self.values = Values(self.graph, initial_state, start)
         self.window = Window(self.config, self.pools)
         self.elastic.attach(self.service, self.window, self.events)
 
     def _close(self) -> None:
         if self.service is not None:
             self.service.close()
+            self.service.ledger.close()
         try:
             self.moved = self.executor.moved()
         except Exception:  # noqa: BLE001 - a dead rendezvous actor: the figure is lost, not the run

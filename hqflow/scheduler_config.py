@@ -67,6 +67,10 @@ class SchedulerConfig:
     """the most shots the run may take on sampling quantum jobs (each job's predicted shots, ``Backend.usage``,
     counted before it is submitted, then its reported ones); a job that would go past it is refused and the run
     stops with ``BudgetExceeded``, results kept. Exact jobs take no shots and are never refused"""
+    ledger: str | None = None
+    """a file the run's spend and shots are written to before each job is submitted, and read from at the start,
+    so the budgets hold across a killed run and its resumption (``hqflow.ledger``); None: ``RUN_DIR/ledger.jsonl``
+    with a ``run_dir``, else none"""
 
     # -- the window of steps in flight (``hqflow.window``) --------------------------------------
     window: int | None = None

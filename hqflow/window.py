@@ -3,14 +3,18 @@
 * **Backpressure** (``Window``): at most ``size`` steps are admitted and unfinished.
 * **Values** (``Values``): each step's port values, from its stream item and its fragments' outputs, and every
   loop edge's versions. The value a loop edge's source produces at step ``t`` is version ``t + 1`` (its initial
-  value is version 0). A consumer at step ``i`` of an edge with ``max_staleness=k`` takes the newest version in
-  ``[i - k, i]``: ``k = 0`` is exactly one fragment at a time in graph order (bit-identical results for the same
-  seed, whatever the executor), and ``k > 0`` lets producers run up to ``k`` versions ahead. Versions no
-  admitted step may take any more are forgotten; each edge's newest is the run's final state.
+  value is version ``start``, the first step's number: 0 for a fresh run). A consumer at step ``i`` of an edge
+  with ``max_staleness=k`` takes version ``i - k`` (or the first one, early on): ``k = 0`` is exactly one
+  fragment at a time in graph order (bit-identical results for the same seed, whatever the executor), and
+  ``k > 0`` lets producers run ``k`` versions ahead. The version taken never depends on timing, so a run is a
+  function of its seed, and a resumed one (its checkpoint holds the ``k`` versions before it, ``Versions``)
+  goes on as if never stopped. Versions no admitted step may take any more are forgotten; each edge's newest
+  is the run's final state.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from hqflow.ir.graph import Fragment, Graph, GraphError
@@ -39,12 +43,24 @@ class Window:
         self.size = max(self.size, self.auto())
 
 
+@dataclass(frozen=True)
+class Versions:
+    """A loop source's value at several versions (``{version: value}``): what a run that continues another
+    starts from, the newest and the ones its first steps take at ``max_staleness > 0``."""
+
+    values: Mapping[int, Any]
+
+    def __post_init__(self):
+        if not self.values or not all(isinstance(v, int) and not isinstance(v, bool) for v in self.values):
+            raise ValueError(f"Versions maps integer versions to values, got versions {list(self.values)!r}")
+
+
 class Values:
     """The values on a run's edges; a loop edge is known by its index in ``graph.edges``."""
 
-    def __init__(self, graph: Graph, initial_state: Mapping[PortRef | str, Any] | None = None):
-        """Version 0 of each loop edge: ``initial_state``'s value for its source port (``PortRef`` or
-        ``"frag.port"``), else the edge's ``init``."""
+    def __init__(self, graph: Graph, initial_state: Mapping[PortRef | str, Any] | None = None, start: int = 0):
+        """Version ``start`` of each loop edge: ``initial_state``'s value for its source port (``PortRef`` or
+        ``"frag.port"``; a ``Versions``: older ones too), else the edge's ``init``."""
         self.graph = graph
         incoming = {e.dst: i for i, e in enumerate(graph.edges)}
         # each fragment's inputs: (port, the index of the edge into it), worked out once
@@ -53,6 +69,7 @@ class Values:
         self.steps: dict[tuple, Any] = {}  # (fragment or None, port, step) -> value
         self.edges = {i: e for i, e in enumerate(graph.edges) if e.loop}
         self.versions: dict[int, dict[int, Any]] = {}  # loop edge index -> version -> value
+        self.first: dict[int, int] = {}  # loop edge index -> its oldest version at the start
         overrides, named = {}, {}  # by port; each port's key as the caller wrote it
         for key, value in (initial_state or {}).items():
             try:
@@ -65,7 +82,7 @@ class Values:
             if value is None and not (e.start_empty and key not in overrides):
                 raise GraphError(f"loop-carried edge {e} has no initial value; give init= or "
                                  f"initial_state={{{str(key)!r}: ...}}")
-            self.versions[i] = {0: self._typed(i, value)}
+            self._set(i, start, value)
         unknown = sorted(str(named[k]) for k in set(named) - {PortRef(*e.src) for e in self.edges.values()})
         if unknown:
             raise GraphError(f"initial_state names {unknown}, which are not loop-carried sources")
@@ -75,10 +92,18 @@ class Values:
         e = self.edges[i]
         return as_port_value(value, self.graph.fragment(e.dst[0]).port(e.dst[1], output=False).type)
 
+    def _set(self, i: int, start: int, value: Any) -> None:
+        """Edge ``i`` starts at version ``start`` with ``value`` (a ``Versions``: with those versions up to it)."""
+        given = value.values if isinstance(value, Versions) else {start: value}
+        self.versions[i] = {v: self._typed(i, x) for v, x in given.items() if v <= start}
+        if start not in self.versions[i]:
+            raise GraphError(f"the initial state of {PortRef(*self.edges[i].src)} has no version {start}")
+        self.first[i] = min(self.versions[i])
+
     def restore(self, steps: int, state: Mapping[PortRef, Any]) -> None:
         """Continue after ``steps`` finished steps, from their values by source port (a checkpoint's)."""
         for i, e in self.edges.items():
-            self.versions[i] = {steps: self._typed(i, state[PortRef(*e.src)])}
+            self._set(i, steps, state[PortRef(*e.src)])
 
     def admit(self, step: int, item: Mapping[str, Any]) -> None:
         """Step ``step`` begins: its stream item's values are the graph inputs'."""
@@ -91,10 +116,9 @@ class Values:
         for name, i in self.wiring[f.name]:
             e = self.graph.edges[i]
             if e.loop:
-                usable = [v for v in self.versions[i] if step - e.max_staleness <= v <= step]
-                if not usable:
+                taken.append(max(step - e.max_staleness, self.first[i]))
+                if taken[-1] not in self.versions[i]:
                     return None
-                taken.append(max(usable))
                 args[name] = self.versions[i][taken[-1]]
             else:
                 if (*e.src, step) not in self.steps:
@@ -125,12 +149,16 @@ class Values:
             for v in [v for v in versions if v < keep and v != newest]:
                 del versions[v]
 
-    def at(self, version: int) -> dict[PortRef, Any] | None:
-        """Every edge's value at ``version``, by source port; None where one is gone (never, under
-        :meth:`forget`'s rule, for the version after the finished steps)."""
-        if any(version not in versions for versions in self.versions.values()):
-            return None
-        return {PortRef(*self.edges[i].src): versions[version] for i, versions in self.versions.items()}
+    def at(self, version: int) -> dict[PortRef, Versions]:
+        """Every loop source's values from ``version`` back as far as a step from ``version`` on may take
+        (``max_staleness``), by source port: a checkpoint after ``version`` finished steps (never missing one,
+        under :meth:`forget`'s rule)."""
+        out: dict[PortRef, dict] = {}
+        for i, versions in self.versions.items():
+            back = self.edges[i].max_staleness
+            out.setdefault(PortRef(*self.edges[i].src), {}).update(
+                {v: x for v, x in versions.items() if version - back <= v <= version})
+        return {ref: Versions(dict(sorted(vs.items()))) for ref, vs in out.items()}
 
     def newest(self) -> PortValues:
         """Every edge's newest value, by source port: the run's final state (``result.state``)."""

@@ -55,7 +55,7 @@ def _graph():
 
 def test_a_job_past_the_budget_is_refused_and_results_are_kept():
     backend = Priced(per_row=1.0)
-    with pytest.raises(hq.RunFailed, match=r"budget reached: spent 6\.0000 USD of 7\.0000") as info:
+    with pytest.raises(hq.RunFailed, match=r"budget reached: spent 6\.00 USD of 7\.00 USD") as info:
         hq.run(_graph(), [{"step": i} for i in range(10)], backends={"qpu": backend}, executor="sync", budget=7.0)
     exc = info.value
     partial = exc.result

@@ -2,6 +2,7 @@
 resumes to the result of an uninterrupted run; Ctrl-C stops at once and says how to continue."""
 import dataclasses
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -201,3 +202,21 @@ def test_the_finished_prefix_is_recorded_in_order_and_the_values_saved_when_due(
         with pytest.raises(CheckpointError, match=message):
             again.restore(iter(stream), Values(graph), {})
         again.close()
+
+
+@pytest.mark.parametrize("staleness", [1, 2])
+def test_at_staleness_k_step_i_takes_version_i_minus_k_and_a_run_killed_anywhere_goes_on_alike(tmp_path, staleness):
+    """The version a step takes never depends on timing, and the checkpoint keeps the k versions before it: a kill
+    (the run directory as it was at that instant, copied while the run goes on) resumes to the same outputs."""
+    cfg = dataclasses.replace(CFG, staleness=staleness, repeats=20)
+    copies = {4: "checkpointed", 5: "past_checkpoint"}
+
+    def kill(done, _outputs):
+        if done in copies:
+            shutil.copytree(tmp_path / "run", tmp_path / copies[done])
+
+    clean = _clean(cfg, run_dir=str(tmp_path / "run"), checkpoint_every=2, progress=kill)
+    taken = {s.step: s.version for s in clean.spans if s.fragment == "circuit"}
+    assert taken == {i: max(0, i - staleness) for i in range(STEPS)}
+    for name in copies.values():
+        _same(_clean(cfg, run_dir=str(tmp_path / name), checkpoint_every=2, resume=True), clean)

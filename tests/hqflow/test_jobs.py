@@ -351,3 +351,31 @@ def test_closing_the_service_cancels_what_failed_attempts_left_running():
     assert len(backend.jobs) == 2 and not any(j.cancelled.is_set() for j in backend.jobs)
     service.close()
     assert all(j.cancelled.is_set() for j in backend.jobs)
+
+
+def test_a_job_submitted_while_the_service_closes_is_cancelled_counted_and_traced():
+    """34.30: close() took its list of live attempts while one was still inside a slow ``submit``; that job then
+    ran on, neither cancelled nor counted (the backend got 103 jobs, usage and spans said 102)."""
+
+    class _Slow(_QueuedBackend):
+        def __init__(self):
+            super().__init__()
+            self.entered, self.release = threading.Event(), threading.Event()
+
+        def submit(self, batch):
+            self.entered.set()
+            assert self.release.wait(60)
+            return super().submit(batch)
+
+    backend, spans = _Slow(), []
+    service = JobService({"qpu": Pool("qpu", [Member(backend, "qpu:queued", 1, 1)])}, record=spans.append)
+    submitter = threading.Thread(target=service.submit, args=(
+        "qpu", CircuitBatch.make(TEMPLATE, [[0.1], [0.2]], [0.2]), Parent("actor", 0, "cpu/0")))
+    submitter.start()
+    assert backend.entered.wait(60)  # inside submit
+    service.close()  # the run stops now
+    backend.release.set()
+    submitter.join(60)
+    assert len(backend.jobs) == 1 and backend.jobs[0].cancelled.is_set()
+    assert service.usage.service_jobs == 1 and service.usage.circuits == 2 and service.stats["service_jobs"] == 1
+    assert [str(s.outcome) for s in spans] == ["cancelled"]

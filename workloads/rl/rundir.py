@@ -2,7 +2,7 @@
 
 ``config.json`` (algorithm, config, distribution, pools without secrets, run id: the latest settings, which a
 resume takes), ``metrics.jsonl`` (a row per update; a resume rewrites it from the checkpoint, which holds every
-row), ``checkpoint.pt``, ``resources.jsonl`` (a line per part of the run, ``"start"`` or ``"resume"``, and per
+row), ``checkpoint.pt``, ``ledger.jsonl`` (what every process of the run paid, written before each job), ``resources.jsonl`` (a line per part of the run, ``"start"`` or ``"resume"``, and per
 pool change, ``"change"``), ``tensorboard/``, ``spans.json`` and ``trace.json`` (open it in Perfetto), and
 ``learning_curve.png``.
 """
@@ -146,6 +146,20 @@ class RunDir:
                 self.board.add_scalar(tag, value, step)
         if self.path is not None:
             self._line("metrics.jsonl", row)
+
+    def ledger(self, resume: bool, spent: tuple) -> str | None:
+        """``ledger.jsonl``, the run's spend written ahead of every job (``hqflow.ledger``): a new run's starts
+        empty; a resumed run goes on with it (the jobs a killed process paid for count), or, from before hqflow
+        kept one, starts it from the checkpoint's ``spent`` (spend, shots, currency)."""
+        if self.path is None:
+            return None
+        path = self.path / "ledger.jsonl"
+        self.path.mkdir(parents=True, exist_ok=True)
+        if not resume or not path.exists():
+            spend, shots, currency = spent if resume else (0.0, 0, None)
+            atomic_text(path, json.dumps({"spend": spend, "shots": shots, "currency": currency}) + "\n"
+                        if spend or shots else "")
+        return str(path)
 
     def save(self, data: dict) -> None:
         """checkpoint.pt."""

@@ -32,10 +32,11 @@ from hqflow.backends import Usage, is_backend
 from hqflow.ir import Graph
 
 import hqflow as hq
-from hqflow.collective import replica
+from hqflow.collective import reduce, replica
 from hqflow.distribution import get_distribution
 from hqflow.executors import ExecutorKind, make_backend
 from hqflow.scheduler import Scheduler
+from hqflow.window import Versions
 from hqflow import usage
 from hqflow.torch import ReducedGradients, differentiates, seeded
 from hqflow.workloads.rl.algorithm import Algorithm, load_params
@@ -248,9 +249,17 @@ def learn(batch, params, opt, extra, step, algo, cfg, local=None):
               "env_steps_taken": int(batch.n_steps if batch.steps_taken < 0 else batch.steps_taken),
               "circuit_evals": int(batch.circuit_evals) + int(metrics.get("circuit_evals", 0)),  # + the learner's
               "loss": float(metrics["loss"]), "losses": {k: float(v) for k, v in metrics["losses"].items()},
-              "usage": used.total}
+              "usage": used.total if rep is None else _every_replicas(used.total)}
     return {"params": _params(policy), "opt": copy.deepcopy(optimizer.state_dict()),
             "extra": {"value": value, "episodes": extra["episodes"] + len(batch.episode_returns)}, "report": report}
+
+
+def _every_replicas(used: Usage) -> Usage:
+    """What the jobs of every learner replica used (each submitted its share of the batch): summed in rank order."""
+    counts, cost = reduce([np.array([used.service_jobs, used.circuits, used.shots, used.failed_service_jobs]),
+                           np.array([used.cost])], "sum", key="usage")
+    jobs, circuits, shots, failed = (int(c) for c in counts)
+    return Usage(jobs, circuits, shots, float(cost[0]), used.currency, failed)
 
 
 def build_graph(algo: str, cfg, staleness: int = 0, job_backends: tuple[str, ...] = (),
@@ -377,7 +386,9 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
 
     Returns ``returns`` (every episode's), ``episodes_to_solve``, ``updates``, ``seconds``, ``env_steps`` (of
     the episodes the learner got), ``env_steps_taken`` (the actors', with unfinished episodes), their rates,
-    ``circuit_evals``, the final ``params``, ``spans``, the scheduler's ``stats`` and the ``spend``. A failed run
+    ``circuit_evals``, the final ``params``, ``spans``, the scheduler's ``stats``, ``usage`` (the updates' jobs, as
+    ``metrics.jsonl`` counts them), ``paid`` (every job the run paid for, in every process of it: also those of
+    work a stop or a kill cut short) and ``spend`` (what ``paid`` cost, the budget's count). A failed run
     (a job out of retries, say) writes the last update's checkpoint, metrics and spans, then raises
     ``hqflow.RunFailed``: fix the backend and ``resume``.
     """
@@ -392,13 +403,13 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
         scheduler.setdefault("run_id", meta.get("run_id"))
     run = setup(algo, cfg, backends, fresh=ckpt is None)
     try:
-        return _train(run, rd, ckpt, distribution, checkpoint_every, progress, resources, scheduler)
+        return _train(run, rd, ckpt, resume, distribution, checkpoint_every, progress, resources, scheduler)
     finally:
         if not isinstance(backends, Placement):
             run.placement.close()
 
 
-def _train(run: Setup, rd: RunDir, ckpt, distribution, checkpoint_every, progress, resources, scheduler) -> dict:
+def _train(run: Setup, rd: RunDir, ckpt, resume, distribution, checkpoint_every, progress, resources, scheduler) -> dict:
     cfg, placement = run.cfg, run.placement
     policy = run.default_distribution() if distribution in (None, "auto") else get_distribution(distribution)
     if resources is not None and placement.in_process:
@@ -412,10 +423,8 @@ def _train(run: Setup, rd: RunDir, ckpt, distribution, checkpoint_every, progres
         _check_state(ckpt["state"], state, rd.path / "checkpoint.pt")
         state = ckpt["state"]
     tally = _Tally.of(ckpt or {}, run, state)
-    if ckpt is not None and scheduler.get("budget") is not None:  # the whole run's: what the resumed part may spend
-        scheduler["budget"] = max(0.0, scheduler["budget"] - tally.spend)
-    if ckpt is not None and scheduler.get("shot_budget") is not None:  # likewise in shots
-        scheduler["shot_budget"] = max(0, scheduler["shot_budget"] - tally.usage["shots"])
+    # the budgets are the whole run's: the ledger's file holds what every process of the run paid
+    scheduler.setdefault("ledger", rd.ledger(resume, (tally.spend, tally.usage["shots"], tally.usage["currency"])))
     pools = None if placement.specs == (placement.name,) else {placement.name: list(placement.specs)}
     part = {"distribution": policy.name, "distribution_options": dataclasses.asdict(policy),  # a placement
             "backends": json_pools(pools)}
@@ -434,7 +443,8 @@ def _train(run: Setup, rd: RunDir, ckpt, distribution, checkpoint_every, progres
         if resources is not None:
             resources.attach(sched, {placement.name: list(placement.specs)},
                              lambda change: rd.changed(change, tally.update + 1))
-        result = sched.run(tally.stream(), initial_state=state,
+        tally.keep = policy.staleness  # the older parameters the next rollouts take, kept in the checkpoint
+        result = sched.run(tally.stream(), initial_state=tally.initial(), start=tally.update + 1,
                            progress=lambda _n, out: tally.add(out, rd, checkpoint_every, progress))
     except hq.RunFailed as exc:
         _finish(run, rd, tally, exc.result.spans)  # the last completed update stays resumable
@@ -471,6 +481,8 @@ class _Tally:
     spend: float = 0.0
     usage: dict = dataclasses.field(default_factory=lambda: Usage().as_dict())  # the jobs' totals (Usage)
     metrics: list = dataclasses.field(default_factory=list)
+    stale: dict = dataclasses.field(default_factory=dict)  # version -> the learner's parameters that rollouts
+    # after the checkpoint still take at staleness > 0 (version v: after update v - 1)
 
     @classmethod
     def of(cls, ckpt: dict, run: Setup, state: dict) -> _Tally:
@@ -479,13 +491,16 @@ class _Tally:
         tally.run, tally.window = run, run.algo.solve_window(run.cfg)  # episodes the criterion averages
         tally.threshold, tally.state, tally.sched, tally.t0 = run.algo.solved_threshold(run.cfg), state, None, \
             time.perf_counter()
+        tally.keep = 0
         return tally
 
     def spent(self) -> tuple[float, str | None]:
-        """The run's spend on priced jobs, with the updates before a resume, and its currency."""
+        """What the run paid for priced jobs, every process of it (the ledger's), and its currency; without a
+        run directory's ledger, this process's and the checkpoint's."""
         service = None if self.sched is None else self.sched.service
-        figures = service.figures() if service else {"spend": 0.0, "currency": None}
-        return self.spend + figures["spend"], figures["currency"]
+        figures = service.figures() if service else {"spend": 0.0, "currency": None, "spend_before": 0.0}
+        before = self.spend if self.sched is None or self.sched.config.ledger is None else figures["spend_before"]
+        return before + figures["spend"] - figures["spend_before"], figures["currency"] or self.usage["currency"]
 
     def elapsed(self) -> float:
         return self.seconds + time.perf_counter() - self.t0
@@ -495,6 +510,13 @@ class _Tally:
         fewer episodes than expected (PPO's rollouts end mid-episode) does not stretch the run."""
         cfg = self.run.cfg
         return (self.solved_at is not None and cfg.stop_when_solved) or len(self.returns) >= cfg.max_episodes
+
+    def initial(self) -> dict:
+        """The loop's state to start from: the checkpoint's, the parameters with the older versions it kept."""
+        if not self.stale:
+            return self.state
+        return dict(self.state, **{"learn.params": Versions({**self.stale, self.update + 1:
+                                                                  self.state["learn.params"]})})
 
     def stream(self):
         for k in range(self.update + 1, self.run.updates):
@@ -516,6 +538,9 @@ class _Tally:
         self.env_steps += report["env_steps"]
         self.env_steps_taken += report["env_steps_taken"]
         self.circuit_evals += report["circuit_evals"]
+        newest = self.update + 1  # the version this update's parameters are
+        self.stale = {v: p for v, p in ({**self.stale, newest - 1: self.state["learn.params"]}).items()
+                      if newest - self.keep <= v < newest}
         self.state = {"learn.params": out["params"], "learn.opt": out["opt"], "learn.extra": out["extra"]}
         if "carry" in out:
             self.state["rollout.carry"] = out["carry"]
@@ -526,16 +551,13 @@ class _Tally:
                "lengths": report["lengths"], f"mean_return_{n}": float(np.mean(window)) if window else None,
                "loss": None if report["loss"] != report["loss"] else report["loss"],  # NaN (no gradient step) -> null
                "losses": report["losses"], "env_steps": self.env_steps, "seconds": round(self.elapsed(), 4)}
-        spend, currency = self.spent()
-        if currency is not None:  # priced jobs: the run's spend so far
-            row["spend"], row["currency"] = round(spend, 6), currency
         self._used(out.get("usage", Usage()) + report.get("usage", Usage()), row)
         self.metrics.append(row)  # checkpoints hold every row: a resume rewrites metrics.jsonl from them
         rd.log(row, _scalars(row, n), self.env_steps)
         if (self.update + 1) % checkpoint_every == 0:
             rd.save(self.checkpoint())
         if progress is not None:  # the run's own clock ("seconds"), which the summary reports too
-            shown = {"reward": row[f"mean_return_{n}"] or 0.0, "seconds": row["seconds"]}
+            shown = {"reward": row[f"mean_return_{n}"] or 0.0, "seconds": row["seconds"], "row": row}  # (not shown)
             if "spend" in row:
                 shown["spend"] = row["spend"]
             progress(len(self.returns), shown)
@@ -544,23 +566,24 @@ class _Tally:
         """An update's usage into the totals, and (once the run has used a service) into its row."""
         total = Usage(**self.usage) + used
         self.usage = total.as_dict()
-        if total.circuits:
+        if total.circuits:  # the update's jobs and the updates' so far: what the metrics row says, whatever the timing
             row.update(service_jobs=used.service_jobs, circuits=used.circuits, shots=used.shots,
                        list_cost=round(used.cost, 6), service_jobs_total=total.service_jobs,
-                       shots_total=total.shots, list_cost_total=round(total.cost, 6))
-            if total.currency is not None:
-                row["currency"] = total.currency
+                       circuits_total=total.circuits, shots_total=total.shots, list_cost_total=round(total.cost, 6))
+            if total.currency is not None:  # priced jobs: the updates' spend so far
+                row["spend"], row["currency"] = round(total.cost, 6), total.currency
 
     def summary(self, run: Setup, distribution: str, result) -> dict:
         seconds = self.elapsed()
         spend, currency = self.spent()
+        paid = result.extra.get("paid") or self.usage  # every job the run paid for: its ledger's, all processes
         return {"algo": run.name, "config": dataclasses.asdict(run.cfg), "distribution": distribution,
                 "returns": self.returns, "episodes_to_solve": self.solved_at, "updates": self.update + 1,
                 "seconds": seconds, "env_steps": self.env_steps, "env_steps_per_s": self.env_steps / seconds,
                 "env_steps_taken": self.env_steps_taken, "env_steps_taken_per_s": self.env_steps_taken / seconds,
                 "circuit_evals": self.circuit_evals, "circuit_evals_per_s": self.circuit_evals / seconds,
                 "params": self.state["learn.params"], "spans": result.spans, "stats": result.extra,
-                "spend": spend, "currency": currency, "usage": self.usage,
+                "spend": spend, "currency": currency, "usage": self.usage, "paid": paid,
                 "usage_per_episode": {k: v / max(1, len(self.returns)) for k, v in self.usage.items()
                                       if k != "currency"}}
 

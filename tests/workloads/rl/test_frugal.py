@@ -1,6 +1,7 @@
 """Training on a paid target (issue 25): shots and SPSA as settings of every algorithm, results that do not
 depend on packing or timing, and a cost record that equals the price table's formula over the run's jobs."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -164,3 +165,31 @@ def test_a_dry_run_submits_nothing_and_projects_the_run(tmp_path, capsys, monkey
 def test_a_resume_refuses_settings_it_would_ignore(flags, tmp_path, capsys):
     assert main(["train", "--resume", str(tmp_path), *flags]) == 2
     assert "cannot change" in capsys.readouterr().err
+
+
+def test_a_budget_stop_and_its_resume_keep_one_count_and_print_money_plainly(tmp_path, capsys):
+    """34.5 and 34.7: the rows count the updates' jobs (spend = list_cost_total, circuits_total); what a stop cut
+    short is paid and said; the rate line is this process's update's; money has two decimals and separators."""
+    run_dir = tmp_path / "run"
+    argv = ["train", "cartpole", "--backend", "emulated-qpu", "--backend-opt", "wrapped=compiled", "--backend-opt",
+            "per_job=0", "--backend-opt", "price_as=ionq.qpu.aria-1", "--set", "n_layers=1", "--set",
+            "batch_episodes=2", "--episodes", "8", "--shots", "100", "--gradient", "spsa", "--checkpoint-every", "1",
+            "--run-dir", str(run_dir), "--no-tensorboard"]
+    assert main([*argv, "--budget", "20000"]) == 1
+    err = capsys.readouterr().err
+    assert re.search(r"the first update cost \d{1,2},\d{3}\.\d\d USD; the 3 updates left at that rate: about "
+                     r"\d{2},\d{3}\.\d\d USD more", err), err
+    assert re.search(r"budget reached: spent \d\d,\d{3}\.\d\d USD of 20,000\.00 USD", err), err
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["spend"] == rows[0]["list_cost_total"] == rows[0]["list_cost"]
+    assert main(["train", "--resume", str(run_dir), "--budget", "1e9"]) == 0
+    captured = capsys.readouterr()
+    assert re.search(r"update 2 cost [\d,]+\.\d\d USD; the 2 updates left at that rate", captured.err), captured.err
+    # the first process paid for the second update's jobs that its stop cut short, and the resumed one again
+    assert re.search(r"the run paid for [\d,]+ service jobs \([\d,]+\.\d\d USD\); its updates used [\d,]+ ", captured.err)
+    table = dict(line.split(maxsplit=1) for line in captured.out.splitlines())
+    assert re.fullmatch(r"\d{2,3},\d{3}\.\d\d", table["spend"]) and re.fullmatch(r"\d{2,3},\d{3}\.\d\d", table["list_cost"])
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in rows] == [0, 1, 2, 3]
+    assert all(r["spend"] == r["list_cost_total"] and r["circuits_total"] == sum(q["circuits"] for q in rows[:k + 1])
+               for k, r in enumerate(rows))

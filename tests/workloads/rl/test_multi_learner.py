@@ -39,6 +39,10 @@ def test_each_learner_differentiates_only_its_share_on_a_job_backend():
     out = runner.train("reinforce", cfg, MultiLearner(learners=2, staleness=0, executor="local"))
     assert out["returns"] == ref["returns"]
     assert _max_diff(out["params"], ref["params"]) <= 1e-8
+    # the record counts every learner's jobs, not rank 0's alone (34.5), as the spans do
+    jobs = [s for s in out["spans"] if s.kind == "execute"]
+    assert out["usage"]["service_jobs"] == len(jobs) > ref["usage"]["service_jobs"]
+    assert out["usage"]["circuits"] == sum(s.rows for s in jobs) > ref["usage"]["circuits"] / 2
 
 
 def test_float32_roundoff_is_why_exact_comparisons_use_float64(sync_run):
