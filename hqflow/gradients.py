@@ -62,7 +62,7 @@ def _expand(template: CircuitTemplate) -> tuple[CircuitTemplate, list[_Occurrenc
         ops.append(Op(op.name, op.wires, tuple(angles)))
     n_in = sum(o.kind == "input" for o in occ)
     expanded = dataclasses.replace(
-        template, ops=tuple(ops), input_names=tuple(f"x_occ[{k}]" for k in range(n_in)),
+        template, ops=tuple(ops), phase=(), input_names=tuple(f"x_occ[{k}]" for k in range(n_in)),
         weight_names=tuple(f"w_occ[{k}]" for k in range(len(occ) - n_in)))
     _EXPANDED[key] = (expanded, occ)
     return expanded, occ
@@ -261,6 +261,7 @@ def spsa(
     n_w = template.n_weights if "weight" in kinds else 0
     legacy = center and wrt == "weights"  # the first mode: its directions come from default_rng(seed), as ever
     directions = spsa_directions(seed if legacy else _directions_seed(seed), samples, n_x + n_w)
+    directions[:, [n_x * (k == "weight") + i for k in kinds for i in base.template.gate_free(k)]] = 0  # phase only
     c, B, R = int(center), base.size, 2 * samples + int(center)  # rows c + 2j: +eps d_j; c + 2j + 1: -eps d_j
     x, w = _perturbed(base, directions, epsilon, n_x, n_w, c)
     batch = CircuitBatch(base.template, x, w, base.shots, base.seed, row_seeds=_row_seeds(seed, B * R, per_row))
