@@ -24,6 +24,10 @@ _LANES = ("resource", "lane", "parent_lane")
 
 @dataclass(frozen=True)
 class Span:
+    """One fragment call or quantum job attempt. ``to_dict`` writes it to spans.json (the README lists the
+    fields and their JSON types): lanes and the outcome as objects. ``outcome`` is an ``Outcome``, equal to
+    its text (``span.outcome == "ok"``); ``from_dict`` reads the text files before version 6 wrote too."""
+
     fragment: str
     kind: str
     resource: Lane  # the pool: Lane("cpu"), Lane("gpu"), or a quantum pool's Lane("qpu", name) (``hqflow.lanes``)

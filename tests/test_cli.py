@@ -256,6 +256,20 @@ def test_trace_with_an_infinite_start_is_a_one_line_error(tmp_path, capsys):
     assert "start and end must be finite numbers" in _err(capsys)
 
 
+def test_trace_reads_a_spans_file_whose_outcomes_are_text(tmp_path, capsys):  # issue 34, item 23
+    """spans.json before version 6 wrote an outcome as text ("ok", "error: MESSAGE"): it still loads, and the
+    trace's events carry the same text."""
+    spans = [{"fragment": "learn", "kind": "learn", "resource": "cpu", "step": 0, "start": 0.0, "end": 1.0,
+              "outcome": "ok", "lane": "cpu/0"},
+             {"fragment": "circ", "kind": "execute", "resource": "qpu:q", "step": 0, "start": 0.5, "end": 2.0,
+              "outcome": "error: injected failure", "lane": "qpu:q#1/0"}]
+    (tmp_path / "spans.json").write_text(json.dumps({"format": "hqflow.spans", "version": 5, "spans": spans}))
+    assert main(["trace", str(tmp_path)]) == 0
+    events = json.loads((tmp_path / "trace.json").read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    assert {e["args"]["outcome"] for e in events if e.get("ph") == "X"} == {"ok", "error: injected failure"}
+
+
 def test_control_characters_in_usage_errors_are_escaped(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "evil\x1b[2K\u202e.json")]) == 2
     err = _err(capsys)
