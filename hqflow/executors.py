@@ -30,7 +30,7 @@ from hqflow.ir.text import one_line
 from .collective import RayRendezvous, Rendezvous, Replica, as_replica
 from .dispatch import Member, Pool
 from .fragments import call_fragment, execute_batch, execute_outputs
-from .jobs import JobClient, JobService, job_usage
+from .jobs import JobClient, JobService, _plus, job_usage
 from .ledger import Ledger, RemoteLedger
 from .placement import Placement
 from .threads import DaemonPool
@@ -219,6 +219,14 @@ def _remote_client(spec: dict, t0: float, record) -> JobClient:
     return JobClient(service, spec["names"], spec["parent"])
 
 
+def _absorb(service: JobService, stats: dict, usage) -> None:
+    """A worker's job counts and usage join the driver's service's: what a run reports is all it did."""
+    with service._lock:
+        service.stats.update({k: max(v, service.stats[k]) if k == "max_job_queue" else service.stats[k] + v
+                              for k, v in stats.items()})
+        service.usage = _plus(service.usage, usage)
+
+
 def _by_value(fragment: Fragment):
     """The function of a fragment defined in the driver's ``__main__`` (a script), which no worker
     can import: Ray sends it by value (cloudpickle pickles ``__main__`` functions whole). None otherwise."""
@@ -237,13 +245,19 @@ class _Worker:
         t0, spans = time.perf_counter(), []
         args = dict(args, **{arg: payload[port] for (arg, port), payload in zip(taken, payloads)})
         client = None if client_spec is None else _remote_client(client_spec, t0, spans.append)
-        with as_replica(replica):
-            out = call_fragment(fragment, args, client, fn)
+        service = client and client._service
+        try:
+            with as_replica(replica):
+                out = call_fragment(fragment, args, client, fn)
+        finally:  # the call's job service ends with it: its timeout watchdog is a thread
+            if service:
+                service.close()
         node = _node()  # span times: seconds from this call's start
         keep = {port: out.pop(port) for port in kept if port in out}
         moved = {"workers_to_driver": _size(out),
                  "taken": sum(_size(payload[port]) for (_, port), payload in zip(taken, payloads))}
-        return (out, [s if s.node else dataclasses.replace(s, node=node) for s in spans], node, moved), keep
+        jobs = service and (service.stats, service.usage)  # for the driver's figures (``_absorb``)
+        return (out, [s if s.node else dataclasses.replace(s, node=node) for s in spans], node, moved, jobs), keep
 
     def ready(self) -> bool:
         return True
@@ -618,7 +632,9 @@ class RayExecutor(Executor):
             self._running[id(actor)] = actor
 
         def unpack(result):
-            out, spans, node, moved = result
+            out, spans, node, moved, jobs = result
+            if jobs:
+                _absorb(client._service, *jobs)
             self.traffic["workers_to_driver"] += moved["workers_to_driver"]
             self.traffic["worker_to_worker"] += moved["taken"]  # each call that takes a kept value
             out.update({port: RemoteValue(payload, port) for port in kept})
