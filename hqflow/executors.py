@@ -517,10 +517,11 @@ class RayExecutor(Executor):
             try:
                 ray.init(address="local" if address is None else address, log_to_driver=False,
                          configure_logging=False, runtime_env=env, **(own if address is None else {}))
-            except (ConnectionError, RuntimeError, ValueError) as exc:
+            except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception when its node times out starting
                 where = "a local Ray" if address is None else f"the Ray cluster at {address}"
                 first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                raise RayFailure(f"cannot start or reach {where}: {one_line(first)}") from None
+                raise RayFailure(f"cannot start or reach {where}: {one_line(first)} (a busy machine starts Ray "
+                                 "slowly: try again, or run without Ray)") from None
             finally:
                 auth_log.setLevel(level)
         self._ray = ray

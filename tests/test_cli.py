@@ -313,3 +313,21 @@ def test_ctrl_c_during_a_command_says_interrupted_not_an_empty_message(monkeypat
     monkeypatch.setattr(cli, "cmd_run", interrupted)
     assert main(["run", "vqe"]) == 130
     assert _err(capsys) == "hqflow: interrupted"
+
+
+def test_ray_that_times_out_starting_is_one_line_that_says_what_to_try(tmp_path, capsys, monkeypatch):  # 34.26
+    """Ray's own start failing under load raises a bare Exception; it is a failure of the run (exit 1), not of
+    its usage, told in one line that names Ray and what to try."""
+    import ray
+
+    def timed_out(*args, **kwargs):
+        raise Exception("The current node timed out during startup. This could happen because some of the Ray "
+                        "processes failed to startup.\nmore of Ray's text")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", timed_out)
+    assert main(["train", "cartpole", "--distribution", "ray-actors", "--episodes", "2",
+                 "--run-dir", str(tmp_path / "run")]) == 1
+    err = _err(capsys)
+    assert err.startswith("hqflow: cannot start or reach a local Ray: The current node timed out during startup")
+    assert "try again, or run without Ray" in err
