@@ -201,9 +201,9 @@ def _local_call(fragment: Fragment, args: dict, client: JobClient | None, replic
 _REMOTE_POOLS: dict[tuple, Pool] = {}
 
 
-def _remote_client(spec: dict, t0: float, record) -> JobClient:
-    """A job client inside a Ray worker, over pools of the driver's backend actors: its jobs go straight
-    to the devices, with no round trip through the driver."""
+def _remote_service(spec: dict, t0: float, record) -> JobService:
+    """A job service inside a Ray worker, for a call's client, over pools of the driver's backend actors: its
+    jobs go straight to the devices, with no round trip through the driver."""
     pools = {}
     for name, members in spec["pools"].items():
         key = (spec["run"], name)
@@ -213,17 +213,14 @@ def _remote_client(spec: dict, t0: float, record) -> JobClient:
             _REMOTE_POOLS[key] = Pool(name, [Member(handle, lane, devices, capacity, node=node)
                                              for handle, lane, devices, capacity, node in members])
         pools[name] = _REMOTE_POOLS[key]
-    service = JobService(pools, max_retries=spec["max_retries"], job_timeout=spec["job_timeout"],
-                         rows_per_job=spec.get("rows_per_job"), t0=t0, record=record,
-                         run_id=spec["run"], ledger=spec["ledger"])
-    return JobClient(service, spec["names"], spec["parent"])
+    return JobService(pools, max_retries=spec["max_retries"], job_timeout=spec["job_timeout"], ledger=spec["ledger"],
+                      rows_per_job=spec.get("rows_per_job"), t0=t0, record=record, run_id=spec["run"])
 
 
 def _absorb(service: JobService, stats: dict, usage) -> None:
     """A worker's job counts and usage join the driver's service's: what a run reports is all it did."""
     with service._lock:
-        service.stats.update({k: max(v, service.stats[k]) if k == "max_job_queue" else service.stats[k] + v
-                              for k, v in stats.items()})
+        service.stats.update({k: (max if k == "max_job_queue" else sum)((service.stats[k], v)) for k, v in stats.items()})
         service.usage = _plus(service.usage, usage)
 
 
@@ -239,19 +236,15 @@ class _Worker:
 
     def call(self, fragment: Fragment, args: dict, client_spec: dict | None = None, fn=None,
              replica: Replica | None = None, kept: tuple = (), taken: tuple = (), *payloads):
-        """Run ``fragment``; ``taken[i] = (arg, port)``: argument ``arg`` is ``payloads[i][port]``, a value
-        another call kept. Returns what the driver reads (the outputs but the ``kept`` ports, the spans, the
-        node, bytes moved) and the kept outputs, which stay in Ray's object store (``RemoteValue``)."""
+        """Run ``fragment``; ``taken[i] = (arg, port)``: argument ``arg`` is ``payloads[i][port]``, a value another
+        call kept. Returns what the driver reads (the outputs but the ``kept`` ports, the spans, the node, bytes
+        moved, its jobs' counts and usage) and the kept outputs, which stay in Ray's object store (``RemoteValue``)."""
         t0, spans = time.perf_counter(), []
         args = dict(args, **{arg: payload[port] for (arg, port), payload in zip(taken, payloads)})
-        client = None if client_spec is None else _remote_client(client_spec, t0, spans.append)
-        service = client and client._service
-        try:
-            with as_replica(replica):
-                out = call_fragment(fragment, args, client, fn)
-        finally:  # the call's job service ends with it: its timeout watchdog is a thread
-            if service:
-                service.close()
+        service = None if client_spec is None else _remote_service(client_spec, t0, spans.append)
+        client = service and JobClient(service, client_spec["names"], client_spec["parent"])
+        with as_replica(replica), contextlib.closing(service) if service else contextlib.nullcontext():
+            out = call_fragment(fragment, args, client, fn)  # (the service closes with it: its watchdog is a thread)
         node = _node()  # span times: seconds from this call's start
         keep = {port: out.pop(port) for port in kept if port in out}
         moved = {"workers_to_driver": _size(out),

@@ -16,6 +16,7 @@ smooth (an amplitude encoding's all-zero block), probe rows ``±h`` give the der
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -42,11 +43,9 @@ class _Occurrence:
     rule: tuple[tuple[float, float], ...]
 
 
+@functools.cache  # per template (equal templates share)
 def _expand(template: CircuitTemplate) -> tuple[CircuitTemplate, list[_Occurrence]]:
-    """One per-row weight column per occurrence of a weight or input (cached per template)."""
-    key = template.fingerprint()
-    if key in _EXPANDED:
-        return _EXPANDED[key]
+    """One per-row weight column per occurrence of a weight or input."""
     occ: list[_Occurrence] = []
     ops = []
     for op in template.ops:
@@ -64,11 +63,9 @@ def _expand(template: CircuitTemplate) -> tuple[CircuitTemplate, list[_Occurrenc
     expanded = dataclasses.replace(
         template, ops=tuple(ops), phase=(), input_names=tuple(f"x_occ[{k}]" for k in range(n_in)),
         weight_names=tuple(f"w_occ[{k}]" for k in range(len(occ) - n_in)))
-    _EXPANDED[key] = (expanded, occ)
     return expanded, occ
 
 
-_EXPANDED: dict[str, tuple[CircuitTemplate, list[_Occurrence]]] = {}
 _WRT = {"weights": ("weight",), "inputs": ("input",), "both": ("weight", "input")}
 
 
