@@ -459,9 +459,10 @@ def main(argv: list[str] | None = None) -> int:
         from hqflow.ir.text import one_line
 
         from .cli_train import RunStopped
+        from .executors import RayFailure
         from .fragments import FragmentError
 
-        if not isinstance(exc, (RunStopped, FragmentError, BackendError)):
+        if not isinstance(exc, (RunStopped, FragmentError, BackendError, RayFailure)):  # a failure, not a usage error
             raise  # a bug: its traceback
         print(f"hqflow: {one_line(str(exc))}", file=sys.stderr)
         return 1

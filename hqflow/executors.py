@@ -31,7 +31,7 @@ from .collective import RayRendezvous, Rendezvous, Replica, as_replica
 from .dispatch import Member, Pool
 from .fragments import call_fragment, execute_batch, execute_outputs
 from .jobs import JobClient, JobService, job_usage
-from .ledger import Ledger, RemoteLedger
+from .ledger import Ledger, RemoteLedger, plus
 from .placement import Placement
 from .threads import DaemonPool
 
@@ -201,9 +201,9 @@ def _local_call(fragment: Fragment, args: dict, client: JobClient | None, replic
 _REMOTE_POOLS: dict[tuple, Pool] = {}
 
 
-def _remote_client(spec: dict, t0: float, record) -> JobClient:
-    """A job client inside a Ray worker, over pools of the driver's backend actors: its jobs go straight
-    to the devices, with no round trip through the driver."""
+def _remote_service(spec: dict, t0: float, record) -> JobService:
+    """A job service inside a Ray worker, for a call's client, over pools of the driver's backend actors: its
+    jobs go straight to the devices, with no round trip through the driver."""
     pools = {}
     for name, members in spec["pools"].items():
         key = (spec["run"], name)
@@ -213,10 +213,15 @@ def _remote_client(spec: dict, t0: float, record) -> JobClient:
             _REMOTE_POOLS[key] = Pool(name, [Member(handle, lane, devices, capacity, node=node)
                                              for handle, lane, devices, capacity, node in members])
         pools[name] = _REMOTE_POOLS[key]
-    service = JobService(pools, max_retries=spec["max_retries"], job_timeout=spec["job_timeout"],
-                         rows_per_job=spec.get("rows_per_job"), t0=t0, record=record,
-                         run_id=spec["run"], ledger=spec["ledger"])
-    return JobClient(service, spec["names"], spec["parent"])
+    return JobService(pools, max_retries=spec["max_retries"], job_timeout=spec["job_timeout"], ledger=spec["ledger"],
+                      rows_per_job=spec.get("rows_per_job"), t0=t0, record=record, run_id=spec["run"])
+
+
+def _absorb(service: JobService, stats: dict, usage) -> None:
+    """A worker's job counts and usage join the driver's service's: what a run reports is all it did."""
+    with service._lock:
+        service.stats.update({k: (max if k == "max_job_queue" else sum)((service.stats[k], v)) for k, v in stats.items()})
+        service.usage = plus(service.usage, usage)
 
 
 def _by_value(fragment: Fragment):
@@ -231,19 +236,21 @@ class _Worker:
 
     def call(self, fragment: Fragment, args: dict, client_spec: dict | None = None, fn=None,
              replica: Replica | None = None, kept: tuple = (), taken: tuple = (), *payloads):
-        """Run ``fragment``; ``taken[i] = (arg, port)``: argument ``arg`` is ``payloads[i][port]``, a value
-        another call kept. Returns what the driver reads (the outputs but the ``kept`` ports, the spans, the
-        node, bytes moved) and the kept outputs, which stay in Ray's object store (``RemoteValue``)."""
+        """Run ``fragment``; ``taken[i] = (arg, port)``: argument ``arg`` is ``payloads[i][port]``, a value another
+        call kept. Returns what the driver reads (the outputs but the ``kept`` ports, the spans, the node, bytes
+        moved, its jobs' counts and usage) and the kept outputs, which stay in Ray's object store (``RemoteValue``)."""
         t0, spans = time.perf_counter(), []
         args = dict(args, **{arg: payload[port] for (arg, port), payload in zip(taken, payloads)})
-        client = None if client_spec is None else _remote_client(client_spec, t0, spans.append)
-        with as_replica(replica):
-            out = call_fragment(fragment, args, client, fn)
+        service = None if client_spec is None else _remote_service(client_spec, t0, spans.append)
+        client = service and JobClient(service, client_spec["names"], client_spec["parent"])
+        with as_replica(replica), contextlib.closing(service) if service else contextlib.nullcontext():
+            out = call_fragment(fragment, args, client, fn)  # (the service closes with it: its watchdog is a thread)
         node = _node()  # span times: seconds from this call's start
         keep = {port: out.pop(port) for port in kept if port in out}
         moved = {"workers_to_driver": _size(out),
                  "taken": sum(_size(payload[port]) for (_, port), payload in zip(taken, payloads))}
-        return (out, [s if s.node else dataclasses.replace(s, node=node) for s in spans], node, moved), keep
+        jobs = service and (service.stats, service.usage)  # for the driver's figures (``_absorb``)
+        return (out, [s if s.node else dataclasses.replace(s, node=node) for s in spans], node, moved, jobs), keep
 
     def ready(self) -> bool:
         return True
@@ -503,10 +510,11 @@ class RayExecutor(Executor):
             try:
                 ray.init(address="local" if address is None else address, log_to_driver=False,
                          configure_logging=False, runtime_env=env, **(own if address is None else {}))
-            except (ConnectionError, RuntimeError, ValueError) as exc:
+            except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception when its node times out starting
                 where = "a local Ray" if address is None else f"the Ray cluster at {address}"
                 first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                raise RayFailure(f"cannot start or reach {where}: {one_line(first)}") from None
+                raise RayFailure(f"cannot start or reach {where}: {one_line(first)} (a busy machine starts Ray "
+                                 "slowly: try again, or run without Ray)") from None
             finally:
                 auth_log.setLevel(level)
         self._ray = ray
@@ -618,7 +626,9 @@ class RayExecutor(Executor):
             self._running[id(actor)] = actor
 
         def unpack(result):
-            out, spans, node, moved = result
+            out, spans, node, moved, jobs = result
+            if jobs:
+                _absorb(client._service, *jobs)
             self.traffic["workers_to_driver"] += moved["workers_to_driver"]
             self.traffic["worker_to_worker"] += moved["taken"]  # each call that takes a kept value
             out.update({port: RemoteValue(payload, port) for port in kept})

@@ -16,6 +16,7 @@ smooth (an amplitude encoding's all-zero block), probe rows ``±h`` give the der
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -42,11 +43,9 @@ class _Occurrence:
     rule: tuple[tuple[float, float], ...]
 
 
+@functools.cache  # per template (equal templates share)
 def _expand(template: CircuitTemplate) -> tuple[CircuitTemplate, list[_Occurrence]]:
-    """One per-row weight column per occurrence of a weight or input (cached per template)."""
-    key = template.fingerprint()
-    if key in _EXPANDED:
-        return _EXPANDED[key]
+    """One per-row weight column per occurrence of a weight or input."""
     occ: list[_Occurrence] = []
     ops = []
     for op in template.ops:
@@ -62,13 +61,11 @@ def _expand(template: CircuitTemplate) -> tuple[CircuitTemplate, list[_Occurrenc
         ops.append(Op(op.name, op.wires, tuple(angles)))
     n_in = sum(o.kind == "input" for o in occ)
     expanded = dataclasses.replace(
-        template, ops=tuple(ops), input_names=tuple(f"x_occ[{k}]" for k in range(n_in)),
+        template, ops=tuple(ops), phase=(), input_names=tuple(f"x_occ[{k}]" for k in range(n_in)),
         weight_names=tuple(f"w_occ[{k}]" for k in range(len(occ) - n_in)))
-    _EXPANDED[key] = (expanded, occ)
     return expanded, occ
 
 
-_EXPANDED: dict[str, tuple[CircuitTemplate, list[_Occurrence]]] = {}
 _WRT = {"weights": ("weight",), "inputs": ("input",), "both": ("weight", "input")}
 
 
@@ -261,6 +258,7 @@ def spsa(
     n_w = template.n_weights if "weight" in kinds else 0
     legacy = center and wrt == "weights"  # the first mode: its directions come from default_rng(seed), as ever
     directions = spsa_directions(seed if legacy else _directions_seed(seed), samples, n_x + n_w)
+    directions[:, [n_x * (k == "weight") + i for k in kinds for i in base.template.gate_free(k)]] = 0  # phase only
     c, B, R = int(center), base.size, 2 * samples + int(center)  # rows c + 2j: +eps d_j; c + 2j + 1: -eps d_j
     x, w = _perturbed(base, directions, epsilon, n_x, n_w, c)
     batch = CircuitBatch(base.template, x, w, base.shots, base.seed, row_seeds=_row_seeds(seed, B * R, per_row))

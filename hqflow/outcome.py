@@ -2,7 +2,7 @@
 
 ``str(outcome)`` is its text (``"ok"``, ``"error: boom"``, ``"timeout"``, ``"cancelled"``), as tables and
 Perfetto traces print it; an outcome also equals its text, so ``span.outcome == "ok"`` keeps working.
-spans.json stores an outcome as an object (``to_dict``); :meth:`Outcome.parse` reads the text of older files.
+spans.json stores an outcome as an object (``to_dict``); :meth:`Outcome.read` reads it, and the text of older files.
 """
 from __future__ import annotations
 
@@ -50,20 +50,17 @@ class Outcome:
         return {"kind": self.kind} if self.message is None else {"kind": self.kind, "message": self.message}
 
     @staticmethod
-    def from_dict(d: dict) -> Outcome:
-        """An outcome written by :meth:`to_dict` (``ValueError`` if it is not one)."""
-        if not isinstance(d, dict) or set(d) - {"kind", "message"} or "kind" not in d:
-            raise ValueError(f"an outcome is an object with a kind and an error's message, got {d!r}")
-        return Outcome(d["kind"], d.get("message"))
-
-    @staticmethod
-    def parse(text: str) -> Outcome:
-        """The outcome a file of an earlier version wrote as text (``ValueError`` if it is none)."""
-        if text in ("ok", "timeout", "cancelled"):
-            return Outcome(text)
-        if isinstance(text, str) and text.startswith("error: "):
-            return Outcome.error(text[len("error: "):])
-        raise ValueError(f"not an outcome: {text!r} (ok, error: MESSAGE, timeout or cancelled)")
+    def read(value) -> Outcome:
+        """An outcome: itself, :meth:`to_dict`'s object, or the text a file of an earlier version holds
+        (``ValueError`` if it is none of these)."""
+        if isinstance(value, dict) and "kind" in value and not set(value) - {"kind", "message"}:
+            return Outcome(value["kind"], value.get("message"))
+        if isinstance(value, str) and value.startswith("error: "):
+            return Outcome.error(value[len("error: "):])
+        if isinstance(value, Outcome) or value in ("ok", "timeout", "cancelled"):
+            return Outcome(value) if isinstance(value, str) else value
+        raise ValueError(f"not an outcome: {value!r} (an object with a kind and an error's message, or the text ok, "
+                         "error: MESSAGE, timeout or cancelled)")
 
 
 OK = Outcome("ok")

@@ -24,6 +24,9 @@ _LANES = ("resource", "lane", "parent_lane")
 
 @dataclass(frozen=True)
 class Span:
+    """A fragment call or job attempt; ``to_dict`` writes it to spans.json (the README lists its fields and their
+    JSON types). ``outcome`` equals its text (``"ok"``), which ``from_dict`` reads too (files before version 6)."""
+
     fragment: str
     kind: str
     resource: Lane  # the pool: Lane("cpu"), Lane("gpu"), or a quantum pool's Lane("qpu", name) (``hqflow.lanes``)
@@ -73,11 +76,8 @@ class Span:
     def from_dict(d: dict) -> Span:
         """A span from :meth:`to_dict`'s data, or from that of an earlier version (its outcome and
         lanes as text; ``""`` for no lane). ``ValueError`` for an outcome or a lane that is none."""
-        outcome = d.get("outcome", OK)
-        outcome = Outcome.parse(outcome) if isinstance(outcome, str) else \
-            outcome if isinstance(outcome, Outcome) else Outcome.from_dict(outcome)
         lanes = {k: _lane(d[k]) for k in _LANES if k in d}
-        return Span(**dict(d, outcome=outcome, **lanes))
+        return Span(**dict(d, outcome=Outcome.read(d.get("outcome", OK)), **lanes))
 
 
 def _lane(value) -> Lane | None:
@@ -92,9 +92,7 @@ def after(spans: list[Span], earlier: list[Span], step: int | None = None) -> li
     """The spans of a run that followed another, in the first run's time: moved to begin where
     ``earlier`` (the first run's spans) ends, and given ``step`` where one is named (a workload's
     final evaluation after its last step)."""
-    if not spans:
-        return []
-    offset = max((s.end for s in earlier), default=0.0) - min(s.start for s in spans)
+    offset = max((s.end for s in earlier), default=0.0) - min((s.start for s in spans), default=0.0)
     return [replace(s, start=s.start + offset, end=s.end + offset, step=s.step if step is None else step)
             for s in spans]
 
@@ -304,12 +302,9 @@ def save_spans(path: str, spans: list[Span], meta: dict | None = None) -> str:
     return path
 
 
-_NONE = type(None)
-_FIELD_TYPES = {"fragment": str, "kind": str, "resource": (str, dict), "step": int, "start": (int, float),
-                "end": (int, float), "outcome": (str, dict), "version": (int, _NONE), "lane": (str, dict, _NONE),
-                "parent_lane": (str, dict, _NONE), "cost": (int, float, _NONE), "node": (str, _NONE),
-                "rows": (int, _NONE), "shots": (int, _NONE), "queued": (int, float, _NONE),
-                "device": (int, float, _NONE), "service_jobs": (int, _NONE), "compute": (int, float, _NONE)}
+_JSON = {"str": (str,), "int": (int,), "float": (int, float), "Lane": (str, dict), "Outcome": (str, dict),
+         "None": (type(None),)}  # a field's JSON types by its annotation's (lanes and outcomes: text before version 6)
+_FIELD_TYPES = {f.name: sum((_JSON[t] for t in f.type.split(" | ")), ()) for f in fields(Span)}
 _REQUIRED = [f.name for f in fields(Span) if f.default is MISSING]
 
 

@@ -31,9 +31,8 @@ def to_chrome_trace(spans: list[Span], meta: dict | None = None) -> dict:
             "ph": "X", "name": s.fragment, "cat": s.kind, "pid": 1, "tid": tid[s.row],
             "ts": round(s.start * 1e6, 3), "dur": round(s.seconds * 1e6, 3),
             "args": {"step": s.step, "version": s.version, "outcome": str(s.outcome), "resource": str(s.resource),
-                     **({"cost": s.cost} if s.cost is not None else {}), **({"node": s.node} if s.node else {}),
-                     **{k: getattr(s, k) for k in ("rows", "shots", "queued", "device", "service_jobs")
-                        if getattr(s, k) is not None}},
+                     **{k: getattr(s, k) for k in ("cost", "node", "rows", "shots", "queued", "device", "service_jobs")
+                        if getattr(s, k) not in (None, "")}},
         })
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": dict(meta or {})}
 

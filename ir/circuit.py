@@ -197,6 +197,10 @@ class CircuitTemplate:
     name: str = "circuit"
     derived: tuple[Expr, ...] = ()
     """classical functions of the inputs, each one more input column (see the module docstring)"""
+    phase: tuple[Angle, ...] = ()
+    """the global phase, a sum of terms (the state times ``exp(i * phase)``, as Qiskit's ``global_phase``). No value,
+    probability or gradient depends on it: it keeps a parameter that appears only there (Qiskit's
+    ``qc.global_phase = t``, PennyLane's ``GlobalPhase(t)``) the template's own, with a gradient of exactly 0"""
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     @property
@@ -235,12 +239,22 @@ class CircuitTemplate:
         """The inputs that gates read themselves, in order: the lowered template's first input columns."""
         return self._direct()
 
+    def _angles(self):
+        """Every angle: the gates', then the global phase's terms."""
+        return [a for op in self.ops for a in op.angles] + list(self.phase)
+
+    def gate_free(self, kind: str) -> tuple[int, ...]:
+        """The weights (``kind="weight"``), or the lowered template's input columns (``"input"``), that no gate
+        reads: only the global phase names them, so nothing depends on them and their gradient is 0."""
+        t = self.lowered()
+        read = {a.index for op in t.ops for a in op.angles if a.kind == kind}
+        return tuple(i for i in range(t.n_inputs if kind == "input" else t.n_weights) if i not in read)
+
     def _direct(self) -> tuple[int, ...]:
         """The inputs that gates read themselves (the others feed derived inputs only)."""
         if "direct" not in self._memo:
             n = self.n_inputs
-            self._memo["direct"] = tuple(sorted({a.index for op in self.ops for a in op.angles
-                                                 if a.kind == "input" and a.index < n}))
+            self._memo["direct"] = tuple(sorted({a.index for a in self._angles() if a.kind == "input" and a.index < n}))
         return self._memo["direct"]
 
     def lowered(self) -> CircuitTemplate:
@@ -258,7 +272,8 @@ class CircuitTemplate:
 
             ops = tuple(Op(op.name, op.wires, tuple(angle(a) for a in op.angles)) for op in self.ops)
             names = tuple(self.input_names[i] for i in direct) + self.derived_names()
-            self._memo["lowered"] = _replace(self, ops=ops, input_names=names, derived=())
+            self._memo["lowered"] = _replace(self, ops=ops, input_names=names, derived=(),
+                                             phase=tuple(angle(a) for a in self.phase))
         return self._memo["lowered"]
 
     def encode(self, x, xp=None, check: bool = True):
@@ -430,6 +445,7 @@ class CircuitTemplate:
         used: dict[str, set] = {"input": set(), "weight": set()}  # the parameters some gate (or derived input) uses
         for k, op in enumerate(self.ops):
             out += self._op_problems(k, op, used)
+        out += [p for a in self.phase if (p := self._angle_problem(f"circuit {_clip(self.name)}, global phase", a, used))]
         out += self._derived_problems(used)
         out += self._unused_problems(used)
         out += self._observable_problems()
@@ -570,17 +586,14 @@ class CircuitTemplate:
             "observables": [[[t.coeff, [list(p) for p in t.paulis]] for t in o.terms] for o in self.observables],
             "shots": self.shots,
             **({"derived": [e.to_json() for e in self.derived]} if self.derived else {}),
+            **({"phase": [ang(a) for a in self.phase]} if self.phase else {}),
         }
 
     @staticmethod
     def from_dict(d: dict) -> CircuitTemplate:
         return CircuitTemplate(
             n_qubits=int(d["n_qubits"]),
-            ops=tuple(
-                Op(name, tuple(wires), tuple(Angle(k, int(i), as_float(s, "angle scale"), as_float(o, "angle offset"))
-                                             for k, i, s, o in angs))
-                for name, wires, angs in d["ops"]
-            ),
+            ops=tuple(Op(name, tuple(wires), tuple(_angle_of(a) for a in angs)) for name, wires, angs in d["ops"]),
             input_names=tuple(d.get("inputs", ())),
             weight_names=tuple(d.get("weights", ())),
             observables=tuple(
@@ -591,6 +604,7 @@ class CircuitTemplate:
             shots=d.get("shots"),
             name=d.get("name", "circuit"),
             derived=tuple(Expr.from_json(e) for e in d.get("derived", ())),
+            phase=tuple(_angle_of(a) for a in d.get("phase", ())),
         )
 
     def fingerprint(self) -> str:
@@ -689,6 +703,12 @@ def _finite(v) -> bool:
         return math.isfinite(v)
     except OverflowError:  # an integer past a float's range
         return False
+
+
+def _angle_of(a) -> Angle:
+    """``[kind, index, scale, offset]`` (``to_dict``'s form) as an ``Angle``."""
+    kind, index, scale, offset = a
+    return Angle(kind, int(index), as_float(scale, "angle scale"), as_float(offset, "angle offset"))
 
 
 def _replace(t: CircuitTemplate, **changes) -> CircuitTemplate:

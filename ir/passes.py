@@ -59,7 +59,7 @@ def light_cone(t: CircuitTemplate) -> Cone:
     ops = tuple(Op(op.name, tuple(wmap[w] for w in op.wires), tuple(angle(a) for a in op.angles)) for op in keep)
     obs = tuple(Observable(tuple(PauliTerm(term.coeff, tuple((wmap[w], p) for w, p in term.paulis))
                                  for term in o.terms)) for o in t.observables)
-    reduced = _replace(t, n_qubits=len(wires), ops=ops, observables=obs, name=f"{t.name}[cone]",
+    reduced = _replace(t, n_qubits=len(wires), ops=ops, observables=obs, name=f"{t.name}[cone]", phase=(),
                        input_names=tuple(t.input_names[i] for i in used["input"]),
                        weight_names=tuple(t.weight_names[i] for i in used["weight"]))
     return Cone(reduced, wires, tuple(used["input"]), tuple(used["weight"]))

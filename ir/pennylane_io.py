@@ -12,8 +12,10 @@
 The function is always called as ``qfunc(inputs, weights)`` with two 1-D float
 numpy arrays of lengths ``n_inputs`` and ``n_weights`` (empty when unused). Ops
 outside hqflow's gate set are decomposed (PennyLane's own decompositions, applied
-recursively) until only gates of ``hqflow.ir.gates.GATES`` remain; ``GlobalPhase``
-is dropped (it changes no expectation value or probability).
+recursively) until only gates of ``hqflow.ir.gates.GATES`` remain. A ``GlobalPhase``
+changes no expectation value or probability: the function's own (not one inside a
+decomposition) becomes the template's ``phase``, so a weight it alone uses is the
+template's, with a gradient of exactly 0; others are dropped.
 
 Angles affine in one input or weight are found by probing: the conversion traces
 once at a base point, once more per symbol with only that symbol moved (finite
@@ -102,6 +104,7 @@ _GATE_TABLE: dict[str, tuple[str, Callable[..., qml.operation.Operator]]] = {
 }
 _FROM_PENNYLANE = {pl: hq for hq, (pl, _) in _GATE_TABLE.items()}
 _DROPPED = {"GlobalPhase"}
+_PHASE = "global phase"  # the function's own GlobalPhase, traced as a gate without wires
 _PAULI_OPS = {"X": qml.PauliX, "Y": qml.PauliY, "Z": qml.PauliZ}
 _MAX_DEPTH = 32  # decomposition levels before giving up
 
@@ -137,7 +140,7 @@ def from_pennylane(
     input_names = _names(input_names, n_inputs, "x", "input")
     weight_names = _names(weight_names, n_weights, "w", "weight")
     tracer = _Tracer(qfunc, int(n_qubits), int(n_inputs), label)
-    gates, angles, derived, (measured, measured_elsewhere) = _fit_angles(tracer, input_names + weight_names)
+    gates, angles, derived, phase, (measured, measured_elsewhere) = _fit_angles(tracer, input_names + weight_names)
 
     traced_obs, sampled = _read_measurements(measured, tracer)
     if _read_measurements(measured_elsewhere, tracer)[0] != traced_obs:
@@ -152,20 +155,22 @@ def from_pennylane(
 
     ops, it = [], iter(angles)
     for gate in gates:
-        ops.append(Op(gate.name, gate.wires, tuple(next(it) for _ in gate.params)))
+        op = Op(gate.name, gate.wires, tuple(next(it) for _ in gate.params))
+        ops += [op] if gate.name != _PHASE else []
     return CircuitTemplate(
-        int(n_qubits), tuple(ops), input_names, weight_names, traced_obs, shots, label, tuple(derived)
+        int(n_qubits), tuple(ops), input_names, weight_names, traced_obs, shots, label, tuple(derived), phase
     ).check()
 
 
 def _fit_angles(
     tracer: _Tracer, symbols: tuple[str, ...]
-) -> tuple[list[_Gate], list[Angle], list[ex.Expr], tuple[list, list]]:
+) -> tuple[list[_Gate], list[Angle], list[ex.Expr], tuple[Angle, ...], tuple[list, list]]:
     """Trace at probe points and fit every gate angle as ``scale * symbol + offset``, or as a
     derived input (a function of the inputs, traced symbolically).
 
-    Returns the gates, their angles (flattened, in gate order), the derived inputs and the
-    measurements of the base and check traces.
+    Returns the gates, their angles (flattened, in gate order), the derived inputs, the global phase's
+    terms (a term ``-slope * symbol`` per symbol a ``GlobalPhase`` moves with) and the measurements of
+    the base and check traces.
     """
     label, n_inputs = tracer.label, tracer.n_inputs
     base, steps, check, gates, measurements, slopes = _probe(tracer, symbols)
@@ -176,9 +181,13 @@ def _fit_angles(
 
     flat = [(g, j) for g in gates for j in range(len(g.params))]
     angles: list[Angle | None] = []
+    phase = []
     for i, (gate, j) in enumerate(flat):
         uses = np.flatnonzero(depends[:, i])
-        if len(uses) == 0:
+        if gate.name == _PHASE:  # GlobalPhase(t) is exp(-i t)
+            phase += [Angle.input(k, -slopes[k, i]) if k < n_inputs else Angle.weight(k - n_inputs, -slopes[k, i])
+                      for k in uses]
+        if len(uses) == 0 or gate.name == _PHASE:
             angles.append(Angle.const(angles0[i]))
             continue
         k = int(uses[0])
@@ -190,7 +199,7 @@ def _fit_angles(
 
     traced = _symbolic_trace(tracer, base, gates, symbols)
     if traced[0] is not None:  # affine where defined, but not everywhere: a derived input refuses the other rows
-        plain = [i for i, a in enumerate(angles) if a is not None and a.kind != "weight"]
+        plain = [i for i, a in enumerate(angles) if a is not None and a.kind != "weight" and flat[i][0].name != _PHASE]
         for i, e in zip(plain, _symbolic_angles(tracer, gates, traced, [flat[i] for i in plain])):
             if _restricted(e) and {kind for kind, _ in e.symbols()} == {"input"}:
                 angles[i] = None
@@ -205,7 +214,7 @@ def _fit_angles(
             if e not in derived:
                 derived.append(e)
             angles[i] = Angle.input(n_inputs + derived.index(e))
-    return gates, angles, derived, (measurements, moved_measurements)
+    return gates, angles, derived, tuple(phase), (measurements, moved_measurements)
 
 
 # Probe families, each (base, step, check) ranges: the first serves most functions; the others are tried
@@ -620,6 +629,8 @@ class _Tracer:
         if isinstance(op, qml.ops.MidMeasure) or isinstance(op, qml.ops.Conditional):
             raise CircuitError(f"circuit {self.label!r}: {where}: mid-circuit measurements are not supported")
         if op.name in _DROPPED:
+            if top:
+                out.append(_Gate(_PHASE, (), [self._angle(op.parameters[0], where, symbolic)], where))
             return
         hq = _FROM_PENNYLANE.get(op.name)
         if hq is not None:
@@ -796,6 +807,8 @@ def to_pennylane(template: CircuitTemplate) -> Callable[..., Any]:
             return a.scale * src[..., a.index] + a.offset
 
         apply_template(template, [[value(a) for a in op.angles] for op in template.ops])
+        if template.phase:
+            qml.GlobalPhase(-sum(value(a) for a in template.phase))
         if not template.observables:
             return qml.probs(wires=range(template.n_qubits))
         measured = [qml.expval(observable_to_pennylane(o)) for o in template.observables]

@@ -9,10 +9,13 @@ Qiskit qubit ``i`` becomes hqflow wire ``i``; ops keep their wire roles
 ``hqflow.ir.gates.GATES`` are decomposed with Qiskit's transpiler, barriers and
 final measurements (``measure_all()`` included) are dropped: a template's
 observables say what is measured, and a template without observables is sampled
-on every wire. The global phase (``qc.global_phase``, ``GlobalPhaseGate``) is
-ignored: a template has none. A parameter that appears only there need not be
-listed; listing it in ``inputs`` or ``weights`` is an error (the template would
-not take the values the caller means to pass).
+on every wire. The global phase (``qc.global_phase``, ``GlobalPhaseGate``) changes
+no expectation value or probability: a parameter that appears only there need not
+be listed, and one that is listed (as Qiskit's Estimator binds it) is the template's
+own, with values unchanged and a gradient of exactly 0. ``CircuitTemplate.phase``
+keeps the phase's terms in the listed parameters (``a * t`` where it is affine in
+``t``, else a term ``t``), so ``to_qiskit`` and QPY give them back; its constant
+part is dropped.
 ``PauliEvolutionGate`` is decomposed by Qiskit's transpiler: terms that do not
 commute become one first-order Trotter step, as the transpiler's default
 synthesis makes them, which differs from the exact exponential ``Statevector``
@@ -86,13 +89,7 @@ def from_qiskit(
         raise CircuitError(f"from_qiskit expects a qiskit QuantumCircuit, got {type(qc).__name__}")
     name = qc.name if name is None else name
     input_names, weight_names = _names(inputs, "inputs"), _names(weights, "weights")
-    phase_only = _phase_only(qc)
-    listed = [n for n in input_names + weight_names if n in phase_only]
-    if listed:
-        raise CircuitError(f"circuit {name!r}: parameter(s) {listed} appear only in the global phase, on which no "
-                           "expectation value or probability depends, and a template has no global phase: leave "
-                           "them out of inputs and weights")
-    _check_parameters(qc, input_names, weight_names, name, phase_only)
+    _check_parameters(qc, input_names, weight_names, name, _phase_only(qc))
     symbols = {n: ("input", i) for i, n in enumerate(input_names)}
     symbols.update({n: ("weight", j) for j, n in enumerate(weight_names)})
     unitary = _unitary_part(qc, symbols)
@@ -107,6 +104,7 @@ def from_qiskit(
         shots,
         name,
         tuple(derived),
+        _phase(qc, symbols),
     ).check()
 
 
@@ -125,6 +123,8 @@ def to_qiskit(template: CircuitTemplate) -> QuantumCircuit:
     for op in template.ops:
         angles = [_qiskit_angle(a, params) for a in op.angles]
         qc.append(_QISKIT_GATES[op.name](*angles), list(op.wires))
+    if template.phase:
+        qc.global_phase = sum(_qiskit_angle(a, params) for a in template.phase)
     return qc
 
 
@@ -274,6 +274,19 @@ def _phase_only(qc: QuantumCircuit) -> set[str]:
     return in_phase - in_gates
 
 
+def _phase(qc: QuantumCircuit, symbols: dict) -> tuple[Angle, ...]:
+    """The terms of the global phase (``qc.global_phase`` and ``GlobalPhaseGate``s) in the listed parameters."""
+    parts = [qc.global_phase] + [i.operation.params[0] for i in qc.data if isinstance(i.operation, GlobalPhaseGate)]
+    terms = []
+    for value in parts:
+        for p in sorted(value.parameters if isinstance(value, ParameterExpression) else (), key=lambda p: p.name):
+            if p.name in symbols:
+                slope = value.gradient(p)  # a number where the phase is affine in p
+                scale = 1.0 if isinstance(slope, ParameterExpression) else float(np.real(slope))
+                terms.append(Angle(*symbols[p.name], scale, 0.0))
+    return tuple(terms)
+
+
 def _check_parameters(qc: QuantumCircuit, input_names: list[str], weight_names: list[str], name: str,
                       phase_only: set[str] = frozenset()) -> None:
     both = sorted(set(input_names) & set(weight_names))
@@ -283,8 +296,8 @@ def _check_parameters(qc: QuantumCircuit, input_names: list[str], weight_names: 
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise CircuitError(f"circuit {name!r}: parameter(s) {twice} listed twice in {what}")
-    in_circuit = [p.name for p in qc.parameters if p.name not in phase_only]
-    unbound = [n for n in in_circuit if n not in input_names and n not in weight_names]
+    in_circuit = [p.name for p in qc.parameters]
+    unbound = [n for n in in_circuit if n not in input_names + weight_names and n not in phase_only]
     if unbound:
         raise CircuitError(
             f"circuit {name!r}: unbound parameter(s) {unbound}: list each one in inputs or weights"

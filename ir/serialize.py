@@ -2,7 +2,8 @@
 
 Functions are written as ``"module:qualname"``. A circuit is written as its
 gates in plain data (``ops``: ``[gate, [wires], [[kind, index, scale, offset], ...]]``),
-the input/weight split, derived inputs (``Expr`` JSON), the observables (as
+the input/weight split, derived inputs (``Expr`` JSON), the global phase's terms (``phase``, where
+there are any: no value depends on them), the observables (as
 ``[coeff, "Z0 Z1"]`` terms) and the shots, and also as QPY (Qiskit's standard
 binary format, base64) for other tools. hqflow reads ``ops``; documents of version
 1 had only the QPY, which is read after its header has been checked against its
@@ -57,6 +58,7 @@ def _circuit(t: CircuitTemplate) -> dict:
         # the same gates over the input columns in QPY, for other tools (hqflow reads "ops")
         "qpy": template_to_qpy(t.lowered()),
         **({"derived": [e.to_json() for e in t.derived]} if t.derived else {}),
+        **({"phase": [[a.kind, a.index, a.scale + 0.0, a.offset + 0.0] for a in t.phase]} if t.phase else {}),
     }
 
 
@@ -140,7 +142,8 @@ def _read_circuit(c: dict, where: str) -> CircuitTemplate:
         if "ops" in c:
             n_qubits = _get(c, "n_qubits", where, int)
             ops = tuple(_read_op(op, f"{where}: op {k}") for k, op in enumerate(_get(c, "ops", where, list)))
-            return CircuitTemplate(n_qubits, ops, inputs, weights, observables, shots, name, derived).check()
+            phase = _read_op(["phase", [], _get(c, "phase", where, list, [])], f"{where}: phase").angles
+            return CircuitTemplate(n_qubits, ops, inputs, weights, observables, shots, name, derived, phase).check()
         # version 1: the gates only in QPY, which names a parameter per input column (inputs, then derived)
         columns = CircuitTemplate(1, (), inputs, weights, derived=derived).derived_names()
         lowered = template_from_qpy(_get(c, "qpy", where, str), inputs + columns, weights, observables, shots, name)

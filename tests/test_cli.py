@@ -256,6 +256,20 @@ def test_trace_with_an_infinite_start_is_a_one_line_error(tmp_path, capsys):
     assert "start and end must be finite numbers" in _err(capsys)
 
 
+def test_trace_reads_a_spans_file_whose_outcomes_are_text(tmp_path, capsys):  # issue 34, item 23
+    """spans.json before version 6 wrote an outcome as text ("ok", "error: MESSAGE"): it still loads, and the
+    trace's events carry the same text."""
+    spans = [{"fragment": "learn", "kind": "learn", "resource": "cpu", "step": 0, "start": 0.0, "end": 1.0,
+              "outcome": "ok", "lane": "cpu/0"},
+             {"fragment": "circ", "kind": "execute", "resource": "qpu:q", "step": 0, "start": 0.5, "end": 2.0,
+              "outcome": "error: injected failure", "lane": "qpu:q#1/0"}]
+    (tmp_path / "spans.json").write_text(json.dumps({"format": "hqflow.spans", "version": 5, "spans": spans}))
+    assert main(["trace", str(tmp_path)]) == 0
+    events = json.loads((tmp_path / "trace.json").read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    assert {e["args"]["outcome"] for e in events if e.get("ph") == "X"} == {"ok", "error: injected failure"}
+
+
 def test_control_characters_in_usage_errors_are_escaped(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "evil\x1b[2K\u202e.json")]) == 2
     err = _err(capsys)
@@ -299,3 +313,21 @@ def test_ctrl_c_during_a_command_says_interrupted_not_an_empty_message(monkeypat
     monkeypatch.setattr(cli, "cmd_run", interrupted)
     assert main(["run", "vqe"]) == 130
     assert _err(capsys) == "hqflow: interrupted"
+
+
+def test_ray_that_times_out_starting_is_one_line_that_says_what_to_try(tmp_path, capsys, monkeypatch):  # 34.26
+    """Ray's own start failing under load raises a bare Exception; it is a failure of the run (exit 1), not of
+    its usage, told in one line that names Ray and what to try."""
+    import ray
+
+    def timed_out(*args, **kwargs):
+        raise Exception("The current node timed out during startup. This could happen because some of the Ray "
+                        "processes failed to startup.\nmore of Ray's text")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", timed_out)
+    assert main(["train", "cartpole", "--distribution", "ray-actors", "--episodes", "2",
+                 "--run-dir", str(tmp_path / "run")]) == 1
+    err = _err(capsys)
+    assert err.startswith("hqflow: cannot start or reach a local Ray: The current node timed out during startup")
+    assert "try again, or run without Ray" in err

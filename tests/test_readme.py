@@ -71,3 +71,23 @@ def test_readme_feature_map_snippet_matches_statevector_and_default_qubit():
     dev = qml.device("default.qubit")
     expected = [float(qml.QNode(ns["embed"], dev)(row, [0.3])) for row in x]
     np.testing.assert_allclose(ns["amplitude_values"][:, 0], expected, atol=1e-5)
+
+
+def test_readme_lists_every_span_field_with_its_json_type():  # issue 34, item 23
+    """The spans.json table names each of Span's fields once, with a type the file reader takes for it."""
+    from dataclasses import fields
+
+    from hqflow.trace import _FIELD_TYPES, Span
+
+    table = README[README.index("| field | type | what |"):].split("\n\n")[0].splitlines()[2:]
+    kinds = {"string": str, "integer": int, "number": float, "lane": dict, "object": dict, "null": type(None)}
+    listed = {}
+    for row in table:
+        names, kind = row.split("|")[1:3]
+        for name in re.findall(r"`(\w+)`", names):
+            assert name not in listed, f"{name} listed twice"
+            listed[name] = {kinds[k] for k in kind.strip().split(" or ")}
+    assert sorted(listed) == sorted(f.name for f in fields(Span))
+    for name, types in listed.items():
+        accepted = set(_FIELD_TYPES[name])
+        assert types <= accepted and (type(None) in types) == (type(None) in accepted), name

@@ -17,7 +17,8 @@ Afterwards a second graph evaluates ``<C>`` at the trained weights and samples t
 trained circuit (``shots`` counts), and a postprocess fragment picks the best sampled
 cut; it runs on the same backends with the same options, so a pool, ``--backend-opt``
 and ``--dry-run`` cover it too. Its spans follow the training run's among the
-result's ``spans``, as step ``steps``.
+result's ``spans``, as step ``steps``. Its ``<C>`` is measured as the run's is: exactly, or with
+``cost_shots`` (so a target without exact values evaluates too).
 
     from hqflow.workloads import qaoa
     print(qaoa.run(qaoa.Config(nodes=8, layers=4)))
@@ -65,7 +66,7 @@ class Config:
     spsa_epsilon: float = 0.1
     """spsa: the perturbation's size in radians (0 < epsilon <= 3.2)"""
     cost_shots: int | None = None
-    """shots per training (cost) circuit (None: exact values); the final <C> is evaluated exactly"""
+    """shots per cost circuit (None: exact values), the final <C>'s too"""
 
     def __post_init__(self) -> None:
         estimator.check(self, {"cost_shots": (1, 10**7)})  # types and ranges, the field named in the error
@@ -149,7 +150,7 @@ def build_sample_graph(cfg: Config) -> Graph:
     edges = [list(e) for e in make_graph(cfg).edges]
     pipe = hq.Pipeline("qaoa_sample")
     pipe.input("weights", "array")
-    pipe.execute("final_cost", qaoa_circuit(cfg.nodes, edges, cfg.layers), backend=cfg.backend)
+    pipe.execute("final_cost", qaoa_circuit(cfg.nodes, edges, cfg.layers, shots=cfg.cost_shots), backend=cfg.backend)
     pipe.output("final_cost.values", "expected_cut")
     pipe.execute("sample", qaoa_circuit(cfg.nodes, edges, cfg.layers, False, cfg.shots), backend=cfg.backend)
     pipe.postprocess(best_sample, outputs=("most_likely", "best_bits", "best_cut"), params={"edges": edges})

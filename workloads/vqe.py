@@ -16,7 +16,8 @@ The gradient is parameter shift (exact) or SPSA (``gradient="spsa"``: an estimat
 Then a second, one-step graph evaluates the energy at the trained angle
 (``build_energy_graph``), on the same backends with the same options, so a pool,
 ``--backend-opt`` and ``--dry-run`` cover it too. Its spans follow the training run's
-among the result's ``spans``, as step ``steps``; it is exact whatever ``shots`` is.
+among the result's ``spans``, as step ``steps``. It measures as the run does: exactly, or with
+``shots`` (so a target without exact values evaluates too).
 
     from hqflow.workloads import vqe
     print(vqe.run(vqe.Config(steps=60)))
@@ -60,7 +61,7 @@ class Config:
     spsa_epsilon: float = 0.1
     """spsa: the perturbation's size in radians (0 < epsilon <= 3.2)"""
     shots: int | None = None
-    """shots per training circuit (None: exact values); the final energy is evaluated exactly"""
+    """shots per circuit (None: exact values), the final energy's too"""
 
     def __post_init__(self) -> None:
         estimator.check(self)  # types and ranges, the field named in the error
@@ -162,7 +163,7 @@ def build_energy_graph(cfg: Config) -> Graph:
     observable, _, _ = hamiltonian(cfg.bond_length)
     pipe = hq.Pipeline("vqe_h2_energy")
     pipe.input("weights", "array")
-    pipe.execute("final_energy", ansatz(observable), backend=cfg.backend)
+    pipe.execute("final_energy", ansatz(observable, cfg.shots), backend=cfg.backend)
     pipe.output("final_energy.values", "energy")
     return pipe.build()
 

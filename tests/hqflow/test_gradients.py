@@ -272,3 +272,70 @@ def test_spsa_is_one_job_and_converges_to_the_gradient():
     assert np.all(np.abs(g.jacobian - exact) <= tol + 1e-6)
     with pytest.raises(ValueError, match="samples >= 1 and epsilon > 0"):
         spsa(t, x, w, samples=0)
+
+
+def _phased(front: str, listed: bool):
+    """One circuit from either front end whose weight 't' (index 1) only sets the global phase; unlisted: without it."""
+    if front == "qiskit":
+        from qiskit import QuantumCircuit
+        from qiskit.circuit import Parameter
+
+        from hqflow.ir import from_qiskit
+
+        x, a, t, b = (Parameter(n) for n in ("x", "a", "t", "b"))
+        qc = QuantumCircuit(2)
+        qc.ry(x, 0), qc.rx(a, 1), qc.cx(0, 1), qc.rz(b, 0), qc.ry(0.5 * b, 1)
+        qc.global_phase = 2 * t + a
+        return from_qiskit(qc, inputs=[x], weights=[a, t, b] if listed else [a, b], observables=["Z0 Z1", "X0"])
+    import pennylane as qml
+
+    from hqflow.ir import from_pennylane
+
+    def qfunc(inputs, weights):
+        qml.RY(inputs[0], wires=0), qml.RX(weights[0], wires=1), qml.CNOT(wires=[0, 1])
+        b = weights[-1]
+        qml.RZ(b, wires=0), qml.RY(0.5 * b, wires=1)
+        if listed:
+            qml.GlobalPhase(3 * weights[1])
+        return [qml.expval(qml.Z(0) @ qml.Z(1)), qml.expval(qml.X(0))]
+
+    return from_pennylane(qfunc, 2, n_inputs=1, n_weights=3 if listed else 2)
+
+
+@pytest.mark.parametrize("front", ["qiskit", "pennylane"])
+def test_a_weight_only_in_the_global_phase_changes_no_value_and_has_gradient_exactly_zero(front):  # 34.2
+    """On every backend and with every gradient method (parameter shift, SPSA, a torch layer's autograd and
+    its SPSA), exact or with shots: the phase's weight has a gradient of exactly 0, and the values, the other
+    weights' gradients, probabilities and counts are those of the circuit without it."""
+    import torch
+
+    from hqflow.backends import get_backend
+    from hqflow.gradients import spsa
+    from hqflow.torch import QuantumLayer
+
+    t, plain = _phased(front, True), _phased(front, False)
+    assert t.n_weights == 3 and t.gate_free("weight") == (1,) and t.phase
+    x, w = np.array([[0.3], [1.1]]), np.array([0.4, 0.9, -0.7])
+    others = w[[0, 2]]
+    for name in ("reference", "compiled", "aer", "pennylane:default.qubit"):
+        backend = get_backend(name)
+        run = backend.run_checked
+        for shots in (None, 4000):
+            got = run(CircuitBatch.make(t, x, w, shots=shots, seed=3))
+            np.testing.assert_allclose(got.values, run(CircuitBatch.make(plain, x, others, shots=shots, seed=3)).values,
+                                       atol=1e-12)
+            for grad, kw in ((param_shift, {"seed": 5}), (spsa, {"samples": 3, "seed": 5}), (spsa, {"wrt": "both", "seed": 5})):
+                batch, post = grad(t, x, w, shots=shots, **kw)
+                g = post(run(batch))
+                assert g.jacobian.shape == (2, 2, 3) and np.all(g.jacobian[:, :, 1] == 0), (name, shots, grad, kw)
+                if grad is param_shift:
+                    batch, post = grad(plain, x, others, shots=shots, **kw)
+                    np.testing.assert_allclose(g.jacobian[:, :, [0, 2]], post(run(batch)).jacobian, atol=1e-12)
+        probs, counts = ([run(CircuitBatch.make(c.with_observables(()), x, v, shots=shots, seed=3))
+                          for c, v in ((t, w), (plain, others))] for shots in (None, 100))
+        np.testing.assert_allclose(probs[0].probs, probs[1].probs, atol=1e-12)
+        assert counts[0].counts == counts[1].counts
+    for gradient in ("param-shift", "spsa"):  # compiled: autograd; spsa: its own rows
+        layer = QuantumLayer(t, "compiled", weights=w, gradient=gradient, dtype=torch.float64)
+        layer(torch.tensor(x)).sum().backward()
+        assert layer.weights.grad[1] == 0 and layer.weights.grad.abs().sum() > 0

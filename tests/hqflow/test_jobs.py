@@ -379,3 +379,65 @@ def test_a_job_submitted_while_the_service_closes_is_cancelled_counted_and_trace
     assert len(backend.jobs) == 1 and backend.jobs[0].cancelled.is_set()
     assert service.usage.service_jobs == 1 and service.usage.circuits == 2 and service.stats["service_jobs"] == 1
     assert [str(s.outcome) for s in spans] == ["cancelled"]
+
+
+def counting_actor(step):
+    """``actor``, and the threads of its process as it starts."""
+    threads = threading.active_count()
+    return {"y": actor(step)["y"], "threads": threads}
+
+
+def test_a_worker_call_leaves_no_thread_behind_and_returns_its_jobs_counts(monkeypatch):  # issue 34, items 27, 28
+    """A Ray worker's call (its code path, in this process) builds a job service for its fragment's jobs: with
+    ``job_timeout`` its timeout watchdog is a thread, which ends with the call; the call hands back the service's
+    counts and usage, for the driver's statistics."""
+    import hqflow.executors as executors
+    from hqflow.executors import SyncExecutor, _Worker
+    from hqflow.lanes import Lane
+    from hqflow.ledger import Ledger
+
+    handle = SyncExecutor().backend(_qpu("bad", fail_jobs=(0,)), 1)
+    spec = {"run": "threads", "names": ("qpu",), "parent": Parent("actor", 0, Lane("cpu", slot=0), submitted=True),
+            "pools": {"qpu": [(handle, Lane("qpu", "bad"), 1, 2, None)]}, "max_retries": 3, "job_timeout": 3600.0,
+            "rows_per_job": None, "ledger": Ledger()}
+    fragment = _graph(actor).fragment("actor")
+    monkeypatch.setattr(executors, "_node", lambda: "here")  # (Ray's node id, which would start Ray here)
+    worker, before, failed = _Worker(), threading.active_count(), []
+    for step in range(12):
+        (out, spans, _, _, (stats, usage)), _ = worker.call(fragment, {"step": step}, spec)
+        jobs = [s for s in spans if s.kind == "execute"]
+        assert stats["jobs"] == len(jobs) and stats["retries"] == stats["failed_jobs"]
+        assert stats["circuits"] == usage.circuits == sum(s.rows for s in jobs) == 3 * len(jobs)
+        failed.append(sum(s.outcome != "ok" for s in jobs))
+        assert stats["failed_jobs"] == failed[-1]
+    assert failed == [1] + [0] * 11  # the member failed its first job: each call counts its own
+    deadline = time.monotonic() + 60  # a watchdog told to stop ends at once; on a busy machine, soon
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert threading.active_count() <= before, [t.name for t in threading.enumerate()]
+
+
+def _counting_graph():
+    pipe = hq.Pipeline("jobs")
+    pipe.input("step", "scalar")
+    pipe.preprocess(counting_actor, outputs={"y": "scalar", "threads": "scalar"}, job_backends=("qpu",), name="actor")
+    return pipe.output("actor.y").output("actor.threads").build()
+
+
+@pytest.mark.ray
+def test_under_ray_result_extra_counts_the_workers_jobs_and_their_threads_stay_put():  # issue 34, items 27, 28
+    """Jobs a fragment submits from a Ray worker, some failed and retried: ``result.extra`` counts them as the
+    spans do. With ``job_timeout``, the worker's threads do not grow step by step (a watchdog per call did)."""
+    pool = [_qpu("bad", fail_jobs=(0, 3, 7)), _qpu("good")]
+    stream = [{"step": i} for i in range(12)]
+    result = hq.run(_counting_graph(), stream, backends={"qpu": pool}, executor="ray", ray_num_cpus=2,
+                    job_timeout=600.0)
+    assert np.allclose(result.column("y"), _reference(_graph(actor), stream))
+    jobs = [s for s in result.spans if s.kind == "execute"]
+    failed = sum(s.outcome != "ok" for s in jobs)
+    extra = result.extra
+    assert failed == 3 and extra["failed_jobs"] == extra["retries"] == failed
+    assert extra["quantum_jobs"] == len(jobs) == 2 * len(stream) + failed
+    assert extra["circuits"] == sum(s.rows for s in jobs) and extra["service_jobs"] == len(jobs)
+    threads = result.column("threads")
+    assert threads[-1] - threads[1] < 5, threads  # one more a step, before

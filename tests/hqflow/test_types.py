@@ -25,8 +25,8 @@ from hqflow.trace import Span, load_spans, outcome_counts, save_spans
 @pytest.mark.parametrize("outcome, text", [(OK, "ok"), (TIMEOUT, "timeout"), (CANCELLED, "cancelled"),
                                            (Outcome.error("boom: twice"), "error: boom: twice")])
 def test_an_outcome_prints_its_old_text_and_round_trips(outcome, text):
-    assert str(outcome) == text and Outcome.parse(text) == outcome
-    assert Outcome.from_dict(json.loads(json.dumps(outcome.to_dict()))) == outcome
+    assert str(outcome) == text and Outcome.read(text) == outcome and Outcome.read(outcome) is outcome
+    assert Outcome.read(json.loads(json.dumps(outcome.to_dict()))) == outcome
     assert outcome == text and hash(outcome) == hash(text)  # scripts that compare with the text keep working
     assert outcome.ok == (text == "ok")
 
@@ -37,8 +37,9 @@ def test_an_error_carries_its_message_and_only_an_error_has_one():
     for bad in (lambda: Outcome("error"), lambda: Outcome("ok", "x"), lambda: Outcome("failed")):
         with pytest.raises(ValueError):
             bad()
-    with pytest.raises(ValueError, match="not an outcome"):
-        Outcome.parse("error")
+    for bad in ("error", {"kind": "ok", "code": 1}, ["ok"], None):
+        with pytest.raises(ValueError, match="not an outcome"):
+            Outcome.read(bad)
 
 
 def test_outcomes_are_counted_by_kind():

@@ -149,6 +149,25 @@ def test_to_pennylane_matches_reference_and_round_trips():
         np.testing.assert_allclose(reference_values(again, x, w), expected, atol=1e-10)
 
 
+def test_a_weight_only_in_a_global_phase_is_the_templates_own_with_pennylanes_values():  # 34.2
+    """``qml.GlobalPhase(w)`` of a weight (or an input) no gate uses: the template keeps it, as the
+    template's phase, with PennyLane's values; to_pennylane gives the phase back."""
+
+    def phased(inputs, weights):
+        qml.RY(inputs[0], wires=0)
+        qml.RX(weights[0], wires=1)
+        qml.CNOT(wires=[0, 1])
+        qml.GlobalPhase(0.5 * weights[1] - 0.25 + inputs[1])
+        qml.RZ(weights[2], wires=0)
+        return [qml.expval(qml.Z(0) @ qml.Z(1)), qml.expval(qml.X(0) + 0.5 * qml.Y(1))]
+
+    t = from_pennylane(phased, 2, n_inputs=2, n_weights=3)
+    assert t.phase == (Angle.input(1, -1.0), Angle.weight(1, -0.5))  # exp(-i phi): the phase is -phi
+    x, w = np.array([[0.3, 0.7], [1.1, -0.2]]), np.array([0.4, 0.9, -0.7])
+    np.testing.assert_allclose(reference_values(t, x, w), pennylane_values(phased, x, w), atol=1e-12)
+    assert from_pennylane(to_pennylane(t), 2, 2, 3) == t
+
+
 def test_to_pennylane_is_differentiable_with_torch():
     torch = pytest.importorskip("torch")
     c = Circuit(2)

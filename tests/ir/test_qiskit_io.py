@@ -13,6 +13,7 @@ from qiskit.circuit import Parameter, ParameterVector
 from qiskit.circuit.library import PauliEvolutionGate, real_amplitudes, z_feature_map
 from qiskit.quantum_info import Operator, Pauli, SparsePauliOp, Statevector
 
+import hqflow as hq
 from hqflow.backends import CircuitBatch
 from hqflow.backends.reference import ReferenceBackend
 from hqflow.ir import Angle, Circuit, CircuitError, Observable, Op, from_qiskit, to_qiskit
@@ -322,25 +323,45 @@ def test_qpy_whose_header_declares_more_than_it_holds_is_refused_before_loading(
     assert refused > 20 and peak < 64 * 2**20, f"decoding bad headers peaked at {peak / 2**20:.0f} MiB"
 
 
-def test_a_parameter_only_in_the_global_phase_need_not_be_listed_and_listing_it_is_one_line_error():  # 22.4
+def test_a_parameter_only_in_the_global_phase_need_not_be_listed_and_listed_is_the_templates_own():  # 22.4, 34.2
+    """Qiskit's Estimator binds a parameter that only sets the global phase and ignores it: so does a template
+    that lists it (as a weight or an input). Its values are Qiskit's, and to_qiskit, QPY and the graph JSON
+    keep it."""
     from qiskit.circuit.library import GlobalPhaseGate
+    from qiskit.primitives import StatevectorEstimator
 
-    a, t = Parameter("a"), Parameter("t")
+    from hqflow.ir import Graph
+
+    a, t, x = Parameter("a"), Parameter("t"), Parameter("x")
+    labels = [[("ZZ", 1.0)], [("IX", 0.5), ("YI", -1.0)]]
+    observables = ["Z0 Z1", [(0.5, "X0"), (-1.0, "Y1")]]
     for how in ("attribute", "gate"):
-        qc = QuantumCircuit(1)
-        qc.rx(a, 0)
+        qc = QuantumCircuit(2)
+        qc.ry(x, 0)
+        qc.rx(a, 1)
+        qc.cx(0, 1)
         if how == "attribute":
-            qc.global_phase = t + a
+            qc.global_phase = 2 * t + a
         else:
             qc.append(GlobalPhaseGate(t), [])
-        template = from_qiskit(qc, weights=[a], observables=["Z0"])
-        assert template.weight_names == ("a",)
-        value = ReferenceBackend().submit(CircuitBatch.make(template, None, [0.4])).result().values[0, 0]
-        assert value == pytest.approx(np.cos(0.4))
-        for inputs, weights in (([], [a, t]), ([t], [a])):
-            with pytest.raises(CircuitError, match=r"\['t'\] appear only in the global phase.*leave them out") as info:
-                from_qiskit(qc, inputs=inputs, weights=weights, observables=["Z0"])
-            assert "\n" not in str(info.value)
+        assert from_qiskit(qc, inputs=[x], weights=[a], observables=["Z0"]).weight_names == ("a",)  # unlisted
+        binding = {x: 0.3, a: 0.4, t: 0.9}
+        expected = qiskit_values(qc, binding, labels)
+        pub = (qc, [SparsePauliOp.from_list(lab) for lab in labels], {tuple(binding): list(binding.values())})
+        assert StatevectorEstimator().run([pub]).result()[0].data.evs == pytest.approx(expected, abs=1e-12)
+        for inputs, weights in (([x], [a, t]), ([x, t], [a])):
+            template = from_qiskit(qc, inputs=inputs, weights=weights, observables=observables, name="phased")
+            assert "t" in template.input_names + template.weight_names
+            got = reference_values(template, [binding[p] for p in inputs], [binding[p] for p in weights])
+            assert got == pytest.approx(expected, abs=1e-12)
+            names = (template.input_names, template.weight_names, observables, None, "phased")
+            assert from_qiskit(to_qiskit(template), *names[:3], name="phased") == template
+            assert template_from_qpy(template_to_qpy(template), *names) == template
+            pipe = hq.Pipeline("phase").input("x", "array").input("w", "array")
+            pipe.execute("circuit", template)
+            graph = pipe.connect("input.x", "circuit.inputs").connect("input.w", "circuit.weights").output(
+                "circuit.values").build()
+            assert Graph.from_json(graph.to_json()).fragment("circuit").circuit == template
 
 
 def _one_input(expression) -> tuple[QuantumCircuit, Parameter]:

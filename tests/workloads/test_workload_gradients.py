@@ -10,6 +10,7 @@ import pytest
 
 from hqflow.backends import get_backend
 from hqflow.backends.emulated import EmulatedQPU
+from hqflow.backends.reference import ReferenceBackend
 from hqflow.cli import main
 from hqflow.fragments import execute_batch
 from hqflow.ir import CircuitCall
@@ -124,6 +125,27 @@ def test_shots_make_the_training_values_estimates():
     assert vqe.run(vqe.Config(steps=2, shots=100))["history"] == one
     assert vqe.run(vqe.Config(steps=2, shots=100, seed=1))["history"] != one
     assert one[0] != exact[0] and abs(one[0] - exact[0]) < 0.5  # 100 shots of a Hamiltonian of norm < 3
+
+
+class _SamplesOnly(ReferenceBackend):
+    """A target without exact values, as a QPU: shots only."""
+
+    def __init__(self):
+        super().__init__()
+        self._caps = dataclasses.replace(self._caps, name="samples-only", exact=False)
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_the_evaluation_measures_with_the_runs_shots_on_a_target_without_exact_values(name):  # 34.21
+    """The accuracies, the final energy and the final <C> are measured as the run is: with its shots (and its
+    seed: the figures repeat), so a target without exact values evaluates them instead of failing."""
+    mod, small = SMALL[name]
+    cfg = mod.Config(**small, backend="qpu", **{SHOTS_FIELD[name]: 200})
+    runs = [mod.run(cfg, backends={"qpu": [_SamplesOnly()]}) for _ in range(2)]
+    figures = [{k: v for k, v in out.items() if isinstance(v, float) and k != "seconds"} for out in runs]
+    assert figures[0] and figures[0] == figures[1] and np.all(np.isfinite(list(figures[0].values())))
+    with pytest.raises(Exception, match="cannot compute exact values; set shots"):
+        mod.run(dataclasses.replace(cfg, **{SHOTS_FIELD[name]: None}), backends={"qpu": [_SamplesOnly()]})
 
 
 # --- hqflow run ------------------------------------------------------------------------------------------------
