@@ -280,8 +280,8 @@ class JobService:
             raise
 
     def _charge_shots(self, att: _Attempt, handle) -> int:
-        """Charge the attempt's predicted shots (none for exact values) where the ledger counts them; returns them."""
-        if not self.ledger.counts_shots:
+        """Under a shot budget, charge the attempt's predicted shots (none for exact values); returns them."""
+        if self.ledger.shot_budget is None:
             return 0
         shots = self._predicted(att).shots
         if shots:
@@ -432,8 +432,8 @@ class JobService:
         spend = shots = 0
         if att.estimate is not None and isinstance(actual, (int, float)) and actual == actual:
             spend, att.estimate = float(actual) - att.estimate, float(actual)
-        if att.shots is not None and used.shots != att.shots:
-            shots, att.shots = used.shots - att.shots, used.shots
+        if used.shots != (att.shots or 0):  # (uncharged: no shot budget) the ledger counts every shot all the same
+            shots, att.shots = used.shots - (att.shots or 0), used.shots
         self.ledger.settle(used, spend, shots)
 
     def _span(self, att: _Attempt, outcome: Outcome, meta: dict | None = None) -> None:

@@ -47,11 +47,10 @@ class Ledger:
         check_shot_budget(shot_budget)
         self.budget, self.shot_budget = budget, shot_budget
         self.spend, self.currency, self.refused = 0.0, None, 0
-        self.shots = 0  # shots charged: every sampling job's (exact jobs take none)
+        self.shots = 0  # the ended jobs' shots, and those charged for jobs in flight (only under a shot budget)
         self.paid = Usage()  # what the jobs that ended used, all of them
         self._lock = threading.Lock()
         self._file = None if path is None else self._open(path)
-        self.counts_shots = shot_budget is not None or path is not None  # every sampling job charges its shots
         self.before = {"spend": self.spend, "shots": self.shots}  # what earlier processes of the run paid
 
     def _open(self, path):
@@ -154,7 +153,6 @@ class RemoteLedger:
 
     def __init__(self, actor, budget: float | None, shot_budget: int | None = None, path=None):
         self.actor, self.budget, self.shot_budget = actor, budget, shot_budget
-        self.counts_shots = shot_budget is not None or path is not None
         self._final: dict | None = None  # the figures when the run's ledger was stopped
 
     @classmethod
