@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import hashlib
+import importlib.util
 import os
 import socket
 import threading
@@ -134,6 +135,7 @@ class AzureBackend(Backend):
                  max_bindings: int = MAX_BINDINGS):
         if not target:
             raise BackendError("name an Azure Quantum target: azure:<target>, e.g. azure:ionq.simulator")
+        _need_sdk()
         for option, value in (("shots", shots), ("max_concurrency", max_concurrency), ("job_tries", job_tries),
                               ("max_bindings", max_bindings)):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
@@ -701,6 +703,21 @@ def _digest(batch: CircuitBatch, shots: int) -> str:
     return h.hexdigest()[:32]
 
 
+_EXTRA = 'Azure Quantum needs the azure extra: pip install "hqflow[azure]"'
+_SDK = ("azure.quantum", "azure.storage.blob", "azure.identity")  # what the extra installs and every job needs
+
+
+def _need_sdk() -> None:
+    """``BackendAccessError`` (never retried) naming the extra when the SDK cannot be imported: a base install."""
+    for module in _SDK:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package missing, or blocked
+            found = False
+        if not found:
+            raise BackendAccessError(f"{_EXTRA} ({module} is not installed)")
+
+
 def connect(*, subscription_id=None, resource_group=None, name=None, location=None, resource_id=None,
             endpoint=None, key=None, credential=None, connection_string=None):
     """The SDK's ``Workspace`` from hqflow's options, the SDK's environment variables, or a connection string."""
@@ -708,7 +725,7 @@ def connect(*, subscription_id=None, resource_group=None, name=None, location=No
         from azure.core.credentials import AzureKeyCredential
         from azure.quantum import Workspace
     except ImportError:
-        raise BackendAccessError("Azure Quantum needs the azure extra: pip install 'hqflow[azure]'") from None
+        raise BackendAccessError(_EXTRA) from None
     key = key or os.environ.get("AZURE_QUANTUM_API_KEY")
     endpoint = endpoint or os.environ.get("AZURE_QUANTUM_ENDPOINT")
     if credential is None and key:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from hqflow.ir.circuit import Angle, CircuitTemplate, Op
 
-from ..base import BackendError, CircuitBatch
+from ..base import BackendAccessError, BackendError, CircuitBatch
 
 try:  # loaded with this module, on the thread that makes the backend: see the module docstring
     import qiskit  # noqa: F401
@@ -256,7 +256,7 @@ class Payloads:
                                     qiskit_pass_options={"supports_barrier": False})
             return backend.qir(qc)
         except ImportError as exc:
-            raise BackendError(f"Azure Quantum needs the azure extra: pip install 'hqflow[azure]' ({exc})") from None
+            raise BackendAccessError(f'Azure Quantum needs the azure extra: pip install "hqflow[azure]" ({exc})') from None
         except Exception as exc:  # a gate the target's translator rejects
             raise BackendError(f"cannot translate circuit {self.template.name!r} to "
                                f"{self.format.input_data_format}: {exc}") from None
