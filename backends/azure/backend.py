@@ -68,6 +68,7 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 import numpy as np
+from hqflow.ir.text import shown
 
 from ..base import Backend, BackendAccessError, BackendError, BatchResult, Capabilities, CircuitBatch, FutureJob, \
     JobCancelled, JobFailed, Usage
@@ -130,22 +131,29 @@ class AzureBackend(Backend):
                  resource_id: str | None = None, endpoint: str | None = None, key: str | None = None,
                  credential=None, connection_string: str | None = None, shots: int = 500,
                  max_concurrency: int = 64, job_tries: int = 4, session: bool = False,
-                 job_failure_policy: str = "Abort", input_format: str | None = None, poll_interval: float = 0.05,
-                 max_poll_interval: float = 5.0, prices: str = PRICES, workspace=None,
-                 max_bindings: int = MAX_BINDINGS):
+                 job_failure_policy: str | None = None, input_format: str | None = None,
+                 poll_interval: float = 0.05, max_poll_interval: float = 5.0, prices: str = PRICES, workspace=None,
+                 max_bindings: int | None = None):
         if not target:
             raise BackendError("name an Azure Quantum target: azure:<target>, e.g. azure:ionq.simulator")
         _need_sdk()
         for option, value in (("shots", shots), ("max_concurrency", max_concurrency), ("job_tries", job_tries),
-                              ("max_bindings", max_bindings)):
+                              ("max_bindings", MAX_BINDINGS if max_bindings is None else max_bindings)):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-                raise BackendError(f"{option} must be a positive integer, got {value!r}")
-        if job_failure_policy not in ("Abort", "Continue"):
-            raise BackendError(f"job_failure_policy must be 'Abort' or 'Continue', got {job_failure_policy!r}")
+                raise BackendError(f"{option} must be a positive integer, got {shown(value)}")
+        if job_failure_policy not in (None, "Abort", "Continue"):
+            raise BackendError(f"job_failure_policy must be 'Abort' or 'Continue', got {shown(job_failure_policy)}")
+        if job_failure_policy is not None and not session:
+            raise BackendError(f"job_failure_policy={job_failure_policy!r} applies to a session: it goes with "
+                               "session=True")
+        if session and job_failure_policy == "Abort":  # the session would refuse a failed row's next try
+            raise BackendError("session=True with job_failure_policy='Abort' would end the session at the first "
+                               "failed service job, so no row could be retried (job_tries): use 'Continue' (the "
+                               "default with a session)")
         self.target, self.name = target, f"azure:{target}"
         self.format: Format = format_for(target, input_format)
         self.shots, self.session, self.job_tries = int(shots), bool(session), int(job_tries)
-        self.job_failure_policy = job_failure_policy
+        self.job_failure_policy = "Continue"
         self.poll_interval, self.max_poll_interval = float(poll_interval), float(max_poll_interval)
         self.prices = prices
         self._entry = load_prices(prices)["targets"].get(target)
@@ -153,7 +161,11 @@ class AzureBackend(Backend):
         if per_job != 1 and self.format.kind not in packing.PACKS:
             raise BackendError(f"the price table says {target} takes {per_job} rows per {self.format.kind} job, "
                                f"but hqflow packs only parameter bindings ({', '.join(packing.PACKS)})")
-        self.max_bindings = int(max_bindings)
+        if max_bindings is not None and per_job is not None:
+            raise BackendError(f"max_bindings sets how many parameter bindings one service job holds where the input "
+                               f"format packs them (input_format='quil' on rigetti targets); {target} in "
+                               f"{self.format.kind} takes {per_job} per job, so it would do nothing")
+        self.max_bindings = MAX_BINDINGS if max_bindings is None else int(max_bindings)
         self.rows_per_job = per_job or self.max_bindings  # rows of one group in one service job
         self._connect = dict(subscription_id=subscription_id, resource_group=resource_group, name=name,
                              location=location, resource_id=resource_id, endpoint=endpoint, key=key,

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from hqflow.ir.circuit import Angle, CircuitTemplate, Op
+from hqflow.ir.text import shown
 
 from ..base import BackendAccessError, BackendError, CircuitBatch
 
@@ -63,15 +64,24 @@ _QUIL = {"rx": "RX", "ry": "RY", "rz": "RZ", "h": "H", "x": "X", "y": "Y", "z": 
          "sdg": "DAGGER S", "tdg": "DAGGER T", "cz": "CZ", "cx": "CNOT", "swap": "SWAP", "ccx": "CCNOT"}
 
 
+# the input formats each provider's targets take on Azure Quantum (the first: the default); QIR for the rest
+TAKES = {"ionq": ("ionq", "qir"), "quantinuum": ("qasm", "qir"), "honeywell": ("qasm", "qir"),
+         "rigetti": ("qir", "quil")}
+
+
 def format_for(target: str, override: str | None = None) -> Format:
     """IonQ's JSON for ``ionq.*``, OpenQASM 2 for ``quantinuum.*``, QIR for the rest (or ``override``: Quil
-    for Rigetti is chosen with ``"quil"``)."""
-    if override is not None:
-        if override not in FORMATS:
-            raise BackendError(f"unknown input format {override!r}; one of {', '.join(FORMATS)}")
-        return FORMATS[override]
+    for Rigetti is chosen with ``"quil"``); a format the target's provider does not take is refused."""
     provider = target.split(".", 1)[0].lower()
-    return FORMATS["ionq" if provider == "ionq" else "qasm" if provider in ("quantinuum", "honeywell") else "qir"]
+    takes = TAKES.get(provider, ("qir",))
+    if override is None:
+        return FORMATS[takes[0]]
+    if override not in FORMATS:
+        raise BackendError(f"unknown input format {shown(override)}; one of {', '.join(FORMATS)}")
+    if provider in TAKES and override not in takes:
+        raise BackendError(f"input_format {override!r}: {provider} targets take {' or '.join(takes)}, not "
+                           f"{override} ({target} would fail every service job)")
+    return FORMATS[override]
 
 
 # --- lowering: every gate into the set all three translators take ------------------------
