@@ -29,10 +29,12 @@ from .base import (
     JobCancelled,
     JobFailed,
     LocalBackend,
+    RequestRefused,
     Usage,
     as_backend,
     as_job,
     is_backend,
+    preflight,
 )
 
 # name -> "module:factory" (or the factory), called with the backend's options as keywords
@@ -179,12 +181,14 @@ __all__ = [
     "JobCancelled",
     "JobFailed",
     "LocalBackend",
+    "RequestRefused",
     "Usage",
     "as_backend",
     "as_job",
     "backend_names",
     "get_backend",
     "is_backend",
+    "preflight",
     "register_backend",
     "registration",
 ]

@@ -154,11 +154,35 @@ def frugal_bounds(args):
     return Bounds(args.gradients, args.shots_range, args.spsa_samples_range)
 
 
-def policy_template(mod, cfg):
-    """The circuit template of ``mod``'s policy for ``cfg`` (no backend made)."""
+def policy_row(mod, cfg):
+    """One row of ``mod``'s policy circuit for ``cfg``, at its shots (no backend made)."""
+    import numpy as np
+
+    from hqflow.backends import CircuitBatch
     from hqflow.workloads.rl.policies import _PQC
 
-    return next(m.template for m in mod.make_policy(cfg).modules() if isinstance(m, _PQC))
+    t = next(m.template for m in mod.make_policy(cfg).modules() if isinstance(m, _PQC))
+    return CircuitBatch.make(t, np.zeros((1, t.n_inputs)), np.zeros(t.n_weights), shots=cfg.shots)
+
+
+def check_target(members, algo: str, cfg, budget=None, dry_run: bool = False) -> None:
+    """At a run's start: shots a member would refuse (``max_shots``), or a member that cannot price the policy's
+    circuit under --budget or --dry-run (which need a price), as a usage error; without them, that member is said
+    once (its cost is reported unknown, never 0)."""
+    import sys
+
+    from hqflow.backends import preflight
+    from hqflow.workloads.rl.runner import algorithm
+
+    from .cli_pool import UsageError
+
+    one = policy_row(algorithm(algo), cfg)
+    for backend in members:
+        refused, unpriced = preflight(backend, one)
+        if refused or (unpriced and (budget is not None or dry_run)):
+            raise UsageError(refused or f"{'--dry-run' if dry_run else '--budget'} needs a price: {unpriced}")
+        if unpriced:
+            print(f"hqflow: warning: {unpriced}; its jobs' cost is reported as unknown", file=sys.stderr)
 
 
 def frugal_config(mod, cfg, spec, bounds):
@@ -168,18 +192,15 @@ def frugal_config(mod, cfg, spec, bounds):
     import dataclasses
     import sys
 
-    import numpy as np
-
-    from hqflow.backends import BackendError, CircuitBatch
+    from hqflow.backends import BackendError
 
     from .cli_pool import UsageError, make_member
     from .frugal import choose
 
-    template = policy_template(mod, cfg)
-    one = CircuitBatch.make(template, np.zeros((1, template.n_inputs)), np.zeros(template.n_weights), shots=cfg.shots)
+    one = policy_row(mod, cfg)
     backend = make_member(spec)
     try:
-        chosen = choose(backend, one, template.n_inputs + template.n_weights, bounds, gradient=cfg.gradient,
+        chosen = choose(backend, one, one.template.n_inputs + one.template.n_weights, bounds, gradient=cfg.gradient,
                         shots=cfg.shots, spsa_samples=cfg.spsa_samples,
                         circuits_per_state=lambda rows: mod.circuits_per_step(cfg, rows))
     except (BackendError, ValueError) as exc:

@@ -68,10 +68,10 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 import numpy as np
-from hqflow.ir.text import shown
+from hqflow.ir.text import number, shown
 
 from ..base import Backend, BackendAccessError, BackendError, BatchResult, Capabilities, CircuitBatch, FutureJob, \
-    JobCancelled, JobFailed, Usage
+    JobCancelled, JobFailed, RequestRefused, Usage
 from . import packing
 from .cost import MAX_BINDINGS, PRICES, Cost, batch_cost, job_cost, limits, load_prices, template_counts
 from .packing import Chunk
@@ -115,7 +115,7 @@ class _Prepared:
 
     def job_cost(self, group: int, shots: int, rows: int = 1) -> float:
         """What one service job of ``group`` at ``shots`` (``rows`` bindings) costs; NaN where the price is unknown."""
-        if not self.entry or self.entry.get("model") == "unknown":
+        if not self.entry:
             return float("nan")
         try:
             return job_cost(self.entry, self.target, self.counts[group], shots, rows)
@@ -158,6 +158,8 @@ class AzureBackend(Backend):
         self.prices = prices
         self._entry = load_prices(prices)["targets"].get(target)
         per_job, self.max_shots = limits(target, self.format.kind, prices)
+        if self.max_shots is not None and self.shots > self.max_shots:
+            raise BackendError(f"shots={self.shots}: {target} takes at most {self.max_shots:,} shots per job")
         if per_job != 1 and self.format.kind not in packing.PACKS:
             raise BackendError(f"the price table says {target} takes {per_job} rows per {self.format.kind} job, "
                                f"but hqflow packs only parameter bindings ({', '.join(packing.PACKS)})")
@@ -195,8 +197,8 @@ class AzureBackend(Backend):
         prep = self._prepare(batch.template)
         shots = batch.shots or self.shots
         if self.max_shots is not None and shots > self.max_shots:
-            raise BackendError(f"{self.target} takes at most {self.max_shots:,} shots per job (azure-quantum's "
-                               f"target configuration); got {shots}")
+            raise RequestRefused(f"{self.target} takes at most {self.max_shots:,} shots per job (azure-quantum's "
+                                 f"target configuration); got {number(shots)}")
         key = batch.key or uuid.uuid4().hex
         chunks = packing.plan(prep.payloads, batch, key, _digest(batch, shots), self.rows_per_job)
         job = AzureJob(self, batch, prep, shots, len(chunks))
@@ -222,14 +224,14 @@ class AzureBackend(Backend):
 
     def usage(self, batch: CircuitBatch) -> Usage:
         """What the batch will use: ``groups * ceil(rows / rows_per_job)`` service jobs, ``rows * groups``
-        circuits of the batch's shots (or the ``shots`` option), and the estimate (0 where no price is known)."""
+        circuits of the batch's shots (or the ``shots`` option), and the estimate (NaN where no price is known)."""
         prep = self._prepare(batch.template)
         groups, shots = len(prep.payloads.groups), batch.shots or self.shots
         try:
             cost = self.estimate_cost(batch)
             amount, currency = cost.amount, cost.currency
         except BackendError:
-            amount, currency = 0.0, (self._entry or {}).get("currency")
+            amount, currency = float("nan"), (self._entry or {}).get("currency")
         circuits = batch.size * groups
         return Usage(self.capabilities.service_jobs(batch.size, groups), circuits, circuits * shots, amount,
                      currency)
@@ -597,11 +599,11 @@ class AzureJob(FutureJob):
 
     def _used(self) -> dict:
         """What the batch has used so far: ``BatchResult.metadata``'s figures, and ``usage``, a ``Usage`` of
-        the service jobs it created (retries included; cost 0 where no price is known)."""
+        the service jobs it created (retries included; cost NaN where no price is known)."""
         with self._lock:
             currency = (self.backend_obj._entry or {}).get("currency", "USD")
-            usage = Usage(self._created, self._circuits, self._circuits * self.shots,
-                          self._cost if np.isfinite(self._cost) else 0.0, currency, self._failed)
+            usage = Usage(self._created, self._circuits, self._circuits * self.shots, self._cost, currency,
+                          self._failed)
             return {"backend": self.backend, "cost": self._cost, "service_jobs": self._created,
                     "reused_jobs": self._reused, "failed_jobs": self._failed, "currency": currency,
                     "shots": self.shots, "usage": usage}

@@ -58,3 +58,84 @@ def test_an_unknown_option_is_named_with_the_nearest_known_one(name, options, sa
     with pytest.raises(BackendError) as err:
         get_backend(name, **options)
     assert said in str(err.value) and "location" not in str(err.value).split("it takes")[0], err.value
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+@pytest.mark.parametrize("backend", [["azure:ionq.qpu.aria-1", "--dry-run"],
+                                     ["emulated-qpu", "--backend-opt", "price_as=ionq.qpu.aria-1", "--dry-run"],
+                                     ["emulated-qpu", "--backend-opt", "price_as=ionq.qpu.aria-1"],
+                                     ["emulated-qpu", "--backend-opt", "max_shots=100", "--episodes", "1"]])
+def test_shots_over_the_targets_cap_are_refused_at_the_start(backend, capsys, tmp_path, monkeypatch):
+    """34.4: --dry-run priced 20,000 shots on Aria (cap 10,000) at $21M and exited 0; a real run retried 4 times."""
+    monkeypatch.chdir(tmp_path)
+    cap = "100" if "max_shots=100" in backend else "10,000"
+    code = main(["train", "cartpole", "--backend", *backend, "--shots", "20000"])
+    line = _one_line(capsys)
+    assert code == 2 and f"takes at most {cap} shots per job; got 20000" in line, line
+
+
+def test_shots_over_the_cap_are_never_retried():
+    """34.4: the refusal at submit is a RequestRefused (retryable False): the runtime ends the run at once."""
+
+    from hqflow.backends import CircuitBatch, RequestRefused
+    from hqflow.ir import Circuit
+
+    c = Circuit(1, name="one")
+    c.ry(c.inputs("x", 1)[0], 0)
+    batch = CircuitBatch.make(c.build(observables=["Z0"]), [[0.1]], shots=20000)
+    for backend in (get_backend("azure:ionq.qpu.aria-1"), get_backend("emulated-qpu", price_as="ionq.qpu.aria-1")):
+        assert backend.capabilities.max_shots == 10000
+        with pytest.raises(RequestRefused) as err:
+            backend.submit(batch)
+        assert not err.value.retryable
+        backend.close()
+    with pytest.raises(BackendError, match="shots=20000: ionq.qpu.aria-1 takes at most 10,000"):
+        get_backend("azure:ionq.qpu.aria-1", shots=20000)  # the option, for an exact batch
+    from hqflow.backends.dryrun import DryRunBackend
+
+    with pytest.raises(RequestRefused, match="a real submit would refuse"):
+        DryRunBackend("azure:ionq.qpu.aria-1").submit(batch)
+
+
+CEPHEUS = ["--backend", "azure:rigetti.qpu.cepheus-1-108q", "--backend-opt", "input_format=quil"]
+
+
+@pytest.mark.parametrize("flag", [["--dry-run"], ["--budget", "1000"]])
+def test_a_target_without_a_known_price_refuses_a_dry_run_and_a_budget(flag, capsys, tmp_path, monkeypatch):
+    """34.6: --dry-run retried 4 times to say 'no price is known'; --budget said 'raise --budget, then --resume'."""
+    monkeypatch.chdir(tmp_path)
+    code = main(["train", "cartpole", *CEPHEUS, "--shots", "100", *flag])
+    line = _one_line(capsys)
+    assert code == 2 and f"{flag[0]} needs a price" in line and "execution time" in line, line
+    assert "raise --budget" not in line
+
+
+def test_rigettis_documented_price_is_in_the_table_with_its_source_and_date():
+    """34.6: Rigetti's QPUs bill $0.02 per 10 ms of execution time; no documented model predicts that time, so a job
+    is not priced before it runs, and its usage's cost is unknown (NaN), never 0."""
+    import math
+
+    import numpy as np
+
+    from hqflow.backends import BackendError, CircuitBatch
+    from hqflow.backends.azure.cost import list_price, load_prices
+    from hqflow.ir import Circuit
+
+    table = load_prices()
+    for target in ("rigetti.qpu.cepheus-1-108q", "rigetti.qpu.ankaa-3"):
+        entry = table["targets"][target]
+        assert (entry["model"], entry["price_per_10ms"], entry["price_read"]) == ("time", 0.02, "2026-11-28")
+    assert "0.02 per 10-millisecond increment" in table["source"] and "2026-11-28" in table["source"]
+    assert "time" in table["models"]
+    c = Circuit(1, name="one")
+    c.rx(c.inputs("x", 1)[0], 0)
+    batch = CircuitBatch.make(c.build(observables=["Z0"]), np.zeros((3, 1)), shots=100)
+    with pytest.raises(BackendError, match="execution time"):
+        list_price("rigetti.qpu.cepheus-1-108q", batch)
+    used = get_backend("azure:rigetti.qpu.cepheus-1-108q", input_format="quil").usage(batch)
+    assert used.service_jobs == 1 and math.isnan(used.cost)
