@@ -58,6 +58,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import hashlib
 import importlib.util
+import logging
 import os
 import socket
 import threading
@@ -732,27 +733,54 @@ def _need_sdk() -> None:
             raise BackendAccessError(f"{_EXTRA} ({module} is not installed)")
 
 
+# each workspace setting: its option, and the environment variables the SDK reads it from
+_WHERE = (("subscription_id", ("AZURE_QUANTUM_SUBSCRIPTION_ID", "AZURE_SUBSCRIPTION_ID")),
+          ("resource_group", ("AZURE_QUANTUM_WORKSPACE_RG", "AZURE_RESOURCE_GROUP")),
+          ("name", ("AZURE_QUANTUM_WORKSPACE_NAME",)), ("location", ("AZURE_QUANTUM_WORKSPACE_LOCATION",)))
+
+
 def connect(*, subscription_id=None, resource_group=None, name=None, location=None, resource_id=None,
             endpoint=None, key=None, credential=None, connection_string=None):
     """The SDK's ``Workspace`` from hqflow's options, the SDK's environment variables, or a connection string."""
     try:
         from azure.core.credentials import AzureKeyCredential
+        from azure.core.exceptions import ClientAuthenticationError
         from azure.quantum import Workspace
     except ImportError:
         raise BackendAccessError(_EXTRA) from None
     key = key or os.environ.get("AZURE_QUANTUM_API_KEY")
     endpoint = endpoint or os.environ.get("AZURE_QUANTUM_ENDPOINT")
-    if credential is None and key:
-        credential = AzureKeyCredential(key)
     kw = {k: v for k, v in dict(subscription_id=subscription_id, resource_group=resource_group, name=name,
                                 location=location, resource_id=resource_id).items() if v is not None}
+    by_string = connection_string or os.environ.get("AZURE_QUANTUM_CONNECTION_STRING")
+    missing = [] if by_string else [envs[0] for k, envs in _WHERE if not kw.get(k) and not any(map(os.environ.get, envs))
+                                    and not (resource_id and k != "location")]
+    if missing:  # the SDK would look the rest up in Azure Resource Graph, signing in however it can
+        options = ", ".join(k for k, envs in _WHERE if envs[0] in missing)
+        raise BackendAccessError(f"Azure Quantum workspace not configured: set {', '.join(missing)} (or the options "
+                                 f"{options}), or AZURE_QUANTUM_CONNECTION_STRING; see README 'Run on Azure Quantum'")
+    if credential is None and key:
+        credential = AzureKeyCredential(key)
+    elif credential is None and not by_string:  # the SDK's default would open a browser: never from hqflow
+        from azure.identity import DefaultAzureCredential
+
+        quiet = logging.getLogger("azure.identity")  # its failed sign-ins are raised, in one line: no 20-line log
+        if not quiet.handlers:  # where the application logs nothing (Python's last resort would print them)
+            quiet.addHandler(logging.NullHandler())
+
+        credential = DefaultAzureCredential(exclude_interactive_browser_credential=True)
     if endpoint:
         kw["_quantum_endpoint"] = endpoint
     try:
         if connection_string and not kw:
             return Workspace.from_connection_string(connection_string)
         return Workspace(credential=credential, user_agent="hqflow", **kw)
-    except ValueError as exc:
+    except ClientAuthenticationError as exc:  # looking the workspace's endpoint up in Azure needs a sign-in
+        first = (str(exc).strip().splitlines() or ["no credential"])[0][:200]
+        raise AzureUnauthorized(f"Azure Quantum workspace {kw.get('name') or '(from the environment)'!r}: no "
+                                f"credential to load it with ({first}); set AZURE_QUANTUM_API_KEY or sign in with "
+                                "az login") from None
+    except (ValueError, RuntimeError) as exc:  # RuntimeError: the SDK's lookup of the workspace failed
         raise BackendAccessError(
             "Azure Quantum workspace not configured: pass subscription_id, resource_group, name and location "
             "with key or credential (or set AZURE_QUANTUM_CONNECTION_STRING, or the AZURE_QUANTUM_* variables); "

@@ -139,3 +139,41 @@ def test_rigettis_documented_price_is_in_the_table_with_its_source_and_date():
         list_price("rigetti.qpu.cepheus-1-108q", batch)
     used = get_backend("azure:rigetti.qpu.cepheus-1-108q", input_format="quil").usage(batch)
     assert used.service_jobs == 1 and math.isnan(used.cost)
+
+
+def test_hqflow_backends_with_part_of_a_workspace_names_what_is_missing_and_looks_nothing_up(capsys, monkeypatch):
+    """34.11: with only AZURE_QUANTUM_WORKSPACE_NAME set, the listing looked the workspace up in Azure Resource Graph
+    for 18 s, tried an interactive browser credential, and ended in a 106-line traceback."""
+    import os
+
+    from azure.quantum import _mgmt_client
+
+    def looked_up(*args, **kwargs):
+        raise AssertionError("the workspace was looked up")
+
+    monkeypatch.setattr(_mgmt_client.WorkspaceMgmtClient, "load_workspace_from_arg", looked_up)
+    monkeypatch.setattr(_mgmt_client.WorkspaceMgmtClient, "load_workspace_from_arm", looked_up)
+    for var in [v for v in os.environ if v.startswith("AZURE_")]:
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("AZURE_QUANTUM_WORKSPACE_NAME", "my-ws")
+    assert main(["backends"]) == 0
+    out, err = capsys.readouterr()
+    line = next(x for x in out.splitlines() if x.startswith("azure:"))
+    assert ("set AZURE_QUANTUM_SUBSCRIPTION_ID, AZURE_QUANTUM_WORKSPACE_RG, AZURE_QUANTUM_WORKSPACE_LOCATION "
+            "(or the options subscription_id, resource_group, location)") in line, line
+    assert "Traceback" not in err and "looked up" not in out + err
+
+
+def test_without_a_key_no_credential_opens_a_browser(monkeypatch):
+    """34.11: the SDK's own default credential includes the interactive browser; hqflow's never does."""
+    from azure.identity import DefaultAzureCredential, InteractiveBrowserCredential
+
+    from hqflow.backends.azure.backend import connect
+
+    monkeypatch.delenv("AZURE_QUANTUM_API_KEY", raising=False)
+    monkeypatch.delenv("AZURE_QUANTUM_CONNECTION_STRING", raising=False)
+    where = dict(subscription_id="00000000-0000-0000-0000-000000000000", resource_group="rg", name="ws",
+                 location="eastus")
+    credential = connect(**where, endpoint="http://127.0.0.1:9")._connection_params.credential  # nothing sent
+    assert isinstance(credential, DefaultAzureCredential)
+    assert not any(isinstance(c, InteractiveBrowserCredential) for c in credential.credentials)
