@@ -122,6 +122,21 @@ def _lower(op: Op) -> list[Op]:
     return [op]
 
 
+_TO_Z = {"rxx": ("h", 0.0), "ryy": ("rx", math.pi / 2), "rzz": (None, 0.0)}  # U with U P U^dagger = Z, P the Pauli
+
+
+def _quil_ops(op: Op) -> list[Op]:
+    """``op`` in Quil's standard gates: ``rxx``, ``ryy`` and ``rzz``, which it lacks, exactly as
+    ``U^dagger (CNOT, RZ(t) on the target, CNOT) U`` per qubit (``U``: H for XX, RX(pi/2) for YY)."""
+    if op.name not in _TO_Z:
+        return [op]
+    gate, angle = _TO_Z[op.name]
+    a, b = op.wires
+    into = [] if gate is None else [Op(gate, (q,), (Angle.const(angle),) if angle else ()) for q in (a, b)]
+    back = [] if gate is None else [Op(gate, (q,), (Angle.const(-angle),) if angle else ()) for q in (a, b)]
+    return [*into, Op("cx", (a, b)), Op("rz", (b,), op.angles), Op("cx", (a, b)), *back]
+
+
 def lowered_ops(template: CircuitTemplate) -> list[Op]:
     """The template's ops in the gate set every format takes (``_lower``)."""
     return [low for op in template.ops for low in _lower(op)]
@@ -224,7 +239,7 @@ class Payloads:
         rotations, then ``MEASURE q ro[q]`` for every qubit. A gate Quil lacks is a ``BackendError``."""
         n, gaps, slots = self.template.n_qubits, [], []
         text = f"DECLARE ro BIT[{n}]\nDECLARE {QUIL_MEMORY} REAL[{max(len(self.slot_angles), 1)}]\n"
-        for op in self.ops:
+        for op in (q for o in self.ops for q in _quil_ops(o)):
             if op.name not in _QUIL:
                 raise BackendError(f"gate {op.name!r} of circuit {self.template.name!r} has no Quil equivalent "
                                    f"({self.format.input_data_format}); use input_format='qir'")
