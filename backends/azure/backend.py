@@ -393,11 +393,13 @@ class AzureBackend(Backend):
         return None
 
     def _create(self, ws, jid: str, chunk: Chunk, job: AzureJob) -> tuple:
-        """``(job, created)``: upload the input and create the job (PUT with our id). An input already
-        there means a try before this one (a crash, a lost answer) got that far, and the job may exist:
-        it is then the job as it is (whether the service answers it or says 409), created here only if
-        it has not ended."""
-        from azure.core.exceptions import ResourceExistsError
+        """``(job, created)``: upload the input and create the job (PUT with our id), never PUTting an id that
+        may exist: an input already there means a try before this one (a crash, a lost answer) got that far,
+        and a PUT that failed may have created the job before its answer was lost, so the job is then looked
+        up (GET) first, and PUT again only if it does not exist (the SDK's own blind repeats of the PUT are
+        off). A job found is the job as it is, created here only if this try uploaded its input or it has
+        not ended."""
+        from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
         from azure.quantum import Job
         from azure.quantum.storage import remove_sas_token
 
@@ -415,15 +417,29 @@ class AzureBackend(Backend):
             base, _, _ = remove_sas_token(container).partition("?")
             input_uri = base.rstrip("/") + "/inputData"
             fresh = False
-        try:
-            sj = Job.from_storage_uri(ws, name=f"hqflow-{job.batch.template.name}", target=self.target,
-                                      input_data_uri=input_uri, provider_id=self.target.split(".", 1)[0],
-                                      input_data_format=fmt.input_data_format,
-                                      output_data_format=fmt.output_data_format, container_uri=container,
-                                      job_id=jid, input_params=params, session_id=self._session())
-        except ResourceExistsError:
-            return ws.get_job(jid), False
-        return sj, fresh or _status(sj) not in _TERMINAL
+        sj = Job.from_storage_uri(ws, name=f"hqflow-{job.batch.template.name}", target=self.target,
+                                  input_data_uri=input_uri, provider_id=self.target.split(".", 1)[0],
+                                  input_data_format=fmt.input_data_format, output_data_format=fmt.output_data_format,
+                                  container_uri=container, job_id=jid, input_params=params,
+                                  session_id=self._session(), submit_job=False)
+        doubt = [not fresh]  # the job may exist: look it up before any PUT
+
+        def put() -> tuple:
+            if doubt[0]:
+                try:
+                    found = ws.get_job(jid)
+                    return found, fresh or _status(found) not in _TERMINAL
+                except ResourceNotFoundError:
+                    pass
+            doubt[0] = True  # from here, a failure may come after the service created it
+            try:  # the SDK's Job.submit, with its pipeline's retries (blind repeats of the PUT) off
+                sj.details = ws._get_jobs_client().create(ws.subscription_id, ws.resource_group, ws.name, jid,
+                                                          sj.details, retry_total=0)
+            except ResourceExistsError:
+                return ws.get_job(jid), False
+            return sj, fresh or _status(sj) not in _TERMINAL
+
+        return self._retry(put, "submit a job")
 
     def _wait(self, sj, job: AzureJob, part: tuple[int, int], closing: threading.Event) -> None:
         """Poll until the job ends: first when jobs have been taking to finish, then backing off (afresh once it
