@@ -154,31 +154,16 @@ def frugal_bounds(args):
     return Bounds(args.gradients, args.shots_range, args.spsa_samples_range)
 
 
-def policy_row(mod, cfg):
-    """One row of ``mod``'s policy circuit for ``cfg``, at its shots (no backend made)."""
-    import numpy as np
-
-    from hqflow.backends import CircuitBatch
-    from hqflow.workloads.rl.policies import _PQC
-
-    t = next(m.template for m in mod.make_policy(cfg).modules() if isinstance(m, _PQC))
-    return CircuitBatch.make(t, np.zeros((1, t.n_inputs)), np.zeros(t.n_weights), shots=cfg.shots)
-
-
 def check_target(members, algo: str, cfg, budget=None, dry_run: bool = False) -> None:
-    """At a run's start: shots a member would refuse (``max_shots``), or a member that cannot price the policy's
-    circuit under --budget or --dry-run (which need a price), as a usage error; without them, that member is said
-    once (its cost is reported unknown, never 0)."""
+    """At a run's start, one line: shots a member refuses, or no price where --budget or --dry-run needs one."""
     import sys
 
     from hqflow.backends import preflight
-    from hqflow.workloads.rl.runner import algorithm
+    from hqflow.workloads.rl import policies, runner
 
     from .cli_pool import UsageError
 
-    one = policy_row(algorithm(algo), cfg)
-    for backend in members:
-        refused, unpriced = preflight(backend, one)
+    for refused, unpriced in (preflight(b, policies.policy_row(runner.algorithm(algo), cfg)) for b in members):
         if refused or (unpriced and (budget is not None or dry_run)):
             raise UsageError(refused or f"{'--dry-run' if dry_run else '--budget'} needs a price: {unpriced}")
         if unpriced:
@@ -193,6 +178,7 @@ def frugal_config(mod, cfg, spec, bounds):
     import sys
 
     from hqflow.backends import BackendError
+    from hqflow.workloads.rl.policies import policy_row
 
     from .cli_pool import UsageError, make_member
     from .frugal import choose

@@ -774,7 +774,8 @@ def connect(*, subscription_id=None, resource_group=None, name=None, location=No
     if missing:  # the SDK would look the rest up in Azure Resource Graph, signing in however it can
         options = ", ".join(k for k, envs in _WHERE if envs[0] in missing)
         raise BackendAccessError(f"Azure Quantum workspace not configured: set {', '.join(missing)} (or the options "
-                                 f"{options}), or AZURE_QUANTUM_CONNECTION_STRING; see README 'Run on Azure Quantum'")
+                                 f"{options}; and AZURE_QUANTUM_API_KEY, or sign in with az login), or "
+                                 "AZURE_QUANTUM_CONNECTION_STRING; see README 'Run on Azure Quantum'")
     if credential is None and key:
         credential = AzureKeyCredential(key)
     elif credential is None and not by_string:  # the SDK's default would open a browser: never from hqflow

@@ -267,7 +267,8 @@ def test_provider_status_lists_and_job_listing(azure_workspace, azure_service):
     stats = azure_service.stats()
     assert stats["jobs"] == 2 and stats["executions"] == 2 and stats["by_status"] == {"Succeeded": 2}
     assert stats["requests"] > 0 and set(stats["faults"]) == {"job_failure", "http_503", "http_429", "slow_job",
-                                                              "hang_job", "expired_sas", "drop_connection"}
+                                                              "hang_job", "expired_sas", "drop_connection", "lost_put"}
+    assert stats["repeated_puts"] == 0
 
 
 def test_jobs_overlap_in_the_service(azure_workspace, azure_service):

@@ -160,7 +160,7 @@ def test_hqflow_backends_with_part_of_a_workspace_names_what_is_missing_and_look
     out, err = capsys.readouterr()
     line = next(x for x in out.splitlines() if x.startswith("azure:"))
     assert ("set AZURE_QUANTUM_SUBSCRIPTION_ID, AZURE_QUANTUM_WORKSPACE_RG, AZURE_QUANTUM_WORKSPACE_LOCATION "
-            "(or the options subscription_id, resource_group, location)") in line, line
+            "(or the options subscription_id, resource_group, location;") in line, line
     assert "Traceback" not in err and "looked up" not in out + err
 
 
