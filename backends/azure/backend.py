@@ -20,7 +20,8 @@ timeout finds the service job that already ran instead of running it again.
 What fails, and what happens then:
 
 * a transient HTTP failure (429, 5xx, a dropped connection, an expired SAS) is
-  retried with the same id;
+  retried with the same id; a job's PUT that failed so (its answer may be lost after the service
+  created the job) is followed by a GET of the id, and PUT again only if no such job exists;
 * a service job that ends ``Failed`` (or is cancelled by someone else) is retried
   alone, with the next try's id, up to ``job_tries`` service jobs for that row (or
   packed rows) and group; its sibling jobs run on untouched. Only a row that fails ``job_tries``
@@ -43,14 +44,21 @@ included, their circuits and shots, and their list price) beside ``service_jobs`
 other figures. A simulator target's returned probabilities are sampled here: from each row's own seed
 where the batch has ``row_seeds`` (``capabilities.row_seeded``), else from the batch's seed as before.
 
-Options follow the SDK's ``Workspace``: ``subscription_id``, ``resource_group``,
+Options beside the workspace's: ``shots`` (at most the target's cap), ``max_concurrency``, ``job_tries``,
+``session`` (one session per run, under the ``Continue`` failure policy: ``Abort`` would leave a failed row no
+retry, and is refused), ``input_format`` (one the target's provider takes), ``max_bindings`` (only where the
+format packs bindings: Quil), the polling intervals and ``prices`` (the target table).
+
+The workspace's options follow the SDK's ``Workspace``: ``subscription_id``, ``resource_group``,
 ``name``, ``location``, ``resource_id``, ``credential`` (an azure-identity
 credential) or ``key`` (an API key), ``connection_string``, and ``endpoint`` (the
 job service's URL). Unset ones come from the SDK's environment variables
 (``AZURE_QUANTUM_SUBSCRIPTION_ID``, ``AZURE_QUANTUM_WORKSPACE_RG``,
 ``AZURE_QUANTUM_WORKSPACE_NAME``, ``AZURE_QUANTUM_WORKSPACE_LOCATION``,
 ``AZURE_QUANTUM_CONNECTION_STRING``) and hqflow's ``AZURE_QUANTUM_API_KEY`` and
-``AZURE_QUANTUM_ENDPOINT``; without a key, the SDK's default credential (``az login``).
+``AZURE_QUANTUM_ENDPOINT``; without a key, azure-identity's ``DefaultAzureCredential`` (``az login``), never an
+interactive browser. Settings left unset are refused in one line that names them (the workspace is not looked
+up by name).
 Keep the key in the environment: an option on a command line shows in ``ps``.
 """
 from __future__ import annotations
