@@ -9,11 +9,12 @@ Backends are imported lazily, so ``import hqflow.backends`` stays cheap.
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 from collections.abc import Callable
 
-from hqflow.ir.text import one_line
+from hqflow.ir.text import one_line, shown
 
 from .base import (
     Backend,
@@ -28,10 +29,12 @@ from .base import (
     JobCancelled,
     JobFailed,
     LocalBackend,
+    RequestRefused,
     Usage,
     as_backend,
     as_job,
     is_backend,
+    preflight,
 )
 
 # name -> "module:factory" (or the factory), called with the backend's options as keywords
@@ -97,11 +100,32 @@ def get_backend(name: str, /, **options) -> Backend:
             raise BackendError(f"backend {one_line(repr(name))}: {keyword} is given twice, as the suffix and as an option")
         options = {keyword: suffix, **options}
     factory = _resolve(_REGISTRY[prefix])
-    try:
-        inspect.signature(factory).bind(**options)
-    except TypeError as exc:
-        raise BackendError(f"backend {one_line(repr(name))}: bad options {sorted(options)}: {exc}") from None
+    problem = _bad_options(factory, options)
+    if problem:
+        raise BackendError(f"backend {one_line(repr(name))}: {problem}")
     return as_backend(factory(**options))
+
+
+def _bad_options(factory, options: dict) -> str | None:
+    """What is wrong with ``options`` for ``factory``: each unknown key named, with the nearest known one
+    ("did you mean") or, with none near, the keys it takes; or what else binding says (None: they bind)."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin without one: the call says
+        return None
+    params = signature.parameters.values()
+    known = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    unknown = [] if any(p.kind is p.VAR_KEYWORD for p in params) else [k for k in options if k not in known]
+    if unknown:
+        near = {k: difflib.get_close_matches(str(k), known, n=1) for k in unknown}
+        said = ", ".join(shown(k) + (f" (did you mean {v[0]!r}?)" if v else "") for k, v in near.items())
+        takes = "" if all(near.values()) else f"; it takes {', '.join(known)}" if known else "; it takes none"
+        return f"unknown option{'s' if len(unknown) > 1 else ''} {said}{takes}"
+    try:
+        signature.bind(**options)
+    except TypeError as exc:
+        return f"bad options: {exc}"
+    return None
 
 
 def registration(name: str) -> tuple | None:
@@ -157,12 +181,14 @@ __all__ = [
     "JobCancelled",
     "JobFailed",
     "LocalBackend",
+    "RequestRefused",
     "Usage",
     "as_backend",
     "as_job",
     "backend_names",
     "get_backend",
     "is_backend",
+    "preflight",
     "register_backend",
     "registration",
 ]

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 from hqflow.ir.circuit import MAX_SHOTS, CircuitTemplate, DerivedInputError
-from hqflow.ir.text import shown
+from hqflow.ir.text import number, shown
 
 
 class BackendError(RuntimeError):
@@ -46,6 +46,13 @@ class BackendAccessError(BackendError):
     """The backend cannot be used as configured: it refused the credentials (HTTP 401, or 403 from the
     service itself), it cannot be reached (no such host, connection refused), or it is not configured.
     Another try would fail the same way, so it is not retried and the run ends at once."""
+
+    retryable = False
+
+
+class RequestRefused(BackendError):
+    """The backend will never take the request as made (more shots than its service accepts, say): another try
+    would ask the same, so it is not retried and the run ends at once."""
 
     retryable = False
 
@@ -81,7 +88,8 @@ class Capabilities:
     (local simulators, emulated-qpu); 1, one service job per row (Azure IonQ, Quantinuum); N, the backend packs
     up to N rows (parameter bindings of one template) into each service job"""
     max_shots: int | None = None
-    """shots per circuit the service accepts (None: no documented cap); a batch with more is refused at submit"""
+    """shots per circuit the service accepts (None: no documented cap); a batch with more is refused at submit
+    (``RequestRefused``: never retried)"""
     row_seeded: bool = False
     """whether a batch with ``row_seeds`` samples each row from its own seed, so that shot results do not
     depend on how the runtime cuts a batch into jobs"""
@@ -328,7 +336,7 @@ class Usage:
     service_jobs: int = 0  # created on the service, retries included
     circuits: int = 0  # rows x measurement groups run
     shots: int = 0  # sum over circuits of their shots (0 for exact values)
-    cost: float = 0.0  # list price: the backend's estimate, or its own report
+    cost: float = 0.0  # list price: the backend's estimate, or its own report; NaN where no price can be known
     currency: str | None = None
     failed_service_jobs: int = 0
 
@@ -445,6 +453,22 @@ class Backend:
 
     def close(self) -> None:
         """End what the backend opened for a run (threads, sessions). It stays usable afterwards."""
+
+
+def preflight(backend, batch: CircuitBatch) -> tuple[str | None, str | None]:
+    """What a run should hear before its first job like ``batch``: why ``backend`` would refuse it (more shots than
+    ``max_shots``: its submit raises ``RequestRefused``), and why it cannot price it (it is ``priced``, and its
+    ``estimate_cost`` raises: no price is known). ``(None, None)``: neither."""
+    backend = as_backend(backend)
+    cap = backend.capabilities.max_shots
+    if batch.shots and cap is not None and batch.shots > cap:
+        return f"{backend.name} takes at most {cap:,} shots per job; got {number(batch.shots)}", None
+    try:
+        if backend.priced:
+            backend.estimate_cost(batch)
+    except BackendError as exc:
+        return None, str(exc)
+    return None, None
 
 
 def is_backend(obj) -> bool:

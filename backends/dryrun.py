@@ -16,7 +16,7 @@ import dataclasses
 import threading
 from dataclasses import dataclass, field
 
-from .base import Backend, BackendError, Capabilities, CircuitBatch, Usage
+from .base import Backend, BackendError, Capabilities, CircuitBatch, RequestRefused, Usage
 
 
 @dataclass
@@ -111,9 +111,19 @@ class DryRunBackend(Backend):
         return batch
 
     def submit(self, batch: CircuitBatch):
-        cost = self.inner.estimate_cost(batch) if self.inner.priced else None
+        """Price ``batch`` as the real backend would be asked it, and answer it here. What the real backend
+        would refuse (more shots than its cap), or cannot price, is refused: never retried."""
+        sampled = self._sampled(batch)
+        cap = self.inner.capabilities.max_shots
+        if cap is not None and (sampled.shots or 0) > cap:
+            raise RequestRefused(f"{self.inner.name} takes at most {cap:,} shots per job; got {sampled.shots}, "
+                                 "which a real submit would refuse")
+        try:
+            cost = self.inner.estimate_cost(batch) if self.inner.priced else None
+        except BackendError as exc:
+            raise RequestRefused(f"a dry run cannot price {self.inner.name}: {exc}") from None
         self.tally.add(self.inner.name, batch, cost, batch.shots or self._shots)
-        return self._sim.submit(self._sampled(batch))
+        return self._sim.submit(sampled)
 
     def close(self) -> None:
         for b in (self.inner, self._sim):

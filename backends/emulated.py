@@ -69,6 +69,7 @@ from .base import (
     Job,
     JobCancelled,
     JobFailed,
+    RequestRefused,
     Usage,
 )
 
@@ -248,7 +249,7 @@ class EmulatedQPU(Backend):
             name, max_qubits=min(inner.max_qubits, max_qubits or inner.max_qubits),
             max_circuits_per_job=max_circuits_per_job or inner.max_circuits_per_job,
             exact=inner.exact, shots=inner.shots, gradient=None, device="qpu",
-            max_shots=None if max_shots is None else int(max_shots), row_seeded=inner.row_seeded)
+            max_shots=_price_cap(self.price_as) if max_shots is None else int(max_shots), row_seeded=inner.row_seeded)
         self._run = getattr(wrapped, "run_checked", None) or (lambda batch: wrapped.submit(batch).result())
         self._cond = threading.Condition()
         self._waiting: list[tuple[float, int, EmulatedJob]] = []  # heap of (ready time, index, job)
@@ -271,8 +272,8 @@ class EmulatedQPU(Backend):
             raise BackendError(f"batch of {batch.size} circuits exceeds {self.name!r}'s limit of "
                                f"{caps.max_circuits_per_job} per job; split it with batch.split()")
         if caps.max_shots is not None and (batch.shots or 0) > caps.max_shots:
-            raise BackendError(f"{self.name} takes at most {caps.max_shots:,} shots per job (its max_shots "
-                               f"option); got {batch.shots}")
+            raise RequestRefused(f"{self.name} takes at most {caps.max_shots:,} shots per job (its max_shots "
+                                 f"option{', or its price_as target' if self.price_as else ''}); got {batch.shots}")
         getattr(self.wrapped, "check", lambda b: None)(batch)  # fail fast, in the caller's thread
         with self._cond:
             job = self._new_job(self._submitted, batch)
@@ -405,6 +406,13 @@ class EmulatedQPU(Backend):
 
     def __repr__(self) -> str:
         return f"<EmulatedQPU {self.name!r} wrapping {self.wrapped.name!r}>"
+
+
+def _price_cap(target: str | None) -> int | None:
+    """The shot cap of the ``price_as`` target, from the price table (None: none)."""
+    from .azure.cost import limits
+
+    return None if target is None else limits(target, "qir")[1]
 
 
 def _price_target(price_as: str | None) -> str | None:

@@ -237,9 +237,9 @@ def _line(args, record: dict, text: str) -> None:
     print(json.dumps(record) if args.json else text, file=args.json_out)
 
 
-def _unavailable(args, name: str, reason: str, label: str = "unavailable: ") -> None:
+def _unavailable(args, name: str, reason: str) -> None:
     reason = reason.splitlines()[0]
-    _line(args, {"name": name, "available": False, "reason": reason}, f"{name:<28} {label}{reason}")
+    _line(args, {"name": name, "available": False, "reason": reason}, f"{name:<28} unavailable: {reason}")
 
 
 def _options(items: list[str], flag: str) -> dict:
@@ -253,17 +253,8 @@ def _options(items: list[str], flag: str) -> dict:
     return out
 
 
-_AZURE_VARS = ("AZURE_QUANTUM_CONNECTION_STRING", "AZURE_QUANTUM_WORKSPACE_NAME", "AZURE_QUANTUM_ENDPOINT")
-
-
 def _azure_targets(args, options: dict) -> None:
-    """The targets of the configured Azure Quantum workspace, or how to configure one."""
-    if not options and not any(os.environ.get(v) for v in _AZURE_VARS):
-        return _unavailable(args, "azure:<target>", "no workspace configured: set AZURE_QUANTUM_SUBSCRIPTION_ID, "
-                            "AZURE_QUANTUM_WORKSPACE_RG, AZURE_QUANTUM_WORKSPACE_NAME and "
-                            "AZURE_QUANTUM_WORKSPACE_LOCATION (and AZURE_QUANTUM_API_KEY, or sign in with az login), "
-                            "or AZURE_QUANTUM_CONNECTION_STRING, or pass --azure-opt; see README 'Run on Azure "
-                            "Quantum'", label="")
+    """The targets of the configured Azure Quantum workspace, or, in one line, why none (the settings unset)."""
     from hqflow.backends import BackendError
     from hqflow.backends.azure.backend import AzureBackend
 

@@ -154,11 +154,20 @@ def frugal_bounds(args):
     return Bounds(args.gradients, args.shots_range, args.spsa_samples_range)
 
 
-def policy_template(mod, cfg):
-    """The circuit template of ``mod``'s policy for ``cfg`` (no backend made)."""
-    from hqflow.workloads.rl.policies import _PQC
+def check_target(members, algo: str, cfg, budget=None, dry_run: bool = False) -> None:
+    """At a run's start, one line: shots a member refuses, or no price where --budget or --dry-run needs one."""
+    import sys
 
-    return next(m.template for m in mod.make_policy(cfg).modules() if isinstance(m, _PQC))
+    from hqflow.backends import preflight
+    from hqflow.workloads.rl import policies, runner
+
+    from .cli_pool import UsageError
+
+    for refused, unpriced in (preflight(b, policies.policy_row(runner.algorithm(algo), cfg)) for b in members):
+        if refused or (unpriced and (budget is not None or dry_run)):
+            raise UsageError(refused or f"{'--dry-run' if dry_run else '--budget'} needs a price: {unpriced}")
+        if unpriced:
+            print(f"hqflow: warning: {unpriced}; its jobs' cost is reported as unknown", file=sys.stderr)
 
 
 def frugal_config(mod, cfg, spec, bounds):
@@ -168,18 +177,16 @@ def frugal_config(mod, cfg, spec, bounds):
     import dataclasses
     import sys
 
-    import numpy as np
-
-    from hqflow.backends import BackendError, CircuitBatch
+    from hqflow.backends import BackendError
+    from hqflow.workloads.rl.policies import policy_row
 
     from .cli_pool import UsageError, make_member
     from .frugal import choose
 
-    template = policy_template(mod, cfg)
-    one = CircuitBatch.make(template, np.zeros((1, template.n_inputs)), np.zeros(template.n_weights), shots=cfg.shots)
+    one = policy_row(mod, cfg)
     backend = make_member(spec)
     try:
-        chosen = choose(backend, one, template.n_inputs + template.n_weights, bounds, gradient=cfg.gradient,
+        chosen = choose(backend, one, one.template.n_inputs + one.template.n_weights, bounds, gradient=cfg.gradient,
                         shots=cfg.shots, spsa_samples=cfg.spsa_samples,
                         circuits_per_state=lambda rows: mod.circuits_per_step(cfg, rows))
     except (BackendError, ValueError) as exc:

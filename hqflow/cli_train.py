@@ -28,7 +28,7 @@ import tempfile
 from hqflow.backends import BackendAccessError, BackendError
 
 from .cli_plan import fold, plan_training
-from .cli_cost import cost_overrides
+from .cli_cost import check_target, cost_overrides
 from .cli_pool import UsageError, backend_pool, make_folder, make_member, show_figures, value as _value
 from .fragments import RunFailed
 from .jobs import BudgetExceeded
@@ -332,6 +332,7 @@ def _dry_run(args, runner) -> int:
     small = dataclasses.replace(cfg, backend=dry, stop_when_solved=False,
                                 max_episodes=args.dry_run_updates * mod.episodes_per_update(cfg))
     placement = _placement(runner, dry, backend_pool(args, name=dry, check=False), "--backend")
+    check_target([m.inner for m in placement.members], mod.name, cfg, dry_run=True)  # the targets it prices
     with tempfile.TemporaryDirectory() as scratch:
         try:
             out = runner.train(mod.name, small, _distribution(args), run_dir=scratch, tensorboard=False,
@@ -444,7 +445,8 @@ def _distribution(args):
 
 
 def _scheduler_options(args, run: _Run) -> None:
-    """--budget and --ray-address, beside what --plan auto chose."""
+    """--budget and --ray-address, beside what --plan auto chose; what the backend refuses or cannot price."""
+    check_target(run.placement.members, run.algo, run.cfg, args.budget)
     if args.budget is not None:
         run.scheduler["budget"] = args.budget
     if args.shot_budget is not None:

@@ -20,7 +20,8 @@ timeout finds the service job that already ran instead of running it again.
 What fails, and what happens then:
 
 * a transient HTTP failure (429, 5xx, a dropped connection, an expired SAS) is
-  retried with the same id;
+  retried with the same id; a job's PUT that failed so (its answer may be lost after the service
+  created the job) is followed by a GET of the id, and PUT again only if no such job exists;
 * a service job that ends ``Failed`` (or is cancelled by someone else) is retried
   alone, with the next try's id, up to ``job_tries`` service jobs for that row (or
   packed rows) and group; its sibling jobs run on untouched. Only a row that fails ``job_tries``
@@ -43,20 +44,29 @@ included, their circuits and shots, and their list price) beside ``service_jobs`
 other figures. A simulator target's returned probabilities are sampled here: from each row's own seed
 where the batch has ``row_seeds`` (``capabilities.row_seeded``), else from the batch's seed as before.
 
-Options follow the SDK's ``Workspace``: ``subscription_id``, ``resource_group``,
+Options beside the workspace's: ``shots`` (at most the target's cap), ``max_concurrency``, ``job_tries``,
+``session`` (one session per run, under the ``Continue`` failure policy: ``Abort`` would leave a failed row no
+retry, and is refused), ``input_format`` (one the target's provider takes), ``max_bindings`` (only where the
+format packs bindings: Quil), the polling intervals and ``prices`` (the target table).
+
+The workspace's options follow the SDK's ``Workspace``: ``subscription_id``, ``resource_group``,
 ``name``, ``location``, ``resource_id``, ``credential`` (an azure-identity
 credential) or ``key`` (an API key), ``connection_string``, and ``endpoint`` (the
 job service's URL). Unset ones come from the SDK's environment variables
 (``AZURE_QUANTUM_SUBSCRIPTION_ID``, ``AZURE_QUANTUM_WORKSPACE_RG``,
 ``AZURE_QUANTUM_WORKSPACE_NAME``, ``AZURE_QUANTUM_WORKSPACE_LOCATION``,
 ``AZURE_QUANTUM_CONNECTION_STRING``) and hqflow's ``AZURE_QUANTUM_API_KEY`` and
-``AZURE_QUANTUM_ENDPOINT``; without a key, the SDK's default credential (``az login``).
+``AZURE_QUANTUM_ENDPOINT``; without a key, azure-identity's ``DefaultAzureCredential`` (``az login``), never an
+interactive browser. Settings left unset are refused in one line that names them (the workspace is not looked
+up by name).
 Keep the key in the environment: an option on a command line shows in ``ps``.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
 import hashlib
+import importlib.util
+import logging
 import os
 import socket
 import threading
@@ -67,9 +77,10 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 import numpy as np
+from hqflow.ir.text import number, shown
 
 from ..base import Backend, BackendAccessError, BackendError, BatchResult, Capabilities, CircuitBatch, FutureJob, \
-    JobCancelled, JobFailed, Usage
+    JobCancelled, JobFailed, RequestRefused, Usage
 from . import packing
 from .cost import MAX_BINDINGS, PRICES, Cost, batch_cost, job_cost, limits, load_prices, template_counts
 from .packing import Chunk
@@ -113,7 +124,7 @@ class _Prepared:
 
     def job_cost(self, group: int, shots: int, rows: int = 1) -> float:
         """What one service job of ``group`` at ``shots`` (``rows`` bindings) costs; NaN where the price is unknown."""
-        if not self.entry or self.entry.get("model") == "unknown":
+        if not self.entry:
             return float("nan")
         try:
             return job_cost(self.entry, self.target, self.counts[group], shots, rows)
@@ -129,29 +140,43 @@ class AzureBackend(Backend):
                  resource_id: str | None = None, endpoint: str | None = None, key: str | None = None,
                  credential=None, connection_string: str | None = None, shots: int = 500,
                  max_concurrency: int = 64, job_tries: int = 4, session: bool = False,
-                 job_failure_policy: str = "Abort", input_format: str | None = None, poll_interval: float = 0.05,
-                 max_poll_interval: float = 5.0, prices: str = PRICES, workspace=None,
-                 max_bindings: int = MAX_BINDINGS):
+                 job_failure_policy: str | None = None, input_format: str | None = None,
+                 poll_interval: float = 0.05, max_poll_interval: float = 5.0, prices: str = PRICES, workspace=None,
+                 max_bindings: int | None = None):
         if not target:
             raise BackendError("name an Azure Quantum target: azure:<target>, e.g. azure:ionq.simulator")
+        _need_sdk()
         for option, value in (("shots", shots), ("max_concurrency", max_concurrency), ("job_tries", job_tries),
-                              ("max_bindings", max_bindings)):
+                              ("max_bindings", MAX_BINDINGS if max_bindings is None else max_bindings)):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-                raise BackendError(f"{option} must be a positive integer, got {value!r}")
-        if job_failure_policy not in ("Abort", "Continue"):
-            raise BackendError(f"job_failure_policy must be 'Abort' or 'Continue', got {job_failure_policy!r}")
+                raise BackendError(f"{option} must be a positive integer, got {shown(value)}")
+        if job_failure_policy not in (None, "Abort", "Continue"):
+            raise BackendError(f"job_failure_policy must be 'Abort' or 'Continue', got {shown(job_failure_policy)}")
+        if job_failure_policy is not None and not session:
+            raise BackendError(f"job_failure_policy={job_failure_policy!r} applies to a session: it goes with "
+                               "session=True")
+        if session and job_failure_policy == "Abort":  # the session would refuse a failed row's next try
+            raise BackendError("session=True with job_failure_policy='Abort' would end the session at the first "
+                               "failed service job, so no row could be retried (job_tries): use 'Continue' (the "
+                               "default with a session)")
         self.target, self.name = target, f"azure:{target}"
         self.format: Format = format_for(target, input_format)
         self.shots, self.session, self.job_tries = int(shots), bool(session), int(job_tries)
-        self.job_failure_policy = job_failure_policy
+        self.job_failure_policy = "Continue"
         self.poll_interval, self.max_poll_interval = float(poll_interval), float(max_poll_interval)
         self.prices = prices
         self._entry = load_prices(prices)["targets"].get(target)
         per_job, self.max_shots = limits(target, self.format.kind, prices)
+        if self.max_shots is not None and self.shots > self.max_shots:
+            raise BackendError(f"shots={self.shots}: {target} takes at most {self.max_shots:,} shots per job")
         if per_job != 1 and self.format.kind not in packing.PACKS:
             raise BackendError(f"the price table says {target} takes {per_job} rows per {self.format.kind} job, "
                                f"but hqflow packs only parameter bindings ({', '.join(packing.PACKS)})")
-        self.max_bindings = int(max_bindings)
+        if max_bindings is not None and per_job is not None:
+            raise BackendError(f"max_bindings sets how many parameter bindings one service job holds where the input "
+                               f"format packs them (input_format='quil' on rigetti targets); {target} in "
+                               f"{self.format.kind} takes {per_job} per job, so it would do nothing")
+        self.max_bindings = MAX_BINDINGS if max_bindings is None else int(max_bindings)
         self.rows_per_job = per_job or self.max_bindings  # rows of one group in one service job
         self._connect = dict(subscription_id=subscription_id, resource_group=resource_group, name=name,
                              location=location, resource_id=resource_id, endpoint=endpoint, key=key,
@@ -181,8 +206,8 @@ class AzureBackend(Backend):
         prep = self._prepare(batch.template)
         shots = batch.shots or self.shots
         if self.max_shots is not None and shots > self.max_shots:
-            raise BackendError(f"{self.target} takes at most {self.max_shots:,} shots per job (azure-quantum's "
-                               f"target configuration); got {shots}")
+            raise RequestRefused(f"{self.target} takes at most {self.max_shots:,} shots per job (azure-quantum's "
+                                 f"target configuration); got {number(shots)}")
         key = batch.key or uuid.uuid4().hex
         chunks = packing.plan(prep.payloads, batch, key, _digest(batch, shots), self.rows_per_job)
         job = AzureJob(self, batch, prep, shots, len(chunks))
@@ -208,14 +233,14 @@ class AzureBackend(Backend):
 
     def usage(self, batch: CircuitBatch) -> Usage:
         """What the batch will use: ``groups * ceil(rows / rows_per_job)`` service jobs, ``rows * groups``
-        circuits of the batch's shots (or the ``shots`` option), and the estimate (0 where no price is known)."""
+        circuits of the batch's shots (or the ``shots`` option), and the estimate (NaN where no price is known)."""
         prep = self._prepare(batch.template)
         groups, shots = len(prep.payloads.groups), batch.shots or self.shots
         try:
             cost = self.estimate_cost(batch)
             amount, currency = cost.amount, cost.currency
         except BackendError:
-            amount, currency = 0.0, (self._entry or {}).get("currency")
+            amount, currency = float("nan"), (self._entry or {}).get("currency")
         circuits = batch.size * groups
         return Usage(self.capabilities.service_jobs(batch.size, groups), circuits, circuits * shots, amount,
                      currency)
@@ -376,11 +401,13 @@ class AzureBackend(Backend):
         return None
 
     def _create(self, ws, jid: str, chunk: Chunk, job: AzureJob) -> tuple:
-        """``(job, created)``: upload the input and create the job (PUT with our id). An input already
-        there means a try before this one (a crash, a lost answer) got that far, and the job may exist:
-        it is then the job as it is (whether the service answers it or says 409), created here only if
-        it has not ended."""
-        from azure.core.exceptions import ResourceExistsError
+        """``(job, created)``: upload the input and create the job (PUT with our id), never PUTting an id that
+        may exist: an input already there means a try before this one (a crash, a lost answer) got that far,
+        and a PUT that failed may have created the job before its answer was lost, so the job is then looked
+        up (GET) first, and PUT again only if it does not exist (the SDK's own blind repeats of the PUT are
+        off). A job found is the job as it is, created here only if this try uploaded its input or it has
+        not ended."""
+        from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
         from azure.quantum import Job
         from azure.quantum.storage import remove_sas_token
 
@@ -398,15 +425,29 @@ class AzureBackend(Backend):
             base, _, _ = remove_sas_token(container).partition("?")
             input_uri = base.rstrip("/") + "/inputData"
             fresh = False
-        try:
-            sj = Job.from_storage_uri(ws, name=f"hqflow-{job.batch.template.name}", target=self.target,
-                                      input_data_uri=input_uri, provider_id=self.target.split(".", 1)[0],
-                                      input_data_format=fmt.input_data_format,
-                                      output_data_format=fmt.output_data_format, container_uri=container,
-                                      job_id=jid, input_params=params, session_id=self._session())
-        except ResourceExistsError:
-            return ws.get_job(jid), False
-        return sj, fresh or _status(sj) not in _TERMINAL
+        sj = Job.from_storage_uri(ws, name=f"hqflow-{job.batch.template.name}", target=self.target,
+                                  input_data_uri=input_uri, provider_id=self.target.split(".", 1)[0],
+                                  input_data_format=fmt.input_data_format, output_data_format=fmt.output_data_format,
+                                  container_uri=container, job_id=jid, input_params=params,
+                                  session_id=self._session(), submit_job=False)
+        doubt = [not fresh]  # the job may exist: look it up before any PUT
+
+        def put() -> tuple:
+            if doubt[0]:
+                try:
+                    found = ws.get_job(jid)
+                    return found, fresh or _status(found) not in _TERMINAL
+                except ResourceNotFoundError:
+                    pass
+            doubt[0] = True  # from here, a failure may come after the service created it
+            try:  # the SDK's Job.submit, with its pipeline's retries (blind repeats of the PUT) off
+                sj.details = ws._get_jobs_client().create(ws.subscription_id, ws.resource_group, ws.name, jid,
+                                                          sj.details, retry_total=0)
+            except ResourceExistsError:
+                return ws.get_job(jid), False
+            return sj, fresh or _status(sj) not in _TERMINAL
+
+        return self._retry(put, "submit a job")
 
     def _wait(self, sj, job: AzureJob, part: tuple[int, int], closing: threading.Event) -> None:
         """Poll until the job ends: first when jobs have been taking to finish, then backing off (afresh once it
@@ -583,11 +624,11 @@ class AzureJob(FutureJob):
 
     def _used(self) -> dict:
         """What the batch has used so far: ``BatchResult.metadata``'s figures, and ``usage``, a ``Usage`` of
-        the service jobs it created (retries included; cost 0 where no price is known)."""
+        the service jobs it created (retries included; cost NaN where no price is known)."""
         with self._lock:
             currency = (self.backend_obj._entry or {}).get("currency", "USD")
-            usage = Usage(self._created, self._circuits, self._circuits * self.shots,
-                          self._cost if np.isfinite(self._cost) else 0.0, currency, self._failed)
+            usage = Usage(self._created, self._circuits, self._circuits * self.shots, self._cost, currency,
+                          self._failed)
             return {"backend": self.backend, "cost": self._cost, "service_jobs": self._created,
                     "reused_jobs": self._reused, "failed_jobs": self._failed, "currency": currency,
                     "shots": self.shots, "usage": usage}
@@ -701,27 +742,70 @@ def _digest(batch: CircuitBatch, shots: int) -> str:
     return h.hexdigest()[:32]
 
 
+_EXTRA = 'Azure Quantum needs the azure extra: pip install "hqflow[azure]"'
+_SDK = ("azure.quantum", "azure.storage.blob", "azure.identity")  # what the extra installs and every job needs
+
+
+def _need_sdk() -> None:
+    """``BackendAccessError`` (never retried) naming the extra when the SDK cannot be imported: a base install."""
+    for module in _SDK:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package missing, or blocked
+            found = False
+        if not found:
+            raise BackendAccessError(f"{_EXTRA} ({module} is not installed)")
+
+
+# each workspace setting: its option, and the environment variables the SDK reads it from
+_WHERE = (("subscription_id", ("AZURE_QUANTUM_SUBSCRIPTION_ID", "AZURE_SUBSCRIPTION_ID")),
+          ("resource_group", ("AZURE_QUANTUM_WORKSPACE_RG", "AZURE_RESOURCE_GROUP")),
+          ("name", ("AZURE_QUANTUM_WORKSPACE_NAME",)), ("location", ("AZURE_QUANTUM_WORKSPACE_LOCATION",)))
+
+
 def connect(*, subscription_id=None, resource_group=None, name=None, location=None, resource_id=None,
             endpoint=None, key=None, credential=None, connection_string=None):
     """The SDK's ``Workspace`` from hqflow's options, the SDK's environment variables, or a connection string."""
     try:
         from azure.core.credentials import AzureKeyCredential
+        from azure.core.exceptions import ClientAuthenticationError
         from azure.quantum import Workspace
     except ImportError:
-        raise BackendAccessError("Azure Quantum needs the azure extra: pip install 'hqflow[azure]'") from None
+        raise BackendAccessError(_EXTRA) from None
     key = key or os.environ.get("AZURE_QUANTUM_API_KEY")
     endpoint = endpoint or os.environ.get("AZURE_QUANTUM_ENDPOINT")
-    if credential is None and key:
-        credential = AzureKeyCredential(key)
     kw = {k: v for k, v in dict(subscription_id=subscription_id, resource_group=resource_group, name=name,
                                 location=location, resource_id=resource_id).items() if v is not None}
+    by_string = connection_string or os.environ.get("AZURE_QUANTUM_CONNECTION_STRING")
+    missing = [] if by_string else [envs[0] for k, envs in _WHERE if not kw.get(k) and not any(map(os.environ.get, envs))
+                                    and not (resource_id and k != "location")]
+    if missing:  # the SDK would look the rest up in Azure Resource Graph, signing in however it can
+        options = ", ".join(k for k, envs in _WHERE if envs[0] in missing)
+        raise BackendAccessError(f"Azure Quantum workspace not configured: set {', '.join(missing)} (or the options "
+                                 f"{options}; and AZURE_QUANTUM_API_KEY, or sign in with az login), or "
+                                 "AZURE_QUANTUM_CONNECTION_STRING; see README 'Run on Azure Quantum'")
+    if credential is None and key:
+        credential = AzureKeyCredential(key)
+    elif credential is None and not by_string:  # the SDK's default would open a browser: never from hqflow
+        from azure.identity import DefaultAzureCredential
+
+        quiet = logging.getLogger("azure.identity")  # its failed sign-ins are raised, in one line: no 20-line log
+        if not quiet.handlers:  # where the application logs nothing (Python's last resort would print them)
+            quiet.addHandler(logging.NullHandler())
+
+        credential = DefaultAzureCredential(exclude_interactive_browser_credential=True)
     if endpoint:
         kw["_quantum_endpoint"] = endpoint
     try:
         if connection_string and not kw:
             return Workspace.from_connection_string(connection_string)
         return Workspace(credential=credential, user_agent="hqflow", **kw)
-    except ValueError as exc:
+    except ClientAuthenticationError as exc:  # looking the workspace's endpoint up in Azure needs a sign-in
+        first = (str(exc).strip().splitlines() or ["no credential"])[0][:200]
+        raise AzureUnauthorized(f"Azure Quantum workspace {kw.get('name') or '(from the environment)'!r}: no "
+                                f"credential to load it with ({first}); set AZURE_QUANTUM_API_KEY or sign in with "
+                                "az login") from None
+    except (ValueError, RuntimeError) as exc:  # RuntimeError: the SDK's lookup of the workspace failed
         raise BackendAccessError(
             "Azure Quantum workspace not configured: pass subscription_id, resource_group, name and location "
             "with key or credential (or set AZURE_QUANTUM_CONNECTION_STRING, or the AZURE_QUANTUM_* variables); "

@@ -8,7 +8,9 @@ formulas it used live here and the prices live in data:
   a gate on ``N > 2`` qubits billed as ``6 * (N - 2)`` two-qubit gates;
 * Quantinuum: ``5 + shots * (N1q + 10 * N2q + 5 * Nm) / 5000`` HQC per job (EHQC on
   emulators; syntax checkers are free);
-* simulators marked ``free``: 0.
+* simulators marked ``free``: 0;
+* Rigetti's QPUs (``time``): ``price_per_10ms`` per 10 ms of a job's execution time, which no documented model
+  predicts, so their jobs cannot be priced before they run (``job_cost`` raises, saying so), as with ``unknown``.
 
 Version 2 of the table adds each target's job limits with their sources (``limits_source``):
 ``packing`` (input format -> rows per service job: 1, or null for a format that packs parameter
@@ -126,6 +128,10 @@ def job_cost(entry: dict, target: str, counts: tuple[int, int, int], shots: int,
         return max(shots * (entry["price_1q"] * n1 + entry["price_2q"] * n2), entry["minimum"])
     if model == "hqc":
         return 5 + shots * (n1 + 10 * n2 + 5 * nm) / 5000
+    if model == "time":
+        raise BackendError(f"no price is known for a job on {target!r} before it runs: it bills execution time "
+                           f"({entry.get('price_per_10ms')} {entry.get('currency', 'USD')} per 10 ms), and no "
+                           "documented model predicts a job's execution time")
     raise BackendError(f"no price is known for target {target!r} (model {model!r} in the price table); "
                        f"pass prices= with an entry for it")
 

@@ -16,7 +16,10 @@ shares the client's interpreter lock:
     python -m hqflow.backends.azure.loopback --storage CONNSTR --key KEY   # prints its endpoint
 
 A PUT of an existing job id returns that job and never runs it again, as the service
-does; ``stats()["duplicated"]`` counts job ids that ran more than once. Requests are never
+does (with ``rerun_puts=1``, it runs it again: a stand-in for a service that does, against which a client's
+blind repeat of a PUT shows); ``stats()["duplicated"]`` counts job ids that ran more than once and
+``stats()["repeated_puts"]`` the PUTs of an id that existed. ``lost_put`` drops the answer to a job's PUT
+after the job was created. Requests are never
 logged, so the API key never reaches the output.
 """
 from __future__ import annotations
@@ -104,8 +107,8 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             return self._send(400, _error("InvalidRequestContent", "the body is not JSON"))
         rest = m.group(1)
-        dropping = svc.fault("drop_connection")
         creates = method == "PUT" and re.fullmatch(r"jobs/[^/:]+", rest)
+        dropping = svc.fault("drop_connection") or bool(creates and svc.fault("lost_put"))
         if dropping and not creates:
             return self._drop()  # before acting
         status, out = self._route(method, rest, body, parse_qs(url.query), url.path)

@@ -24,8 +24,10 @@ import numpy as np
 TARGETS = {"ionq": {"ionq.simulator": 29, "ionq.qpu.aria-1": 25, "ionq.qpu.forte-1": 36},
            "quantinuum": {"quantinuum.sim.h2-1sc": 56, "quantinuum.sim.h2-1e": 56, "quantinuum.qpu.h2-1": 56},
            "rigetti": {"rigetti.sim.qvm": 20, "rigetti.qpu.ankaa-3": 84, "rigetti.qpu.cepheus-1-108q": 108}}
-FAULTS = ("job_failure", "http_503", "http_429", "slow_job", "hang_job", "expired_sas", "drop_connection")
-DEFAULTS = {"latency": 0.0, "slow_seconds": 2.0, "run_seconds": 0.0, **{f: 0.0 for f in FAULTS}}
+FAULTS = ("job_failure", "http_503", "http_429", "slow_job", "hang_job", "expired_sas", "drop_connection", "lost_put")
+# rerun_puts: 1 makes this a service that runs a repeated PUT of a job id again (Azure's answers with the job as it
+# is), so that a client's blind repeat shows as a job run twice; stats()["repeated_puts"] counts them either way
+DEFAULTS = {"latency": 0.0, "slow_seconds": 2.0, "run_seconds": 0.0, "rerun_puts": 0.0, **{f: 0.0 for f in FAULTS}}
 _TERMINAL = ("Succeeded", "Failed", "Cancelled")
 _FIELDS = {"Name": "name", "ItemType": "itemType", "JobType": "jobType", "ProviderId": "providerId",
            "Target": "target", "State": "status", "CreationTime": "creationTime"}
@@ -76,6 +78,7 @@ class Service:
                 self.runs, self.faults, self.requests = collections.Counter(), dict.fromkeys(FAULTS, 0), 0
                 self.cancelled = {"Waiting": 0, "Executing": 0}  # jobs cancelled, by the status they had
                 self.inputs = collections.Counter()  # succeeded jobs per input (target, format, params, data)
+                self.repeated_puts = 0  # PUTs of a job id that existed
             self.seed = int(kw.pop("seed", self.seed))
             self.settings.update(kw)
             self.rng = np.random.default_rng(self.seed)
@@ -90,7 +93,8 @@ class Service:
         """Counters: ``jobs`` created, ``executions``, ``duplicated`` (job ids run more than once),
         ``reruns`` (succeeded jobs whose input had succeeded before under another id: work paid twice),
         ``by_status``, ``left`` (jobs still Waiting or Executing), ``cancelled_waiting`` and
-        ``cancelled_executing`` (jobs cancelled in that status), faults, requests, runs, sessions, settings."""
+        ``cancelled_executing`` (jobs cancelled in that status), ``repeated_puts`` (PUTs of a job id that existed),
+        faults, requests, runs, sessions, settings."""
         with self.lock:
             by_status = collections.Counter(j["status"] for j in self.jobs.values())
             return {"jobs": len(self.jobs), "executions": sum(self.runs.values()),
@@ -98,7 +102,7 @@ class Service:
                     "reruns": sum(c - 1 for c in self.inputs.values()),
                     "left": by_status["Waiting"] + by_status["Executing"],
                     "cancelled_waiting": self.cancelled["Waiting"], "cancelled_executing": self.cancelled["Executing"],
-                    "by_status": dict(by_status),
+                    "by_status": dict(by_status), "repeated_puts": self.repeated_puts,
                     "faults": dict(self.faults), "requests": self.requests, "runs": dict(self.runs),
                     "sessions": {k: s["status"] for k, s in self.sessions.items()},
                     "settings": dict(self.settings, seed=self.seed)}
@@ -144,8 +148,10 @@ class Service:
         if not body.get("containerUri") or not body.get("inputDataUri"):
             return 400, error("InvalidJobDefinition", "containerUri and inputDataUri are required")
         with self.lock:
-            if job_id in self.jobs:  # idempotent: the job as it is, never run again
-                return 200, self._public(self.jobs[job_id])
+            if job_id in self.jobs:
+                self.repeated_puts += 1
+                if not self.settings["rerun_puts"]:  # idempotent: the job as it is, never run again
+                    return 200, self._public(self.jobs[job_id])
             sid = body.get("sessionId")
             if sid:
                 session = self.sessions.get(sid)

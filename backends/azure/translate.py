@@ -31,8 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from hqflow.ir.circuit import Angle, CircuitTemplate, Op
+from hqflow.ir.text import shown
 
-from ..base import BackendError, CircuitBatch
+from ..base import BackendAccessError, BackendError, CircuitBatch
 
 try:  # loaded with this module, on the thread that makes the backend: see the module docstring
     import qiskit  # noqa: F401
@@ -63,15 +64,24 @@ _QUIL = {"rx": "RX", "ry": "RY", "rz": "RZ", "h": "H", "x": "X", "y": "Y", "z": 
          "sdg": "DAGGER S", "tdg": "DAGGER T", "cz": "CZ", "cx": "CNOT", "swap": "SWAP", "ccx": "CCNOT"}
 
 
+# the input formats each provider's targets take on Azure Quantum (the first: the default); QIR for the rest
+TAKES = {"ionq": ("ionq", "qir"), "quantinuum": ("qasm", "qir"), "honeywell": ("qasm", "qir"),
+         "rigetti": ("qir", "quil")}
+
+
 def format_for(target: str, override: str | None = None) -> Format:
     """IonQ's JSON for ``ionq.*``, OpenQASM 2 for ``quantinuum.*``, QIR for the rest (or ``override``: Quil
-    for Rigetti is chosen with ``"quil"``)."""
-    if override is not None:
-        if override not in FORMATS:
-            raise BackendError(f"unknown input format {override!r}; one of {', '.join(FORMATS)}")
-        return FORMATS[override]
+    for Rigetti is chosen with ``"quil"``); a format the target's provider does not take is refused."""
     provider = target.split(".", 1)[0].lower()
-    return FORMATS["ionq" if provider == "ionq" else "qasm" if provider in ("quantinuum", "honeywell") else "qir"]
+    takes = TAKES.get(provider, ("qir",))
+    if override is None:
+        return FORMATS[takes[0]]
+    if override not in FORMATS:
+        raise BackendError(f"unknown input format {shown(override)}; one of {', '.join(FORMATS)}")
+    if provider in TAKES and override not in takes:
+        raise BackendError(f"input_format {override!r}: {provider} targets take {' or '.join(takes)}, not "
+                           f"{override} ({target} would fail every service job)")
+    return FORMATS[override]
 
 
 # --- lowering: every gate into the set all three translators take ------------------------
@@ -110,6 +120,21 @@ def _lower(op: Op) -> list[Op]:
         c, x, y = w
         return [Op("cx", (y, x)), Op("ccx", (c, x, y)), Op("cx", (y, x))]
     return [op]
+
+
+_TO_Z = {"rxx": ("h", 0.0), "ryy": ("rx", math.pi / 2), "rzz": (None, 0.0)}  # U with U P U^dagger = Z, P the Pauli
+
+
+def _quil_ops(op: Op) -> list[Op]:
+    """``op`` in Quil's standard gates: ``rxx``, ``ryy`` and ``rzz``, which it lacks, exactly as
+    ``U^dagger (CNOT, RZ(t) on the target, CNOT) U`` per qubit (``U``: H for XX, RX(pi/2) for YY)."""
+    if op.name not in _TO_Z:
+        return [op]
+    gate, angle = _TO_Z[op.name]
+    a, b = op.wires
+    into = [] if gate is None else [Op(gate, (q,), (Angle.const(angle),) if angle else ()) for q in (a, b)]
+    back = [] if gate is None else [Op(gate, (q,), (Angle.const(-angle),) if angle else ()) for q in (a, b)]
+    return [*into, Op("cx", (a, b)), Op("rz", (b,), op.angles), Op("cx", (a, b)), *back]
 
 
 def lowered_ops(template: CircuitTemplate) -> list[Op]:
@@ -214,7 +239,7 @@ class Payloads:
         rotations, then ``MEASURE q ro[q]`` for every qubit. A gate Quil lacks is a ``BackendError``."""
         n, gaps, slots = self.template.n_qubits, [], []
         text = f"DECLARE ro BIT[{n}]\nDECLARE {QUIL_MEMORY} REAL[{max(len(self.slot_angles), 1)}]\n"
-        for op in self.ops:
+        for op in (q for o in self.ops for q in _quil_ops(o)):
             if op.name not in _QUIL:
                 raise BackendError(f"gate {op.name!r} of circuit {self.template.name!r} has no Quil equivalent "
                                    f"({self.format.input_data_format}); use input_format='qir'")
@@ -256,7 +281,7 @@ class Payloads:
                                     qiskit_pass_options={"supports_barrier": False})
             return backend.qir(qc)
         except ImportError as exc:
-            raise BackendError(f"Azure Quantum needs the azure extra: pip install 'hqflow[azure]' ({exc})") from None
+            raise BackendAccessError(f'Azure Quantum needs the azure extra: pip install "hqflow[azure]" ({exc})') from None
         except Exception as exc:  # a gate the target's translator rejects
             raise BackendError(f"cannot translate circuit {self.template.name!r} to "
                                f"{self.format.input_data_format}: {exc}") from None

@@ -319,7 +319,7 @@ def test_registry_and_cli(capsys):
     qpu = get_backend("emulated-qpu", per_job=0.01, max_in_flight=3)
     assert isinstance(qpu, EmulatedQPU) and qpu.latency.per_job == 0.01 and qpu.max_in_flight == 3
     assert get_backend("emulated-qpu:reference", max_qubits=5).capabilities.max_qubits == 5
-    with pytest.raises(BackendError, match="bad options"):
+    with pytest.raises(BackendError, match="unknown option 'latency_ms' \\(did you mean 'latency'\\?\\)"):
         get_backend("emulated-qpu", latency_ms=3)
     assert main(["backends"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("emulated-qpu"))

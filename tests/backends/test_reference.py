@@ -460,7 +460,7 @@ def test_bad_backend_name(name):
 
 
 def test_bad_backend_options():
-    with pytest.raises(BackendError, match=r"backend 'reference': bad options \['colour'\]"):
+    with pytest.raises(BackendError, match=r"backend 'reference': unknown option 'colour'"):
         get_backend("reference", colour="red")
 
 

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 import torch
-from hqflow.backends import is_backend
+from hqflow.backends import CircuitBatch, is_backend
 from hqflow.ir import Circuit, CircuitTemplate
 from torch import nn
 
@@ -220,4 +220,11 @@ def shard_rows(policy: nn.Module, rank: int | None = None, size: int = 1) -> lis
     return [p for m in circuits for p in (m.input_scaling, m.weights)]
 
 
-__all__ = ["ENCODINGS", "GaussianPQC", "QValuePQC", "SoftmaxPQC", "pqc_template", "shard_rows"]
+def policy_row(algo, cfg) -> CircuitBatch:
+    """One row (zeros) of the policy circuit that ``algo`` (an algorithm's module) makes for ``cfg``, at its shots:
+    what a backend is asked to price or take before a run (no backend made)."""
+    t = next(m.template for m in algo.make_policy(cfg).modules() if isinstance(m, _PQC))
+    return CircuitBatch.make(t, np.zeros((1, t.n_inputs)), np.zeros(t.n_weights), shots=cfg.shots)
+
+
+__all__ = ["ENCODINGS", "GaussianPQC", "QValuePQC", "SoftmaxPQC", "pqc_template", "policy_row", "shard_rows"]

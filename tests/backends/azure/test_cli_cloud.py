@@ -110,3 +110,24 @@ def test_hqflow_train_with_a_wrong_key_stops_at_once_and_says_what_to_check(azur
     assert code == 1 and "401" in last, last
     assert "check the credentials and the endpoint" in last and "no update had completed" in last
     assert azure_service.stats()["jobs"] == 0
+
+
+def test_a_run_on_a_target_without_a_known_price_says_so_once_and_never_counts_it_free(
+        azure_workspace, azure_service, tmp_path, capsys, monkeypatch):
+    """34.6: without a budget the run on rigetti.qpu.cepheus-1-108q reported list_cost 0 with no word."""
+    import math
+    import os
+
+    monkeypatch.setenv("AZURE_QUANTUM_API_KEY", azure_workspace["key"])
+    monkeypatch.syspath_prepend(os.path.dirname(__file__))  # azure_tiny_env
+    code = main(["train", "azure_tiny_env:Blink-v0", "--set", "n_layers=1", "--set", "batch_episodes=1",
+                 "--episodes", "1", "--shots", "50", "--backend", "azure:rigetti.qpu.cepheus-1-108q",
+                 "--backend-opt", "input_format=quil", *_opts(azure_workspace), "--run-dir", str(tmp_path / "run"),
+                 "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert err.count("no price is known for a job on 'rigetti.qpu.cepheus-1-108q'") == 1, err
+    figures = _figures(out)
+    assert figures["service_jobs"] > 0 and math.isnan(figures["list_cost"]), figures
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert rows and all(math.isnan(r["list_cost"]) for r in rows), rows

@@ -62,8 +62,6 @@ def _done(job, timeout=30):
     return job
 
 
-def _close(p_hat, p, shots):
-    return abs(p_hat - p) <= 5 * math.sqrt(max(p * (1 - p), 1e-12) / shots) + 1e-12
 
 
 def _qir_text():
@@ -80,7 +78,7 @@ def _qir_text():
 
 # --- the three formats, through the SDK ------------------------------------------------------
 
-def test_ionq_simulator_returns_exact_probabilities_and_the_qpu_samples(azure_workspace):
+def test_ionq_simulator_returns_exact_probabilities_and_the_qpu_samples(azure_workspace, sampled):
     ws = _ws(azure_workspace)
     data = json.dumps(BELL_RX).encode()
     sim = _submit(ws, "ionq.simulator", data, IONQ, {"shots": 100})
@@ -92,23 +90,23 @@ def test_ionq_simulator_returns_exact_probabilities_and_the_qpu_samples(azure_wo
     assert all(abs(hist[k] - v) < 1e-12 for k, v in expected.items())
     freq = _done(qpu).get_results()["histogram"]
     assert set(freq) <= set(expected) and abs(sum(freq.values()) - 1) < 1e-9
-    assert all(_close(freq.get(k, 0.0), v, 2000) for k, v in expected.items())
+    assert all(sampled.probability(freq.get(k, 0.0), v, 2000) for k, v in expected.items())
     assert all(abs(v * 2000 - round(v * 2000)) < 1e-6 for v in freq.values())  # frequencies of 2000 shots
 
 
-def test_quantinuum_qasm_per_shot_strings_with_bit_zero_rightmost(azure_workspace):
+def test_quantinuum_qasm_per_shot_strings_with_bit_zero_rightmost(azure_workspace, sampled):
     ws = _ws(azure_workspace)
     job = _done(_submit(ws, "quantinuum.sim.h2-1e", QASM_TEXT.encode(), QASM, {"count": 1000}))
     out = job.get_results()
     assert set(out) == {"a", "b"} and len(out["a"]) == len(out["b"]) == 1000
     assert all(len(s) == 2 and s[1] == "1" for s in out["a"])  # a[0] (x q[0]) is the rightmost character
-    assert _close(sum(s[0] == "1" for s in out["a"]) / 1000, S2, 1000)
-    assert _close(sum(s == "1" for s in out["b"]) / 1000, 0.5, 1000)
+    assert sampled.probability(sum(s[0] == "1" for s in out["a"]) / 1000, S2, 1000)
+    assert sampled.probability(sum(s == "1" for s in out["b"]) / 1000, 0.5, 1000)
     checker = _done(_submit(ws, "quantinuum.sim.h2-1sc", QASM_TEXT.encode(), QASM, {"count": 5})).get_results()
     assert checker == {"a": ["00"] * 5, "b": ["0"] * 5}
 
 
-def test_qir_from_the_sdks_qiskit_tooling(azure_workspace):
+def test_qir_from_the_sdks_qiskit_tooling(azure_workspace, sampled):
     ws = _ws(azure_workspace)
     job = _done(_submit(ws, "rigetti.sim.qvm", _qir_text().encode(), QIR,
                         {"shots": 1000, "items": [{"entryPoint": "ENTRYPOINT__main", "arguments": []}]}))
@@ -117,11 +115,11 @@ def test_qir_from_the_sdks_qiskit_tooling(azure_workspace):
     assert len(shots) == 1000 and all(len(s) == 2 and s[1] == 1 for s in shots)
     probs = job.get_results()
     assert set(probs) <= {"[0, 1]", "[1, 1]"}
-    assert _close(probs.get("[1, 1]", 0.0), S2, 1000)
+    assert sampled.probability(probs.get("[1, 1]", 0.0), S2, 1000)
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the SDK's own, from its Qiskit provider
-def test_the_sdks_qiskit_backends_read_every_format(azure_workspace):
+def test_the_sdks_qiskit_backends_read_every_format(azure_workspace, sampled):
     from azure.quantum.qiskit import AzureQuantumProvider
     from qiskit import QuantumCircuit
 
@@ -137,7 +135,7 @@ def test_the_sdks_qiskit_backends_read_every_format(azure_workspace):
     for backend in backends:
         counts = backend.run(qc, shots=400).result().get_counts()
         assert set(counts) == {"001", "111"} and sum(counts.values()) == 400, backend.name
-        assert _close(counts["111"] / 400, 0.5, 400), backend.name
+        assert sampled.probability(counts["111"] / 400, 0.5, 400), backend.name
 
 
 def test_same_job_id_twice_runs_once(azure_workspace, azure_service):
@@ -269,7 +267,8 @@ def test_provider_status_lists_and_job_listing(azure_workspace, azure_service):
     stats = azure_service.stats()
     assert stats["jobs"] == 2 and stats["executions"] == 2 and stats["by_status"] == {"Succeeded": 2}
     assert stats["requests"] > 0 and set(stats["faults"]) == {"job_failure", "http_503", "http_429", "slow_job",
-                                                              "hang_job", "expired_sas", "drop_connection"}
+                                                              "hang_job", "expired_sas", "drop_connection", "lost_put"}
+    assert stats["repeated_puts"] == 0
 
 
 def test_jobs_overlap_in_the_service(azure_workspace, azure_service):

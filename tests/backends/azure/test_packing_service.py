@@ -29,19 +29,7 @@ def _exact(x, w):
     return get_backend("reference").run_checked(CircuitBatch.make(_template(), x, w)).values
 
 
-def _within(values, exact, shots) -> float:
-    """The share of values within 5 sigma of the exact ones, by the exact binomial tail: each observable is one
-    Pauli product, so a value is ``1 - 2k / shots`` with ``k ~ Binomial(shots, (1 - exact) / 2)``, and it is
-    within 5 sigma when its two-sided tail probability is at least the normal's beyond 5 sigma (5.7e-7). (The
-    normal approximation misjudges values near +-1, where a single shot moves a value by many sigma.)"""
-    from scipy.stats import binom
-
-    k, p = np.rint((1 - values) / 2 * shots), np.clip((1 - exact) / 2, 0.0, 1.0)
-    tail = 2 * np.minimum(binom.cdf(k, shots, p), binom.sf(k - 1, shots, p))
-    return float(np.mean(tail >= 5.733e-7))
-
-
-def test_a_packed_batch_is_the_service_jobs_its_limit_gives(azure_workspace, azure_service):
+def test_a_packed_batch_is_the_service_jobs_its_limit_gives(azure_workspace, azure_service, sampled):
     backend = get_backend("azure:rigetti.sim.qvm", **azure_workspace, shots=1000, **QUIL)
     batch = CircuitBatch.make(_template(), X, [0.4], seed=1)
     assert backend.usage(batch).service_jobs == 8
@@ -52,8 +40,8 @@ def test_a_packed_batch_is_the_service_jobs_its_limit_gives(azure_workspace, azu
     stats = azure_service.stats()
     assert stats["jobs"] == 8 and stats["by_status"] == {"Succeeded": 8} and res.metadata["service_jobs"] == 8
     assert res.values.shape == (ROWS, 3) and np.mean(res.stderr > 0) > 0.9
-    assert _within(res.values, _exact(X, [0.4]), 1000) == 1.0
-    assert _within(np.clip(res.values + 0.3, -1, 1), _exact(X, [0.4]), 1000) < 0.5  # the check can fail
+    assert sampled.within(res.values, _exact(X, [0.4]), 1000) == 1.0
+    assert sampled.within(np.clip(res.values + 0.3, -1, 1), _exact(X, [0.4]), 1000) < 0.5  # the check can fail
     assert res.metadata["usage"] == Usage(8, ROWS * 2, ROWS * 2 * 1000, 0.0, "USD", 0)
 
 
@@ -75,14 +63,14 @@ def _run(workspace, **options):
     return hq.run(pipe.build(), [{"step": 0}], backends={"qpu": [backend]}, executor="local", **options)
 
 
-def test_packed_service_jobs_under_faults_lose_nothing_and_run_nothing_twice(azure_workspace, azure_service):
+def test_packed_service_jobs_under_faults_lose_nothing_and_run_nothing_twice(azure_workspace, azure_service, sampled):
     for seed in (4, 5, 6):  # the service draws its faults in the order requests arrive: rarely none at all
         azure_service.configure(reset=True, job_failure=0.2, http_503=0.05, drop_connection=0.02, seed=seed)
         result = _run(azure_workspace, max_retries=10)
         stats = azure_service.stats()
         out = result.outputs[0]
         assert out["values"].shape == (ROWS, 3) and np.isfinite(out["values"]).all()  # no row lost
-        assert _within(out["values"], _exact(X, [0.4]), 500) == 1.0
+        assert sampled.within(out["values"], _exact(X, [0.4]), 500) == 1.0
         assert stats["by_status"]["Succeeded"] == 8 and stats["jobs"] == 8 + stats["by_status"].get("Failed", 0)
         assert stats["duplicated"] == 0 and stats["reruns"] == 0 and stats["left"] == 0
         if sum(stats["faults"].values()) > 0:

@@ -132,3 +132,15 @@ def test_refused_credentials_and_an_unreachable_endpoint_end_the_run_at_once(azu
     assert len(spans) == 1  # one attempt: not retried
     assert azure_service.stats()["jobs"] == 0
     assert azure_workspace["key"] not in message and "not-the-key" not in message
+
+
+def test_a_lost_answer_to_a_job_put_is_looked_up_before_any_put_again(azure_workspace, azure_service):
+    """34.9: after a PUT whose answer was lost, the SDK and hqflow repeated the PUT blindly (5 PUTs of one id with no
+    GET between them); against a service that runs a repeated PUT again, rows were computed twice. The service here
+    does (rerun_puts=1), and a third of the PUTs' answers are lost after the job was created."""
+    azure_service.configure(lost_put=0.3, rerun_puts=1, seed=5)
+    result = _run(azure_workspace, rows=32)
+    stats = azure_service.stats()
+    assert stats["faults"]["lost_put"] >= 3, stats["faults"]
+    assert stats["repeated_puts"] == 0 and stats["duplicated"] == 0 and stats["reruns"] == 0, stats
+    assert stats["jobs"] == 32 == _jobs_in_spans(result.spans) and result.outputs[0]["values"].shape == (32, 2)
