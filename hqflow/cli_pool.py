@@ -57,7 +57,7 @@ def show_figures(args, figures: dict, width: int) -> None:
         print(json.dumps(figures, default=float), file=args.json_out)
     else:
         for k, v in figures.items():  # money with two decimals and thousands separated, never 9.09536e+09
-            print(f"{k:<{width}} {v:,.2f}" if k in ("spend", "list_cost") else
+            print(f"{k:<{width}} {'unknown' if v is None else f'{v:,.2f}'}" if k in ("spend", "list_cost") else
                   f"{k:<{width}} {v:.6g}" if isinstance(v, float) else f"{k:<{width}} {v}")
 
 

@@ -176,7 +176,7 @@ def _cost_report(bar, updates: int):
     def report(done, metrics=None):
         bar(done, metrics)
         row = (metrics or {}).get("row", {})  # the update's metrics row
-        if row.get("currency") and "list_cost" in row and not said:
+        if row.get("currency") and row.get("list_cost") is not None and not said:
             said.append(row)
             cost, left = row["list_cost"], updates - row["update"] - 1
             first = "the first update" if row["update"] == 0 else f"update {row['update'] + 1}"
@@ -291,14 +291,14 @@ def cmd_train(args) -> int:
                "env_steps_per_s": round(out["env_steps_per_s"], 1),
                "circuit_evals_per_s": round(out["circuit_evals_per_s"], 1), "run_dir": run.run_dir}
     if out.get("currency"):
-        figures["spend"], figures["currency"] = round(out["spend"], 6), out["currency"]
+        figures["spend"], figures["currency"] = out["spend"], out["currency"]  # None: a price is unknown
     used, paid = out["usage"], out["paid"]
     if used["circuits"]:  # jobs ran: what the updates' jobs used (list price where the backend prices its jobs)
         figures.update(service_jobs=used["service_jobs"], circuits=used["circuits"], shots=used["shots"],
-                       list_cost=round(used["cost"], 6))
+                       list_cost=None if used["cost"] != used["cost"] else round(used["cost"], 6))
         if used["currency"]:
             figures["currency"] = used["currency"]
-    if paid["service_jobs"] > used["service_jobs"] or out["spend"] > used["cost"] + 1e-6:
+    if paid["service_jobs"] > used["service_jobs"] or (out["spend"] or 0) > used["cost"] + 1e-6:
         print(f"hqflow: the run paid for {paid['service_jobs']:,} service jobs ({money(out['spend'], out['currency'])})"
               f"; its updates used {used['service_jobs']:,} ({money(used['cost'], used['currency'])}): the rest went "
               "to work a stop or a kill cut short (ledger.jsonl has every charge)", file=sys.stderr)

@@ -65,7 +65,8 @@ class Ledger:
                 entry = json.loads(line)
                 self.spend, self.shots = self.spend + float(entry["spend"]), self.shots + int(entry["shots"])
                 self.currency = entry.get("currency") or self.currency
-                self.paid = plus(self.paid, Usage(**entry.get("used", {})))
+                used = {k: float("nan") if v is None else v for k, v in entry.get("used", {}).items()}
+                self.paid = plus(self.paid, Usage(**used))
             except (ValueError, KeyError, TypeError):
                 continue
         return open(path, "a")
@@ -75,7 +76,7 @@ class Ledger:
         if self._file is not None:
             entry = {"spend": spend, "shots": shots, "currency": self.currency}
             if used is not None:
-                entry["used"] = {k: v for k, v in used.as_dict().items() if v}
+                entry["used"] = {k: None if v != v else v for k, v in used.as_dict().items() if v}  # null: unknown
             self._file.write(json.dumps(entry, separators=(",", ":")) + "\n")
             self._file.flush()
 
@@ -141,7 +142,10 @@ def plus(total: Usage, used: Usage) -> Usage:
 
 
 def money(amount: float, currency: str | None) -> str:
-    """An amount of money as people write it: two decimals, thousands separated, its currency after it."""
+    """An amount of money as people write it: two decimals, thousands separated, its currency after it
+    ("unknown" for None or NaN: a price that cannot be known)."""
+    if amount is None or amount != amount:
+        return "unknown"
     return f"{amount:,.2f}" + (f" {currency}" if currency else "")
 
 

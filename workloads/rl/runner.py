@@ -558,7 +558,7 @@ class _Tally:
             rd.save(self.checkpoint())
         if progress is not None:  # the run's own clock ("seconds"), which the summary reports too
             shown = {"reward": row[f"mean_return_{n}"] or 0.0, "seconds": row["seconds"], "row": row}  # (not shown)
-            if "spend" in row:
+            if row.get("spend") is not None:
                 shown["spend"] = row["spend"]
             progress(len(self.returns), shown)
 
@@ -568,15 +568,16 @@ class _Tally:
         self.usage = total.as_dict()
         if total.circuits:  # the update's jobs and the updates' so far: what the metrics row says, whatever the timing
             row.update(service_jobs=used.service_jobs, circuits=used.circuits, shots=used.shots,
-                       list_cost=round(used.cost, 6), service_jobs_total=total.service_jobs,
-                       circuits_total=total.circuits, shots_total=total.shots, list_cost_total=round(total.cost, 6))
+                       list_cost=_money(used.cost), service_jobs_total=total.service_jobs,
+                       circuits_total=total.circuits, shots_total=total.shots, list_cost_total=_money(total.cost))
             if total.currency is not None:  # priced jobs: the updates' spend so far
-                row["spend"], row["currency"] = round(total.cost, 6), total.currency
+                row["spend"], row["currency"] = _money(total.cost), total.currency
 
     def summary(self, run: Setup, distribution: str, result) -> dict:
         seconds = self.elapsed()
         spend, currency = self.spent()
         paid = result.extra.get("paid") or self.usage  # every job the run paid for: its ledger's, all processes
+        spend = _money(spend + 0 * paid["cost"])  # None where a job's price is unknown: never counted free
         return {"algo": run.name, "config": dataclasses.asdict(run.cfg), "distribution": distribution,
                 "returns": self.returns, "episodes_to_solve": self.solved_at, "updates": self.update + 1,
                 "seconds": seconds, "env_steps": self.env_steps, "env_steps_per_s": self.env_steps / seconds,
@@ -588,6 +589,11 @@ class _Tally:
                                       if k != "currency"}}
 
 
+def _money(amount: float) -> float | None:
+    """An amount for the record: None where a price is unknown (NaN), never 0."""
+    return None if amount != amount else round(amount, 6)
+
+
 def _scalars(row: dict, window: int) -> list[tuple[str, float]]:
     """An update's TensorBoard scalars, CleanRL's tags first: every episode it completed, SPS, its losses."""
     out = [(tag, v) for r, n in zip(row["returns"], row["lengths"])
@@ -597,8 +603,8 @@ def _scalars(row: dict, window: int) -> list[tuple[str, float]]:
     out += [(f"losses/{name}", value) for name, value in row["losses"].items()]
     if row[f"mean_return_{window}"] is not None:
         out.append((f"charts/mean_return_{window}", row[f"mean_return_{window}"]))
-    if "spend" in row:
+    if row.get("spend") is not None:
         out.append(("charts/spend", row["spend"]))
     out += [(f"cost/{k}", row[k]) for k in ("service_jobs", "circuits", "shots", "list_cost", "list_cost_total")
-            if k in row]
+            if row.get(k) is not None]
     return out
