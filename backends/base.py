@@ -347,6 +347,10 @@ class Usage:
                      self.shots + other.shots, self.cost + other.cost, self.currency or other.currency,
                      self.failed_service_jobs + other.failed_service_jobs)
 
+    def __sub__(self, other: Usage) -> Usage:
+        return self + Usage(-other.service_jobs, -other.circuits, -other.shots, -other.cost, other.currency,
+                            -other.failed_service_jobs)
+
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 

@@ -384,7 +384,7 @@ class JobService:
             req.left -= 1
             if req.left == 0:
                 finish = req.results[0] if len(req.results) == 1 else BatchResult.concat(req.results)
-        self._account(att, result.metadata.get("cost"), used)  # the attempt is this thread's alone now
+        self._account(att, result.metadata.get("cost"), used, result.metadata)  # the attempt is this thread's now
         if finish is not None:
             self._settle(req, finish)
         self._pump()
@@ -421,14 +421,17 @@ class JobService:
                 self.stats["retries"] += 1
                 self._waiting.appendleft((req, j))
         # its cost as the job reports it; one that never reached the service (refused at submission) cost nothing
-        self._account(att, meta.get("cost") if att.job is not None or _reports(meta) else 0.0, used)
+        self._account(att, meta.get("cost") if att.job is not None or _reports(meta) else 0.0, used, meta)
         if give_up is not None:
             self._settle(req, error=give_up)
         self._pump()
 
-    def _account(self, att: _Attempt, actual, used: Usage) -> None:
-        """An ended attempt into the ledger: what it used, and its job's own cost (``actual``, if a number) and
-        shots in place of the estimates charged for it."""
+    def _account(self, att: _Attempt, actual, used: Usage, meta: dict | None = None) -> None:
+        """An ended attempt into the ledger: what it used, less what a run before this process paid for it
+        (``meta["found"]``: service jobs a resumed run found by their ids), and its job's own cost (``actual``, if
+        a number) and shots in place of the estimates charged for it."""
+        found = (meta or {}).get("found")
+        used = used - found if isinstance(found, Usage) else used
         spend = shots = 0
         if att.estimate is not None and isinstance(actual, (int, float)) and actual == actual:
             spend, att.estimate = float(actual) - att.estimate, float(actual)

@@ -64,6 +64,7 @@ Keep the key in the environment: an option on a command line shows in ``ps``.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import hashlib
 import importlib.util
 import logging
@@ -192,6 +193,7 @@ class AzureBackend(Backend):
         self._open: dict[str, object] = {}  # id -> SDK job: service jobs started here, not seen to end
         self._jobs: weakref.WeakSet = weakref.WeakSet()  # batches in flight (close() wakes their threads)
         self._row_locks = [threading.Lock() for _ in range(512)]  # by row (hashed): creating vs. looking up
+        self._made: set[str] = set()  # ids of the service jobs this process created (others: a run before it)
         self._prepared: dict[str, _Prepared] = {}
 
     # -- the protocol --------------------------------------------------------------------
@@ -566,6 +568,8 @@ class AzureJob(FutureJob):
         self._service_jobs: list = []
         self._cost = 0.0
         self._created = self._reused = self._failed = self._circuits = 0
+        self._found = Usage()  # service jobs an earlier process of the run created for this batch (it paid them)
+        self._error: BaseException | None = None  # the first part's failure, said once every part has ended
         self._out: set[tuple[int, int]] = set()  # (first row, group) whose service job has left the queue
         self._lock = threading.Lock()
         self._left = 0
@@ -577,13 +581,19 @@ class AzureJob(FutureJob):
         fut.add_done_callback(self._part_done)
 
     def track(self, service_job, created: bool, chunk: Chunk) -> None:
-        """A service job of this batch: ``created`` by it (and charged), or found from an earlier try."""
+        """A service job of this batch: ``created`` by it (and charged), or found from an earlier try (of this
+        process, which counted it, or of a run before it: the batch's work all the same, though not paid here)."""
+        made, cost = self.backend_obj._made, self.prep.job_cost(chunk.group, self.shots, chunk.rows)
         with self._lock:
             self._service_jobs.append(service_job)
             if created:
+                made.add(service_job.id)
                 self._created += 1
                 self._circuits += chunk.rows
-                self._cost += self.prep.job_cost(chunk.group, self.shots, chunk.rows)
+                self._cost += cost
+            elif service_job.id not in made:
+                made.add(service_job.id)
+                self._found += Usage(1, chunk.rows, chunk.rows * self.shots, cost, self._found.currency)
             if _status(service_job) not in _QUEUED:
                 self._out.add((chunk.lo, chunk.group))
 
@@ -623,15 +633,18 @@ class AzureJob(FutureJob):
             return [sj.id for sj in self._service_jobs]
 
     def _used(self) -> dict:
-        """What the batch has used so far: ``BatchResult.metadata``'s figures, and ``usage``, a ``Usage`` of
-        the service jobs it created (retries included; cost NaN where no price is known)."""
+        """What the batch has used so far: ``BatchResult.metadata``'s figures; ``usage``, a ``Usage`` of the
+        service jobs that did its work (retries included; cost NaN where no price is known), and ``found``, those
+        of them a run before this process created and paid (a resumed run's batch finds them by their ids): its
+        own cost (``cost``) leaves them out."""
         with self._lock:
             currency = (self.backend_obj._entry or {}).get("currency", "USD")
-            usage = Usage(self._created, self._circuits, self._circuits * self.shots, self._cost, currency,
-                          self._failed)
+            found = dataclasses.replace(self._found, currency=currency)
+            usage = found + Usage(self._created, self._circuits, self._circuits * self.shots, self._cost, currency,
+                                  self._failed)
             return {"backend": self.backend, "cost": self._cost, "service_jobs": self._created,
                     "reused_jobs": self._reused, "failed_jobs": self._failed, "currency": currency,
-                    "shots": self.shots, "usage": usage}
+                    "shots": self.shots, "usage": usage, "found": found}
 
     def _part_done(self, fut: cf.Future) -> None:
         if self._future.done():
@@ -641,12 +654,13 @@ class AzureJob(FutureJob):
             exc = JobCancelled(f"{self.backend} was closed before this job finished")
         if exc is not None and not isinstance(exc, _Stopped):
             self._halt()  # the other rows stop; their service jobs run on, for the retry to find
-            self._fail(exc)
-            return
+            self._error = self._error or exc
         with self._lock:
             self._left -= 1
             last = self._left == 0
-        if last and not self.stopped:
+        if last and self._error is not None:  # said once every part has ended: its usage counts each service job
+            self._fail(self._error)
+        elif last and not self.stopped:
             try:
                 self._future.set_result(self._assemble())
             except Exception as e:  # a malformed output
