@@ -14,6 +14,8 @@ import json
 import os
 import sys
 
+from hqflow.ir.text import shown
+
 from .cli_pool import UsageError, backend_pool
 
 QUOTES = "'\""  # around a KeyError's message
@@ -48,6 +50,9 @@ def _target(args):
             cfg = module.Config(**saved)
         except (TypeError, ValueError) as exc:
             raise UsageError(f"{folder}/config.json does not fit workload {name!r}: {exc}") from None
+        if args.backend not in (None, getattr(cfg, "backend", None)):
+            raise UsageError(f"{folder} ran on {shown(getattr(cfg, 'backend', None))}: its spans cannot plan "
+                             f"{shown(args.backend)}; plan the workload by its name, {name}, for another backend")
     else:
         name = args.workload
         try:
@@ -70,31 +75,30 @@ def with_options(name: str, cfg, args):
 def make_plan(module, cfg, backends, spans=None, *, profile_path: str | None = None, calibrate: int | None = None,
               objective: str = "time", budget: float | None = None, max_staleness: int | None = None):
     """The plan for ``cfg``, from the profile the module docstring says. ``calibrate``: the calibration
-    run's steps (default 5), given to calibrate beside a saved profile too."""
+    run's steps (default 5), given to calibrate beside a saved profile or a run directory's ``spans`` too."""
     import hqflow as hq
     from hqflow.costmodel import calibrate as fit
     from hqflow.planner import calibration, rows_of
     from hqflow.profile import profile
 
     graph = module.build_graph(cfg)
-    saved = _saved_profile(profile_path)
-    prof = None
-    if spans is None and (saved is None or calibrate is not None):
-        steps = calibrate or 5
-        print(f"hqflow: calibrating: {steps} steps of {module.__name__.rsplit('.', 1)[1]} on every backend",
-              file=sys.stderr)
-        prof = calibration(lambda n, cut: _spans(module.run(dataclasses.replace(cfg, steps=n), backends=backends,
-                                                            rows_per_job=cut)), steps, graph)
-    elif spans:
-        measured = profile(spans)
-        prof = fit(graph, spans, measured, hq.SchedulerConfig(), rows=rows_of(graph, measured))
-    if saved is not None:
-        prof = saved if prof is None else saved.merged(prof)
-    if prof is None:
-        raise UsageError("nothing to plan from: no calibration run, run directory or --profile")
-    if profile_path and prof is not saved:
-        prof.save(profile_path)
+    prof = saved = _saved_profile(profile_path)
     try:
+        if spans:  # a run directory's, beside a saved profile
+            measured = profile(spans)
+            fitted = fit(graph, spans, measured, hq.SchedulerConfig(), rows=rows_of(graph, measured))
+            prof = fitted if saved is None else saved.merged(fitted)
+        if calibrate is not None or (spans is None and saved is None):  # beside them, where asked
+            steps = calibrate or 5
+            print(f"hqflow: calibrating: {steps} steps of {module.__name__.rsplit('.', 1)[1]} on every backend",
+                  file=sys.stderr)
+            fitted = calibration(lambda n, cut: _spans(module.run(dataclasses.replace(cfg, steps=n),
+                                                                  backends=backends, rows_per_job=cut)), steps, graph)
+            prof = fitted if prof is None else prof.merged(fitted)
+        if prof is None:
+            raise UsageError("nothing to plan from: no calibration run, run directory or --profile")
+        if prof is not saved:
+            _save(prof, profile_path)
         return hq.plan(graph, cfg.steps, prof, objective=objective, budget=budget, max_staleness=max_staleness,
                        rows=rows_of(graph, prof))
     except (KeyError, ValueError) as exc:
@@ -102,10 +106,19 @@ def make_plan(module, cfg, backends, spans=None, *, profile_path: str | None = N
 
 
 def _saved_profile(path: str | None):
-    """The profile saved at ``path``, or None where there is none (yet)."""
+    """The profile saved at ``path``, or None where there is none (yet): then a usage error, before any
+    calibration, unless a profile can be saved there (its nearest existing folder is a writable folder)."""
     from hqflow.profile import Profile, ProfileError
 
-    if not path or not os.path.exists(path):
+    if not path:
+        return None
+    if not os.path.exists(path):
+        folder = os.path.dirname(os.path.abspath(path))
+        while not os.path.exists(folder):
+            folder = os.path.dirname(folder)
+        if not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
+            raise UsageError(f"--profile {shown(path, 200)}: no profile can be saved there "
+                             f"({shown(folder, 200)} is not a writable folder)")
         return None
     try:
         return Profile.load(path)
@@ -120,7 +133,16 @@ def fold(profile_path: str | None, spans) -> None:
     from hqflow.profile import profile
 
     fresh, saved = profile(spans), _saved_profile(profile_path)
-    (fresh if saved is None else saved.merged(fresh)).save(profile_path)
+    _save(fresh if saved is None else saved.merged(fresh), profile_path)
+
+
+def _save(prof, path: str | None) -> None:
+    """``prof`` saved to ``--profile path`` (None: nowhere); a file that cannot be written is a usage error."""
+    try:
+        if path:
+            prof.save(path)
+    except OSError as exc:
+        raise UsageError(f"--profile {shown(path, 200)}: cannot write it: {exc.strerror}") from None
 
 
 def cmd_plan(args) -> int:
@@ -186,8 +208,7 @@ def plan_training(algo: str, cfg, backends, *, profile_path: str | None = None, 
 
             prof = calibration(calibrate, max(3, calibrate_updates), with_staleness(graph, default.staleness),
                                default.scheduler_config())
-            if profile_path:
-                prof.save(profile_path)
+            _save(prof, profile_path)
     finally:
         run.placement.close()
     try:

@@ -61,6 +61,21 @@ def test_plan_from_a_run_directory(tmp_path, capsys):
     figures = _json(capsys)
     assert figures["workload"] == "vqe" and figures["steps"] == 6 and figures["members"] == {
         "emulated-qpu": ["qpu:emulated-qpu"]}
+    # its spans measured emulated-qpu: another backend is one line and exit 2 (was a ValueError traceback)
+    assert main(["plan", str(run_dir), "--backend", "compiled", "--calibrate", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "ran on 'emulated-qpu': its spans cannot plan 'compiled'" in err, err
+
+
+def test_a_profile_path_under_a_file_is_one_line_before_any_calibration(tmp_path, capsys):
+    (tmp_path / "a_file").write_text("")
+    profile = str(tmp_path / "a_file" / "sub")  # was a FileExistsError traceback after the calibration
+    for argv in (["plan", "vqe", "--calibrate", "2", *POOL], ["run", "vqe", "--plan", "auto", *POOL],
+                 [*TRAIN, "--run-dir", str(tmp_path / "r"), "--plan", "auto"]):
+        assert main([*argv, "--profile", profile]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "no profile can be saved there" in err and "a_file" in err, err
+        assert "calibrating" not in err
 
 
 @pytest.mark.parametrize("argv, words", [
