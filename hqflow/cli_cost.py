@@ -161,10 +161,9 @@ def policy_template(mod, cfg):
     return next(m.template for m in mod.make_policy(cfg).modules() if isinstance(m, _PQC))
 
 
-def frugal_config(mod, cfg, spec, bounds):
-    """``cfg`` with the settings ``hqflow.frugal.choose`` makes for the backend ``spec`` (a name or ``(name,
-    options)``, made here once) within ``bounds``; each choice, its reason and the predicted use per episode
-    are printed (stderr)."""
+def frugal_config(mod, cfg, backend, bounds):
+    """``cfg`` with the settings ``hqflow.frugal.choose`` makes for ``backend`` (the pool's first member) within
+    ``bounds``; each choice, its reason and the predicted use per episode are printed (stderr)."""
     import dataclasses
     import sys
 
@@ -172,20 +171,17 @@ def frugal_config(mod, cfg, spec, bounds):
 
     from hqflow.backends import BackendError, CircuitBatch
 
-    from .cli_pool import UsageError, make_member
+    from .cli_pool import UsageError
     from .frugal import choose
 
     template = policy_template(mod, cfg)
     one = CircuitBatch.make(template, np.zeros((1, template.n_inputs)), np.zeros(template.n_weights), shots=cfg.shots)
-    backend = make_member(spec)
     try:
         chosen = choose(backend, one, template.n_inputs + template.n_weights, bounds, gradient=cfg.gradient,
                         shots=cfg.shots, spsa_samples=cfg.spsa_samples,
                         circuits_per_state=lambda rows: mod.circuits_per_step(cfg, rows))
     except (BackendError, ValueError) as exc:
         raise UsageError(f"--objective cost: {exc}") from None
-    finally:
-        backend.close()
     settings = {k: v for k, v in chosen.settings().items() if hasattr(cfg, k)}
     if getattr(cfg, "groups", None) is not None:  # set by the user: kept
         settings["groups"] = cfg.groups

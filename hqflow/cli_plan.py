@@ -9,6 +9,7 @@ of ``--calibrate`` steps on every backend of the pool; calibrations and runs are
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -16,7 +17,7 @@ import sys
 
 from hqflow.ir.text import shown
 
-from .cli_pool import UsageError, backend_pool
+from .cli_pool import UsageError, backend_pool, make_member
 
 QUOTES = "'\""  # around a KeyError's message
 
@@ -126,13 +127,15 @@ def _saved_profile(path: str | None):
         raise UsageError(str(exc)) from None
 
 
-def fold(profile_path: str | None, spans) -> None:
-    """Merge a finished run's spans into ``--profile FILE`` (every run updates the profile)."""
+def fold(profile_path: str | None, spans, plan=None) -> None:
+    """Merge a finished run's spans into ``--profile FILE`` (every run updates the profile), each member's
+    under its name in the pool the ``plan`` it ran was made for (``planner.renamed``)."""
     if not profile_path or not spans:
         return
+    from hqflow.planner import renamed
     from hqflow.profile import profile
 
-    fresh, saved = profile(spans), _saved_profile(profile_path)
+    fresh, saved = profile(spans if plan is None else renamed(plan, spans)), _saved_profile(profile_path)
     _save(fresh if saved is None else saved.merged(fresh), profile_path)
 
 
@@ -149,75 +152,115 @@ def cmd_plan(args) -> int:
     module, name, cfg, spans = _target(args)
     if not hasattr(cfg, "backend"):
         raise UsageError(f"workload {name!r} runs no quantum jobs to plan")
-    pool = backend_pool(args)
-    backends = None if pool is None else {cfg.backend: pool}
-    chosen = make_plan(module, cfg, backends, spans, profile_path=args.profile, calibrate=args.calibrate,
-                       objective=args.objective, budget=args.budget, max_staleness=args.max_staleness)
-    figures = {"workload": name, "steps": cfg.steps, "staleness": chosen.staleness,
-               "prefetch": chosen.config.prefetch, "rows_per_job": chosen.config.rows_per_job,
-               "cpu_workers": chosen.config.cpu_workers, "members": {p: list(map(str, m)) for p, m in chosen.members},
-               "predicted_s": round(chosen.prediction.makespan, 4), "predicted_spend": chosen.prediction.spend,
-               **{f"predicted_{k}": getattr(chosen.prediction, k) for k in ("service_jobs", "circuits", "shots")}}
-    if not args.json:
-        print(f"plan for {name}, {cfg.steps} steps\n{chosen}")
-    if args.measure:
-        result = module.run(cfg, backends=backends, plan=chosen)
-        from .trace import makespan
-
-        spans = _spans(result)
-        measured = makespan(spans)
-        fold(args.profile, spans)
-        figures.update(measured_s=round(measured, 4),
-                       prediction_error=round(abs(chosen.prediction.makespan - measured) / measured, 4))
+    with made(args, cfg.backend) as backends:
+        chosen = make_plan(module, cfg, backends, spans, profile_path=args.profile, calibrate=args.calibrate,
+                           objective=args.objective, budget=args.budget, max_staleness=args.max_staleness)
+        figures = {"workload": name, "steps": cfg.steps, "staleness": chosen.staleness,
+                   "prefetch": chosen.config.prefetch, "rows_per_job": chosen.config.rows_per_job,
+                   "cpu_workers": chosen.config.cpu_workers,
+                   "members": {p: list(map(str, m)) for p, m in chosen.members},
+                   "predicted_s": round(chosen.prediction.makespan, 4), "predicted_spend": chosen.prediction.spend,
+                   **{f"predicted_{k}": getattr(chosen.prediction, k) for k in ("service_jobs", "circuits", "shots")}}
         if not args.json:
-            print(f"measured makespan   {measured:.3f} s (predicted {chosen.prediction.makespan:.3f} s, "
-                  f"off by {figures['prediction_error']:.0%})")
+            print(f"plan for {name}, {cfg.steps} steps\n{chosen}")
+        if args.measure:
+            from .trace import makespan
+
+            spans = _spans(module.run(cfg, backends=backends, plan=chosen))
+            measured = makespan(spans)
+            fold(args.profile, spans)
+            figures.update(measured_s=round(measured, 4),
+                           prediction_error=round(abs(chosen.prediction.makespan - measured) / measured, 4))
+            if not args.json:
+                print(f"measured makespan   {measured:.3f} s (predicted {chosen.prediction.makespan:.3f} s, "
+                      f"off by {figures['prediction_error']:.0%})")
     if args.json:
         print(json.dumps(figures), file=args.json_out)
     return 0
 
 
-def plan_training(algo: str, cfg, backends, *, profile_path: str | None = None, max_staleness: int | None = None,
-                  calibrate_updates: int = 3, objective: str = "time"):
-    """How ``hqflow train --plan auto`` runs: ``(plan, distribution, scheduler options, backends)``, planned
-    from ``profile_path``'s profile, else from ``calibrate_updates`` updates of the default distribution.
-    The planner searches staleness up to ``max_staleness`` (default: the default distribution's), the actor
-    slots, prefetch, rows per job and the pool's members, for the shortest run; ``objective="cost"`` keeps a
-    step's rows in one job (the fewest service jobs: ``cfg`` already holds ``hqflow.frugal``'s choice)."""
+@contextlib.contextmanager
+def made(args, name: str):
+    """``{name: [member, ...]}``: the pool of ``--backend`` (``name``), ``--pool`` and ``--backend-opt``, each
+    member made once here for the calibration runs and the run, and closed at the end."""
+    members = []
+    try:
+        for k, spec in enumerate(backend_pool(args, name=name, always=True, check=False)):
+            members.append(make_member(spec, k))
+        yield {name: members}
+    finally:
+        for member in members:
+            member.close()
+
+
+def plan_training(algo: str, cfg, placement, *, profile_path: str | None = None, max_staleness: int | None = None,
+                  calibrate_updates: int = 3, objective: str = "time", budget: float | None = None):
+    """How ``hqflow train --plan auto`` runs: ``(plan, distribution, scheduler options, placement)``, planned
+    from ``profile_path``'s profile, else from ``calibrate_updates`` updates of the default distribution on
+    ``placement`` (``runner.Placement``: the pool's members, made once; the one returned holds the plan's, the
+    others closed). The planner searches staleness up to ``max_staleness`` (default: the default distribution's),
+    the actor slots, prefetch, rows per job and the pool's members, for the shortest run (``objective="cost"``:
+    the cheapest, a step's rows in one job; ``cfg`` already holds ``hqflow.frugal``'s choice) within what
+    ``budget`` leaves after the calibration: the run's budget, in the options. The calibration is refused
+    when it reaches its share of ``budget`` (its updates' of its and the run's): at its rate the run would
+    not fit."""
     import hqflow as hq
+    from hqflow.backends import is_backend
     from hqflow.distribution import get_distribution
     from hqflow.planner import apply, calibration, with_staleness
     from hqflow.workloads.rl import runner
 
-    if objective not in ("time", "cost"):
-        raise ValueError(f"objective must be time or cost, got {objective!r}")
-    run = runner.setup(algo, cfg, backends)  # (its members serve the calibration runs too)
-    mod, in_process, default, resolved = run.algo, run.placement.in_process, run.default_distribution(), run.cfg
-    bound = default.staleness if max_staleness is None else max_staleness
-    graph, updates = run.graph(0), run.updates
     try:
-        prof = _saved_profile(profile_path)
+        run = runner.setup(algo, cfg, placement)
+        mod, default, resolved, graph, updates = run.algo, run.default_distribution(), run.cfg, run.graph(0), \
+            run.updates
+        prof, spent = _saved_profile(profile_path), [0.0, None, 0]  # the calibration's spend, currency, updates
         if prof is None:
-            print(f"hqflow: calibrating: {calibrate_updates} updates of {algo} on every backend", file=sys.stderr)
+            steps = max(3, calibrate_updates)
+            print(f"hqflow: calibrating: {steps} updates of {algo} on every backend", file=sys.stderr)
 
             def calibrate(n, cut):
                 small = dataclasses.replace(cfg, max_episodes=n * mod.episodes_per_update(resolved),
                                             stop_when_solved=False)
-                return runner.train(algo, small, default, backends=run.placement, tensorboard=False,
-                                    rows_per_job=cut)["spans"]
+                done = spent[2] + n
+                share = None if budget is None else budget * done / (done + updates)  # at most at the run's rate
+                try:
+                    out = runner.train(algo, small, default, backends=placement, tensorboard=False, rows_per_job=cut,
+                                       budget=None if share is None else share - spent[0])
+                except hq.RunFailed as exc:
+                    if not exc.result.extra.get("refused_jobs"):
+                        raise
+                    paid, unit = spent[0] + exc.result.extra["spend"], exc.result.extra["currency"]
+                    raise UsageError(f"--budget {budget:,.2f} {unit} does not fit the run: the calibration reached its "
+                                     f"share, {share:,.2f} ({done} of its and the run's {done + updates} updates), "
+                                     f"after spending {paid:,.2f}; raise --budget, or plan from a saved --profile") \
+                        from None
+                spent[:] = spent[0] + out["spend"], out["currency"], done
+                return out["spans"]
 
-            prof = calibration(calibrate, max(3, calibrate_updates), with_staleness(graph, default.staleness),
-                               default.scheduler_config())
+            prof = calibration(calibrate, steps, with_staleness(graph, default.staleness), default.scheduler_config())
             _save(prof, profile_path)
-    finally:
-        run.placement.close()
-    try:
-        chosen = hq.plan(graph, updates, prof, max_staleness=bound, rows_per_job=(None,) if objective == "cost" else None)
-    except (KeyError, ValueError) as exc:
-        raise UsageError(f"cannot plan the training: {str(exc).strip(QUOTES)}") from None
+        left = None if budget is None else budget - spent[0]
+        if spent[1] is not None:
+            print(f"hqflow: the calibration spent {spent[0]:,.2f} {spent[1]} (list price)" + (
+                "" if budget is None else f"; the run may spend the {left:,.2f} left of --budget {budget:,.2f}"),
+                file=sys.stderr)
+        bound = default.staleness if max_staleness is None else max_staleness
+        chosen = hq.plan(graph, updates, prof, objective=objective, budget=left, max_staleness=bound,
+                         rows_per_job=(None,) if objective == "cost" else None)
+        keep = apply(chosen, graph, {placement.name: list(range(len(placement.members)))})[1][placement.name]
+    except BaseException as exc:
+        placement.close()
+        if isinstance(exc, (KeyError, ValueError)):
+            raise UsageError(f"cannot plan the training: {str(exc).strip(QUOTES)}") from None
+        raise
+    for k, (spec, member) in enumerate(zip(placement.specs, placement.members)):
+        if k not in keep and not is_backend(spec):  # made here, and left out by the plan
+            member.close()
     actors = chosen.config.cpu_workers
-    distribution = get_distribution("sync") if chosen.staleness == 0 and actors == 1 and in_process \
+    distribution = get_distribution("sync") if chosen.staleness == 0 and actors == 1 and placement.in_process \
         else get_distribution("pipelined", staleness=chosen.staleness, actors=actors)
-    options = {"prefetch": chosen.config.prefetch, "rows_per_job": chosen.config.rows_per_job}
-    _, planned, _ = apply(chosen, graph, backends)
-    return chosen, distribution, options, planned or None
+    options = {"prefetch": chosen.config.prefetch, "rows_per_job": chosen.config.rows_per_job, "budget": left}
+    kept = runner.Placement(placement.name, *(tuple(part[k] for k in keep) for part in (placement.specs,
+                                                                                       placement.members)))
+    return chosen, distribution, options, kept

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,14 +57,15 @@ class Plan:
 
     def __str__(self) -> str:
         p = self.prediction
-        rows = [("objective", self.objective + (f" under a budget of {self.budget:g}" if self.budget is not None else "")),
+        budget = "" if self.budget is None else f" under a budget of {self.budget:,.2f}"
+        rows = [("objective", self.objective + budget),
                 ("staleness", str(self.staleness)), ("prefetch", str(self.config.prefetch)),
                 ("rows per job", "all" if self.config.rows_per_job is None else str(self.config.rows_per_job)),
                 ("cpu workers", str(self.config.cpu_workers)),
                 ("window", "auto" if self.config.window is None else str(self.config.window))]
         rows += [(f"pool {name}", ", ".join(map(str, m)) or "-") for name, m in self.members]
         rows += [("predicted makespan", f"{p.makespan:.3f} s (bound {p.bound:.3f} s)"),
-                 ("predicted spend", f"{p.spend:.4g}"), ("jobs", str(p.jobs)),
+                 ("predicted spend", f"{p.spend:,.2f}"), ("jobs", str(p.jobs)),
                  ("predicted usage", f"{p.service_jobs:,} service jobs, {p.circuits:,} circuits, {p.shots:,} shots")]
         rows += [(f"utilization {k}", f"{v:.0%}") for k, v in p.utilization.items()]
         rows += [("candidates", str(self.candidates))]
@@ -126,40 +128,42 @@ def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time",
                               itertools.product(*subsets))  # each pool's subsets of members, the largest first
 
     def score(candidate, horizon: int):
-        """The candidate's ranking key over ``horizon`` steps (None: past the budget), and its plan."""
+        """The candidate's predicted spend over all steps, its ranking key over ``horizon`` steps, and its plan."""
         staleness, ahead, cut, workers, chosen = candidate
         members = dict(zip(pools, chosen))
         cfg = dataclasses.replace(config, prefetch=ahead, window=None, rows_per_job=cut, cpu_workers=workers)
         guess = predict(with_staleness(graph, staleness), horizon, profile, cfg, rows=rows, members=members)
         spend = guess.spend * (steps / horizon if horizon else 0.0)
-        if budget is not None and spend > budget:
-            return None
         primary = (spend, guess.makespan) if objective == "cost" else (guess.makespan, spend)
         # ties: fresher parameters, fewer jobs ahead, fewer and larger jobs, fewer workers, fewer QPUs
         key = (*(round(x, 9) for x in primary), staleness, ahead, -(cut or 1 << 30), workers,
                sum(len(m) for m in chosen))
-        return key, (staleness, cfg, members)
+        return spend, key, candidate, (staleness, cfg, members)
+
+    def fitting(found: list) -> list:  # those within the budget, or say what the cheapest is predicted to spend
+        kept = [f for f in found if budget is None or f[0] <= budget]
+        if not kept:
+            raise ValueError(f"no configuration fits a budget of {budget:,.2f}: the cheapest is predicted to spend "
+                             f"{min(f[0] for f in found):,.2f}")
+        return sorted(kept, key=lambda f: f[1])
 
     candidates = list(space)
-    screened = [(found, c) for c in candidates if (found := score(c, min(steps, SCREEN))) is not None]
-    if not screened:
-        raise ValueError(f"no configuration fits a budget of {budget:g}: the cheapest is predicted to spend more")
-    screened.sort(key=lambda pair: pair[0][0])
-    finalists = []  # the best that keep the budget over the longer horizon too
-    for _, candidate in screened:
-        found = score(candidate, min(steps, HORIZON))
-        finalists += [found] if found is not None else []
-        if len(finalists) == FINALISTS:
+    screened, longer = fitting([score(c, min(steps, SCREEN)) for c in candidates]), []
+    for _, _, candidate, _ in screened:  # the best that keep the budget over the longer horizon too
+        longer.append(score(candidate, min(steps, HORIZON)))
+        if sum(budget is None or f[0] <= budget for f in longer) == FINALISTS:
             break
-    seen = len(candidates)
-    for _, (staleness, cfg, members) in sorted(finalists, key=lambda found: found[0]):
+    cheapest = math.inf
+    for _, _, _, (staleness, cfg, members) in fitting(longer):
         final = predict(with_staleness(graph, staleness), steps, profile, cfg, rows=rows, members=members)
         if budget is None or final.spend <= budget:
             break
+        cheapest = min(cheapest, final.spend)
     else:
-        raise ValueError(f"no configuration fits a budget of {budget:g}: the cheapest is predicted to spend more")
-    return Plan(staleness, cfg, tuple((k, tuple(v)) for k, v in members.items()), final, objective, budget, seen,
-                profile, rows, steps)
+        raise ValueError(f"no configuration fits a budget of {budget:,.2f}: the cheapest is predicted to spend "
+                         f"{cheapest:,.2f}")
+    return Plan(staleness, cfg, tuple((k, tuple(v)) for k, v in members.items()), final, objective, budget,
+                len(candidates), profile, rows, steps)
 
 
 def replan(plan: Plan, graph: Graph, steps: int, members: Mapping[str, Sequence[Lane | str]],
@@ -252,8 +256,21 @@ def run(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping | N
         return scheduler_run(graph, stream, backends=backends, **options)
     if "config" in options:
         raise ValueError("give a plan or a config, not both: a plan carries its SchedulerConfig")
-    graph, backends, config = apply(plan, graph, backends)
-    return scheduler_run(graph, stream, backends=backends, config=config, **options)  # options override the plan's
+    graph, chosen, config = apply(plan, graph, backends)
+    result = scheduler_run(graph, stream, backends=chosen, config=config, **options)  # options override the plan's
+    return dataclasses.replace(result, spans=renamed(plan, result.spans))
+
+
+def renamed(plan: Plan, spans: list) -> list:
+    """``spans`` of a run of ``plan`` with each member's lane as the pool it was planned for names it (the
+    plan's ``#k``), not by its place among the members ``apply`` kept: what a run measures is filed under the
+    member that ran it, whatever the plan left out (a pool's members planned from a pool of one stay)."""
+    pools = {Lane("qpu", name): chosen for name, chosen in plan.members if all(m.member is not None for m in chosen)}
+
+    def lane(s):
+        chosen, k = pools.get(s.resource, ()), 0 if s.lane is None else s.lane.member or 0
+        return dataclasses.replace(s, lane=chosen[k].at(s.lane.slot)) if s.lane is not None and k < len(chosen) else s
+    return [lane(s) for s in spans]
 
 
 def start(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping | None = None, **options) -> RunHandle:
@@ -280,4 +297,5 @@ def start(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping |
     return handle
 
 
-__all__ = ["OBJECTIVES", "Plan", "apply", "calibration", "plan", "replan", "rows_of", "run", "start", "with_staleness"]
+__all__ = ["OBJECTIVES", "Plan", "apply", "calibration", "plan", "renamed", "replan", "rows_of", "run", "start",
+           "with_staleness"]

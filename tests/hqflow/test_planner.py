@@ -8,7 +8,7 @@ import hqflow as hq
 from hqflow.backends import get_backend
 from hqflow.lanes import Lane
 from hqflow.planner import apply, with_staleness
-from hqflow.profile import BackendProfile, FragmentProfile, Profile
+from hqflow.profile import BackendProfile, FragmentProfile, Profile, profile
 from hqflow.workloads import synthetic
 
 
@@ -110,3 +110,19 @@ def test_applying_a_plan_at_staleness_0_changes_no_result():
     assert {e.max_staleness for e in apply(overlapped, graph)[0].edges if e.loop and e.src[0] != e.dst[0]} \
         == {overlapped.staleness}
     assert with_staleness(_graph(2), 0).edges != _graph(2).edges
+
+
+def test_a_run_of_a_plan_names_its_members_as_the_pool_it_was_planned_for():
+    # a pool of two where the plan keeps the second alone: the run's spans, and a profile of them, file its jobs
+    # under #1, never under the name a pool of one gives its member (the profile then held both, and a plan
+    # from it named members of one pool two ways, which no pool given has)
+    cfg = synthetic.Config(staleness=0, backend="qpu")
+    graph, stream = synthetic.build_graph(cfg), synthetic.stream(4, cfg)
+    pool = {"qpu": [get_backend("reference"), get_backend("reference")]}
+    chosen = hq.plan(graph, 4, _profile(0.001, [(0.5, None), (0.01, None)]))
+    assert dict(chosen.members)["qpu"] == ("qpu:q#1",)
+    res = hq.run(graph, stream, backends=pool, plan=chosen)
+    assert {s.row for s in res.spans if s.resource.quantum} == {Lane("qpu", "q", 1)}
+    again = hq.plan(graph, 4, _profile(0.001, [(0.5, None), (0.01, None)]).merged(profile(res.spans)))
+    assert {m.member for m in dict(again.members)["qpu"]} <= {0, 1}
+    apply(again, graph, pool)  # its members are in the pool given
