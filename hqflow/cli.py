@@ -127,7 +127,8 @@ def _add_plan(sub, workloads: str) -> None:
                     help="the most the run may spend: the fastest plan predicted within it")
     pl.add_argument("--max-staleness", type=_natural, default=None,
                     help="how many versions old the parameters may be (default: the graph's own)")
-    pl.add_argument("--calibrate", type=_positive, default=None, help="steps of the calibration run (default 5)")
+    pl.add_argument("--calibrate", type=_positive, default=None, help="steps of a calibration round (default 5; "
+                    "rounds go on, up to 3, until two predict the same within 10%%)")
     pl.add_argument("--profile", metavar="FILE", help="plan from this saved profile (no calibration run unless "
                     "--calibrate), and save the merged profile to it")
     pl.add_argument("--measure", action="store_true", help="then run the plan and print its measured makespan")

@@ -86,13 +86,13 @@ def make_plan(module, cfg, backends, spans=None, *, profile_path: str | None = N
     prof = saved = _saved_profile(profile_path)
     try:
         if spans:  # a run directory's, beside a saved profile
-            measured = profile(spans)
+            measured = profile(spans, saved)
             fitted = fit(graph, spans, measured, hq.SchedulerConfig(), rows=rows_of(graph, measured))
             prof = fitted if saved is None else saved.merged(fitted)
         if calibrate is not None or (spans is None and saved is None):  # beside them, where asked
             steps = calibrate or 5
-            print(f"hqflow: calibrating: {steps} steps of {module.__name__.rsplit('.', 1)[1]} on every backend",
-                  file=sys.stderr)
+            print(f"hqflow: calibrating: {steps} steps of {module.__name__.rsplit('.', 1)[1]} on every backend, in "
+                  "rounds until two agree", file=sys.stderr)
             fitted = calibration(lambda n, cut: _spans(module.run(dataclasses.replace(cfg, steps=n),
                                                                   backends=backends, rows_per_job=cut)), steps, graph)
             prof = fitted if prof is None else prof.merged(fitted)
@@ -135,7 +135,8 @@ def fold(profile_path: str | None, spans, plan=None) -> None:
     from hqflow.planner import renamed
     from hqflow.profile import profile
 
-    fresh, saved = profile(spans if plan is None else renamed(plan, spans)), _saved_profile(profile_path)
+    saved = _saved_profile(profile_path)
+    fresh = profile(spans if plan is None else renamed(plan, spans), saved)
     _save(fresh if saved is None else saved.merged(fresh), profile_path)
 
 
@@ -181,31 +182,24 @@ def cmd_plan(args) -> int:
 
 @contextlib.contextmanager
 def made(args, name: str):
-    """``{name: [member, ...]}``: the pool of ``--backend`` (``name``), ``--pool`` and ``--backend-opt``, each
-    member made once here for the calibration runs and the run, and closed at the end."""
-    members = []
-    try:
-        for k, spec in enumerate(backend_pool(args, name=name, always=True, check=False)):
-            members.append(make_member(spec, k))
-        yield {name: members}
-    finally:
-        for member in members:
-            member.close()
+    """``{name: [member, ...]}`` of ``--backend`` (``name``), ``--pool`` and ``--backend-opt``: each member made
+    once, for the calibration runs and the run, and closed after them."""
+    with contextlib.ExitStack() as stack:
+        yield {name: [stack.enter_context(contextlib.closing(make_member(spec, k)))
+                      for k, spec in enumerate(backend_pool(args, name=name, always=True, check=False))]}
 
 
 def plan_training(algo: str, cfg, placement, *, profile_path: str | None = None, max_staleness: int | None = None,
                   calibrate_updates: int = 3, objective: str = "time", budget: float | None = None):
-    """How ``hqflow train --plan auto`` runs: ``(plan, distribution, scheduler options, placement)``, planned
-    from ``profile_path``'s profile, else from ``calibrate_updates`` updates of the default distribution on
-    ``placement`` (``runner.Placement``: the pool's members, made once; the one returned holds the plan's, the
-    others closed). The planner searches staleness up to ``max_staleness`` (default: the default distribution's),
-    the actor slots, prefetch, rows per job and the pool's members, for the shortest run (``objective="cost"``:
-    the cheapest, a step's rows in one job; ``cfg`` already holds ``hqflow.frugal``'s choice) within what
-    ``budget`` leaves after the calibration: the run's budget, in the options. The calibration is refused
-    when it reaches its share of ``budget`` (its updates' of its and the run's): at its rate the run would
-    not fit."""
+    """How ``hqflow train --plan auto`` runs: ``(plan, distribution, scheduler options, placement)``, planned from
+    ``profile_path``'s profile, else from ``calibrate_updates`` updates of the default distribution on ``placement``
+    (``runner.Placement``, made once; the one returned holds the plan's members, the others closed). The planner
+    searches staleness up to ``max_staleness`` (default: the default distribution's), the actor slots, prefetch,
+    rows per job and the members for the shortest run (``objective="cost"``: the cheapest, a step's rows in one
+    job; ``cfg`` holds ``hqflow.frugal``'s choice) within what ``budget`` leaves after the calibration (the run's
+    budget, in the options). The calibration may spend its updates' share of ``budget``: past it, at its rate,
+    the run would not fit."""
     import hqflow as hq
-    from hqflow.backends import is_backend
     from hqflow.distribution import get_distribution
     from hqflow.planner import apply, calibration, with_staleness
     from hqflow.workloads.rl import runner
@@ -223,7 +217,7 @@ def plan_training(algo: str, cfg, placement, *, profile_path: str | None = None,
                 small = dataclasses.replace(cfg, max_episodes=n * mod.episodes_per_update(resolved),
                                             stop_when_solved=False)
                 done = spent[2] + n
-                share = None if budget is None else budget * done / (done + updates)  # at most at the run's rate
+                share = None if budget is None else budget * done / (done + updates)
                 try:
                     out = runner.train(algo, small, default, backends=placement, tensorboard=False, rows_per_job=cut,
                                        budget=None if share is None else share - spent[0])
@@ -238,7 +232,8 @@ def plan_training(algo: str, cfg, placement, *, profile_path: str | None = None,
                 spent[:] = spent[0] + out["spend"], out["currency"], done
                 return out["spans"]
 
-            prof = calibration(calibrate, steps, with_staleness(graph, default.staleness), default.scheduler_config())
+            prof = calibration(calibrate, steps, with_staleness(graph, default.staleness), default.scheduler_config(),
+                               rounds=1)  # its updates are paid for: one round
             _save(prof, profile_path)
         left = None if budget is None else budget - spent[0]
         if spent[1] is not None:
@@ -254,13 +249,11 @@ def plan_training(algo: str, cfg, placement, *, profile_path: str | None = None,
         if isinstance(exc, (KeyError, ValueError)):
             raise UsageError(f"cannot plan the training: {str(exc).strip(QUOTES)}") from None
         raise
-    for k, (spec, member) in enumerate(zip(placement.specs, placement.members)):
-        if k not in keep and not is_backend(spec):  # made here, and left out by the plan
-            member.close()
+    runner.Placement(placement.name, *([x for k, x in enumerate(p) if k not in keep] for p in (
+        placement.specs, placement.members))).close()  # the members the plan left out
     actors = chosen.config.cpu_workers
     distribution = get_distribution("sync") if chosen.staleness == 0 and actors == 1 and placement.in_process \
         else get_distribution("pipelined", staleness=chosen.staleness, actors=actors)
     options = {"prefetch": chosen.config.prefetch, "rows_per_job": chosen.config.rows_per_job, "budget": left}
-    kept = runner.Placement(placement.name, *(tuple(part[k] for k in keep) for part in (placement.specs,
-                                                                                       placement.members)))
-    return chosen, distribution, options, kept
+    return chosen, distribution, options, runner.Placement(placement.name, *(tuple(p[k] for k in keep) for p in (
+        placement.specs, placement.members)))

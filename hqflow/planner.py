@@ -15,6 +15,7 @@ backends it never changes the result.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import os
@@ -205,12 +206,26 @@ def rows_of(graph: Graph, profile: Profile) -> dict[str, int]:
     return {f.name: dict(profile.rows).get(f.name, 1) for f in graph.fragments if isinstance(f, CircuitCall)}
 
 
-def calibration(run, steps: int, graph: Graph, config: SchedulerConfig = SchedulerConfig()) -> Profile:
+def calibration(run, steps: int, graph: Graph, config: SchedulerConfig = SchedulerConfig(), rounds: int = 3,
+                settle: float = 0.1) -> Profile:
     """A profile from calibration runs: ``run(steps, rows_per_job)`` runs the workload (``graph`` under
     ``config``) and returns its spans. ``run(steps, None)`` gives the fragments' times, the rows per step and
     the scheduler's overhead. Where all its jobs had the same rows ``n > 1`` (per-job and per-row time look
     alike), ``run(max(2, steps // 2), ceil(n / 2))`` joins the backends' fit, and on a pool of several members,
-    where its halves run side by side, gives the CPUs the run's own work gets (``costmodel.calibrate_cores``)."""
+    where its halves run side by side, gives the CPUs the run's own work gets (``costmodel.calibrate_cores``).
+    Those runs are a round; rounds go on until two in a row predict a run of ``steps`` within ``settle`` of
+    each other (at most ``rounds``). The profile is the round whose prediction is the median, with the pool
+    members' figures of every round merged: a round that the machine's load upset is outvoted."""
+    fits, guesses = [], []
+    while len(fits) < rounds and not (len(fits) > 1 and abs(guesses[-1] - guesses[-2]) <= settle * min(guesses[-2:])):
+        fits.append(_round(run, steps, graph, config))
+        guesses.append(predict(graph, steps, fits[-1], config, rows=rows_of(graph, fits[-1])).makespan)
+    middle = fits[sorted(range(len(fits)), key=guesses.__getitem__)[(len(fits) - 1) // 2]]
+    return dataclasses.replace(middle, backends=functools.reduce(Profile.merged, fits).backends)
+
+
+def _round(run, steps: int, graph: Graph, config: SchedulerConfig) -> Profile:
+    """One round of :func:`calibration`'s runs, fitted."""
     first = list(run(steps, None))
     jobs = [s for s in first if s.resource.quantum and s.outcome.ok and s.rows]
     sizes = {s.rows for s in jobs}
@@ -262,15 +277,15 @@ def run(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping | N
 
 
 def renamed(plan: Plan, spans: list) -> list:
-    """``spans`` of a run of ``plan`` with each member's lane as the pool it was planned for names it (the
-    plan's ``#k``), not by its place among the members ``apply`` kept: what a run measures is filed under the
-    member that ran it, whatever the plan left out (a pool's members planned from a pool of one stay)."""
-    pools = {Lane("qpu", name): chosen for name, chosen in plan.members if all(m.member is not None for m in chosen)}
+    """``spans`` of a run of ``plan``, each member's lane as in the pool the plan was made for (``#k``), not by
+    its place among the members ``apply`` kept: what a run measures is filed under the member that ran it."""
+    return [s if s.lane is None else dataclasses.replace(s, lane=_planned(plan, s.resource, s.lane)) for s in spans]
 
-    def lane(s):
-        chosen, k = pools.get(s.resource, ()), 0 if s.lane is None else s.lane.member or 0
-        return dataclasses.replace(s, lane=chosen[k].at(s.lane.slot)) if s.lane is not None and k < len(chosen) else s
-    return [lane(s) for s in spans]
+
+def _planned(plan: Plan, pool: Lane, lane: Lane) -> Lane:
+    """The lane in ``plan``'s profile of the member of pool ``pool`` that has ``lane`` in a run of the plan."""
+    chosen, k = dict(plan.members).get(pool.name, ()) if pool.quantum else (), lane.member or 0
+    return chosen[k].at(lane.slot) if k < len(chosen) and all(m.member is not None for m in chosen) else lane
 
 
 def start(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping | None = None, **options) -> RunHandle:
@@ -282,18 +297,16 @@ def start(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping |
     if "config" in options:
         raise ValueError("give a plan or a config, not both: a plan carries its SchedulerConfig")
     planned, backends, config = apply(plan, graph, backends)
-    names: dict[Lane, Lane] = {}  # a member's lane in the run -> its lane in the plan's profile
 
-    def changed(handle: RunHandle) -> None:
-        members = {pool: [names.get(lane, lane) for lane in now] for pool, now in handle.members().items()}
+    def changed(handle: RunHandle) -> None:  # (the members' lanes in the plan's profile; one that joined: its own)
+        members = {pool: [_planned(plan, Lane("qpu", pool), lane) for lane in now] for pool, now in
+                   handle.members().items()}
         new = replan(handle.plans[-1], planned, max(1, plan.steps - handle.steps_done()), members)
         handle.tune(prefetch=new.config.prefetch, rows_per_job=new.config.rows_per_job)
         handle.plans.append(new)
 
     handle = scheduler_start(planned, stream, backends=backends, config=config, on_change=changed, **options)
     handle.plans.append(plan)
-    first = handle.members()  # before any change: the members the plan chose, in its order
-    names.update((lane, was) for pool, chosen in plan.members for lane, was in zip(first.get(pool, []), chosen))
     return handle
 
 
