@@ -83,7 +83,7 @@ def make_plan(module, cfg, backends, spans=None, *, profile_path: str | None = N
     from hqflow.profile import profile
 
     graph = module.build_graph(cfg)
-    prof = saved = _saved_profile(profile_path)
+    prof = saved = saved_profile(profile_path)
     try:
         if spans:  # a run directory's, beside a saved profile
             measured = profile(spans, saved)
@@ -99,14 +99,14 @@ def make_plan(module, cfg, backends, spans=None, *, profile_path: str | None = N
         if prof is None:
             raise UsageError("nothing to plan from: no calibration run, run directory or --profile")
         if prof is not saved:
-            _save(prof, profile_path)
+            save_profile(prof, profile_path)
         return hq.plan(graph, cfg.steps, prof, objective=objective, budget=budget, max_staleness=max_staleness,
                        rows=rows_of(graph, prof))
     except (KeyError, ValueError) as exc:
         raise UsageError(str(exc).strip(QUOTES)) from None
 
 
-def _saved_profile(path: str | None):
+def saved_profile(path: str | None):
     """The profile saved at ``path``, or None where there is none (yet): then a usage error, before any
     calibration, unless a profile can be saved there (its nearest existing folder is a writable folder)."""
     from hqflow.profile import Profile, ProfileError
@@ -135,12 +135,12 @@ def fold(profile_path: str | None, spans, plan=None) -> None:
     from hqflow.planner import renamed
     from hqflow.profile import profile
 
-    saved = _saved_profile(profile_path)
+    saved = saved_profile(profile_path)
     fresh = profile(spans if plan is None else renamed(plan, spans), saved)
-    _save(fresh if saved is None else saved.merged(fresh), profile_path)
+    save_profile(fresh if saved is None else saved.merged(fresh), profile_path)
 
 
-def _save(prof, path: str | None) -> None:
+def save_profile(prof, path: str | None) -> None:
     """``prof`` saved to ``--profile path`` (None: nowhere); a file that cannot be written is a usage error."""
     try:
         if path:
@@ -187,73 +187,3 @@ def made(args, name: str):
     with contextlib.ExitStack() as stack:
         yield {name: [stack.enter_context(contextlib.closing(make_member(spec, k)))
                       for k, spec in enumerate(backend_pool(args, name=name, always=True, check=False))]}
-
-
-def plan_training(algo: str, cfg, placement, *, profile_path: str | None = None, max_staleness: int | None = None,
-                  calibrate_updates: int = 3, objective: str = "time", budget: float | None = None):
-    """How ``hqflow train --plan auto`` runs: ``(plan, distribution, scheduler options, placement)``, planned from
-    ``profile_path``'s profile, else from ``calibrate_updates`` updates of the default distribution on ``placement``
-    (``runner.Placement``, made once; the one returned holds the plan's members, the others closed). The planner
-    searches staleness up to ``max_staleness`` (default: the default distribution's), the actor slots, prefetch,
-    rows per job and the members for the shortest run (``objective="cost"``: the cheapest, a step's rows in one
-    job; ``cfg`` holds ``hqflow.frugal``'s choice) within what ``budget`` leaves after the calibration (the run's
-    budget, in the options). The calibration may spend its updates' share of ``budget``: past it, at its rate,
-    the run would not fit."""
-    import hqflow as hq
-    from hqflow.distribution import get_distribution
-    from hqflow.planner import apply, calibration, with_staleness
-    from hqflow.workloads.rl import runner
-
-    try:
-        run = runner.setup(algo, cfg, placement)
-        mod, default, resolved, graph, updates = run.algo, run.default_distribution(), run.cfg, run.graph(0), \
-            run.updates
-        prof, spent = _saved_profile(profile_path), [0.0, None, 0]  # the calibration's spend, currency, updates
-        if prof is None:
-            steps = max(3, calibrate_updates)
-            print(f"hqflow: calibrating: {steps} updates of {algo} on every backend", file=sys.stderr)
-
-            def calibrate(n, cut):
-                small = dataclasses.replace(cfg, max_episodes=n * mod.episodes_per_update(resolved),
-                                            stop_when_solved=False)
-                done = spent[2] + n
-                share = None if budget is None else budget * done / (done + updates)
-                try:
-                    out = runner.train(algo, small, default, backends=placement, tensorboard=False, rows_per_job=cut,
-                                       budget=None if share is None else share - spent[0])
-                except hq.RunFailed as exc:
-                    if not exc.result.extra.get("refused_jobs"):
-                        raise
-                    paid, unit = spent[0] + exc.result.extra["spend"], exc.result.extra["currency"]
-                    raise UsageError(f"--budget {budget:,.2f} {unit} does not fit the run: the calibration reached its "
-                                     f"share, {share:,.2f} ({done} of its and the run's {done + updates} updates), "
-                                     f"after spending {paid:,.2f}; raise --budget, or plan from a saved --profile") \
-                        from None
-                spent[:] = spent[0] + out["spend"], out["currency"], done
-                return out["spans"]
-
-            prof = calibration(calibrate, steps, with_staleness(graph, default.staleness), default.scheduler_config(),
-                               rounds=1)  # its updates are paid for: one round
-            _save(prof, profile_path)
-        left = None if budget is None else budget - spent[0]
-        if spent[1] is not None:
-            print(f"hqflow: the calibration spent {spent[0]:,.2f} {spent[1]} (list price)" + (
-                "" if budget is None else f"; the run may spend the {left:,.2f} left of --budget {budget:,.2f}"),
-                file=sys.stderr)
-        bound = default.staleness if max_staleness is None else max_staleness
-        chosen = hq.plan(graph, updates, prof, objective=objective, budget=left, max_staleness=bound,
-                         rows_per_job=(None,) if objective == "cost" else None)
-        keep = apply(chosen, graph, {placement.name: list(range(len(placement.members)))})[1][placement.name]
-    except BaseException as exc:
-        placement.close()
-        if isinstance(exc, (KeyError, ValueError)):
-            raise UsageError(f"cannot plan the training: {str(exc).strip(QUOTES)}") from None
-        raise
-    runner.Placement(placement.name, *([x for k, x in enumerate(p) if k not in keep] for p in (
-        placement.specs, placement.members))).close()  # the members the plan left out
-    actors = chosen.config.cpu_workers
-    distribution = get_distribution("sync") if chosen.staleness == 0 and actors == 1 and placement.in_process \
-        else get_distribution("pipelined", staleness=chosen.staleness, actors=actors)
-    options = {"prefetch": chosen.config.prefetch, "rows_per_job": chosen.config.rows_per_job, "budget": left}
-    return chosen, distribution, options, runner.Placement(placement.name, *(tuple(p[k] for k in keep) for p in (
-        placement.specs, placement.members)))

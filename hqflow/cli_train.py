@@ -27,7 +27,7 @@ import tempfile
 
 from hqflow.backends import BackendAccessError, BackendError
 
-from .cli_plan import fold, plan_training
+from .cli_plan import QUOTES, fold, save_profile, saved_profile
 from .cli_cost import cost_overrides
 from .cli_pool import UsageError, backend_pool, make_folder, make_member, show_figures, value as _value
 from .fragments import RunFailed
@@ -227,10 +227,9 @@ def _caused_by(exc: BaseException, kind: type) -> bool:
 
 
 def _planned(args, runner, algo, cfg, pool, watcher, distribution):
-    """``(distribution, placement, scheduler options, config, plan)``: the run's members made once
-    (``_placement``); with ``--plan auto`` what the cost model chooses (``hqflow plan``), and with ``--objective
-    cost`` the config first takes the estimator's settings ``hqflow.frugal`` chooses within the bounds given.
-    Without ``--plan``: as given (its flags refused)."""
+    """``(distribution, placement, scheduler options, config, plan)``: the members made once (``_placement``); with
+    ``--plan auto`` as ``workloads.rl.planned`` plans it, the config first taking ``hqflow.frugal``'s settings within
+    the bounds given to ``--objective cost``. Without ``--plan``: as given (its flags refused)."""
     from .cli_cost import frugal_bounds, frugal_config
 
     bounds = frugal_bounds(args)
@@ -239,17 +238,22 @@ def _planned(args, runner, algo, cfg, pool, watcher, distribution):
                          "--staleness")
     if args.plan and watcher is not None:
         raise UsageError("--plan auto chooses the pool's members and --resources names them: give one of the two")
+    saved = saved_profile(args.profile)  # (a --profile that cannot be saved: refused before any member is made)
     placement = _placement(runner, cfg.backend, pool, "--resources" if watcher is not None else "--backend")
     if not args.plan:
         return distribution, placement, {}, cfg, None
+    from hqflow.workloads.rl.planned import plan_training
+
     try:
         cfg = cfg if bounds is None else frugal_config(runner.algorithm(algo), cfg, placement.members[0], bounds)
-    except BaseException:
+        chosen, distribution, options, placement = plan_training(
+            algo, cfg, placement, saved, save=lambda prof: save_profile(prof, args.profile),
+            max_staleness=args.max_staleness, objective=args.objective or "time", budget=args.budget)
+    except BaseException as exc:
         placement.close()
+        if isinstance(exc, (KeyError, ValueError)):
+            raise UsageError(f"cannot plan the training: {str(exc).strip(QUOTES)}") from None
         raise
-    chosen, distribution, options, placement = plan_training(
-        algo, cfg, placement, profile_path=args.profile, max_staleness=args.max_staleness,
-        objective=args.objective or "time", budget=args.budget)
     print(f"{chosen}\n", file=sys.stderr)
     return distribution, placement, options, cfg, chosen
 

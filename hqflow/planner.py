@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -142,27 +141,24 @@ def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time",
         return spend, key, candidate, (staleness, cfg, members)
 
     def fitting(found: list) -> list:  # those within the budget, or say what the cheapest is predicted to spend
-        kept = [f for f in found if budget is None or f[0] <= budget]
-        if not kept:
+        if not (kept := [f for f in found if budget is None or f[0] <= budget]):
             raise ValueError(f"no configuration fits a budget of {budget:,.2f}: the cheapest is predicted to spend "
                              f"{min(f[0] for f in found):,.2f}")
         return sorted(kept, key=lambda f: f[1])
 
-    candidates = list(space)
-    screened, longer = fitting([score(c, min(steps, SCREEN)) for c in candidates]), []
-    for _, _, candidate, _ in screened:  # the best that keep the budget over the longer horizon too
-        longer.append(score(candidate, min(steps, HORIZON)))
+    candidates, longer = list(space), []
+    for _, _, candidate, _ in fitting([score(c, min(steps, SCREEN)) for c in candidates]):
+        longer.append(score(candidate, min(steps, HORIZON)))  # the best that keep the budget over longer too
         if sum(budget is None or f[0] <= budget for f in longer) == FINALISTS:
             break
-    cheapest = math.inf
+    finals = []  # over all steps
     for _, _, _, (staleness, cfg, members) in fitting(longer):
         final = predict(with_staleness(graph, staleness), steps, profile, cfg, rows=rows, members=members)
+        finals.append((final.spend, None, None, None))
         if budget is None or final.spend <= budget:
             break
-        cheapest = min(cheapest, final.spend)
     else:
-        raise ValueError(f"no configuration fits a budget of {budget:,.2f}: the cheapest is predicted to spend "
-                         f"{cheapest:,.2f}")
+        fitting(finals)  # none fits over all steps: says what the cheapest is predicted to spend
     return Plan(staleness, cfg, tuple((k, tuple(v)) for k, v in members.items()), final, objective, budget,
                 len(candidates), profile, rows, steps)
 

@@ -262,14 +262,12 @@ _FIGURES = {("per_job", "per_row", "per_shot"): lambda s: s.seconds - (s.queued 
 
 def _borrowed(fit: list[float] | None, x: np.ndarray, peers: list) -> list[float] | None:
     """``fit`` of a member whose jobs all had the columns ``x`` (one size), where its per-row and per-shot terms
-    cannot be told from its per-job one: those its pool's members that ran several sizes fitted (``peers``, the
-    median), scaled down where they would pass its own measured time, and per job the rest of it."""
-    peers = [p[1:] for p in peers if p is not None]
-    if fit is None or not peers:
+    cannot be told from its per-job one: the median of its pool's members' that could (``peers``' fits), scaled
+    down where they would pass its own measured time, and per job the rest of it."""
+    if fit is None or not (peers := [p[1:] for p in peers if p is not None]):
         return fit
     slopes = np.median(peers, axis=0)
-    size = float(slopes @ x[1:len(fit)])
-    scale = min(1.0, fit[0] / size) if size > 0 else 1.0
+    scale = min(1.0, fit[0] / size) if (size := float(slopes @ x[1:len(fit)])) > 0 else 1.0
     return [fit[0] - scale * size, *(float(v) * scale for v in slopes)]
 
 
