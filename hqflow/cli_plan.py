@@ -4,8 +4,9 @@
     hqflow plan runs/clf                              # a run directory of hqflow run --run-dir: its spans
     hqflow run classifier ... --plan auto --profile prof.json   # plan, run, and fold the run into prof.json
 
-The profile comes from a run directory's ``spans.json``, else ``--profile FILE``, else a calibration run
-of ``--calibrate`` steps on every backend of the pool; calibrations and runs are merged into FILE.
+The profile comes from a run directory's ``spans.json``, else ``--profile FILE``, else calibration runs
+of ``--calibrate`` steps on every backend of the pool, in rounds until two agree (``planner.calibration``);
+calibrations and runs are merged into FILE.
 """
 from __future__ import annotations
 
