@@ -17,7 +17,7 @@ import sys
 from . import __version__
 from .cli_cost import (_at_least, _epsilon, add_cost_arguments, add_dry_run_arguments, add_frugal_arguments,
                        cost_overrides, dry_run_tally)
-from .cli_plan import _spans, cmd_plan, fold, make_plan, with_options
+from .cli_plan import _spans, cmd_plan, fold, made, make_plan, with_options
 from .cli_pool import UsageError, backend_pool, check_backend, make_folder, show_figures, warn_secrets
 from .files import atomic_text
 
@@ -85,6 +85,8 @@ def _add_run(sub, workloads: str) -> None:
                    help="with --plan auto: plan from this saved profile, and fold this run's measurements into it")
     r.add_argument("--max-staleness", type=_natural, default=None,
                    help="with --plan auto: how many versions old the parameters may be (default: the graph's own)")
+    r.add_argument("--objective", choices=["time", "cost"], help="with --plan auto: the shortest run (default), or "
+                   "the cheapest")
     r.add_argument("--pool", type=_positive, default=None, help="with --backend: a pool of N such backends")
     r.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[], help=_MEMBER_OPT)
     _add_run_cost(r)
@@ -125,7 +127,8 @@ def _add_plan(sub, workloads: str) -> None:
                     help="the most the run may spend: the fastest plan predicted within it")
     pl.add_argument("--max-staleness", type=_natural, default=None,
                     help="how many versions old the parameters may be (default: the graph's own)")
-    pl.add_argument("--calibrate", type=_positive, default=None, help="steps of the calibration run (default 5)")
+    pl.add_argument("--calibrate", type=_positive, default=None, help="steps of a calibration round (default 5; "
+                    "rounds go on, up to 3, until two predict the same within 10%%)")
     pl.add_argument("--profile", metavar="FILE", help="plan from this saved profile (no calibration run unless "
                     "--calibrate), and save the merged profile to it")
     pl.add_argument("--measure", action="store_true", help="then run the plan and print its measured makespan")
@@ -325,8 +328,7 @@ def cmd_run(args) -> int:
         cfg, tally = _dry_run(args, cfg)
     if args.run_dir:
         make_folder(args.run_dir)
-    options = _run_options(args, module, cfg)
-    with Progress(getattr(cfg, "steps", 1), args.workload) as bar:
+    with _run_options(args, module, cfg) as options, Progress(getattr(cfg, "steps", 1), args.workload) as bar:
         result = module.run(cfg, progress=bar, **options)
     if args.plan:
         fold(args.profile, _spans(result))
@@ -375,24 +377,30 @@ def _dry_run(args, cfg):
     return dataclasses.replace(cfg, backend=f"dry-run:{cfg.backend}"), tally
 
 
-def _run_options(args, module, cfg) -> dict:
+@contextlib.contextmanager
+def _run_options(args, module, cfg):
     """The keywords of the workload's ``run`` besides ``progress``: ``backends`` (--pool, --backend-opt)
-    and ``plan`` (--plan auto, made and printed to stderr here)."""
+    and ``plan`` (--plan auto, made and printed to stderr here, its members made once for it and the run)."""
     options = {}
-    if args.pool or args.backend_opt:
-        if not hasattr(cfg, "backend"):
-            raise UsageError(f"workload {args.workload!r} runs no quantum jobs for a pool")
+    if (args.pool or args.backend_opt) and not hasattr(cfg, "backend"):
+        raise UsageError(f"workload {args.workload!r} runs no quantum jobs for a pool")
+    if (args.pool or args.backend_opt) and not args.plan:
         # under --dry-run every member is a dry-run:<backend> with the member's options: priced, never submitted
         options["backends"] = {cfg.backend: backend_pool(args, name=cfg.backend if args.dry_run else None)}
-    if (args.profile or args.max_staleness is not None) and not args.plan:
-        raise UsageError(f"{'--profile' if args.profile else '--max-staleness'} goes with --plan auto")
-    if args.plan:
-        if args.dry_run or not hasattr(cfg, "backend"):
-            raise UsageError("--plan auto needs a workload that runs quantum jobs, and no --dry-run")
-        options["plan"] = make_plan(module, cfg, options.get("backends"), profile_path=args.profile,
-                                    max_staleness=args.max_staleness)
+    given = [flag for flag, on in (("--profile", args.profile), ("--max-staleness", args.max_staleness is not None),
+                                   ("--objective", args.objective)) if on]
+    if given and not args.plan:
+        raise UsageError(f"{given[0]} goes with --plan auto")
+    if not args.plan:
+        yield options
+        return
+    if args.dry_run or not hasattr(cfg, "backend"):
+        raise UsageError("--plan auto needs a workload that runs quantum jobs, and no --dry-run")
+    with made(args, cfg.backend) as options["backends"]:
+        options["plan"] = make_plan(module, cfg, options["backends"], profile_path=args.profile,
+                                    max_staleness=args.max_staleness, objective=args.objective or "time")
         print(f"{options['plan']}\n", file=sys.stderr)
-    return options
+        yield options
 
 
 def _write_run_dir(folder: str, workload: str, cfg, result: dict) -> None:

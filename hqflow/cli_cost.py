@@ -170,29 +170,25 @@ def check_target(members, algo: str, cfg, budget=None, dry_run: bool = False) ->
             print(f"hqflow: warning: {unpriced}; its jobs' cost is reported as unknown", file=sys.stderr)
 
 
-def frugal_config(mod, cfg, spec, bounds):
-    """``cfg`` with the settings ``hqflow.frugal.choose`` makes for the backend ``spec`` (a name or ``(name,
-    options)``, made here once) within ``bounds``; each choice, its reason and the predicted use per episode
-    are printed (stderr)."""
+def frugal_config(mod, cfg, backend, bounds):
+    """``cfg`` with the settings ``hqflow.frugal.choose`` makes for ``backend`` (the pool's first member) within
+    ``bounds``; each choice, its reason and the predicted use per episode are printed (stderr)."""
     import dataclasses
     import sys
 
     from hqflow.backends import BackendError
     from hqflow.workloads.rl.policies import policy_row
 
-    from .cli_pool import UsageError, make_member
+    from .cli_pool import UsageError
     from .frugal import choose
 
     one = policy_row(mod, cfg)
-    backend = make_member(spec)
     try:
         chosen = choose(backend, one, one.template.n_inputs + one.template.n_weights, bounds, gradient=cfg.gradient,
                         shots=cfg.shots, spsa_samples=cfg.spsa_samples,
                         circuits_per_state=lambda rows: mod.circuits_per_step(cfg, rows))
     except (BackendError, ValueError) as exc:
         raise UsageError(f"--objective cost: {exc}") from None
-    finally:
-        backend.close()
     settings = {k: v for k, v in chosen.settings().items() if hasattr(cfg, k)}
     if getattr(cfg, "groups", None) is not None:  # set by the user: kept
         settings["groups"] = cfg.groups

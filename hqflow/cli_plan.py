@@ -4,17 +4,21 @@
     hqflow plan runs/clf                              # a run directory of hqflow run --run-dir: its spans
     hqflow run classifier ... --plan auto --profile prof.json   # plan, run, and fold the run into prof.json
 
-The profile comes from a run directory's ``spans.json``, else ``--profile FILE``, else a calibration run
-of ``--calibrate`` steps on every backend of the pool; calibrations and runs are merged into FILE.
+The profile comes from a run directory's ``spans.json``, else ``--profile FILE``, else calibration runs
+of ``--calibrate`` steps on every backend of the pool, in rounds until two agree (``planner.calibration``);
+calibrations and runs are merged into FILE.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import sys
 
-from .cli_pool import UsageError, backend_pool
+from hqflow.ir.text import shown
+
+from .cli_pool import UsageError, backend_pool, make_member
 
 QUOTES = "'\""  # around a KeyError's message
 
@@ -48,6 +52,9 @@ def _target(args):
             cfg = module.Config(**saved)
         except (TypeError, ValueError) as exc:
             raise UsageError(f"{folder}/config.json does not fit workload {name!r}: {exc}") from None
+        if args.backend not in (None, getattr(cfg, "backend", None)):
+            raise UsageError(f"{folder} ran on {shown(getattr(cfg, 'backend', None))}: its spans cannot plan "
+                             f"{shown(args.backend)}; plan the workload by its name, {name}, for another backend")
     else:
         name = args.workload
         try:
@@ -70,42 +77,50 @@ def with_options(name: str, cfg, args):
 def make_plan(module, cfg, backends, spans=None, *, profile_path: str | None = None, calibrate: int | None = None,
               objective: str = "time", budget: float | None = None, max_staleness: int | None = None):
     """The plan for ``cfg``, from the profile the module docstring says. ``calibrate``: the calibration
-    run's steps (default 5), given to calibrate beside a saved profile too."""
+    run's steps (default 5), given to calibrate beside a saved profile or a run directory's ``spans`` too."""
     import hqflow as hq
     from hqflow.costmodel import calibrate as fit
     from hqflow.planner import calibration, rows_of
     from hqflow.profile import profile
 
     graph = module.build_graph(cfg)
-    saved = _saved_profile(profile_path)
-    prof = None
-    if spans is None and (saved is None or calibrate is not None):
-        steps = calibrate or 5
-        print(f"hqflow: calibrating: {steps} steps of {module.__name__.rsplit('.', 1)[1]} on every backend",
-              file=sys.stderr)
-        prof = calibration(lambda n, cut: _spans(module.run(dataclasses.replace(cfg, steps=n), backends=backends,
-                                                            rows_per_job=cut)), steps, graph)
-    elif spans:
-        measured = profile(spans)
-        prof = fit(graph, spans, measured, hq.SchedulerConfig(), rows=rows_of(graph, measured))
-    if saved is not None:
-        prof = saved if prof is None else saved.merged(prof)
-    if prof is None:
-        raise UsageError("nothing to plan from: no calibration run, run directory or --profile")
-    if profile_path and prof is not saved:
-        prof.save(profile_path)
+    prof = saved = saved_profile(profile_path)
     try:
+        if spans:  # a run directory's, beside a saved profile
+            measured = profile(spans, saved)
+            fitted = fit(graph, spans, measured, hq.SchedulerConfig(), rows=rows_of(graph, measured))
+            prof = fitted if saved is None else saved.merged(fitted)
+        if calibrate is not None or (spans is None and saved is None):  # beside them, where asked
+            steps = calibrate or 5
+            print(f"hqflow: calibrating: {steps} steps of {module.__name__.rsplit('.', 1)[1]} on every backend, in "
+                  "rounds until two agree", file=sys.stderr)
+            fitted = calibration(lambda n, cut: _spans(module.run(dataclasses.replace(cfg, steps=n),
+                                                                  backends=backends, rows_per_job=cut)), steps, graph)
+            prof = fitted if prof is None else prof.merged(fitted)
+        if prof is None:
+            raise UsageError("nothing to plan from: no calibration run, run directory or --profile")
+        if prof is not saved:
+            save_profile(prof, profile_path)
         return hq.plan(graph, cfg.steps, prof, objective=objective, budget=budget, max_staleness=max_staleness,
                        rows=rows_of(graph, prof))
     except (KeyError, ValueError) as exc:
         raise UsageError(str(exc).strip(QUOTES)) from None
 
 
-def _saved_profile(path: str | None):
-    """The profile saved at ``path``, or None where there is none (yet)."""
+def saved_profile(path: str | None):
+    """The profile saved at ``path``, or None where there is none (yet): then a usage error, before any
+    calibration, unless a profile can be saved there (its nearest existing folder is a writable folder)."""
     from hqflow.profile import Profile, ProfileError
 
-    if not path or not os.path.exists(path):
+    if not path:
+        return None
+    if not os.path.exists(path):
+        folder = os.path.dirname(os.path.abspath(path))
+        while not os.path.exists(folder):
+            folder = os.path.dirname(folder)
+        if not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
+            raise UsageError(f"--profile {shown(path, 200)}: no profile can be saved there "
+                             f"({shown(folder, 200)} is not a writable folder)")
         return None
     try:
         return Profile.load(path)
@@ -113,90 +128,63 @@ def _saved_profile(path: str | None):
         raise UsageError(str(exc)) from None
 
 
-def fold(profile_path: str | None, spans) -> None:
-    """Merge a finished run's spans into ``--profile FILE`` (every run updates the profile)."""
+def fold(profile_path: str | None, spans, plan=None) -> None:
+    """Merge a finished run's spans into ``--profile FILE`` (every run updates the profile), each member's
+    under its name in the pool the ``plan`` it ran was made for (``planner.renamed``)."""
     if not profile_path or not spans:
         return
+    from hqflow.planner import renamed
     from hqflow.profile import profile
 
-    fresh, saved = profile(spans), _saved_profile(profile_path)
-    (fresh if saved is None else saved.merged(fresh)).save(profile_path)
+    saved = saved_profile(profile_path)
+    fresh = profile(spans if plan is None else renamed(plan, spans), saved)
+    save_profile(fresh if saved is None else saved.merged(fresh), profile_path)
+
+
+def save_profile(prof, path: str | None) -> None:
+    """``prof`` saved to ``--profile path`` (None: nowhere); a file that cannot be written is a usage error."""
+    try:
+        if path:
+            prof.save(path)
+    except OSError as exc:
+        raise UsageError(f"--profile {shown(path, 200)}: cannot write it: {exc.strerror}") from None
 
 
 def cmd_plan(args) -> int:
     module, name, cfg, spans = _target(args)
     if not hasattr(cfg, "backend"):
         raise UsageError(f"workload {name!r} runs no quantum jobs to plan")
-    pool = backend_pool(args)
-    backends = None if pool is None else {cfg.backend: pool}
-    chosen = make_plan(module, cfg, backends, spans, profile_path=args.profile, calibrate=args.calibrate,
-                       objective=args.objective, budget=args.budget, max_staleness=args.max_staleness)
-    figures = {"workload": name, "steps": cfg.steps, "staleness": chosen.staleness,
-               "prefetch": chosen.config.prefetch, "rows_per_job": chosen.config.rows_per_job,
-               "cpu_workers": chosen.config.cpu_workers, "members": {p: list(map(str, m)) for p, m in chosen.members},
-               "predicted_s": round(chosen.prediction.makespan, 4), "predicted_spend": chosen.prediction.spend,
-               **{f"predicted_{k}": getattr(chosen.prediction, k) for k in ("service_jobs", "circuits", "shots")}}
-    if not args.json:
-        print(f"plan for {name}, {cfg.steps} steps\n{chosen}")
-    if args.measure:
-        result = module.run(cfg, backends=backends, plan=chosen)
-        from .trace import makespan
-
-        spans = _spans(result)
-        measured = makespan(spans)
-        fold(args.profile, spans)
-        figures.update(measured_s=round(measured, 4),
-                       prediction_error=round(abs(chosen.prediction.makespan - measured) / measured, 4))
+    with made(args, cfg.backend) as backends:
+        chosen = make_plan(module, cfg, backends, spans, profile_path=args.profile, calibrate=args.calibrate,
+                           objective=args.objective, budget=args.budget, max_staleness=args.max_staleness)
+        figures = {"workload": name, "steps": cfg.steps, "staleness": chosen.staleness,
+                   "prefetch": chosen.config.prefetch, "rows_per_job": chosen.config.rows_per_job,
+                   "cpu_workers": chosen.config.cpu_workers,
+                   "members": {p: list(map(str, m)) for p, m in chosen.members},
+                   "predicted_s": round(chosen.prediction.makespan, 4), "predicted_spend": chosen.prediction.spend,
+                   **{f"predicted_{k}": getattr(chosen.prediction, k) for k in ("service_jobs", "circuits", "shots")}}
         if not args.json:
-            print(f"measured makespan   {measured:.3f} s (predicted {chosen.prediction.makespan:.3f} s, "
-                  f"off by {figures['prediction_error']:.0%})")
+            print(f"plan for {name}, {cfg.steps} steps\n{chosen}")
+        if args.measure:
+            from .trace import makespan
+
+            spans = _spans(module.run(cfg, backends=backends, plan=chosen))
+            measured = makespan(spans)
+            fold(args.profile, spans)
+            figures.update(measured_s=round(measured, 4),
+                           prediction_error=round(abs(chosen.prediction.makespan - measured) / measured, 4))
+            if not args.json:
+                print(f"measured makespan   {measured:.3f} s (predicted {chosen.prediction.makespan:.3f} s, "
+                      f"off by {figures['prediction_error']:.0%})")
     if args.json:
         print(json.dumps(figures), file=args.json_out)
     return 0
 
 
-def plan_training(algo: str, cfg, backends, *, profile_path: str | None = None, max_staleness: int | None = None,
-                  calibrate_updates: int = 3, objective: str = "time"):
-    """How ``hqflow train --plan auto`` runs: ``(plan, distribution, scheduler options, backends)``, planned
-    from ``profile_path``'s profile, else from ``calibrate_updates`` updates of the default distribution.
-    The planner searches staleness up to ``max_staleness`` (default: the default distribution's), the actor
-    slots, prefetch, rows per job and the pool's members, for the shortest run; ``objective="cost"`` keeps a
-    step's rows in one job (the fewest service jobs: ``cfg`` already holds ``hqflow.frugal``'s choice)."""
-    import hqflow as hq
-    from hqflow.distribution import get_distribution
-    from hqflow.planner import apply, calibration, with_staleness
-    from hqflow.workloads.rl import runner
-
-    if objective not in ("time", "cost"):
-        raise ValueError(f"objective must be time or cost, got {objective!r}")
-    run = runner.setup(algo, cfg, backends)  # (its members serve the calibration runs too)
-    mod, in_process, default, resolved = run.algo, run.placement.in_process, run.default_distribution(), run.cfg
-    bound = default.staleness if max_staleness is None else max_staleness
-    graph, updates = run.graph(0), run.updates
-    try:
-        prof = _saved_profile(profile_path)
-        if prof is None:
-            print(f"hqflow: calibrating: {calibrate_updates} updates of {algo} on every backend", file=sys.stderr)
-
-            def calibrate(n, cut):
-                small = dataclasses.replace(cfg, max_episodes=n * mod.episodes_per_update(resolved),
-                                            stop_when_solved=False)
-                return runner.train(algo, small, default, backends=run.placement, tensorboard=False,
-                                    rows_per_job=cut)["spans"]
-
-            prof = calibration(calibrate, max(3, calibrate_updates), with_staleness(graph, default.staleness),
-                               default.scheduler_config())
-            if profile_path:
-                prof.save(profile_path)
-    finally:
-        run.placement.close()
-    try:
-        chosen = hq.plan(graph, updates, prof, max_staleness=bound, rows_per_job=(None,) if objective == "cost" else None)
-    except (KeyError, ValueError) as exc:
-        raise UsageError(f"cannot plan the training: {str(exc).strip(QUOTES)}") from None
-    actors = chosen.config.cpu_workers
-    distribution = get_distribution("sync") if chosen.staleness == 0 and actors == 1 and in_process \
-        else get_distribution("pipelined", staleness=chosen.staleness, actors=actors)
-    options = {"prefetch": chosen.config.prefetch, "rows_per_job": chosen.config.rows_per_job}
-    _, planned, _ = apply(chosen, graph, backends)
-    return chosen, distribution, options, planned or None
+@contextlib.contextmanager
+def made(args, name: str):
+    """``{name: [member, ...]}`` of ``--backend`` (``name``), ``--pool`` and ``--backend-opt``: each member made
+    once, for the calibration runs and the run, and closed after them."""
+    with contextlib.ExitStack() as stack:
+        yield {name: [stack.enter_context(contextlib.closing(make_member(spec, k)))
+                      for k, spec in enumerate(backend_pool(args, name=name, always=True, check=False))]}

@@ -27,7 +27,7 @@ import tempfile
 
 from hqflow.backends import BackendAccessError, BackendError
 
-from .cli_plan import fold, plan_training
+from .cli_plan import QUOTES, fold, save_profile, saved_profile
 from .cli_cost import check_target, cost_overrides
 from .cli_pool import UsageError, backend_pool, make_folder, make_member, show_figures, value as _value
 from .fragments import RunFailed
@@ -228,29 +228,36 @@ def _caused_by(exc: BaseException, kind: type) -> bool:
     return False
 
 
-def _planned(args, algo, cfg, pool, watcher, distribution):
-    """``--plan auto``: ``(distribution, pool, scheduler options, config)`` the cost model chooses (``hqflow
-    plan``); with ``--objective cost`` the config first takes the estimator's settings ``hqflow.frugal`` chooses
-    within the bounds given. Without ``--plan``: as given (its flags refused)."""
+def _planned(args, runner, algo, cfg, pool, watcher, distribution):
+    """``(distribution, placement, scheduler options, config, plan)``: the members made once (``_placement``); with
+    ``--plan auto`` as ``workloads.rl.planned`` plans it, the config first taking ``hqflow.frugal``'s settings within
+    the bounds given to ``--objective cost``. Without ``--plan``: as given (its flags refused)."""
     from .cli_cost import frugal_bounds, frugal_config
 
     bounds = frugal_bounds(args)
-    if not args.plan:
-        return distribution, pool, {}, cfg
-    if distribution != "auto" or args.staleness is not None:
+    if args.plan and (distribution != "auto" or args.staleness is not None):
         raise UsageError("--plan auto chooses the distribution: give --max-staleness, not --distribution or "
                          "--staleness")
-    if watcher is not None:
+    if args.plan and watcher is not None:
         raise UsageError("--plan auto chooses the pool's members and --resources names them: give one of the two")
-    if bounds is not None:
-        from hqflow.workloads.rl import runner
+    saved = saved_profile(args.profile)  # (a --profile that cannot be saved: refused before any member is made)
+    placement = _placement(runner, cfg.backend, pool, "--resources" if watcher is not None else "--backend")
+    if not args.plan:
+        return distribution, placement, {}, cfg, None
+    from hqflow.workloads.rl.planned import plan_training
 
-        cfg = frugal_config(runner.algorithm(algo), cfg, pool[0] if pool else cfg.backend, bounds)
-    chosen, distribution, options, backends = plan_training(
-        algo, cfg, None if pool is None else {cfg.backend: pool}, profile_path=args.profile,
-        max_staleness=args.max_staleness, objective=args.objective or "time")
+    try:
+        cfg = cfg if bounds is None else frugal_config(runner.algorithm(algo), cfg, placement.members[0], bounds)
+        chosen, distribution, options, placement = plan_training(
+            algo, cfg, placement, saved, save=lambda prof: save_profile(prof, args.profile),
+            max_staleness=args.max_staleness, objective=args.objective or "time", budget=args.budget)
+    except BaseException as exc:
+        placement.close()
+        if isinstance(exc, (KeyError, ValueError)):
+            raise UsageError(f"cannot plan the training: {str(exc).strip(QUOTES)}") from None
+        raise
     print(f"{chosen}\n", file=sys.stderr)
-    return distribution, None if backends is None else backends.get(cfg.backend, pool), options, cfg
+    return distribution, placement, options, cfg, chosen
 
 
 @dataclasses.dataclass
@@ -264,6 +271,7 @@ class _Run:
     placement: object  # runner.Placement: the backend's members, made once
     watcher: object = None
     scheduler: dict = dataclasses.field(default_factory=dict)
+    plan: object = None  # --plan auto's
 
 
 def cmd_train(args) -> int:
@@ -282,7 +290,7 @@ def cmd_train(args) -> int:
     finally:
         run.placement.close()
     if args.plan:
-        fold(args.profile, out["spans"])  # every planned run updates the profile the next one plans with
+        fold(args.profile, out["spans"], run.plan)  # every planned run updates the profile the next one plans with
     returns = out["returns"]
     figures = {"algo": run.algo, "env": run.cfg.env, "seed": run.cfg.seed, "distribution": out["distribution"],
                "episodes": len(returns), "episodes_to_solve": out["episodes_to_solve"],
@@ -408,22 +416,21 @@ def _new_run(args, runner) -> _Run:
         pool = backend_pool(args, check=False)
     distribution = _distribution(args)
     _in_process(distribution, watcher)
-    distribution, pool, scheduler, cfg = _planned(args, algo, cfg, pool, watcher, distribution)
-    placement = _placement(runner, cfg.backend, pool, "--resources" if watcher is not None else "--backend")
     run_dir = args.run_dir
     if run_dir is None:  # runs/ALGO-ENV-seedN, then -2, -3, ... : never over an earlier run
         base = os.path.join("runs", f"{algo}-{cfg.env.replace('/', '-')}-seed{cfg.seed}")  # a namespace/ID too
         names = itertools.chain([base], (f"{base}-{k}" for k in itertools.count(2)))
         run_dir = next(d for d in names if not os.path.exists(d))
+    if os.path.exists(os.path.join(run_dir, "config.json")):  # (before a --plan auto calibration spends)
+        raise UsageError(f"{run_dir} already holds a run; use --resume {run_dir} (which also starts a run "
+                         "stopped before its first checkpoint) or another --run-dir")
+    distribution, placement, scheduler, cfg, plan = _planned(args, runner, algo, cfg, pool, watcher, distribution)
     try:
-        if os.path.exists(os.path.join(run_dir, "config.json")):
-            raise UsageError(f"{run_dir} already holds a run; use --resume {run_dir} (which also starts a run "
-                             "stopped before its first checkpoint) or another --run-dir")
         make_folder(run_dir)
     except UsageError:
         placement.close()
         raise
-    return _Run(algo, cfg, run_dir, distribution, placement, watcher, scheduler)
+    return _Run(algo, cfg, run_dir, distribution, placement, watcher, scheduler, plan)
 
 
 def _distribution(args):
@@ -448,7 +455,7 @@ def _scheduler_options(args, run: _Run) -> None:
     """--budget and --ray-address, beside what --plan auto chose; what the backend refuses or cannot price."""
     check_target(run.placement.members, run.algo, run.cfg, args.budget)
     if args.budget is not None:
-        run.scheduler["budget"] = args.budget
+        run.scheduler.setdefault("budget", args.budget)  # (--plan auto gives it too, its ledger starting from the calibration's spend)
     if args.shot_budget is not None:
         if run.placement.in_process:
             raise UsageError(f"--shot-budget counts the shots of a job backend's jobs (emulated-qpu, azure:TARGET, a "

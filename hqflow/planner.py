@@ -15,6 +15,7 @@ backends it never changes the result.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import os
 from collections.abc import Mapping, Sequence
@@ -56,14 +57,15 @@ class Plan:
 
     def __str__(self) -> str:
         p = self.prediction
-        rows = [("objective", self.objective + (f" under a budget of {self.budget:g}" if self.budget is not None else "")),
+        budget = "" if self.budget is None else f" under a budget of {self.budget:,.2f}"
+        rows = [("objective", self.objective + budget),
                 ("staleness", str(self.staleness)), ("prefetch", str(self.config.prefetch)),
                 ("rows per job", "all" if self.config.rows_per_job is None else str(self.config.rows_per_job)),
                 ("cpu workers", str(self.config.cpu_workers)),
                 ("window", "auto" if self.config.window is None else str(self.config.window))]
         rows += [(f"pool {name}", ", ".join(map(str, m)) or "-") for name, m in self.members]
         rows += [("predicted makespan", f"{p.makespan:.3f} s (bound {p.bound:.3f} s)"),
-                 ("predicted spend", f"{p.spend:.4g}"), ("jobs", str(p.jobs)),
+                 ("predicted spend", f"{p.spend:,.2f}"), ("jobs", str(p.jobs)),
                  ("predicted usage", f"{p.service_jobs:,} service jobs, {p.circuits:,} circuits, {p.shots:,} shots")]
         rows += [(f"utilization {k}", f"{v:.0%}") for k, v in p.utilization.items()]
         rows += [("candidates", str(self.candidates))]
@@ -126,40 +128,39 @@ def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time",
                               itertools.product(*subsets))  # each pool's subsets of members, the largest first
 
     def score(candidate, horizon: int):
-        """The candidate's ranking key over ``horizon`` steps (None: past the budget), and its plan."""
+        """The candidate's predicted spend over all steps, its ranking key over ``horizon`` steps, and its plan."""
         staleness, ahead, cut, workers, chosen = candidate
         members = dict(zip(pools, chosen))
         cfg = dataclasses.replace(config, prefetch=ahead, window=None, rows_per_job=cut, cpu_workers=workers)
         guess = predict(with_staleness(graph, staleness), horizon, profile, cfg, rows=rows, members=members)
         spend = guess.spend * (steps / horizon if horizon else 0.0)
-        if budget is not None and spend > budget:
-            return None
         primary = (spend, guess.makespan) if objective == "cost" else (guess.makespan, spend)
         # ties: fresher parameters, fewer jobs ahead, fewer and larger jobs, fewer workers, fewer QPUs
         key = (*(round(x, 9) for x in primary), staleness, ahead, -(cut or 1 << 30), workers,
                sum(len(m) for m in chosen))
-        return key, (staleness, cfg, members)
+        return spend, key, candidate, (staleness, cfg, members)
 
-    candidates = list(space)
-    screened = [(found, c) for c in candidates if (found := score(c, min(steps, SCREEN))) is not None]
-    if not screened:
-        raise ValueError(f"no configuration fits a budget of {budget:g}: the cheapest is predicted to spend more")
-    screened.sort(key=lambda pair: pair[0][0])
-    finalists = []  # the best that keep the budget over the longer horizon too
-    for _, candidate in screened:
-        found = score(candidate, min(steps, HORIZON))
-        finalists += [found] if found is not None else []
-        if len(finalists) == FINALISTS:
+    def fitting(found: list) -> list:  # those within the budget, or say what the cheapest is predicted to spend
+        if not (kept := [f for f in found if budget is None or f[0] <= budget]):
+            raise ValueError(f"no configuration fits a budget of {budget:,.2f}: the cheapest is predicted to spend "
+                             f"{min(f[0] for f in found):,.2f}")
+        return sorted(kept, key=lambda f: f[1])
+
+    candidates, longer = list(space), []
+    for _, _, candidate, _ in fitting([score(c, min(steps, SCREEN)) for c in candidates]):
+        longer.append(score(candidate, min(steps, HORIZON)))  # the best that keep the budget over longer too
+        if sum(budget is None or f[0] <= budget for f in longer) == FINALISTS:
             break
-    seen = len(candidates)
-    for _, (staleness, cfg, members) in sorted(finalists, key=lambda found: found[0]):
+    finals = []  # over all steps
+    for _, _, _, (staleness, cfg, members) in fitting(longer):
         final = predict(with_staleness(graph, staleness), steps, profile, cfg, rows=rows, members=members)
+        finals.append((final.spend, None, None, None))
         if budget is None or final.spend <= budget:
             break
     else:
-        raise ValueError(f"no configuration fits a budget of {budget:g}: the cheapest is predicted to spend more")
-    return Plan(staleness, cfg, tuple((k, tuple(v)) for k, v in members.items()), final, objective, budget, seen,
-                profile, rows, steps)
+        fitting(finals)  # none fits over all steps: says what the cheapest is predicted to spend
+    return Plan(staleness, cfg, tuple((k, tuple(v)) for k, v in members.items()), final, objective, budget,
+                len(candidates), profile, rows, steps)
 
 
 def replan(plan: Plan, graph: Graph, steps: int, members: Mapping[str, Sequence[Lane | str]],
@@ -201,12 +202,26 @@ def rows_of(graph: Graph, profile: Profile) -> dict[str, int]:
     return {f.name: dict(profile.rows).get(f.name, 1) for f in graph.fragments if isinstance(f, CircuitCall)}
 
 
-def calibration(run, steps: int, graph: Graph, config: SchedulerConfig = SchedulerConfig()) -> Profile:
+def calibration(run, steps: int, graph: Graph, config: SchedulerConfig = SchedulerConfig(), rounds: int = 3,
+                settle: float = 0.1) -> Profile:
     """A profile from calibration runs: ``run(steps, rows_per_job)`` runs the workload (``graph`` under
     ``config``) and returns its spans. ``run(steps, None)`` gives the fragments' times, the rows per step and
     the scheduler's overhead. Where all its jobs had the same rows ``n > 1`` (per-job and per-row time look
     alike), ``run(max(2, steps // 2), ceil(n / 2))`` joins the backends' fit, and on a pool of several members,
-    where its halves run side by side, gives the CPUs the run's own work gets (``costmodel.calibrate_cores``)."""
+    where its halves run side by side, gives the CPUs the run's own work gets (``costmodel.calibrate_cores``).
+    Those runs are a round; rounds go on until two in a row predict a run of ``steps`` within ``settle`` of
+    each other (at most ``rounds``). The profile is the round whose prediction is the median, with the pool
+    members' figures of every round merged: a round that the machine's load upset is outvoted."""
+    fits, guesses = [], []
+    while len(fits) < rounds and not (len(fits) > 1 and abs(guesses[-1] - guesses[-2]) <= settle * min(guesses[-2:])):
+        fits.append(_round(run, steps, graph, config))
+        guesses.append(predict(graph, steps, fits[-1], config, rows=rows_of(graph, fits[-1])).makespan)
+    middle = fits[sorted(range(len(fits)), key=guesses.__getitem__)[(len(fits) - 1) // 2]]
+    return dataclasses.replace(middle, backends=functools.reduce(Profile.merged, fits).backends)
+
+
+def _round(run, steps: int, graph: Graph, config: SchedulerConfig) -> Profile:
+    """One round of :func:`calibration`'s runs, fitted."""
     first = list(run(steps, None))
     jobs = [s for s in first if s.resource.quantum and s.outcome.ok and s.rows]
     sizes = {s.rows for s in jobs}
@@ -252,8 +267,21 @@ def run(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping | N
         return scheduler_run(graph, stream, backends=backends, **options)
     if "config" in options:
         raise ValueError("give a plan or a config, not both: a plan carries its SchedulerConfig")
-    graph, backends, config = apply(plan, graph, backends)
-    return scheduler_run(graph, stream, backends=backends, config=config, **options)  # options override the plan's
+    graph, chosen, config = apply(plan, graph, backends)
+    result = scheduler_run(graph, stream, backends=chosen, config=config, **options)  # options override the plan's
+    return dataclasses.replace(result, spans=renamed(plan, result.spans))
+
+
+def renamed(plan: Plan, spans: list) -> list:
+    """``spans`` of a run of ``plan``, each member's lane as in the pool the plan was made for (``#k``), not by
+    its place among the members ``apply`` kept: what a run measures is filed under the member that ran it."""
+    return [s if s.lane is None else dataclasses.replace(s, lane=_planned(plan, s.resource, s.lane)) for s in spans]
+
+
+def _planned(plan: Plan, pool: Lane, lane: Lane) -> Lane:
+    """The lane in ``plan``'s profile of the member of pool ``pool`` that has ``lane`` in a run of the plan."""
+    chosen, k = dict(plan.members).get(pool.name, ()) if pool.quantum else (), lane.member or 0
+    return chosen[k].at(lane.slot) if k < len(chosen) and all(m.member is not None for m in chosen) else lane
 
 
 def start(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping | None = None, **options) -> RunHandle:
@@ -265,19 +293,18 @@ def start(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping |
     if "config" in options:
         raise ValueError("give a plan or a config, not both: a plan carries its SchedulerConfig")
     planned, backends, config = apply(plan, graph, backends)
-    names: dict[Lane, Lane] = {}  # a member's lane in the run -> its lane in the plan's profile
 
-    def changed(handle: RunHandle) -> None:
-        members = {pool: [names.get(lane, lane) for lane in now] for pool, now in handle.members().items()}
+    def changed(handle: RunHandle) -> None:  # (the members' lanes in the plan's profile; one that joined: its own)
+        members = {pool: [_planned(plan, Lane("qpu", pool), lane) for lane in now] for pool, now in
+                   handle.members().items()}
         new = replan(handle.plans[-1], planned, max(1, plan.steps - handle.steps_done()), members)
         handle.tune(prefetch=new.config.prefetch, rows_per_job=new.config.rows_per_job)
         handle.plans.append(new)
 
     handle = scheduler_start(planned, stream, backends=backends, config=config, on_change=changed, **options)
     handle.plans.append(plan)
-    first = handle.members()  # before any change: the members the plan chose, in its order
-    names.update((lane, was) for pool, chosen in plan.members for lane, was in zip(first.get(pool, []), chosen))
     return handle
 
 
-__all__ = ["OBJECTIVES", "Plan", "apply", "calibration", "plan", "replan", "rows_of", "run", "start", "with_staleness"]
+__all__ = ["OBJECTIVES", "Plan", "apply", "calibration", "plan", "renamed", "replan", "rows_of", "run", "start",
+           "with_staleness"]

@@ -4,8 +4,9 @@
 classical fragment and resource from a run's spans. A job's time past its queue (``Span.device``, else its
 seconds less ``Span.queued``), its price (``Span.cost``) and its computation here (``Span.compute``) are each
 fitted as ``per_job + per_row * rows + per_shot * rows * shots`` (:func:`_fit`), and the service jobs it created
-(``Span.service_jobs``, where the spans say) as ``per_job + per_row * rows``. Where every job had the same
-rows the time is all ``per_job``: a calibration that cuts some jobs smaller tells the two apart.
+(``Span.service_jobs``, where the spans say) as ``per_job + per_row * rows``. Where every job of a member had
+the same rows (a calibration cuts some jobs smaller to tell the two apart), it takes the per-row and per-shot
+terms of its pool's members that ran several sizes (``_borrowed``), else it is all ``per_job``.
 
 Profiles are saved as JSON (``save``/``load``; version 1 files still load) and combined with ``merged``,
 weighted by what each measured, so every run can update the profile a later run plans with.
@@ -252,6 +253,24 @@ def _fitted(jobs: list[Span], X: np.ndarray, figure) -> list[float] | None:
     return [float(c) for c in _fit(X[measured], np.array([figure(jobs[j]) for j in measured]))] if measured else None
 
 
+_FIGURES = {("per_job", "per_row", "per_shot"): lambda s: s.seconds - (s.queued or 0) if s.device is None else s.device,
+            ("price_per_job", "price_per_row", "price_per_shot"): lambda s: s.cost,
+            ("compute_per_job", "compute_per_row", "compute_per_shot"): lambda s: s.compute,
+            ("service_jobs_per_job", "service_jobs_per_row"): lambda s: s.service_jobs}
+"""the terms a member's figure of a job is fitted to: time past its queue, price, computation here, service jobs"""
+
+
+def _borrowed(fit: list[float] | None, x: np.ndarray, peers: list) -> list[float] | None:
+    """``fit`` of a member whose jobs all had the columns ``x`` (one size), where its per-row and per-shot terms
+    cannot be told from its per-job one: the median of its pool's members' that could (``peers``' fits), scaled
+    down where they would pass its own measured time, and per job the rest of it."""
+    if fit is None or not (peers := [p[1:] for p in peers if p is not None]):
+        return fit
+    slopes = np.median(peers, axis=0)
+    scale = min(1.0, fit[0] / size) if (size := float(slopes @ x[1:len(fit)])) > 0 else 1.0
+    return [fit[0] - scale * size, *(float(v) * scale for v in slopes)]
+
+
 def _warm(spans: list[Span]) -> list[Span]:
     """Without the first (the one that warms caches, compiles programs, starts threads) when there are 3 or more."""
     return sorted(spans, key=lambda s: s.start)[1:] if len(spans) >= 3 else spans
@@ -272,26 +291,30 @@ def _covered(jobs: list[Span]) -> float:
     return total
 
 
-def profile(spans: list[Span]) -> Profile:
-    """The profiles that ``spans`` measure (see the module docstring)."""
-    backends = []
+def profile(spans: list[Span], prior: Profile | None = None) -> Profile:
+    """The profiles that ``spans`` measure (see the module docstring); the members of a pool in ``prior`` (the
+    profile these are merged into) lend a member of one size their per-row and per-shot terms too."""
+    members = []  # (lane, attempts, ok jobs, their columns, each figure's fit)
     jobs = [s for s in spans if s.resource.quantum and s.outcome.kind != "cancelled"]
     for lane in dict.fromkeys(s.row.at(None) for s in jobs):  # the member: a job's lane without its device slot
         attempts = [s for s in jobs if s.row.at(None) == lane]
-        ok = [s for s in attempts if s.outcome.ok and s.rows is not None]
-        failed = sum(1 for s in attempts if not s.outcome.ok)
-        if not ok:
-            continue
-        ok = _warm(ok)
+        ok = _warm([s for s in attempts if s.outcome.ok and s.rows is not None])
         rows = np.array([s.rows for s in ok], dtype=float)
         X = np.column_stack([np.ones(len(ok)), rows, rows * np.array([s.shots or 0 for s in ok], dtype=float)])
-        held = _fitted(ok, X, lambda s: s.device if s.device is not None else s.seconds - (s.queued or 0.0))
-        price, compute = _fitted(ok, X, lambda s: s.cost), _fitted(ok, X, lambda s: s.compute)
-        service = _fitted(ok, X[:, :2], lambda s: s.service_jobs)
-        backends.append(BackendProfile(lane, attempts[0].resource, float(np.mean([s.queued or 0.0 for s in ok])),
-                                       *held, failed / len(attempts), *(price or (None, 0.0, 0.0)), len(attempts),
-                                       len({s.lane for s in attempts}), *(compute or (None,) * 3),
-                                       *(service or (None, None))))
+        if ok:
+            members.append((lane, attempts, ok, X, [_fitted(ok, X[:, :len(t)], f) for t, f in _FIGURES.items()]))
+    backends, told = [], [m for m in members if np.ptp(m[3][:, 1:], axis=0).any()]  # jobs of several sizes
+    for lane, attempts, ok, X, fits in members:
+        pool = attempts[0].resource
+        lent = [b for b in (prior.backends if prior else ()) if b.pool == pool]
+        peers = [m[4] for m in told if m[1][0].resource == pool] + [
+            [None if getattr(b, t[0]) is None else [getattr(b, k) or 0.0 for k in t] for t in _FIGURES] for b in lent]
+        if all(m[0] != lane for m in told):
+            fits = [_borrowed(fit, X[0], [p[k] for p in peers]) for k, fit in enumerate(fits)]
+        terms = {t: v for names, fit in zip(_FIGURES, fits) if fit is not None for t, v in zip(names, fit)}
+        backends.append(BackendProfile(lane, pool, float(np.mean([s.queued or 0.0 for s in ok])), jobs=len(attempts),
+                                       failure_rate=sum(not s.outcome.ok for s in attempts) / len(attempts),
+                                       devices=len({s.lane for s in attempts}), **terms))
     fragments = []
     for name, resource in dict.fromkeys((s.fragment, s.resource.kind) for s in spans
                                         if not s.resource.quantum and s.parent_lane is None):

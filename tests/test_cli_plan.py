@@ -1,5 +1,6 @@
 """``hqflow plan`` and ``hqflow run --plan auto``: a plan from a calibration run, a saved profile or a
 run directory; its prediction against the measured run; every run folds into the profile."""
+import dataclasses
 import json
 
 import pytest
@@ -61,6 +62,21 @@ def test_plan_from_a_run_directory(tmp_path, capsys):
     figures = _json(capsys)
     assert figures["workload"] == "vqe" and figures["steps"] == 6 and figures["members"] == {
         "emulated-qpu": ["qpu:emulated-qpu"]}
+    # its spans measured emulated-qpu: another backend is one line and exit 2 (was a ValueError traceback)
+    assert main(["plan", str(run_dir), "--backend", "compiled", "--calibrate", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "ran on 'emulated-qpu': its spans cannot plan 'compiled'" in err, err
+
+
+def test_a_profile_path_under_a_file_is_one_line_before_any_calibration(tmp_path, capsys):
+    (tmp_path / "a_file").write_text("")
+    profile = str(tmp_path / "a_file" / "sub")  # was a FileExistsError traceback after the calibration
+    for argv in (["plan", "vqe", "--calibrate", "2", *POOL], ["run", "vqe", "--plan", "auto", *POOL],
+                 [*TRAIN, "--run-dir", str(tmp_path / "r"), "--plan", "auto"]):
+        assert main([*argv, "--profile", profile]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "no profile can be saved there" in err and "a_file" in err, err
+        assert "calibrating" not in err
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -71,6 +87,8 @@ def test_plan_from_a_run_directory(tmp_path, capsys):
     (["run", "vqe", "--profile", "p.json"], "--profile goes with --plan auto"),
     (["run", "vqe", "--max-staleness", "1"], "--max-staleness goes with --plan auto"),
     (["run", "vqe", "--plan", "auto", "--max-staleness", "-1"], "expected an integer >= 0"),
+    (["run", "vqe", "--objective", "cost"], "--objective goes with --plan auto"),
+    (["run", "vqe", "--plan", "auto", "--objective", "speed"], "invalid choice"),
 ])
 def test_bad_usage_is_one_line_and_exit_2(argv, words, capsys, tmp_path):
     assert main(argv) == 2
@@ -98,9 +116,19 @@ def test_train_plan_auto_calibrates_plans_trains_and_folds_the_run_into_the_prof
     saved = Profile.load(str(prof))
     assert {f.fragment for f in saved.fragments} == {"rollout", "learn"} and saved.fragment("rollout").jobs > 0
     jobs = sum(b.jobs for b in saved.backends)
+    assert {str(b.backend) for b in saved.backends} == {"qpu:emulated-qpu#0", "qpu:emulated-qpu#1"}
+    slow = [dataclasses.replace(b, per_job=5.0) if b.backend.member == 0 else b for b in saved.backends]
+    dataclasses.replace(saved, backends=tuple(slow)).save(str(prof))  # so the plan keeps #1 alone
     assert main([*argv, "--run-dir", str(tmp_path / "b")]) == 0  # from the saved profile: no calibration now
-    assert "calibrating" not in capsys.readouterr().err
-    assert sum(b.jobs for b in Profile.load(str(prof)).backends) > jobs
+    err = capsys.readouterr().err
+    assert "calibrating" not in err
+    assert next(x for x in err.splitlines() if x.startswith("pool emulated-qpu")).split()[2:] == ["qpu:emulated-qpu#1"]
+    folded = Profile.load(str(prof))
+    assert sum(b.jobs for b in folded.backends) > jobs
+    # the run of #1 alone is filed under #1, not under a member of a pool of one (which the next plan named
+    # beside #1, and could not apply to the pool given)
+    assert {str(b.backend) for b in folded.backends} == {"qpu:emulated-qpu#0", "qpu:emulated-qpu#1"}
+    assert main([*argv, "--run-dir", str(tmp_path / "c")]) == 0
 
 
 @pytest.mark.parametrize("extra, words", [
@@ -160,3 +188,66 @@ def test_train_objective_usage_errors(extra, words, capsys, tmp_path):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and words in err, err
     assert not (tmp_path / "r").exists()
+
+
+PRICED = ["train", "cartpole", "--backend", "emulated-qpu", "--backend-opt", "per_job=0.001", "--backend-opt",
+          "price_as=ionq.qpu.aria-1", "--shots", "100", "--gradient", "spsa", "--episodes", "4", "--set", "n_layers=1",
+          "--set", "batch_episodes=2", "--no-tensorboard", "--json", "--plan", "auto"]
+
+
+def _amounts(line: str, *before: str) -> list[float]:
+    """The amounts printed after each of ``before`` in ``line`` (``1,234.50``)."""
+    return [float(line.split(word, 1)[1].split()[0].rstrip(",;").replace(",", "")) for word in before]
+
+
+def test_train_plan_auto_calibration_counts_against_the_budget_and_a_plan_past_it_is_refused(tmp_path, capsys):
+    prof = tmp_path / "prof.json"
+    argv = [*PRICED, "--objective", "cost", "--profile", str(prof)]
+    assert main([*argv, "--budget", "1e9", "--run-dir", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr()
+    figures, err = json.loads(err.out.strip().splitlines()[-1]), err.err
+    line = next(x for x in err.splitlines() if x.startswith("hqflow: the calibration spent"))
+    spent, left, budget = _amounts(line, "spent", "spend the", "--budget")
+    assert spent > 0 and budget == 1e9 and left == pytest.approx(budget - spent, abs=0.01)
+    # the plan is made for what is left, under the objective asked for (the table said "time" under cost)
+    table = next(x for x in err.splitlines() if x.startswith("objective"))
+    assert table.split()[1] == "cost" and _amounts(table, "budget of") == [pytest.approx(left, abs=0.01)]
+    assert 0 < figures["spend"] <= left
+    # a plan whose predicted spend passes the budget is refused, with both figures
+    assert main([*argv, "--budget", "100", "--run-dir", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # after the report of --objective cost's choice
+    assert err.startswith("hqflow: error: cannot plan the training: no configuration fits a budget of 100.00")
+    assert _amounts(err, "predicted to spend")[0] > 100 and not (tmp_path / "b").exists()
+
+
+def test_train_plan_auto_calibration_never_spends_past_its_share_of_the_budget(tmp_path, capsys):
+    # 20,000 USD for a run whose calibration alone costs more: it stops at its share, before the job that
+    # would pass it, and says so (it ran uncapped and unreported)
+    assert main([*PRICED, "--budget", "20000", "--run-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "calibrating" in err[0] and len(err) == 2, err
+    assert "--budget 20,000.00 USD does not fit the run: the calibration reached its share" in err[1]
+    share, paid = _amounts(err[1], "share,", "after spending")
+    assert share < 20000 and 0 <= paid <= share and not (tmp_path / "r").exists()
+
+
+def test_run_plan_auto_takes_objective_cost_and_the_table_names_it(capsys):
+    assert main(["run", "vqe", "--steps", "4", "--plan", "auto", "--objective", "cost", "--json", *POOL]) == 0
+    table = next(x for x in capsys.readouterr().err.splitlines() if x.startswith("objective"))
+    assert table.split()[1:] == ["cost"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "vqe", "--steps", "4", "--plan", "auto", "--json"],
+    ["plan", "vqe", "--steps", "4", "--calibrate", "3", "--measure", "--json"],
+    [*TRAIN, "--plan", "auto", "--episodes", "4", "--set", "batch_episodes=2"],
+    [*TRAIN, "--plan", "auto", "--episodes", "4", "--set", "batch_episodes=2", "--objective", "cost"],
+])
+def test_plan_auto_makes_each_member_of_the_pool_once(argv, tmp_path, capsys, monkeypatch):
+    from hqflow.backends.emulated import EmulatedQPU
+
+    made, init = [], EmulatedQPU.__init__  # a member has the pool's options (a bare one checks a name)
+    monkeypatch.setattr(EmulatedQPU, "__init__", lambda self, *a, **k: (made.extend([k] if k else []),
+                                                                         init(self, *a, **k))[1])
+    assert main([*argv, *POOL, *(["--run-dir", str(tmp_path / "r")] if argv[0] != "plan" else [])]) == 0
+    assert len(made) == 2  # the calibration runs, the plan and the run share them (were made two to four times)

@@ -1,14 +1,17 @@
 """The planner (hqflow.planner): it picks the known optimum on small cases, honours the objective,
 the budget and the staleness the algorithm allows, prints a table, and applying a plan at
 staleness 0 changes no result."""
+import dataclasses
+
 import numpy as np
 import pytest
 
 import hqflow as hq
 from hqflow.backends import get_backend
 from hqflow.lanes import Lane
-from hqflow.planner import apply, with_staleness
-from hqflow.profile import BackendProfile, FragmentProfile, Profile
+from hqflow.planner import apply, calibration, with_staleness
+from hqflow.profile import BackendProfile, FragmentProfile, Profile, profile
+from hqflow.trace import Span
 from hqflow.workloads import synthetic
 
 
@@ -110,3 +113,66 @@ def test_applying_a_plan_at_staleness_0_changes_no_result():
     assert {e.max_staleness for e in apply(overlapped, graph)[0].edges if e.loop and e.src[0] != e.dst[0]} \
         == {overlapped.staleness}
     assert with_staleness(_graph(2), 0).edges != _graph(2).edges
+
+
+def test_a_run_of_a_plan_names_its_members_as_the_pool_it_was_planned_for():
+    # a pool of two where the plan keeps the second alone: the run's spans, and a profile of them, file its jobs
+    # under #1, never under the name a pool of one gives its member (the profile then held both, and a plan
+    # from it named members of one pool two ways, which no pool given has)
+    cfg = synthetic.Config(staleness=0, backend="qpu")
+    graph, stream = synthetic.build_graph(cfg), synthetic.stream(4, cfg)
+    pool = {"qpu": [get_backend("reference"), get_backend("reference")]}
+    chosen = hq.plan(graph, 4, _profile(0.001, [(0.5, None), (0.01, None)]))
+    assert dict(chosen.members)["qpu"] == ("qpu:q#1",)
+    res = hq.run(graph, stream, backends=pool, plan=chosen)
+    assert {s.row for s in res.spans if s.resource.quantum} == {Lane("qpu", "q", 1)}
+    again = hq.plan(graph, 4, _profile(0.001, [(0.5, None), (0.01, None)]).merged(profile(res.spans)))
+    assert {m.member for m in dict(again.members)["qpu"]} <= {0, 1}
+    apply(again, graph, pool)  # its members are in the pool given
+
+
+def _job(member, step, start, rows, per_job):
+    """A job of the README's pool (emulated QPUs, 0.1 ms a row) on ``member``, its device time exact."""
+    device = per_job + 1e-4 * rows
+    return Span("circuit", "execute", Lane("qpu", "qpu"), step, start, start + device, lane=Lane("qpu", "emulated-qpu",
+                                                                                                 member),
+                rows=rows, device=device)
+
+
+@pytest.mark.parametrize("whole", [0, 1])
+def test_the_readme_pools_plan_uses_both_fast_qpus_whichever_got_only_whole_steps(whole):
+    # issue 34, item 14: a 5-step calibration gave one fast QPU only whole steps (792 rows); fitted 84 ms a job of
+    # any size, it made a plan cut in two look no faster, and the plan flipped to one QPU between runs
+    spans = [_job(whole, s, s, 792, 0.005) for s in range(4)] + [_job(2, s, s, r, 0.05) for s, r in enumerate([792, 396])]
+    spans += [_job(1 - whole, s, s, r, 0.005) for s, r in enumerate([792, 792, 396, 396])]
+    prof = dataclasses.replace(profile(spans), fragments=(FragmentProfile("learn", "cpu", 0.001, 0.0, 5),))
+    best = hq.plan(_graph(0), 60, prof, rows=792)
+    assert sorted(map(str, dict(best.members)["qpu"])) == ["qpu:emulated-qpu#0", "qpu:emulated-qpu#1"]
+    assert best.config.rows_per_job == 396
+
+
+def _calibration_run(learn: list[float]):
+    """A workload's ``run(steps, rows_per_job)`` whose spans are written, not measured: steps of a 792-row
+    step cut over two fast QPUs, then a learner call of ``learn[k]`` seconds in the k-th round."""
+    rounds = []
+
+    def run(steps, cut):
+        rounds.append(cut) if cut is None else None
+        c, spans, t = learn[len(rounds) - 1], [], 0.0
+        for step in range(steps):
+            parts = [792] if cut is None else [cut, 792 - cut]
+            spans += [_job(k, step, t, rows, 0.005) for k, rows in enumerate(parts)]
+            t = max(s.end for s in spans)
+            spans.append(Span("learn", "learn", Lane("cpu"), step, t, t + c, lane=Lane("cpu", slot=0)))
+            t += c
+        return spans
+    return run, rounds
+
+
+def test_the_calibration_runs_rounds_until_its_estimates_settle_and_outvotes_an_upset_one():
+    run, rounds = _calibration_run([0.5, 0.02, 0.02, 0.02])  # the first round under a load that slowed its learner
+    prof = calibration(run, 5, _graph(0))
+    assert len(rounds) == 3 and prof.fragment("learn").seconds == pytest.approx(0.02)
+    assert prof.backend("qpu:emulated-qpu#1").per_row == pytest.approx(1e-4)  # every round's jobs
+    run, rounds = _calibration_run([0.02, 0.021, 0.5])  # two rounds that agree: no third
+    assert calibration(run, 5, _graph(0)).fragment("learn").seconds == pytest.approx(0.02) and len(rounds) == 2

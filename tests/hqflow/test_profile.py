@@ -136,3 +136,30 @@ def test_a_version_1_profile_loads_with_its_computation_unknown_and_merges_as_su
     fresh = Profile((BackendProfile("qpu:q", "qpu:qpu", 0.0, 0.01, 0.0, 0.0, 0.0, jobs=10, compute_per_job=0.02),))
     assert loaded.merged(fresh).backends[0].compute_per_job == 0.02  # measured once, not averaged with "none"
     assert Profile.load(loaded.merged(fresh).save(str(tmp_path / "new.json"))) == loaded.merged(fresh)
+
+
+def _member(k, step, rows, per_job, per_row=1e-4):
+    """A job of ``rows`` on member ``k`` of a pool of three emulated QPUs, its device time exact."""
+    device = per_job + per_row * rows
+    return Span("circuit", "execute", Lane("qpu", "emulated-qpu"), step, 1.0 * step, 1.0 * step + device, OK,
+                lane=Lane("qpu", "emulated-qpu", k), rows=rows, device=device)
+
+
+def test_a_member_that_ran_jobs_of_one_size_takes_its_pools_per_row_time():
+    # the README's pool calibrated 5 steps: #1 got only whole steps (792 rows) and was fitted 84 ms a job of any
+    # size, so a plan cut in two looked no faster on it and the plan flipped to one QPU (issue 34, item 14)
+    spans = [_member(0, s, rows, 0.005) for s, rows in enumerate([792, 792, 396, 396])]
+    spans += [_member(1, s, 792, 0.005) for s in range(4)] + [_member(2, s, r, 0.05) for s, r in enumerate([792, 396])]
+    p = profile(spans)
+    one = p.backend("qpu:emulated-qpu#1")
+    assert (one.per_job, one.per_row) == pytest.approx((0.005, 1e-4))
+    assert one.seconds(792) == pytest.approx(0.005 + 0.0792) and one.seconds(396) == pytest.approx(0.005 + 0.0396)
+    # where the pool's per-row time would pass its own, it is scaled to keep the time it measured
+    fast = profile([_member(0, s, r, 0.0, 1e-3) for s, r in enumerate([10, 20, 30])] + [_member(1, 0, 10, 0.001, 0)])
+    assert fast.backend("qpu:emulated-qpu#1").seconds(10) == pytest.approx(0.001)
+    # a member measured alone, and a run folded into a profile: its per-row time from the profile's members
+    alone = profile([_member(1, s, 396, 0.005) for s in range(3)])
+    assert alone.backend("qpu:emulated-qpu#1").per_row == 0.0
+    folded = profile([_member(1, s, 396, 0.005) for s in range(3)], p)
+    assert (folded.backend("qpu:emulated-qpu#1").per_job, folded.backend("qpu:emulated-qpu#1").per_row) == \
+        pytest.approx((0.005, 1e-4))

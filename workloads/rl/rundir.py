@@ -147,16 +147,16 @@ class RunDir:
         if self.path is not None:
             self._line("metrics.jsonl", row)
 
-    def ledger(self, resume: bool, spent: tuple) -> str | None:
-        """``ledger.jsonl``, the run's spend written ahead of every job (``hqflow.ledger``): a new run's starts
-        empty; a resumed run goes on with it (the jobs a killed process paid for count), or, from before hqflow
-        kept one, starts it from the checkpoint's ``spent`` (spend, shots, currency)."""
+    def ledger(self, resume: bool, start: tuple | None) -> str | None:
+        """``ledger.jsonl``, the run's spend written ahead of every job (``hqflow.ledger``): a resumed run goes on
+        with it (the jobs a killed process paid for count); a new run's, or one from before hqflow kept it, starts
+        from ``start`` (spend, shots, currency): what the run paid before (a calibration), or the checkpoint's."""
         if self.path is None:
             return None
         path = self.path / "ledger.jsonl"
         self.path.mkdir(parents=True, exist_ok=True)
         if not resume or not path.exists():
-            spend, shots, currency = spent if resume else (0.0, 0, None)
+            spend, shots, currency = start or (0.0, 0, None)
             atomic_text(path, json.dumps({"spend": spend, "shots": shots, "currency": currency}) + "\n"
                         if spend or shots else "")
         return str(path)

@@ -373,7 +373,7 @@ def _check_state(saved: dict, fresh: dict, path) -> None:
 
 def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, resume: bool = False,
           checkpoint_every: int = 5, progress=None, backends=None, tensorboard: bool = True,
-          resources=None, **scheduler) -> dict:
+          resources=None, paid_before: tuple | None = None, **scheduler) -> dict:
     """Train, writing the run directory (``rundir``); ``resume`` continues ``run_dir`` from its checkpoint.
 
     ``distribution``: a policy or its name; ``"auto"``: ``sync`` on an in-process backend, ``pipelined``
@@ -383,6 +383,8 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
     replace the run's for the resumed part (and are recorded for the next). ``resources``: a
     ``hqflow.resources.ResourceWatcher`` whose file changes a job pool while the run goes on (not on Ray).
     ``tensorboard``: CleanRL's tags against environment steps (every episode of an update at the update's step).
+    ``paid_before``: ``(spend, shots, currency)`` the run paid before it started (``--plan auto``'s calibration),
+    where its ledger starts, so its budget counts it.
 
     Returns ``returns`` (every episode's), ``episodes_to_solve``, ``updates``, ``seconds``, ``env_steps`` (of
     the episodes the learner got), ``env_steps_taken`` (the actors', with unfinished episodes), their rates,
@@ -403,13 +405,15 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
         scheduler.setdefault("run_id", meta.get("run_id"))
     run = setup(algo, cfg, backends, fresh=ckpt is None)
     try:
-        return _train(run, rd, ckpt, resume, distribution, checkpoint_every, progress, resources, scheduler)
+        return _train(run, rd, ckpt, resume, distribution, checkpoint_every, progress, resources, scheduler,
+                      paid_before)
     finally:
         if not isinstance(backends, Placement):
             run.placement.close()
 
 
-def _train(run: Setup, rd: RunDir, ckpt, resume, distribution, checkpoint_every, progress, resources, scheduler) -> dict:
+def _train(run: Setup, rd: RunDir, ckpt, resume, distribution, checkpoint_every, progress, resources, scheduler,
+           paid_before=None) -> dict:
     cfg, placement = run.cfg, run.placement
     policy = run.default_distribution() if distribution in (None, "auto") else get_distribution(distribution)
     if resources is not None and placement.in_process:
@@ -424,7 +428,8 @@ def _train(run: Setup, rd: RunDir, ckpt, resume, distribution, checkpoint_every,
         state = ckpt["state"]
     tally = _Tally.of(ckpt or {}, run, state)
     # the budgets are the whole run's: the ledger's file holds what every process of the run paid
-    scheduler.setdefault("ledger", rd.ledger(resume, (tally.spend, tally.usage["shots"], tally.usage["currency"])))
+    scheduler.setdefault("ledger", rd.ledger(resume, (tally.spend, tally.usage["shots"], tally.usage["currency"])
+                                             if resume else paid_before))
     pools = None if placement.specs == (placement.name,) else {placement.name: list(placement.specs)}
     part = {"distribution": policy.name, "distribution_options": dataclasses.asdict(policy),  # a placement
             "backends": json_pools(pools)}
