@@ -455,7 +455,7 @@ def _scheduler_options(args, run: _Run) -> None:
     """--budget and --ray-address, beside what --plan auto chose; what the backend refuses or cannot price."""
     check_target(run.placement.members, run.algo, run.cfg, args.budget)
     if args.budget is not None:
-        run.scheduler.setdefault("budget", args.budget)  # (--plan auto gives it too, its ledger starting from the calibration's spend)
+        run.scheduler.setdefault("budget", args.budget)  # (--plan auto: the same; the ledger has the calibration)
     if args.shot_budget is not None:
         if run.placement.in_process:
             raise UsageError(f"--shot-budget counts the shots of a job backend's jobs (emulated-qpu, azure:TARGET, a "

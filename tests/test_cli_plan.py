@@ -212,7 +212,11 @@ def test_train_plan_auto_calibration_counts_against_the_budget_and_a_plan_past_i
     # the plan is made for what is left, under the objective asked for (the table said "time" under cost)
     table = next(x for x in err.splitlines() if x.startswith("objective"))
     assert table.split()[1] == "cost" and _amounts(table, "budget of") == [pytest.approx(left, abs=0.01)]
-    assert 0 < figures["spend"] <= left
+    assert 0 < figures["spend"] <= budget
+    # the run's ledger starts with what the calibration paid, so a resume's --budget counts it too
+    first = json.loads((tmp_path / "a" / "ledger.jsonl").read_text().splitlines()[0])
+    assert first["spend"] == pytest.approx(spent, abs=0.01)
+    assert figures["spend"] == pytest.approx(spent + figures["list_cost"], abs=0.01)
     # a plan whose predicted spend passes the budget is refused, with both figures
     assert main([*argv, "--budget", "100", "--run-dir", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]  # after the report of --objective cost's choice
