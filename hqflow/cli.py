@@ -18,7 +18,8 @@ from . import __version__
 from .cli_cost import (_at_least, _epsilon, add_cost_arguments, add_dry_run_arguments, add_frugal_arguments,
                        cost_overrides, dry_run_tally)
 from .cli_plan import _spans, cmd_plan, fold, make_plan, with_options
-from .cli_pool import UsageError, backend_pool, check_backend, make_folder, show_figures, warn_secrets
+from .cli_pool import (UsageError, backend_pool, check_backend, make_folder, output_file, show_figures,
+                       warn_secrets)
 from .files import atomic_text
 
 
@@ -62,7 +63,8 @@ def _add_inspect(sub) -> None:
     i = sub.add_parser("inspect", help="validate and pretty-print a saved graph",
                        description="Load GRAPH.json, validate it, and print it. Exit 2 if it is malformed or invalid.")
     i.add_argument("graph", metavar="GRAPH.json", help="a graph written by Graph.to_json()")
-    i.add_argument("--png", metavar="PATH", help="also draw the graph to this PNG file")
+    i.add_argument("--png", metavar="PATH", type=output_file(".png", ".svg", ".pdf"),
+                   help="also draw the graph to this PNG file")
     i.add_argument("--no-resolve", action="store_true", help="do not import fragment functions while validating")
 
 
@@ -73,7 +75,7 @@ def _add_run(sub, workloads: str) -> None:
     r.add_argument("--steps", type=_positive, help="optimization steps (default: the workload's)")
     r.add_argument("--seed", type=int, help="random seed (default: the workload's)")
     r.add_argument("--backend", help="backend name, e.g. reference, aer, pennylane:default.qubit")
-    r.add_argument("--out", metavar="FILE", help="also write the figures as JSON to FILE")
+    r.add_argument("--out", metavar="FILE", type=output_file(), help="also write the figures as JSON to FILE")
     r.add_argument("--json", action="store_true", help=_ONE_JSON_LINE)
     r.add_argument("--run-dir", metavar="DIR",
                    help="write config.json, result.json and (when the workload reports them) spans.json to DIR")
@@ -81,7 +83,7 @@ def _add_run(sub, workloads: str) -> None:
                    "--backend (jobs, shots, estimated cost), answering them from a local simulator")
     r.add_argument("--plan", choices=["auto"],
                    help="auto: plan the run with the cost model first (as hqflow plan does) and run the plan")
-    r.add_argument("--profile", metavar="FILE",
+    r.add_argument("--profile", metavar="FILE", type=output_file(),
                    help="with --plan auto: plan from this saved profile, and fold this run's measurements into it")
     r.add_argument("--max-staleness", type=_natural, default=None,
                    help="with --plan auto: how many versions old the parameters may be (default: the graph's own)")
@@ -126,8 +128,8 @@ def _add_plan(sub, workloads: str) -> None:
     pl.add_argument("--max-staleness", type=_natural, default=None,
                     help="how many versions old the parameters may be (default: the graph's own)")
     pl.add_argument("--calibrate", type=_positive, default=None, help="steps of the calibration run (default 5)")
-    pl.add_argument("--profile", metavar="FILE", help="plan from this saved profile (no calibration run unless "
-                    "--calibrate), and save the merged profile to it")
+    pl.add_argument("--profile", metavar="FILE", type=output_file(), help="plan from this saved profile (no "
+                    "calibration run unless --calibrate), and save the merged profile to it")
     pl.add_argument("--measure", action="store_true", help="then run the plan and print its measured makespan")
     pl.add_argument("--json", action="store_true", help="print the plan's figures as one JSON line")
 
@@ -187,8 +189,8 @@ def _add_train(sub) -> None:
                     "rows per job and the pool's members, then train")
     tr.add_argument("--max-staleness", type=_natural, default=None, help="with --plan auto: how many versions old "
                     "the actors' parameters may be (default 1 on a job backend, 0 in process)")
-    tr.add_argument("--profile", metavar="FILE", help="with --plan auto: plan from this saved profile, and fold the "
-                    "run's measurements into it")
+    tr.add_argument("--profile", metavar="FILE", type=output_file(), help="with --plan auto: plan from this saved "
+                    "profile, and fold the run's measurements into it")
     tr.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
                     help="write TensorBoard event files to RUN_DIR/tensorboard (default: on)")
     tr.add_argument("--checkpoint-every", type=_positive, default=5, help="updates between checkpoints (default 5)")
@@ -282,8 +284,6 @@ def cmd_inspect(args) -> int:
     from .pipeline import registry_backends
     from .trace import read_text
 
-    if args.png:
-        _check_output(args.png, (".png", ".svg", ".pdf"), "--png")
     try:
         text = read_text(args.graph, "a graph document (JSON)")
     except ValueError as exc:
@@ -301,20 +301,6 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-def _check_output(path: str, extensions: tuple[str, ...] | None, flag: str) -> None:
-    """Refuse, before any work, an output path that cannot be written: a folder, a missing or
-    unwritable parent, or an extension other than ``extensions`` (None: any)."""
-    if extensions and not path.lower().endswith(extensions):
-        raise UsageError(f"{flag} {path}: the file name must end in {', '.join(extensions)}")
-    if os.path.isdir(path):
-        raise UsageError(f"{flag} {path}: is a directory; give a file name")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise UsageError(f"{flag} {path}: no such folder {folder}")
-    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise UsageError(f"{flag} {path}: not writable")
-
-
 def cmd_run(args) -> int:
     from hqflow.workloads import get_workload
 
@@ -325,8 +311,6 @@ def cmd_run(args) -> int:
     except (KeyError, ValueError) as exc:
         raise UsageError(str(exc).strip("'\"")) from None
     cfg = _run_config(args, module)
-    if args.out:
-        _check_output(args.out, None, "--out")
     if args.backend:
         check_backend(args.backend)
     tally = None

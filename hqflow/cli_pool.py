@@ -5,9 +5,11 @@ A secret given as an option (``key``, ``connection_string``) is taken with a one
 line shows in ``ps`` and the shell's history. Run directories never store secrets."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
+import tempfile
 
 
 class UsageError(Exception):
@@ -45,10 +47,43 @@ def check_backend(name: str) -> None:
 
 
 def make_folder(path: str, what: str = "run directory ") -> None:
+    """Make folder ``path`` (a usage error where it cannot be made or written in)."""
     try:
         os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot create {what}{path}: {exc.strerror}") from None
+        _probe(os.path.join(path, "x"))
+    except (OSError, ValueError) as exc:  # ValueError: a NUL or a lone surrogate in the name
+        how = "write in" if os.path.isdir(path) else "create"
+        raise UsageError(f"cannot {how} {what}{path}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _probe(path: str) -> None:
+    """Make and remove the temporary file ``hqflow.files.atomic_write`` would write ``path`` through: whether
+    the folder takes a file of that name (``os.access`` says yes to root, even in /proc)."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=os.path.basename(path) + ".tmp-")
+    os.close(fd)
+    os.unlink(tmp)
+
+
+def output_file(*extensions: str):
+    """An argparse type: the path of a file a command writes (its name ending in one of ``extensions``, if
+    given), refused at once where it cannot be written: a folder, a missing or unwritable folder."""
+    def parse(path: str) -> str:
+        folder = os.path.dirname(os.path.abspath(path))
+        if extensions and not path.lower().endswith(extensions):
+            raise argparse.ArgumentTypeError(f"{path}: the file name must end in {', '.join(extensions)}")
+        why = "is a directory; give a file name" if os.path.isdir(path) else \
+            None if os.path.isdir(folder) else f"no such folder {folder}"
+        if why is None and os.path.exists(path) and not os.access(path, os.W_OK):
+            why = "not writable"
+        try:
+            if why is None:
+                _probe(path)
+        except (OSError, ValueError) as exc:  # ValueError: a NUL or a lone surrogate in the name
+            why = f"cannot write there: {getattr(exc, 'strerror', None) or exc}"
+        if why:
+            raise argparse.ArgumentTypeError(f"{path}: {why}")
+        return path
+    return parse
 
 
 def show_figures(args, figures: dict, width: int) -> None:

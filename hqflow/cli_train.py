@@ -497,6 +497,8 @@ def cmd_eval(args) -> int:
     from hqflow.workloads.rl.trained import evaluate
 
     _importable_cwd()  # a MODULE:ID environment from the current directory
+    if args.record:
+        make_folder(args.record, "video folder ")
     try:
         figures = evaluate(args.run, episodes=args.episodes, seed=args.seed, backend=args.backend, record=args.record)
     except (ValueError, BackendError) as exc:

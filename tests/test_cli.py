@@ -1,5 +1,6 @@
 """The command line: --help everywhere, exit 2 with one line on bad usage or input."""
 import json
+import os
 import subprocess
 import sys
 
@@ -299,3 +300,35 @@ def test_ctrl_c_during_a_command_says_interrupted_not_an_empty_message(monkeypat
     monkeypatch.setattr(cli, "cmd_run", interrupted)
     assert main(["run", "vqe"]) == 130
     assert _err(capsys) == "hqflow: interrupted"
+
+
+# ----------------------------------------------------------------------- new users and faults (issue 34)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc, where no one (root included) "
+                    "can make a file")
+@pytest.mark.parametrize("argv, what", [
+    (["inspect", "g.json", "--png", "/proc/nope.png"], "--png: /proc/nope.png: cannot write"),
+    (["run", "qaoa", "--out", "/proc/x.json"], "--out: /proc/x.json: cannot write"),
+    (["run", "qaoa", "--run-dir", "/proc/run"], "cannot create run directory /proc/run"),
+    (["run", "qaoa", "--plan", "auto", "--profile", "/proc/p.json"], "--profile: /proc/p.json: cannot write"),
+    (["plan", "qaoa", "--profile", "/proc/p.json"], "--profile: /proc/p.json: cannot write"),
+    (["train", "cartpole", "--run-dir", "/proc/run"], "cannot create run directory /proc/run"),
+    (["train", "cartpole", "--plan", "auto", "--profile", "/proc/p.json"], "--profile: /proc/p.json: cannot write"),
+    (["trace", "spans.json", "--out", "/proc"], "cannot write in /proc"),
+    (["eval", "run", "--record", "/proc/videos"], "cannot create video folder /proc/videos"),
+])
+def test_an_output_path_that_cannot_be_written_is_one_line_before_the_work(argv, what, tmp_path, capsys,
+                                                                          monkeypatch):
+    """os.access says yes to root even in /proc: the folder is tried with a file of the output's name."""
+    import hqflow.workloads.qaoa as qaoa
+    from hqflow.workloads.rl import runner, trained
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "g.json").write_text(_graph().build().to_json())
+    (tmp_path / "spans.json").write_text(json.dumps({"format": "hqflow.spans", "version": 2, "spans": [
+        {"fragment": "f", "kind": "learn", "resource": "cpu", "lane": "cpu", "step": 0, "start": 0.0, "end": 1.0}]}))
+    for module, name in ((qaoa, "run"), (runner, "train"), (trained, "evaluate")):
+        monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail("the work ran before its output was checked"))
+    assert main(argv) == 2
+    assert what in _err(capsys)
