@@ -15,10 +15,10 @@ import os
 import sys
 
 from . import __version__
-from .cli_cost import (_at_least, _epsilon, add_cost_arguments, add_dry_run_arguments, add_frugal_arguments,
-                       cost_overrides, dry_run_tally)
+from .cli_cost import (GRADIENTS, OBJECTIVES, _at_least, _epsilon, add_cost_arguments, add_dry_run_arguments,
+                       add_frugal_arguments, cost_overrides, dry_run_tally)
 from .cli_plan import _spans, cmd_plan, fold, make_plan, with_options
-from .cli_pool import (UsageError, backend_pool, check_backend, make_folder, output_file, show_figures,
+from .cli_pool import (UsageError, backend_pool, check_backend, choice, make_folder, output_file, show_figures,
                        warn_secrets)
 from .files import atomic_text
 
@@ -35,7 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.required = True
     from hqflow.workloads import WORKLOADS
 
-    workloads = ", ".join(sorted(WORKLOADS))
+    workloads = sorted(WORKLOADS)
     _add_backends(sub)
     _add_inspect(sub)
     _add_run(sub, workloads)
@@ -68,10 +68,11 @@ def _add_inspect(sub) -> None:
     i.add_argument("--no-resolve", action="store_true", help="do not import fragment functions while validating")
 
 
-def _add_run(sub, workloads: str) -> None:
+def _add_run(sub, workloads: list[str]) -> None:
     r = sub.add_parser("run", help="run a registered workload",
                        description="Run a registered workload and print its figures.")
-    r.add_argument("workload", metavar="WORKLOAD", help="one of: " + workloads)
+    r.add_argument("workload", metavar="WORKLOAD", type=choice(workloads, "unknown workload"),
+                   help="one of: " + ", ".join(workloads))
     r.add_argument("--steps", type=_positive, help="optimization steps (default: the workload's)")
     r.add_argument("--seed", type=int, help="random seed (default: the workload's)")
     r.add_argument("--backend", help="backend name, e.g. reference, aer, pennylane:default.qubit")
@@ -81,7 +82,7 @@ def _add_run(sub, workloads: str) -> None:
                    help="write config.json, result.json and (when the workload reports them) spans.json to DIR")
     r.add_argument("--dry-run", action="store_true", help="submit nothing: price every job the run would send to "
                    "--backend (jobs, shots, estimated cost), answering them from a local simulator")
-    r.add_argument("--plan", choices=["auto"],
+    r.add_argument("--plan", choices=["auto"], type=choice(["auto"]),
                    help="auto: plan the run with the cost model first (as hqflow plan does) and run the plan")
     r.add_argument("--profile", metavar="FILE", type=output_file(),
                    help="with --plan auto: plan from this saved profile, and fold this run's measurements into it")
@@ -97,7 +98,7 @@ def _add_run_cost(r) -> None:
     config field of its name."""
     group = r.add_argument_group("gradient and shots", "each sets the workload's field of that name; a workload "
                                  "without it refuses the flag")
-    group.add_argument("--gradient", choices=["param-shift", "spsa"], help="the training circuit's gradient: "
+    group.add_argument("--gradient", choices=GRADIENTS, type=choice(GRADIENTS), help="the training circuit's gradient: "
                        "param-shift (default; exact, 1 + 2 x angles circuits per row) or spsa (an estimate, "
                        "1 + 2 x --spsa-samples circuits per row)")
     group.add_argument("--spsa-samples", type=_at_least(1, "a positive number of directions"), metavar="K",
@@ -108,20 +109,21 @@ def _add_run_cost(r) -> None:
                        "per training circuit (default: exact values); qaoa: shots when sampling the trained circuit")
 
 
-def _add_plan(sub, workloads: str) -> None:
+def _add_plan(sub, workloads: list[str]) -> None:
     pl = sub.add_parser("plan", help="choose how to run a workload with the cost model",
                         description="Profile a workload (a short calibration run, a saved --profile, or a run "
                                     "directory's spans), search staleness, prefetch, rows per job, worker slots and "
                                     "the pool's members, and print the plan with its predicted makespan, "
                                     "utilization and spend.")
-    pl.add_argument("workload", metavar="WORKLOAD|RUN_DIR",
-                    help="one of: " + workloads + "; or a directory of hqflow run --run-dir")
+    workload = choice(workloads, "unknown workload", ", or a run directory")
+    pl.add_argument("workload", metavar="WORKLOAD|RUN_DIR", type=lambda text: text if os.path.isdir(text) else
+                    workload(text), help="one of: " + ", ".join(workloads) + "; or a directory of hqflow run --run-dir")
     pl.add_argument("--steps", type=_positive, help="steps of the run to plan (default: the workload's)")
     pl.add_argument("--seed", type=int, help="random seed (default: the workload's)")
     pl.add_argument("--backend", help="backend name, e.g. emulated-qpu, aer, azure:ionq.simulator")
     pl.add_argument("--pool", type=_positive, default=None, help="a pool of N such backends")
     pl.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[], help=_MEMBER_OPT)
-    pl.add_argument("--objective", choices=["time", "cost"], default="time",
+    pl.add_argument("--objective", choices=OBJECTIVES, type=choice(OBJECTIVES), default="time",
                     help="the shortest run (default), or the cheapest")
     pl.add_argument("--budget", type=_amount, default=None,
                     help="the most the run may spend: the fastest plan predicted within it")
@@ -165,14 +167,16 @@ def _add_train(sub) -> None:
                     "for your own (not with --resume)")
     tr.add_argument("--env-module", metavar="MODULE", help="import MODULE (it registers ENV) in every process; the "
                     "same as ENV given as MODULE:ENV")
-    tr.add_argument("--algo", default=None, help="reinforce (default), dqn or ppo")
+    tr.add_argument("--algo", default=None, type=choice(_algorithms, "unknown algorithm"),
+                    help="reinforce (default), dqn or ppo")
     tr.add_argument("--backend", help="backend of the policy circuit (default: compiled)")
     tr.add_argument("--seed", type=int, help="random seed (default 0)")
     tr.add_argument("--episodes", type=_positive, help="episode budget (default: the algorithm's, 1000 for reinforce)")
     tr.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[],
                     help=_MEMBER_OPT + ", e.g. per_job=0.05 or 1:failure_rate=0.2")
     tr.add_argument("--pool", type=_positive, default=None, help="a pool of N copies of --backend (default 1)")
-    tr.add_argument("--distribution", default="auto", help="auto (default: sync in process, pipelined with "
+    tr.add_argument("--distribution", default="auto", type=choice(_distributions, "unknown distribution policy"),
+                    help="auto (default: sync in process, pipelined with "
                     "staleness 1 on a job backend), sync, pipelined, ray-actors or multi-learner")
     tr.add_argument("--staleness", type=_natural, help="parameter versions an actor may lag behind (default 1)")
     tr.add_argument("--learners", type=_positive, help="multi-learner: learners that share each update (default 2)")
@@ -185,8 +189,8 @@ def _add_train(sub) -> None:
                     "distribution may change")
     tr.add_argument("--resources", metavar="FILE", help='an elastic pool: a JSON file {"pools": {"NAME": [member, '
                     '...]}} whose changes the run follows (polled every 0.5 s; SIGHUP: read it now)')
-    tr.add_argument("--plan", choices=["auto"], help="auto: let the cost model choose the distribution, prefetch, "
-                    "rows per job and the pool's members, then train")
+    tr.add_argument("--plan", choices=["auto"], type=choice(["auto"]), help="auto: let the cost model choose the "
+                    "distribution, prefetch, rows per job and the pool's members, then train")
     tr.add_argument("--max-staleness", type=_natural, default=None, help="with --plan auto: how many versions old "
                     "the actors' parameters may be (default 1 on a job backend, 0 in process)")
     tr.add_argument("--profile", metavar="FILE", type=output_file(), help="with --plan auto: plan from this saved "
@@ -215,6 +219,18 @@ def _amount(text: str) -> float:
 
 
 _natural, _positive = _at_least(0, "an integer >= 0"), _at_least(1, "a positive integer")
+
+
+def _algorithms() -> list[str]:
+    from hqflow.workloads.rl.runner import ALGORITHMS
+
+    return list(ALGORITHMS)
+
+
+def _distributions() -> list[str]:
+    from .distribution import DISTRIBUTIONS
+
+    return ["auto", *DISTRIBUTIONS]
 
 
 def cmd_backends(args) -> int:

@@ -7,6 +7,11 @@ from __future__ import annotations
 
 import argparse
 
+from .cli_pool import choice
+from .frugal import GRADIENTS
+
+OBJECTIVES = ("time", "cost")
+
 
 def _at_least(low: int, expected: str):
     """An argparse type: an integer >= ``low``, or a one-line error saying ``expected``."""
@@ -37,7 +42,7 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
                                       "(README: Train on a paid target)")
     group.add_argument("--shots", type=_at_least(1, "a positive number of shots"), help="shots per circuit on any "
                        "backend (default: exact values where the backend has them)")
-    group.add_argument("--gradient", choices=["param-shift", "spsa"], help="the policy circuit's gradient: "
+    group.add_argument("--gradient", choices=GRADIENTS, type=choice(GRADIENTS), help="the policy circuit's gradient: "
                        "param-shift (default; 1 + 2 x parameters circuits per state) or spsa (2 x --spsa-samples "
                        "circuits per state, an estimate)")
     group.add_argument("--spsa-samples", type=_at_least(1, "a positive number of directions"), metavar="K",
@@ -108,9 +113,7 @@ def _range(text: str) -> tuple[int, int]:
 
 
 def _gradients(text: str) -> tuple[str, ...]:
-    from .frugal import GRADIENTS
-
-    names = tuple(dict.fromkeys(n.strip() for n in text.split(",")))
+    names = tuple(dict.fromkeys(n.strip().lower() for n in text.split(",")))
     if not names or set(names) - set(GRADIENTS):
         raise argparse.ArgumentTypeError(f"expected {' and/or '.join(GRADIENTS)}, comma-separated, got {text!r}")
     return names
@@ -121,9 +124,9 @@ def add_frugal_arguments(parser: argparse.ArgumentParser) -> None:
     ``--spsa-samples-range`` (``hqflow train --plan auto``)."""
     group = parser.add_argument_group("what --plan auto minimizes", "--objective cost chooses the gradient, shots "
                                       "and packing within the bounds given; a setting without one stays as configured")
-    group.add_argument("--objective", choices=["time", "cost"], help="with --plan auto: time (default: the scheduler "
-                       "knobs for the shortest run) or cost (first the fewest circuits and the cheapest shots within "
-                       "the bounds, then the scheduler knobs for time)")
+    group.add_argument("--objective", choices=OBJECTIVES, type=choice(OBJECTIVES), help="with --plan auto: time "
+                       "(default: the scheduler knobs for the shortest run) or cost (first the fewest circuits and the "
+                       "cheapest shots within the bounds, then the scheduler knobs for time)")
     group.add_argument("--gradients", type=_gradients, metavar="LIST", help="with --objective cost: the gradients "
                        "it may choose, e.g. param-shift,spsa (default: the configured one)")
     group.add_argument("--shots-range", type=_range, metavar="LO:HI", help="with --objective cost: "

@@ -6,6 +6,7 @@ line shows in ``ps`` and the shell's history. Run directories never store secret
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
@@ -83,6 +84,22 @@ def output_file(*extensions: str):
         if why:
             raise argparse.ArgumentTypeError(f"{path}: {why}")
         return path
+    return parse
+
+
+def choice(names, what: str = "invalid choice:", also: str = ""):
+    """An argparse type: one of ``names`` (or of what the function ``names`` returns), in any case; anything else
+    is refused in one line with the close spellings (did you mean) and every name (then ``also``)."""
+    def parse(text: str) -> str:
+        known = list(names() if callable(names) else names)
+        folded = {n.lower(): n for n in known}
+        if text.lower() in folded:
+            return folded[text.lower()]
+        near = [folded[n] for n in difflib.get_close_matches(text.lower(), list(folded), n=2, cutoff=0.6)]
+        hint = f" (did you mean {' or '.join(near)}?)" if near else ""
+        from hqflow.ir.text import shown
+
+        raise argparse.ArgumentTypeError(f"{what} {shown(text)}{hint}; known: {', '.join(known)}{also}")
     return parse
 
 

@@ -332,3 +332,30 @@ def test_an_output_path_that_cannot_be_written_is_one_line_before_the_work(argv,
         monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail("the work ran before its output was checked"))
     assert main(argv) == 2
     assert what in _err(capsys)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "cartpole", "--algo", "reinfroce"], "unknown algorithm 'reinfroce' (did you mean reinforce?); known: "),
+    (["train", "cartpole", "--distribution", "pipelind"], "unknown distribution policy 'pipelind' (did you mean "
+                                                          "pipelined?)"),
+    (["train", "cartpole", "--gradient", "psda"], "invalid choice: 'psda' (did you mean spsa?)"),
+    (["run", "vqe", "--gradient", "param_shift"], "invalid choice: 'param_shift' (did you mean param-shift?)"),
+    (["run", "vqee"], "unknown workload 'vqee' (did you mean vqe?); known: classifier, qaoa, vqe"),
+    (["plan", "qoaa"], "unknown workload 'qoaa' (did you mean qaoa?); known: classifier, qaoa, vqe, or a run "),
+    (["plan", "vqe", "--objective", "cots"], "invalid choice: 'cots' (did you mean cost?)"),
+    (["train", "cartpole", "--algo", "sarsa"], "unknown algorithm 'sarsa'; known: reinforce, dqn, ppo"),
+])
+def test_a_misspelt_choice_gets_a_did_you_mean(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in _err(capsys)
+
+
+def test_choices_are_taken_in_any_case():
+    from hqflow.cli import _parser
+
+    args = _parser().parse_args(["train", "cartpole", "--algo", "PPO", "--distribution", "Multi-Learner", "--gradient",
+                                 "SPSA", "--plan", "AUTO", "--objective", "Cost"])
+    assert (args.algo, args.distribution, args.gradient, args.plan, args.objective) == (
+        "ppo", "multi-learner", "spsa", "auto", "cost")
+    assert _parser().parse_args(["run", "VQE", "--gradient", "Param-Shift"]).workload == "vqe"
+    assert _parser().parse_args(["plan", "Qaoa", "--objective", "TIME"]).workload == "qaoa"
