@@ -15,8 +15,8 @@ import os
 import sys
 
 from . import __version__
-from .cli_cost import (GRADIENTS, OBJECTIVES, _at_least, _epsilon, add_cost_arguments, add_dry_run_arguments,
-                       add_frugal_arguments, cost_overrides, dry_run_tally)
+from .cli_cost import (OBJECTIVES, _amount, _at_least, add_cost_arguments, add_dry_run_arguments, add_frugal_arguments,
+                       cost_overrides, dry_run_tally)
 from .cli_plan import _spans, cmd_plan, fold, make_plan, with_options
 from .cli_pool import (UsageError, backend_pool, check_backend, choice, make_folder, output_file, show_figures,
                        warn_secrets)
@@ -73,8 +73,8 @@ def _add_run(sub, workloads: list[str]) -> None:
                        description="Run a registered workload and print its figures.")
     r.add_argument("workload", metavar="WORKLOAD", type=choice(workloads, "unknown workload"),
                    help="one of: " + ", ".join(workloads))
-    r.add_argument("--steps", type=_positive, help="optimization steps (default: the workload's)")
-    r.add_argument("--seed", type=int, help="random seed (default: the workload's)")
+    r.add_argument("--steps", type=_steps, help="optimization steps (default: the workload's)")
+    r.add_argument("--seed", type=_natural, help="random seed (default: the workload's)")
     r.add_argument("--backend", help="backend name, e.g. reference, aer, pennylane:default.qubit")
     r.add_argument("--out", metavar="FILE", type=output_file(), help="also write the figures as JSON to FILE")
     r.add_argument("--json", action="store_true", help=_ONE_JSON_LINE)
@@ -86,27 +86,11 @@ def _add_run(sub, workloads: list[str]) -> None:
                    help="auto: plan the run with the cost model first (as hqflow plan does) and run the plan")
     r.add_argument("--profile", metavar="FILE", type=output_file(),
                    help="with --plan auto: plan from this saved profile, and fold this run's measurements into it")
-    r.add_argument("--max-staleness", type=_natural, default=None,
+    r.add_argument("--max-staleness", type=_staleness, default=None,
                    help="with --plan auto: how many versions old the parameters may be (default: the graph's own)")
-    r.add_argument("--pool", type=_positive, default=None, help="with --backend: a pool of N such backends")
+    r.add_argument("--pool", type=_replicas, default=None, help="with --backend: a pool of N such backends")
     r.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[], help=_MEMBER_OPT)
-    _add_run_cost(r)
-
-
-def _add_run_cost(r) -> None:
-    """``hqflow run``'s share of ``hqflow train``'s cost flags (cli_cost's types): each sets the workload's
-    config field of its name."""
-    group = r.add_argument_group("gradient and shots", "each sets the workload's field of that name; a workload "
-                                 "without it refuses the flag")
-    group.add_argument("--gradient", choices=GRADIENTS, type=choice(GRADIENTS), help="the training circuit's gradient: "
-                       "param-shift (default; exact, 1 + 2 x angles circuits per row) or spsa (an estimate, "
-                       "1 + 2 x --spsa-samples circuits per row)")
-    group.add_argument("--spsa-samples", type=_at_least(1, "a positive number of directions"), metavar="K",
-                       help="with --gradient spsa: random directions per step (default 4)")
-    group.add_argument("--spsa-epsilon", type=_epsilon, metavar="E",
-                       help="with --gradient spsa: perturbation size (default 0.1)")
-    group.add_argument("--shots", type=_at_least(1, "a positive number of shots"), help="classifier, vqe: shots "
-                       "per training circuit (default: exact values); qaoa: shots when sampling the trained circuit")
+    add_cost_arguments(r, run=True)
 
 
 def _add_plan(sub, workloads: list[str]) -> None:
@@ -118,18 +102,18 @@ def _add_plan(sub, workloads: list[str]) -> None:
     workload = choice(workloads, "unknown workload", ", or a run directory")
     pl.add_argument("workload", metavar="WORKLOAD|RUN_DIR", type=lambda text: text if os.path.isdir(text) else
                     workload(text), help="one of: " + ", ".join(workloads) + "; or a directory of hqflow run --run-dir")
-    pl.add_argument("--steps", type=_positive, help="steps of the run to plan (default: the workload's)")
-    pl.add_argument("--seed", type=int, help="random seed (default: the workload's)")
+    pl.add_argument("--steps", type=_steps, help="steps of the run to plan (default: the workload's)")
+    pl.add_argument("--seed", type=_natural, help="random seed (default: the workload's)")
     pl.add_argument("--backend", help="backend name, e.g. emulated-qpu, aer, azure:ionq.simulator")
-    pl.add_argument("--pool", type=_positive, default=None, help="a pool of N such backends")
+    pl.add_argument("--pool", type=_replicas, default=None, help="a pool of N such backends")
     pl.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[], help=_MEMBER_OPT)
     pl.add_argument("--objective", choices=OBJECTIVES, type=choice(OBJECTIVES), default="time",
                     help="the shortest run (default), or the cheapest")
     pl.add_argument("--budget", type=_amount, default=None,
                     help="the most the run may spend: the fastest plan predicted within it")
-    pl.add_argument("--max-staleness", type=_natural, default=None,
+    pl.add_argument("--max-staleness", type=_staleness, default=None,
                     help="how many versions old the parameters may be (default: the graph's own)")
-    pl.add_argument("--calibrate", type=_positive, default=None, help="steps of the calibration run (default 5)")
+    pl.add_argument("--calibrate", type=_steps, default=None, help="steps of the calibration run (default 5)")
     pl.add_argument("--profile", metavar="FILE", type=output_file(), help="plan from this saved profile (no "
                     "calibration run unless --calibrate), and save the merged profile to it")
     pl.add_argument("--measure", action="store_true", help="then run the plan and print its measured makespan")
@@ -149,7 +133,7 @@ def _add_eval(sub) -> None:
                         description="Load a run directory's policy at its last checkpoint and run greedy evaluation "
                                     "episodes; print the mean and standard deviation of the return.")
     ev.add_argument("run", metavar="RUN_DIR", help="a directory written by hqflow train")
-    ev.add_argument("--episodes", type=_positive, default=10, help="evaluation episodes (default 10)")
+    ev.add_argument("--episodes", type=_episodes, default=10, help="evaluation episodes (default 10)")
     ev.add_argument("--seed", type=_natural, default=10_000, help="seed of the first episode (default 10000)")
     ev.add_argument("--backend", help="run the policy circuit here instead of the run's backend, e.g. compiled")
     ev.add_argument("--record", metavar="DIR", help="save a video of every episode in DIR (gymnasium's RecordVideo; "
@@ -170,16 +154,16 @@ def _add_train(sub) -> None:
     tr.add_argument("--algo", default=None, type=choice(_algorithms, "unknown algorithm"),
                     help="reinforce (default), dqn or ppo")
     tr.add_argument("--backend", help="backend of the policy circuit (default: compiled)")
-    tr.add_argument("--seed", type=int, help="random seed (default 0)")
-    tr.add_argument("--episodes", type=_positive, help="episode budget (default: the algorithm's, 1000 for reinforce)")
+    tr.add_argument("--seed", type=_natural, help="random seed (default 0)")
+    tr.add_argument("--episodes", type=_episodes, help="episode budget (default: the algorithm's, 1000 for reinforce)")
     tr.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[],
                     help=_MEMBER_OPT + ", e.g. per_job=0.05 or 1:failure_rate=0.2")
-    tr.add_argument("--pool", type=_positive, default=None, help="a pool of N copies of --backend (default 1)")
+    tr.add_argument("--pool", type=_replicas, default=None, help="a pool of N copies of --backend (default 1)")
     tr.add_argument("--distribution", default="auto", type=choice(_distributions, "unknown distribution policy"),
                     help="auto (default: sync in process, pipelined with "
                     "staleness 1 on a job backend), sync, pipelined, ray-actors or multi-learner")
-    tr.add_argument("--staleness", type=_natural, help="parameter versions an actor may lag behind (default 1)")
-    tr.add_argument("--learners", type=_positive, help="multi-learner: learners that share each update (default 2)")
+    tr.add_argument("--staleness", type=_staleness, help="parameter versions an actor may lag behind (default 1)")
+    tr.add_argument("--learners", type=_replicas, help="multi-learner: learners that share each update (default 2)")
     tr.add_argument("--compression", metavar="KIND", help="multi-learner: how learners compress their gradients: "
                     "none (default), float16, topk or topk:RATIO (default 0.1), with error feedback")
     tr.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
@@ -191,7 +175,7 @@ def _add_train(sub) -> None:
                     '...]}} whose changes the run follows (polled every 0.5 s; SIGHUP: read it now)')
     tr.add_argument("--plan", choices=["auto"], type=choice(["auto"]), help="auto: let the cost model choose the "
                     "distribution, prefetch, rows per job and the pool's members, then train")
-    tr.add_argument("--max-staleness", type=_natural, default=None, help="with --plan auto: how many versions old "
+    tr.add_argument("--max-staleness", type=_staleness, default=None, help="with --plan auto: how many versions old "
                     "the actors' parameters may be (default 1 on a job backend, 0 in process)")
     tr.add_argument("--profile", metavar="FILE", type=output_file(), help="with --plan auto: plan from this saved "
                     "profile, and fold the run's measurements into it")
@@ -208,17 +192,9 @@ def _add_train(sub) -> None:
     add_frugal_arguments(tr)
 
 
-def _amount(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an amount >= 0, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected an amount >= 0, got {text!r}")
-    return value
-
-
 _natural, _positive = _at_least(0, "an integer >= 0"), _at_least(1, "a positive integer")
+_steps, _episodes = _at_least(1, "a positive integer", 10**6), _at_least(1, "a positive integer", 10**7)  # see README
+_replicas, _staleness = _at_least(1, "a positive integer", 64), _at_least(0, "an integer >= 0", 32)
 
 
 def _algorithms() -> list[str]:

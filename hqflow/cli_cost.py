@@ -7,49 +7,58 @@ from __future__ import annotations
 
 import argparse
 
+from hqflow.ir.text import number, shown
+
 from .cli_pool import choice
 from .frugal import GRADIENTS
 
 OBJECTIVES = ("time", "cost")
 
 
-def _at_least(low: int, expected: str):
-    """An argparse type: an integer >= ``low``, or a one-line error saying ``expected``."""
-    def parse(text: str) -> int:
+def _typed(kind: type, expected: str, ok):
+    """An argparse type: a ``kind`` (int or float) for which ``ok`` holds, or a one-line error saying ``expected``."""
+    def parse(text: str):
         try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
+            value = kind(text)
+        except ValueError:  # (an integer of more than 4,300 digits too)
+            value = None
+        if value is None or not ok(value):
+            got = number(value) if isinstance(value, int) else shown(text)
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {got}")
         return value
     return parse
 
 
-def _epsilon(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 3.2], got {text!r}") from None
-    if not 0 < value <= 3.2:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 3.2], got {text!r}")
-    return value
+def _at_least(low: int, expected: str, high: int = 2**63 - 1):
+    """An integer in ``low..high`` (the default: what numpy and torch take as a seed or a count)."""
+    return _typed(int, expected if high == 2**63 - 1 else f"{expected} (at most {high:,})", lambda v: low <= v <= high)
 
 
-def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
-    """The group of flags: ``--shots``, ``--gradient``, ``--spsa-samples``, ``--spsa-epsilon``, ``--shot-budget``."""
-    group = parser.add_argument_group("cost on a paid target", "shots, the gradient estimator and a shot budget "
-                                      "(README: Train on a paid target)")
-    group.add_argument("--shots", type=_at_least(1, "a positive number of shots"), help="shots per circuit on any "
-                       "backend (default: exact values where the backend has them)")
-    group.add_argument("--gradient", choices=GRADIENTS, type=choice(GRADIENTS), help="the policy circuit's gradient: "
-                       "param-shift (default; 1 + 2 x parameters circuits per state) or spsa (2 x --spsa-samples "
-                       "circuits per state, an estimate)")
+_epsilon = _typed(float, "a number in (0, 3.2]", lambda v: 0 < v <= 3.2)
+_amount = _typed(float, "an amount >= 0", lambda v: 0 <= v < float("inf"))
+
+
+def add_cost_arguments(parser: argparse.ArgumentParser, run: bool = False) -> None:
+    """The group of flags ``--shots``, ``--gradient``, ``--spsa-samples``, ``--spsa-epsilon`` and ``--shot-budget``;
+    ``run``: ``hqflow run``'s (no ``--shot-budget``), each setting the workload's config field of its name."""
+    group = parser.add_argument_group(*(
+        ("gradient and shots", "each sets the workload's field of that name; a workload without it refuses the flag")
+        if run else ("cost on a paid target", "shots, the gradient estimator and a shot budget (README: Train on a "
+                     "paid target)")))
+    circuit, per, centre = ("training", "row", "1 + ") if run else ("policy", "state", "")
+    group.add_argument("--shots", type=_at_least(1, "a positive number of shots"), help=(
+        "classifier, vqe: shots per training circuit (default: exact values); qaoa: shots when sampling the trained "
+        "circuit" if run else "shots per circuit on any backend (default: exact values where the backend has them)"))
+    group.add_argument("--gradient", choices=GRADIENTS, type=choice(GRADIENTS), help=f"the {circuit} circuit's "
+                       f"gradient: param-shift (default; exact, 1 + 2 x parameters circuits per {per}) or spsa (an "
+                       f"estimate, {centre}2 x --spsa-samples circuits per {per})")
     group.add_argument("--spsa-samples", type=_at_least(1, "a positive number of directions"), metavar="K",
-                       help="spsa: random directions per update (default 2)")
-    group.add_argument("--spsa-epsilon", type=_epsilon, metavar="E", help="spsa: perturbation size (default 0.1)")
-    group.add_argument("--shot-budget", type=_at_least(1, "a positive number of shots"), metavar="N",
-                       help="the most shots the run may use; past it the run stops, checkpointed")
+                       help="with --gradient spsa: random directions per step (default 2, in hqflow run and train)")
+    group.add_argument("--spsa-epsilon", type=_epsilon, metavar="E",
+                       help="with --gradient spsa: perturbation size (default 0.1)")
+    if not run:
+        group.add_argument("--shot-budget", type=_at_least(1, "a positive number of shots"), metavar="N",
+                           help="the most shots the run may use; past it the run stops, checkpointed")
 
 
 def cost_overrides(args) -> dict:
@@ -63,7 +72,7 @@ def add_dry_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="submit nothing: run a few updates on dry-run:BACKEND "
                         "(each job priced by the real target, answered by a local simulator) and print what the "
                         "run would use: service jobs, circuits, shots and list price, per episode and projected")
-    parser.add_argument("--dry-run-updates", type=_at_least(1, "a positive number of updates"), default=1,
+    parser.add_argument("--dry-run-updates", type=_at_least(1, "a positive number of updates", 1000), default=1,
                         metavar="N", help="with --dry-run: updates to run (default 1)")
 
 

@@ -321,17 +321,22 @@ def test_ctrl_c_during_a_command_says_interrupted_not_an_empty_message(monkeypat
 def test_an_output_path_that_cannot_be_written_is_one_line_before_the_work(argv, what, tmp_path, capsys,
                                                                           monkeypatch):
     """os.access says yes to root even in /proc: the folder is tried with a file of the output's name."""
-    import hqflow.workloads.qaoa as qaoa
-    from hqflow.workloads.rl import runner, trained
-
     monkeypatch.chdir(tmp_path)
     (tmp_path / "g.json").write_text(_graph().build().to_json())
     (tmp_path / "spans.json").write_text(json.dumps({"format": "hqflow.spans", "version": 2, "spans": [
         {"fragment": "f", "kind": "learn", "resource": "cpu", "lane": "cpu", "step": 0, "start": 0.0, "end": 1.0}]}))
-    for module, name in ((qaoa, "run"), (runner, "train"), (trained, "evaluate")):
-        monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail("the work ran before its output was checked"))
+    _no_work(monkeypatch)
     assert main(argv) == 2
     assert what in _err(capsys)
+
+
+def _no_work(monkeypatch) -> None:
+    """Every workload's run, training and evaluation fail the test: the command was to refuse before them."""
+    from hqflow.workloads import WORKLOADS, get_workload
+    from hqflow.workloads.rl import runner, trained
+
+    for module, name in [(get_workload(w), "run") for w in WORKLOADS] + [(runner, "train"), (trained, "evaluate")]:
+        monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail("the work ran before its input was checked"))
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -359,3 +364,43 @@ def test_choices_are_taken_in_any_case():
         "ppo", "multi-learner", "spsa", "auto", "cost")
     assert _parser().parse_args(["run", "VQE", "--gradient", "Param-Shift"]).workload == "vqe"
     assert _parser().parse_args(["plan", "Qaoa", "--objective", "TIME"]).workload == "qaoa"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "classifier", "--steps", "1000000000000"], "--steps: expected a positive integer (at most 1,000,000)"),
+    (["plan", "vqe", "--steps", "1000001"], "--steps: expected a positive integer (at most 1,000,000)"),
+    (["train", "cartpole", "--episodes", "100000000"], "--episodes: expected a positive integer (at most 10,000,000)"),
+    (["eval", "run", "--episodes", str(2**70)], "--episodes: expected a positive integer (at most 10,000,000), got "
+                                                "(an integer of 22 digits)"),
+    (["run", "vqe", "--pool", "9" * 5000], "--pool: expected a positive integer (at most 64), got '999"),
+    (["train", "cartpole", "--distribution", "multi-learner", "--learners", "65"], "--learners: expected a positive "
+                                                                                  "integer (at most 64), got 65"),
+    (["plan", "vqe", "--max-staleness", str(2**70)], "--max-staleness: expected an integer >= 0 (at most 32)"),
+    (["train", "cartpole", "--budget", "nan"], "--budget: expected an amount >= 0, got 'nan'"),
+])
+def test_counts_past_what_a_run_can_hold_are_refused_before_it_starts(argv, message, capsys, monkeypatch):
+    """Was: a run of 10**12 steps accepted (about 700 years), a MemoryError for a huge pool, a planner searching
+    2**70 stalenesses."""
+    _no_work(monkeypatch)
+    assert main(argv) == 2
+    assert message in _err(capsys)
+
+
+@pytest.mark.parametrize("argv", [["run", "classifier"], ["run", "vqe"], ["plan", "qaoa"], ["train", "cartpole"],
+                                  ["eval", "run"]])
+def test_a_negative_seed_is_a_usage_error_in_every_subcommand(argv, capsys, monkeypatch):
+    """Was: exit 1 and a fragment's error (vqe), a ValueError traceback (classifier's make_data)."""
+    _no_work(monkeypatch)
+    assert main([*argv, "--seed", "-1"]) == 2
+    assert "--seed: expected an integer >= 0, got -1" in _err(capsys)
+
+
+@pytest.mark.parametrize("workload", ["classifier", "vqe", "qaoa"])
+def test_a_workloads_config_refuses_a_negative_seed_and_steps_past_the_cap(workload):
+    from hqflow.workloads import get_workload
+
+    config = get_workload(workload).Config
+    with pytest.raises(ValueError, match="seed must be"):
+        config(seed=-1)
+    with pytest.raises(ValueError, match="steps must be"):
+        config(steps=10**12)
