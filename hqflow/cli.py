@@ -10,15 +10,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib
 import json
 import os
 import sys
+
+from hqflow.ir.text import one_line
 
 from . import __version__
 from .cli_cost import (OBJECTIVES, _amount, _at_least, add_cost_arguments, add_dry_run_arguments, add_frugal_arguments,
                        cost_overrides, dry_run_tally)
 from .cli_plan import _spans, cmd_plan, fold, make_plan, with_options
-from .cli_pool import (UsageError, backend_pool, check_backend, choice, make_folder, output_file, show_figures,
+from .cli_pool import (UsageError, backend_pool, choice, make_folder, make_member, output_file, show_figures,
                        warn_secrets)
 from .files import atomic_text
 
@@ -151,7 +154,7 @@ def _add_train(sub) -> None:
                     "for your own (not with --resume)")
     tr.add_argument("--env-module", metavar="MODULE", help="import MODULE (it registers ENV) in every process; the "
                     "same as ENV given as MODULE:ENV")
-    tr.add_argument("--algo", default=None, type=choice(_algorithms, "unknown algorithm"),
+    tr.add_argument("--algo", type=choice(_names("hqflow.workloads.rl.runner", "ALGORITHMS"), "unknown algorithm"),
                     help="reinforce (default), dqn or ppo")
     tr.add_argument("--backend", help="backend of the policy circuit (default: compiled)")
     tr.add_argument("--seed", type=_natural, help="random seed (default 0)")
@@ -159,8 +162,8 @@ def _add_train(sub) -> None:
     tr.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[],
                     help=_MEMBER_OPT + ", e.g. per_job=0.05 or 1:failure_rate=0.2")
     tr.add_argument("--pool", type=_replicas, default=None, help="a pool of N copies of --backend (default 1)")
-    tr.add_argument("--distribution", default="auto", type=choice(_distributions, "unknown distribution policy"),
-                    help="auto (default: sync in process, pipelined with "
+    tr.add_argument("--distribution", default="auto", type=choice(_names("hqflow.distribution", "DISTRIBUTIONS",
+                    "auto"), "unknown distribution policy"), help="auto (default: sync in process, pipelined with "
                     "staleness 1 on a job backend), sync, pipelined, ray-actors or multi-learner")
     tr.add_argument("--staleness", type=_staleness, help="parameter versions an actor may lag behind (default 1)")
     tr.add_argument("--learners", type=_replicas, help="multi-learner: learners that share each update (default 2)")
@@ -197,16 +200,9 @@ _steps, _episodes = _at_least(1, "a positive integer", 10**6), _at_least(1, "a p
 _replicas, _staleness = _at_least(1, "a positive integer", 64), _at_least(0, "an integer >= 0", 32)
 
 
-def _algorithms() -> list[str]:
-    from hqflow.workloads.rl.runner import ALGORITHMS
-
-    return list(ALGORITHMS)
-
-
-def _distributions() -> list[str]:
-    from .distribution import DISTRIBUTIONS
-
-    return ["auto", *DISTRIBUTIONS]
+def _names(module: str, table: str, *first: str):
+    """The names of ``module.table`` (imported when a choice is checked), after ``first``."""
+    return lambda: [*first, *getattr(importlib.import_module(module), table)]
 
 
 def cmd_backends(args) -> int:
@@ -298,13 +294,10 @@ def cmd_run(args) -> int:
 
     from .progress import Progress
 
-    try:
-        module = get_workload(args.workload)
-    except (KeyError, ValueError) as exc:
-        raise UsageError(str(exc).strip("'\"")) from None
+    module = get_workload(args.workload)  # a known name: argparse's type checked it
     cfg = _run_config(args, module)
     if args.backend:
-        check_backend(args.backend)
+        make_member(args.backend).close()  # made only to check
     tally = None
     if args.dry_run:
         cfg, tally = _dry_run(args, cfg)
@@ -330,22 +323,18 @@ def cmd_run(args) -> int:
     return 0
 
 
-_RUN_COST_FLAGS = {"gradient": "--gradient", "spsa_samples": "--spsa-samples", "spsa_epsilon": "--spsa-epsilon",
-                   "shots": "--shots"}
-
-
 def _run_config(args, module):
     """The workload's ``Config`` with --steps, --seed, --backend and the gradient and shots flags given."""
-    cfg = with_options(args.workload, module.Config(), args)
-    given = cost_overrides(args)
+    cfg, given = with_options(args.workload, module.Config(), args), cost_overrides(args)
+    flag = {field: "--" + field.replace("_", "-") for field in given}
     for field in given:
         if not hasattr(cfg, field):
-            raise UsageError(f"workload {args.workload!r} has no setting for {_RUN_COST_FLAGS[field]}")
+            raise UsageError(f"workload {args.workload!r} has no setting for {flag[field]}")
     try:
         cfg = dataclasses.replace(cfg, **given)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"workload {args.workload!r}: {exc}") from None
-    spsa_only = [_RUN_COST_FLAGS[f] for f in ("spsa_samples", "spsa_epsilon") if f in given]
+    spsa_only = [flag[f] for f in ("spsa_samples", "spsa_epsilon") if f in given]
     if spsa_only and getattr(cfg, "gradient", None) != "spsa":
         raise UsageError(f"{spsa_only[0]} goes with --gradient spsa")
     return cfg
@@ -426,13 +415,10 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.redirect_stdout(sys.stderr) if getattr(args, "json", False) else contextlib.nullcontext():
             return commands[args.command](args)
     except UsageError as exc:
-        from hqflow.ir.text import one_line
-
         print(f"hqflow: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except RuntimeError as exc:
         from hqflow.backends import BackendError
-        from hqflow.ir.text import one_line
 
         from .cli_train import RunStopped
         from .fragments import FragmentError

@@ -23,7 +23,7 @@ def _typed(kind: type, expected: str, ok):
         except ValueError:  # (an integer of more than 4,300 digits too)
             value = None
         if value is None or not ok(value):
-            got = number(value) if isinstance(value, int) else shown(text)
+            got = number(value) if isinstance(value, int) else shown(text)  # a parsed int, else the text
             raise argparse.ArgumentTypeError(f"expected {expected}, got {got}")
         return value
     return parse
@@ -63,9 +63,8 @@ def add_cost_arguments(parser: argparse.ArgumentParser, run: bool = False) -> No
 
 def cost_overrides(args) -> dict:
     """The config fields these flags set (those given)."""
-    given = {"shots": args.shots, "gradient": args.gradient, "spsa_samples": args.spsa_samples,
-             "spsa_epsilon": args.spsa_epsilon}
-    return {k: v for k, v in given.items() if v is not None}
+    return {k: getattr(args, k) for k in ("shots", "gradient", "spsa_samples", "spsa_epsilon") if getattr(args, k)
+            is not None}
 
 
 def add_dry_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -109,23 +108,10 @@ def projection(out: dict, cfg, longest: int | None, circuits_per_step: float) ->
     return figures
 
 
-def _range(text: str) -> tuple[int, int]:
-    """An argparse type: ``LO:HI`` with ``1 <= LO <= HI`` integers, as a tuple."""
-    lo, sep, hi = text.partition(":")
-    try:
-        bound = (int(lo), int(hi)) if sep else None
-    except ValueError:
-        bound = None
-    if bound is None or not 1 <= bound[0] <= bound[1]:
-        raise argparse.ArgumentTypeError(f"expected LO:HI with 1 <= LO <= HI, got {text!r}")
-    return bound
-
-
-def _gradients(text: str) -> tuple[str, ...]:
-    names = tuple(dict.fromkeys(n.strip().lower() for n in text.split(",")))
-    if not names or set(names) - set(GRADIENTS):
-        raise argparse.ArgumentTypeError(f"expected {' and/or '.join(GRADIENTS)}, comma-separated, got {text!r}")
-    return names
+_range = _typed(lambda text: tuple(int(x) for x in text.split(":")), "LO:HI with 1 <= LO <= HI",
+                lambda bound: len(bound) == 2 and 1 <= bound[0] <= bound[1])
+_gradients = _typed(lambda text: tuple(dict.fromkeys(n.strip().lower() for n in text.split(","))),
+                    f"{' and/or '.join(GRADIENTS)}, comma-separated", lambda names: set(names) <= set(GRADIENTS))
 
 
 def add_frugal_arguments(parser: argparse.ArgumentParser) -> None:

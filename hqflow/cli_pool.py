@@ -1,5 +1,6 @@
-"""What the subcommands share: ``UsageError``, and the pool spec ``[(name, options), ...]`` that
-``--backend NAME``, ``--pool N`` and ``--backend-opt [K:]KEY=VALUE`` give ``hqflow run``, ``plan`` and ``train``.
+"""What the subcommands share: ``UsageError``; the argparse types of a choice (any case, did you mean) and of an
+output file (tried at once); and the pool spec ``[(name, options), ...]`` that ``--backend NAME``, ``--pool N``
+and ``--backend-opt [K:]KEY=VALUE`` give ``hqflow run``, ``plan`` and ``train``.
 
 A secret given as an option (``key``, ``connection_string``) is taken with a one-line warning: the command
 line shows in ``ps`` and the shell's history. Run directories never store secrets."""
@@ -11,6 +12,8 @@ import json
 import os
 import sys
 import tempfile
+
+from hqflow.ir.text import shown
 
 
 class UsageError(Exception):
@@ -37,32 +40,26 @@ def value(text: str):
         return text
 
 
-def check_backend(name: str) -> None:
-    """A usage error unless the registry can make backend ``name``."""
-    from hqflow.backends import BackendError, get_backend
-
-    try:
-        get_backend(name).close()  # made only to check
-    except BackendError as exc:
-        raise UsageError(str(exc)) from None
-
-
 def make_folder(path: str, what: str = "run directory ") -> None:
     """Make folder ``path`` (a usage error where it cannot be made or written in)."""
     try:
         os.makedirs(path, exist_ok=True)
-        _probe(os.path.join(path, "x"))
     except (OSError, ValueError) as exc:  # ValueError: a NUL or a lone surrogate in the name
-        how = "write in" if os.path.isdir(path) else "create"
-        raise UsageError(f"cannot {how} {what}{path}: {getattr(exc, 'strerror', None) or exc}") from None
+        raise UsageError(f"cannot create {what}{path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if why := _probe(os.path.join(path, "x")):
+        raise UsageError(f"{what}{path}: {why}")
 
 
-def _probe(path: str) -> None:
-    """Make and remove the temporary file ``hqflow.files.atomic_write`` would write ``path`` through: whether
-    the folder takes a file of that name (``os.access`` says yes to root, even in /proc)."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=os.path.basename(path) + ".tmp-")
-    os.close(fd)
-    os.unlink(tmp)
+def _probe(path: str) -> str | None:
+    """Why the temporary file ``hqflow.files.atomic_write`` would write ``path`` through cannot be made (None: it
+    can; made and removed here). ``os.access`` says yes to root, even in /proc."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=os.path.basename(path) + ".tmp-")
+        os.close(fd)
+        os.unlink(tmp)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL or a lone surrogate in the name
+        return f"cannot write there: {getattr(exc, 'strerror', None) or exc}"
+    return None
 
 
 def output_file(*extensions: str):
@@ -70,17 +67,10 @@ def output_file(*extensions: str):
     given), refused at once where it cannot be written: a folder, a missing or unwritable folder."""
     def parse(path: str) -> str:
         folder = os.path.dirname(os.path.abspath(path))
-        if extensions and not path.lower().endswith(extensions):
-            raise argparse.ArgumentTypeError(f"{path}: the file name must end in {', '.join(extensions)}")
-        why = "is a directory; give a file name" if os.path.isdir(path) else \
-            None if os.path.isdir(folder) else f"no such folder {folder}"
-        if why is None and os.path.exists(path) and not os.access(path, os.W_OK):
-            why = "not writable"
-        try:
-            if why is None:
-                _probe(path)
-        except (OSError, ValueError) as exc:  # ValueError: a NUL or a lone surrogate in the name
-            why = f"cannot write there: {getattr(exc, 'strerror', None) or exc}"
+        why = (f"the file name must end in {', '.join(extensions)}" if not path.lower().endswith(extensions or "")
+               else "is a directory; give a file name" if os.path.isdir(path)
+               else f"no such folder {folder}" if not os.path.isdir(folder)
+               else "not writable" if os.path.exists(path) and not os.access(path, os.W_OK) else _probe(path))
         if why:
             raise argparse.ArgumentTypeError(f"{path}: {why}")
         return path
@@ -97,8 +87,6 @@ def choice(names, what: str = "invalid choice:", also: str = ""):
             return folded[text.lower()]
         near = [folded[n] for n in difflib.get_close_matches(text.lower(), list(folded), n=2, cutoff=0.6)]
         hint = f" (did you mean {' or '.join(near)}?)" if near else ""
-        from hqflow.ir.text import shown
-
         raise argparse.ArgumentTypeError(f"{what} {shown(text)}{hint}; known: {', '.join(known)}{also}")
     return parse
 

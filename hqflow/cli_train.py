@@ -115,7 +115,7 @@ def _resumed(args, meta: dict, cfg, runner, watcher):
     from .torch import differentiates
 
     saved = runner.resumed_distribution(meta)
-    policy = _resumed_distribution(args, saved)
+    policy = _distribution(args, saved)
     _in_process(policy, watcher)
     old = [tuple(m) for m in (meta.get("backends") or {}).get(cfg.backend, [(cfg.backend, {})])]
     if watcher is not None:
@@ -141,24 +141,6 @@ def _resumed(args, meta: dict, cfg, runner, watcher):
     warning = None if not why else ("hqflow: --resume: results will differ from an undisturbed run from here on: "
                                     + "; ".join(why))
     return policy, placement, warning
-
-
-def _resumed_distribution(args, saved):
-    """The distribution a resumed part runs with: the run's, or the one given, with the options given."""
-    from hqflow.distribution import get_distribution
-
-    options = {k: getattr(args, k) for k in ("staleness", "learners", "compression") if getattr(args, k) is not None}
-    name = saved.name if args.distribution == "auto" else args.distribution
-    for flag, key in (("--learners", "learners"), ("--compression", "compression")):
-        if key in options and name != "multi-learner":
-            raise UsageError(f"{flag} needs --distribution multi-learner (the run's is {saved.name})")
-    if "staleness" in options and name == "sync":
-        raise UsageError("--staleness needs --distribution pipelined, ray-actors or multi-learner (the run's "
-                         f"is {saved.name})")
-    try:
-        return get_distribution(saved if name == saved.name else get_distribution(name), **options)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def _kind(spec) -> tuple:
@@ -419,20 +401,22 @@ def _new_run(args, runner) -> _Run:
     return _Run(algo, cfg, run_dir, distribution, placement, watcher, scheduler)
 
 
-def _distribution(args):
-    """``--distribution`` with ``--staleness``, ``--learners`` and ``--compression`` (``"auto"``: the runner's)."""
+def _distribution(args, saved=None):
+    """``--distribution`` with ``--staleness``, ``--learners`` and ``--compression``: a new run's (``"auto"``: the
+    runner's), or a resumed run's (its ``saved`` policy, or the one given)."""
     from hqflow.distribution import get_distribution
 
-    options = {} if args.staleness is None else {"staleness": args.staleness}
-    if args.distribution == "auto" and options:
-        raise UsageError("--staleness needs --distribution pipelined, ray-actors or multi-learner")
+    options = {k: getattr(args, k) for k in ("staleness", "learners", "compression") if getattr(args, k) is not None}
+    name = getattr(saved, "name", "auto") if args.distribution == "auto" else args.distribution
+    whose = f" (the run's is {saved.name})" if saved else ""
     for flag, key in (("--learners", "learners"), ("--compression", "compression")):
-        if getattr(args, key) is not None:
-            if args.distribution != "multi-learner":
-                raise UsageError(f"{flag} needs --distribution multi-learner")
-            options[key] = getattr(args, key)
+        if key in options and name != "multi-learner":
+            raise UsageError(f"{flag} needs --distribution multi-learner{whose}")
+    if "staleness" in options and name in ("auto", "sync"):
+        raise UsageError(f"--staleness needs --distribution pipelined, ray-actors or multi-learner{whose}")
+    policy = saved if saved is not None and name == saved.name else name
     try:
-        return "auto" if args.distribution == "auto" else get_distribution(args.distribution, **options)
+        return "auto" if name == "auto" else get_distribution(policy, **options)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 

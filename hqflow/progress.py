@@ -34,14 +34,10 @@ class Progress:
             self.t0 = time.perf_counter() - elapsed
             if self.bar is not None:
                 self.bar.start_t = time.time() - elapsed  # tqdm's clock: time.time
-        elapsed = time.perf_counter() - self.t0
-        if done > self.total:
-            self.total = done
-            if self.bar is not None:
-                self.bar.total = done
+        elapsed, self.total = time.perf_counter() - self.t0, max(self.total, done)
         self.line = f"{self.label} {done}/{self.total} {elapsed:.1f}s  {shown}".rstrip()
         if self.bar is not None:
-            self.bar.n = done
+            self.bar.n, self.bar.total = done, self.total
             self.bar.set_postfix_str(shown, refresh=False)
             self.bar.refresh()
         elif elapsed >= self.said + EVERY:
@@ -62,8 +58,7 @@ class Progress:
         if self.bar is not None:
             self.bar.close()
         elif self.line:
-            self.stream.write(self.line + "\n")
-            self.stream.flush()
+            self.write(self.line)
 
 
 def _duration(seconds: float) -> str:

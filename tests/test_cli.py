@@ -315,7 +315,7 @@ def test_ctrl_c_during_a_command_says_interrupted_not_an_empty_message(monkeypat
     (["plan", "qaoa", "--profile", "/proc/p.json"], "--profile: /proc/p.json: cannot write"),
     (["train", "cartpole", "--run-dir", "/proc/run"], "cannot create run directory /proc/run"),
     (["train", "cartpole", "--plan", "auto", "--profile", "/proc/p.json"], "--profile: /proc/p.json: cannot write"),
-    (["trace", "spans.json", "--out", "/proc"], "cannot write in /proc"),
+    (["trace", "spans.json", "--out", "/proc"], "/proc: cannot write there"),
     (["eval", "run", "--record", "/proc/videos"], "cannot create video folder /proc/videos"),
 ])
 def test_an_output_path_that_cannot_be_written_is_one_line_before_the_work(argv, what, tmp_path, capsys,
