@@ -78,7 +78,7 @@ def _add_run(sub, workloads: list[str]) -> None:
                    help="one of: " + ", ".join(workloads))
     r.add_argument("--steps", type=_steps, help="optimization steps (default: the workload's)")
     r.add_argument("--seed", type=_natural, help="random seed (default: the workload's)")
-    r.add_argument("--backend", help="backend name, e.g. reference, aer, pennylane:default.qubit")
+    r.add_argument("--backend", type=_backend, help="backend name, e.g. reference, aer, pennylane:default.qubit")
     r.add_argument("--out", metavar="FILE", type=output_file(), help="also write the figures as JSON to FILE")
     r.add_argument("--json", action="store_true", help=_ONE_JSON_LINE)
     r.add_argument("--run-dir", metavar="DIR",
@@ -107,7 +107,7 @@ def _add_plan(sub, workloads: list[str]) -> None:
                     workload(text), help="one of: " + ", ".join(workloads) + "; or a directory of hqflow run --run-dir")
     pl.add_argument("--steps", type=_steps, help="steps of the run to plan (default: the workload's)")
     pl.add_argument("--seed", type=_natural, help="random seed (default: the workload's)")
-    pl.add_argument("--backend", help="backend name, e.g. emulated-qpu, aer, azure:ionq.simulator")
+    pl.add_argument("--backend", type=_backend, help="backend name, e.g. emulated-qpu, aer, azure:ionq.simulator")
     pl.add_argument("--pool", type=_replicas, default=None, help="a pool of N such backends")
     pl.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[], help=_MEMBER_OPT)
     pl.add_argument("--objective", choices=OBJECTIVES, type=choice(OBJECTIVES), default="time",
@@ -200,6 +200,12 @@ _steps, _episodes = _at_least(1, "a positive integer", 10**6), _at_least(1, "a p
 _replicas, _staleness = _at_least(1, "a positive integer", 64), _at_least(0, "an integer >= 0", 32)
 
 
+def _backend(name: str) -> str:
+    """An argparse type: a backend the registry makes (made here, and closed; a usage error names what is wrong)."""
+    make_member(name).close()
+    return name
+
+
 def _names(module: str, table: str, *first: str):
     """The names of ``module.table`` (imported when a choice is checked), after ``first``."""
     return lambda: [*first, *getattr(importlib.import_module(module), table)]
@@ -273,19 +279,17 @@ def cmd_inspect(args) -> int:
     from .trace import read_text
 
     try:
-        text = read_text(args.graph, "a graph document (JSON)")
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    try:
-        graph = Graph.from_json(text)
+        graph = Graph.from_json(read_text(args.graph, "a graph document (JSON)"))
         graph.validate(registry_backends(graph), resolve=not args.no_resolve)
     except GraphError as exc:
         hint = ("; --no-resolve checks the graph without importing its functions"
                 if not args.no_resolve and "cannot import function" in str(exc) else "")
         raise UsageError(f"{args.graph}: {exc}{hint}") from None
+    except ValueError as exc:  # read_text's: no such file, not text
+        raise UsageError(str(exc)) from None
     print(graph)
     if args.png:
-        print(f"drew {graph.draw(args.png)}")
+        print(f"drew {one_line(graph.draw(args.png))}")
     return 0
 
 
@@ -296,8 +300,6 @@ def cmd_run(args) -> int:
 
     module = get_workload(args.workload)  # a known name: argparse's type checked it
     cfg = _run_config(args, module)
-    if args.backend:
-        make_member(args.backend).close()  # made only to check
     tally = None
     if args.dry_run:
         cfg, tally = _dry_run(args, cfg)
@@ -397,8 +399,8 @@ def cmd_trace(args) -> int:
     make_folder(out, "")
     print(format_table(spans))
     title = meta.get("workload") or os.path.basename(os.path.dirname(os.path.abspath(path)))
-    print(f"wrote {write_chrome_trace(os.path.join(out, 'trace.json'), spans, meta)}")
-    print(f"wrote {draw_gantt(spans, os.path.join(out, 'gantt.png'), title=str(title))}")
+    print(f"wrote {one_line(write_chrome_trace(os.path.join(out, 'trace.json'), spans, meta))}")
+    print(f"wrote {one_line(draw_gantt(spans, os.path.join(out, 'gantt.png'), title=one_line(str(title))))}")
     return 0
 
 

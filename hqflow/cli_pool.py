@@ -13,7 +13,7 @@ import os
 import sys
 import tempfile
 
-from hqflow.ir.text import shown
+from hqflow.ir.text import one_line, shown
 
 
 class UsageError(Exception):
@@ -97,7 +97,7 @@ def show_figures(args, figures: dict, width: int) -> None:
         print(json.dumps(figures, default=float), file=args.json_out)
     else:
         for k, v in figures.items():
-            print(f"{k:<{width}} {v:.6g}" if isinstance(v, float) else f"{k:<{width}} {v}")
+            print(f"{k:<{width}} {v:.6g}" if isinstance(v, float) else f"{k:<{width}} {one_line(str(v))}")
 
 
 def backend_pool(args, name: str | None = None, always: bool = False, check: bool = True) -> list | None:

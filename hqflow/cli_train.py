@@ -26,6 +26,7 @@ import sys
 import tempfile
 
 from hqflow.backends import BackendAccessError, BackendError
+from hqflow.ir.text import one_line
 
 from .cli_plan import fold, plan_training
 from .cli_cost import cost_overrides
@@ -222,9 +223,14 @@ def _planned(args, algo, cfg, pool, watcher, distribution):
                          "--staleness")
     if watcher is not None:
         raise UsageError("--plan auto chooses the pool's members and --resources names them: give one of the two")
-    if bounds is not None:
-        from hqflow.workloads.rl import runner
+    from hqflow.workloads.rl import runner
 
+    probe = _Run(algo, cfg, "", "pipelined", _placement(runner, cfg.backend, pool, "--backend"))
+    try:  # --shot-budget and --ray-address, refused before anything is chosen and printed
+        _scheduler_options(args, probe)
+    finally:
+        probe.placement.close()
+    if bounds is not None:
         cfg = frugal_config(runner.algorithm(algo), cfg, pool[0] if pool else cfg.backend, bounds)
     chosen, distribution, options, backends = plan_training(
         algo, cfg, None if pool is None else {cfg.backend: pool}, profile_path=args.profile,
@@ -343,7 +349,7 @@ def _resumed_run(args, runner) -> _Run | None:
     distribution, placement, warning = _resumed(args, meta, cfg, runner, watcher)
     run = _Run(algo, cfg, run_dir, distribution, placement, watcher)
     if ckpt is None:  # stopped before its first checkpoint: it starts again
-        print(f"hqflow: {run_dir} has no checkpoint yet: training it from the start", file=sys.stderr)
+        print(one_line(f"hqflow: {run_dir} has no checkpoint yet: training it from the start"), file=sys.stderr)
         return run
     try:
         runner.check_resume(run_dir, algo, cfg, ckpt)
@@ -352,9 +358,9 @@ def _resumed_run(args, runner) -> _Run | None:
         raise UsageError(str(exc)) from None
     if runner.complete(algo, cfg, ckpt):
         placement.close()
-        print(f"hqflow: {run_dir} is complete ({ckpt['update'] + 1} updates, {len(ckpt.get('returns', []))} "
-              f"episodes{', solved' if ckpt.get('solved_at') else ''}): nothing to resume; "
-              f"hqflow eval {run_dir} evaluates it", file=sys.stderr)
+        print(one_line(f"hqflow: {run_dir} is complete ({ckpt['update'] + 1} updates, {len(ckpt.get('returns', []))} "
+                       f"episodes{', solved' if ckpt.get('solved_at') else ''}): nothing to resume; "
+                       f"hqflow eval {run_dir} evaluates it"), file=sys.stderr)
         return None
     if warning:
         print(warning, file=sys.stderr)
@@ -477,7 +483,6 @@ def _train(args, run: _Run, runner) -> dict:
 
 def cmd_eval(args) -> int:
     """``hqflow eval RUN_DIR``: greedy episodes of a trained policy."""
-    from hqflow.backends import BackendError
     from hqflow.workloads.rl.trained import evaluate
 
     _importable_cwd()  # a MODULE:ID environment from the current directory
@@ -493,5 +498,5 @@ def cmd_eval(args) -> int:
         print(f"{figures['env']}: mean return {figures['mean_return']:.2f} ± {figures['std_return']:.2f} over "
               f"{figures['episodes']} greedy episodes (seeds {args.seed}..{args.seed + args.episodes - 1})")
         if figures.get("videos"):
-            print(f"wrote {len(figures['videos'])} videos to {args.record}")
+            print(f"wrote {len(figures['videos'])} videos to {one_line(args.record)}")
     return 0

@@ -404,3 +404,39 @@ def test_a_workloads_config_refuses_a_negative_seed_and_steps_past_the_cap(workl
         config(seed=-1)
     with pytest.raises(ValueError, match="steps must be"):
         config(steps=10**12)
+
+
+def test_paths_that_are_not_utf8_are_printed_escaped(tmp_path, monkeypatch):
+    """A folder named with bytes that are not UTF-8 (Linux hands them to Python as lone surrogates): trace and
+    the figures table print it escaped, as a UTF-8 terminal can show (was: UnicodeEncodeError after the work)."""
+    import contextlib
+    import io
+
+    from hqflow.cli_pool import show_figures
+
+    folder = tmp_path / "caf\udce9"
+    folder.mkdir()
+    (folder / "spans.json").write_text(json.dumps({"format": "hqflow.spans", "version": 2, "spans": [
+        {"fragment": "f", "kind": "learn", "resource": "cpu", "lane": "cpu", "step": 0, "start": 0.0, "end": 1.0}]}))
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")  # strict, as a terminal's
+    with contextlib.redirect_stdout(out):
+        assert main(["trace", str(folder)]) == 0
+        show_figures(type("Args", (), {"json": False})(), {"run_dir": str(folder)}, 10)
+    out.flush()
+    assert out.buffer.getvalue().decode().count("caf\\udce9") == 3
+
+
+def test_flags_that_the_run_refuses_are_refused_before_a_plan_is_made_and_printed(monkeypatch, capsys):
+    import hqflow.cli_train as cli_train
+
+    monkeypatch.setattr(cli_train, "plan_training", lambda *a, **k: pytest.fail("planned before refusing"))
+    assert main(["train", "cartpole", "--plan", "auto", "--shot-budget", "1000"]) == 2
+    assert "--shot-budget counts the shots of a job backend's jobs" in _err(capsys)
+    assert main(["train", "cartpole", "--backend", "emulated-qpu", "--plan", "auto", "--ray-address", "auto"]) == 2
+    assert "--ray-address needs --distribution ray-actors or multi-learner" in _err(capsys)
+
+
+def test_plan_checks_its_backend_before_calibrating(monkeypatch, capsys):
+    _no_work(monkeypatch)
+    assert main(["plan", "vqe", "--backend", "nope"]) == 2
+    assert "--backend: unknown backend 'nope'" in _err(capsys)
