@@ -21,7 +21,7 @@ from . import __version__
 from .cli_cost import (OBJECTIVES, _amount, _at_least, add_cost_arguments, add_dry_run_arguments, add_frugal_arguments,
                        cost_overrides, dry_run_tally)
 from .cli_plan import _spans, cmd_plan, fold, make_plan, with_options
-from .cli_pool import (UsageError, backend_pool, choice, make_folder, make_member, output_file, show_figures,
+from .cli_pool import (UsageError, backend_pool, choice, make_folder, make_member, output, show_figures,
                        warn_secrets)
 from .files import atomic_text
 
@@ -66,7 +66,7 @@ def _add_inspect(sub) -> None:
     i = sub.add_parser("inspect", help="validate and pretty-print a saved graph",
                        description="Load GRAPH.json, validate it, and print it. Exit 2 if it is malformed or invalid.")
     i.add_argument("graph", metavar="GRAPH.json", help="a graph written by Graph.to_json()")
-    i.add_argument("--png", metavar="PATH", type=output_file(".png", ".svg", ".pdf"),
+    i.add_argument("--png", metavar="PATH", type=output(".png", ".svg", ".pdf"),
                    help="also draw the graph to this PNG file")
     i.add_argument("--no-resolve", action="store_true", help="do not import fragment functions while validating")
 
@@ -79,15 +79,15 @@ def _add_run(sub, workloads: list[str]) -> None:
     r.add_argument("--steps", type=_steps, help="optimization steps (default: the workload's)")
     r.add_argument("--seed", type=_natural, help="random seed (default: the workload's)")
     r.add_argument("--backend", type=_backend, help="backend name, e.g. reference, aer, pennylane:default.qubit")
-    r.add_argument("--out", metavar="FILE", type=output_file(), help="also write the figures as JSON to FILE")
+    r.add_argument("--out", metavar="FILE", type=output(), help="also write the figures as JSON to FILE")
     r.add_argument("--json", action="store_true", help=_ONE_JSON_LINE)
-    r.add_argument("--run-dir", metavar="DIR",
+    r.add_argument("--run-dir", metavar="DIR", type=output(folder=True),
                    help="write config.json, result.json and (when the workload reports them) spans.json to DIR")
     r.add_argument("--dry-run", action="store_true", help="submit nothing: price every job the run would send to "
                    "--backend (jobs, shots, estimated cost), answering them from a local simulator")
     r.add_argument("--plan", choices=["auto"], type=choice(["auto"]),
                    help="auto: plan the run with the cost model first (as hqflow plan does) and run the plan")
-    r.add_argument("--profile", metavar="FILE", type=output_file(),
+    r.add_argument("--profile", metavar="FILE", type=output(),
                    help="with --plan auto: plan from this saved profile, and fold this run's measurements into it")
     r.add_argument("--max-staleness", type=_staleness, default=None,
                    help="with --plan auto: how many versions old the parameters may be (default: the graph's own)")
@@ -117,7 +117,7 @@ def _add_plan(sub, workloads: list[str]) -> None:
     pl.add_argument("--max-staleness", type=_staleness, default=None,
                     help="how many versions old the parameters may be (default: the graph's own)")
     pl.add_argument("--calibrate", type=_steps, default=None, help="steps of the calibration run (default 5)")
-    pl.add_argument("--profile", metavar="FILE", type=output_file(), help="plan from this saved profile (no "
+    pl.add_argument("--profile", metavar="FILE", type=output(), help="plan from this saved profile (no "
                     "calibration run unless --calibrate), and save the merged profile to it")
     pl.add_argument("--measure", action="store_true", help="then run the plan and print its measured makespan")
     pl.add_argument("--json", action="store_true", help="print the plan's figures as one JSON line")
@@ -128,7 +128,8 @@ def _add_trace(sub) -> None:
                        description="Read RUN/spans.json, print the utilization table and write trace.json "
                                    "(Chrome trace; open it in https://ui.perfetto.dev) and gantt.png.")
     t.add_argument("run", metavar="RUN", help="a run directory holding spans.json, or a spans JSON file")
-    t.add_argument("--out", metavar="DIR", help="write trace.json and gantt.png here (default: the run directory)")
+    t.add_argument("--out", metavar="DIR", type=output(folder=True),
+                   help="write trace.json and gantt.png here (default: the run directory)")
 
 
 def _add_eval(sub) -> None:
@@ -139,8 +140,8 @@ def _add_eval(sub) -> None:
     ev.add_argument("--episodes", type=_episodes, default=10, help="evaluation episodes (default 10)")
     ev.add_argument("--seed", type=_natural, default=10_000, help="seed of the first episode (default 10000)")
     ev.add_argument("--backend", help="run the policy circuit here instead of the run's backend, e.g. compiled")
-    ev.add_argument("--record", metavar="DIR", help="save a video of every episode in DIR (gymnasium's RecordVideo; "
-                    "needs pip install \"gymnasium[other]\")")
+    ev.add_argument("--record", metavar="DIR", type=output(folder=True), help="save a video of every episode in DIR "
+                    "(gymnasium's RecordVideo; needs pip install \"gymnasium[other]\")")
     ev.add_argument("--json", action="store_true", help=_ONE_JSON_LINE)
 
 
@@ -171,7 +172,8 @@ def _add_train(sub) -> None:
                     "none (default), float16, topk or topk:RATIO (default 0.1), with error feedback")
     tr.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                     help="a field of the algorithm's Config, e.g. n_layers=3, repeatable")
-    tr.add_argument("--run-dir", metavar="DIR", help="where to write the run (default: runs/ALGO-ENV-seedN)")
+    tr.add_argument("--run-dir", metavar="DIR", type=output(folder=True),
+                    help="where to write the run (default: runs/ALGO-ENV-seedN)")
     tr.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint; its pool and "
                     "distribution may change")
     tr.add_argument("--resources", metavar="FILE", help='an elastic pool: a JSON file {"pools": {"NAME": [member, '
@@ -180,7 +182,7 @@ def _add_train(sub) -> None:
                     "distribution, prefetch, rows per job and the pool's members, then train")
     tr.add_argument("--max-staleness", type=_staleness, default=None, help="with --plan auto: how many versions old "
                     "the actors' parameters may be (default 1 on a job backend, 0 in process)")
-    tr.add_argument("--profile", metavar="FILE", type=output_file(), help="with --plan auto: plan from this saved "
+    tr.add_argument("--profile", metavar="FILE", type=output(), help="with --plan auto: plan from this saved "
                     "profile, and fold the run's measurements into it")
     tr.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
                     help="write TensorBoard event files to RUN_DIR/tensorboard (default: on)")
@@ -303,8 +305,6 @@ def cmd_run(args) -> int:
     tally = None
     if args.dry_run:
         cfg, tally = _dry_run(args, cfg)
-    if args.run_dir:
-        make_folder(args.run_dir)
     options = _run_options(args, module, cfg)
     with Progress(getattr(cfg, "steps", 1), args.workload) as bar:
         result = module.run(cfg, progress=bar, **options)

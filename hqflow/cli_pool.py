@@ -32,6 +32,15 @@ def warn_secrets(keys, flag: str) -> None:
               "or sign in with az login, instead", file=sys.stderr)
 
 
+def key_value(item: str, flag: str, keys=None) -> tuple:
+    """``KEY=VALUE`` as ``(KEY, value(VALUE))``: KEY an identifier, and one of ``keys`` where given."""
+    key, sep, text = item.partition("=")
+    if not sep or not key.isidentifier() or key not in (keys or [key]):
+        raise UsageError(f"{flag} {item!r}: expected KEY=VALUE" + (f" with KEY one of {', '.join(sorted(keys))}"
+                                                                   if keys else ""))
+    return key, value(text)
+
+
 def value(text: str):
     """A JSON value where the text is one (``0.05``, ``true``, ``[1, 2]``), else the text itself."""
     try:
@@ -41,18 +50,16 @@ def value(text: str):
 
 
 def make_folder(path: str, what: str = "run directory ") -> None:
-    """Make folder ``path`` (a usage error where it cannot be made or written in)."""
+    """Make folder ``path`` (a usage error where it cannot be made or written in: ``output``'s checks)."""
     try:
-        os.makedirs(path, exist_ok=True)
-    except (OSError, ValueError) as exc:  # ValueError: a NUL or a lone surrogate in the name
+        os.makedirs(output(folder=True)(path), exist_ok=True)
+    except (argparse.ArgumentTypeError, OSError, ValueError) as exc:  # ValueError: a NUL or a lone surrogate
         raise UsageError(f"cannot create {what}{path}: {getattr(exc, 'strerror', None) or exc}") from None
-    if why := _probe(os.path.join(path, "x")):
-        raise UsageError(f"{what}{path}: {why}")
 
 
 def _probe(path: str) -> str | None:
-    """Why the temporary file ``hqflow.files.atomic_write`` would write ``path`` through cannot be made (None: it
-    can; made and removed here). ``os.access`` says yes to root, even in /proc."""
+    """Why ``atomic_write``'s temporary file for ``path`` cannot be made (None: made and removed; not os.access,
+    which says yes to root, even in /proc)."""
     try:
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=os.path.basename(path) + ".tmp-")
         os.close(fd)
@@ -62,15 +69,23 @@ def _probe(path: str) -> str | None:
     return None
 
 
-def output_file(*extensions: str):
-    """An argparse type: the path of a file a command writes (its name ending in one of ``extensions``, if
-    given), refused at once where it cannot be written: a folder, a missing or unwritable folder."""
+def output(*extensions: str, folder: bool = False):
+    """An argparse type: the path of a file a command writes (``folder``: of a folder, made when the work starts),
+    refused at once where it cannot be written: no name, a name not ending in one of ``extensions`` (if given), a
+    folder for a file or a file for a folder, a missing or unwritable folder (for a new folder: its nearest)."""
     def parse(path: str) -> str:
-        folder = os.path.dirname(os.path.abspath(path))
-        why = (f"the file name must end in {', '.join(extensions)}" if not path.lower().endswith(extensions or "")
-               else "is a directory; give a file name" if os.path.isdir(path)
-               else f"no such folder {folder}" if not os.path.isdir(folder)
-               else "not writable" if os.path.exists(path) and not os.access(path, os.W_OK) else _probe(path))
+        where, child = (os.path.abspath(path), "x") if folder else os.path.split(os.path.abspath(path))
+        while folder and not os.path.exists(where):  # a new folder is made in its nearest existing one
+            where, child = os.path.split(where)
+        if not path or not path.lower().endswith(extensions or ""):
+            why = f"the name must end in {', '.join(extensions)}" if path else "no name"
+        elif os.path.exists(path) and os.path.isdir(path) != folder:
+            why = "is a file; give a folder" if folder else "is a directory; give a file name"
+        elif not os.path.isdir(where):
+            why = f"{where} is a file" if folder else f"no such folder {where}"
+        else:
+            why = "not writable" if os.path.exists(path) and not os.access(path, os.W_OK) else \
+                _probe(os.path.join(where, child))
         if why:
             raise argparse.ArgumentTypeError(f"{path}: {why}")
         return path
@@ -109,16 +124,12 @@ def backend_pool(args, name: str | None = None, always: bool = False, check: boo
     name, size = name or args.backend or "compiled", args.pool or 1
     shared, own = {}, [{} for _ in range(size)]
     for item in args.backend_opt:
-        target, key_value = shared, item
         head, colon, rest = item.partition(":")
-        if colon and head.isdigit():
-            if int(head) >= size:
-                raise UsageError(f"--backend-opt {item!r}: member {head} but the pool has {size} (--pool)")
-            target, key_value = own[int(head)], rest
-        key, sep, text = key_value.partition("=")
-        if not sep or not key.isidentifier():
-            raise UsageError(f"--backend-opt {item!r}: expected [K:]KEY=VALUE")
-        target[key] = value(text)
+        member = bool(colon) and head.isdecimal()
+        if member and (len(head) > 3 or int(head) >= size):
+            raise UsageError(f"--backend-opt {item!r}: member {head} but the pool has {size} (--pool)")
+        key, text = key_value(rest if member else item, "--backend-opt")
+        (own[int(head)] if member else shared)[key] = text
     warn_secrets([k for options in [shared, *own] for k in options], "--backend-opt")
     specs = [(name, {**shared, **own[k]}) for k in range(size)]
     if check:

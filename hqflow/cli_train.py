@@ -30,7 +30,7 @@ from hqflow.ir.text import one_line
 
 from .cli_plan import fold, plan_training
 from .cli_cost import cost_overrides
-from .cli_pool import UsageError, backend_pool, make_folder, make_member, show_figures, value as _value
+from .cli_pool import UsageError, backend_pool, key_value, make_folder, make_member, show_figures
 from .fragments import RunFailed
 from .jobs import BudgetExceeded
 from .ledger import ShotBudgetExceeded
@@ -41,13 +41,7 @@ class RunStopped(RuntimeError):
 
 
 def _config(args, mod):
-    fields = {f.name for f in dataclasses.fields(mod.Config)}
-    overrides = {}
-    for item in args.set:
-        key, sep, text = item.partition("=")
-        if not sep or key not in fields:
-            raise UsageError(f"--set {item!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(fields))}")
-        overrides[key] = _value(text)
+    overrides = dict(key_value(item, "--set", {f.name for f in dataclasses.fields(mod.Config)}) for item in args.set)
     given = {"env": args.env, "seed": args.seed, "max_episodes": args.episodes, "backend": args.backend,
              **cost_overrides(args)}
     overrides.update({k: v for k, v in given.items() if v is not None})
@@ -209,7 +203,7 @@ def _caused_by(exc: BaseException, kind: type) -> bool:
     return False
 
 
-def _planned(args, algo, cfg, pool, watcher, distribution):
+def _planned(args, runner, algo, cfg, pool, watcher, distribution):
     """``--plan auto``: ``(distribution, pool, scheduler options, config)`` the cost model chooses (``hqflow
     plan``); with ``--objective cost`` the config first takes the estimator's settings ``hqflow.frugal`` chooses
     within the bounds given. Without ``--plan``: as given (its flags refused)."""
@@ -223,8 +217,6 @@ def _planned(args, algo, cfg, pool, watcher, distribution):
                          "--staleness")
     if watcher is not None:
         raise UsageError("--plan auto chooses the pool's members and --resources names them: give one of the two")
-    from hqflow.workloads.rl import runner
-
     probe = _Run(algo, cfg, "", "pipelined", _placement(runner, cfg.backend, pool, "--backend"))
     try:  # --shot-budget and --ray-address, refused before anything is chosen and printed
         _scheduler_options(args, probe)
@@ -389,17 +381,17 @@ def _new_run(args, runner) -> _Run:
         pool = backend_pool(args, check=False)
     distribution = _distribution(args)
     _in_process(distribution, watcher)
-    distribution, pool, scheduler, cfg = _planned(args, algo, cfg, pool, watcher, distribution)
-    placement = _placement(runner, cfg.backend, pool, "--resources" if watcher is not None else "--backend")
     run_dir = args.run_dir
     if run_dir is None:  # runs/ALGO-ENV-seedN, then -2, -3, ... : never over an earlier run
         base = os.path.join("runs", f"{algo}-{cfg.env.replace('/', '-')}-seed{cfg.seed}")  # a namespace/ID too
         names = itertools.chain([base], (f"{base}-{k}" for k in itertools.count(2)))
         run_dir = next(d for d in names if not os.path.exists(d))
+    if os.path.exists(os.path.join(run_dir, "config.json")):
+        raise UsageError(f"{run_dir} already holds a run; use --resume {run_dir} (which also starts a run stopped "
+                         "before its first checkpoint) or another --run-dir")
+    distribution, pool, scheduler, cfg = _planned(args, runner, algo, cfg, pool, watcher, distribution)
+    placement = _placement(runner, cfg.backend, pool, "--resources" if watcher is not None else "--backend")
     try:
-        if os.path.exists(os.path.join(run_dir, "config.json")):
-            raise UsageError(f"{run_dir} already holds a run; use --resume {run_dir} (which also starts a run "
-                             "stopped before its first checkpoint) or another --run-dir")
         make_folder(run_dir)
     except UsageError:
         placement.close()
@@ -486,8 +478,6 @@ def cmd_eval(args) -> int:
     from hqflow.workloads.rl.trained import evaluate
 
     _importable_cwd()  # a MODULE:ID environment from the current directory
-    if args.record:
-        make_folder(args.record, "video folder ")
     try:
         figures = evaluate(args.run, episodes=args.episodes, seed=args.seed, backend=args.backend, record=args.record)
     except (ValueError, BackendError) as exc:

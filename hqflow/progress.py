@@ -11,10 +11,9 @@ import time
 
 from tqdm.auto import tqdm
 
-EVERY = 30.0
-
 
 class Progress:
+    EVERY = 30.0  # seconds between the plain lines where no bar redraws
     def __init__(self, total: int, label: str = "", stream=None):
         self.total, self.label = max(int(total), 1), label
         self.stream = stream or sys.stderr
@@ -40,7 +39,7 @@ class Progress:
             self.bar.n, self.bar.total = done, self.total
             self.bar.set_postfix_str(shown, refresh=False)
             self.bar.refresh()
-        elif elapsed >= self.said + EVERY:
+        elif elapsed >= self.said + self.EVERY:
             self.said, left = elapsed, elapsed * (self.total - done) / max(done, 1)
             self.write(f"{self.line} (about {_duration(left)} left)")
 

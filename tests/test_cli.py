@@ -194,7 +194,7 @@ def test_run_dir_that_is_a_file_exits_2(tmp_path, capsys):
     path = tmp_path / "file"
     path.write_text("")
     assert main(["run", "qaoa", "--steps", "1", "--run-dir", str(path)]) == 2
-    assert "cannot create run directory" in _err(capsys)
+    assert f"--run-dir: {path}: is a file; give a folder" in _err(capsys)  # (checked at once: issue 34, item 17)
 
 
 def test_run_dir_saves_spans_the_workload_reports(tmp_path, capsys, monkeypatch):
@@ -310,13 +310,16 @@ def test_ctrl_c_during_a_command_says_interrupted_not_an_empty_message(monkeypat
 @pytest.mark.parametrize("argv, what", [
     (["inspect", "g.json", "--png", "/proc/nope.png"], "--png: /proc/nope.png: cannot write"),
     (["run", "qaoa", "--out", "/proc/x.json"], "--out: /proc/x.json: cannot write"),
-    (["run", "qaoa", "--run-dir", "/proc/run"], "cannot create run directory /proc/run"),
+    (["run", "qaoa", "--run-dir", "/proc/run"], "--run-dir: /proc/run: cannot write there"),
     (["run", "qaoa", "--plan", "auto", "--profile", "/proc/p.json"], "--profile: /proc/p.json: cannot write"),
     (["plan", "qaoa", "--profile", "/proc/p.json"], "--profile: /proc/p.json: cannot write"),
-    (["train", "cartpole", "--run-dir", "/proc/run"], "cannot create run directory /proc/run"),
+    (["train", "cartpole", "--run-dir", "/proc/run"], "--run-dir: /proc/run: cannot write there"),
+    (["train", "cartpole", "--run-dir", ""], "--run-dir: : no name"),
+    (["run", "qaoa", "--out", ""], "--out: : no name"),
+    (["train", "cartpole", "--run-dir", "x" * 300], "File name too long"),
     (["train", "cartpole", "--plan", "auto", "--profile", "/proc/p.json"], "--profile: /proc/p.json: cannot write"),
-    (["trace", "spans.json", "--out", "/proc"], "/proc: cannot write there"),
-    (["eval", "run", "--record", "/proc/videos"], "cannot create video folder /proc/videos"),
+    (["trace", "spans.json", "--out", "/proc"], "--out: /proc: cannot write there"),
+    (["eval", "run", "--record", "/proc/videos"], "--record: /proc/videos: cannot write there"),
 ])
 def test_an_output_path_that_cannot_be_written_is_one_line_before_the_work(argv, what, tmp_path, capsys,
                                                                           monkeypatch):
