@@ -443,3 +443,12 @@ def test_plan_checks_its_backend_before_calibrating(monkeypatch, capsys):
     _no_work(monkeypatch)
     assert main(["plan", "vqe", "--backend", "nope"]) == 2
     assert "--backend: unknown backend 'nope'" in _err(capsys)
+
+
+@pytest.mark.parametrize("item, message", [("9" * 5000 + ":per_job=0.1", "but the pool has 1 (--pool)"),
+                                           ("per job=1", "expected KEY=VALUE"), ("=1", "expected KEY=VALUE")])
+def test_a_backend_option_of_a_member_past_the_pool_or_without_a_key_is_one_line(item, message, capsys,
+                                                                                monkeypatch):
+    _no_work(monkeypatch)
+    assert main(["run", "vqe", "--backend", "emulated-qpu", "--backend-opt", item]) == 2
+    assert message in _err(capsys)
