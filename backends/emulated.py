@@ -245,8 +245,8 @@ class EmulatedQPU(Backend):
                                       ("max_shots", max_shots, 1, None), ("price_shots", price_shots, 1, MAX_SHOTS)):
             if value is not None and (not isinstance(value, (int, np.integer)) or isinstance(value, bool)
                                       or value < low or value > (high or value)):
-                raise BackendError(f"emulated-qpu: {arg} must be an integer >= {low}"
-                                   f"{f' and <= {high:,}' if high else ''}, got {number(value)}")
+                raise BackendError(f"emulated-qpu: {arg} must be {'a positive integer' if low else 'an integer >= 0'}"
+                                   f"{f' up to {high:,}' if high else ''}, got {number(value)}")
         if not isinstance(name, str) or not name:
             raise BackendError(f"emulated-qpu: name must be a non-empty string, got {shown(name)}")
         if isinstance(wrapped, str):

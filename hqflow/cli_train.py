@@ -54,7 +54,7 @@ def _config(args, mod):
 def _watcher(args):
     """``--resources FILE`` as a ``ResourceWatcher`` (None without it); the pool is the file's, so
     ``--pool`` and ``--backend-opt`` are refused beside it."""
-    from .resources import ResourceError, ResourceWatcher
+    from .resources import ResourceWatcher
 
     if args.resources is None:
         return None
@@ -63,8 +63,8 @@ def _watcher(args):
                          "--backend-opt")
     try:
         return ResourceWatcher(args.resources)
-    except ResourceError as exc:
-        raise UsageError(str(exc)) from None
+    except ValueError as exc:  # a ResourceError, or a name no file has (a lone surrogate, a NUL)
+        raise UsageError(f"--resources: {exc}") from None
 
 
 def _file_pool(watcher, name: str | None) -> tuple[str, list]:

@@ -452,3 +452,8 @@ def test_a_backend_option_of_a_member_past_the_pool_or_without_a_key_is_one_line
     _no_work(monkeypatch)
     assert main(["run", "vqe", "--backend", "emulated-qpu", "--backend-opt", item]) == 2
     assert message in _err(capsys)
+
+
+def test_a_resources_file_name_no_file_can_have_is_one_line(capsys):
+    assert main(["train", "cartpole", "--resources", "\ud800"]) == 2  # a lone surrogate (Python code, not argv)
+    assert "--resources: 'utf-8' codec can't encode" in _err(capsys)

@@ -436,7 +436,7 @@ def test_row_seeded_is_the_wrapped_simulators(make):
     ({"per_circuit": 2**70}, "per_circuit must be a number in [0, 1e+06] seconds"),
     ({"per_shot": 1e300}, "per_shot must be a number in [0, 1e+06] seconds, got 1e+300"),
     ({"jitter": 10**400}, "jitter must be a number in [0, 10], got (an integer of 401 digits)"),
-    ({"max_in_flight": 2**70}, "max_in_flight must be an integer >= 1 and <= 1,024"),
+    ({"max_in_flight": 2**70}, "max_in_flight must be a positive integer up to 1,024"),
     ({"seed": -1}, "seed must be an integer >= 0, got -1"),
     ({"name": float("inf")}, "name must be a non-empty string, got inf"),
     ({"name": ""}, "name must be a non-empty string, got ''"),
