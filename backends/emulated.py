@@ -11,7 +11,9 @@ at time ``t``:
 2. then takes the first free of ``max_in_flight`` exclusive device slots, in
    the order jobs leave the queue, for ``per_job + per_circuit * B + per_shot *
    shots * B`` seconds (``B`` rows; shots 0 when exact), times ``1 + jitter * z``
-   with ``z ~ N(0, 1)``, clipped at 0. These are the model's times, not the
+   with ``z ~ N(0, 1)``, clipped at 0. (``queue_wait`` and the three device times are at most ``MAX_SECONDS``,
+   10**6 s, ``jitter`` at most ``MAX_JITTER``, 10, and ``max_in_flight`` at most ``MAX_SLOTS``, 1,024: larger
+   values are refused at construction.) These are the model's times, not the
    threads': a slot starts a job when its queue wait ends or the slot's
    previous job ends, whichever is later, so a thread waking late on a busy
    machine does not lengthen the latency. The wrapped simulator computes the
@@ -58,6 +60,9 @@ from typing import Any
 
 import numpy as np
 
+from hqflow.ir.circuit import MAX_SHOTS
+from hqflow.ir.text import number, shown
+
 from . import get_backend, threads
 from .base import (
     Backend,
@@ -75,12 +80,15 @@ from .base import (
 
 _log = logging.getLogger(__name__)
 QUEUE_DISTRIBUTIONS = ("fixed", "exponential", "uniform")
+MAX_SECONDS = 10**6  # a latency's cap (11.6 days): past any cloud queue, within what a thread can wait
+MAX_JITTER = 10.0  # the relative spread's cap: a job's time is (1 + jitter * z) times its mean, clipped at 0
+MAX_SLOTS = 1024  # device slots: a thread each
+_WAIT = 3600.0  # a device slot's longest single wait (per_shot x shots x rows may pass what a thread can wait)
 
 
-def _check_range(name: str, value: float, hi: float = math.inf) -> None:
-    if not isinstance(value, (int, float)) or not 0 <= value <= hi or not math.isfinite(value):
-        bound = "a finite number >= 0" if hi == math.inf else f"in [0, {hi}]"
-        raise BackendError(f"emulated-qpu: {name} must be {bound}, got {value!r}")
+def _check_range(name: str, value: float, hi: float, unit: str = "") -> None:
+    if not isinstance(value, (int, float)) or not 0 <= value <= hi:  # NaN fails; a huge int compares exactly
+        raise BackendError(f"emulated-qpu: {name} must be a number in [0, {hi:g}]{unit}, got {number(value)}")
 
 
 @dataclass(frozen=True)
@@ -95,11 +103,12 @@ class LatencyModel:
     queue_distribution: str = "fixed"
 
     def __post_init__(self):
-        for name in ("queue_wait", "per_job", "per_circuit", "per_shot", "jitter"):
-            _check_range(name, getattr(self, name))
+        for name in ("queue_wait", "per_job", "per_circuit", "per_shot"):
+            _check_range(name, getattr(self, name), MAX_SECONDS, " seconds")
+        _check_range("jitter", self.jitter, MAX_JITTER)
         if self.queue_distribution not in QUEUE_DISTRIBUTIONS:
             raise BackendError(f"emulated-qpu: queue_distribution must be one of {QUEUE_DISTRIBUTIONS}, "
-                               f"got {self.queue_distribution!r}")
+                               f"got {shown(self.queue_distribution)}")
 
 
 @dataclass(frozen=True)
@@ -118,7 +127,7 @@ class FaultModel:
             given = getattr(self, name)
             jobs = tuple(given) if np.iterable(given) and not isinstance(given, str) else None
             if jobs is None or not all(isinstance(k, (int, np.integer)) and k >= 0 for k in jobs):
-                raise BackendError(f"emulated-qpu: {name} must be a sequence of job indices >= 0, got {given!r}")
+                raise BackendError(f"emulated-qpu: {name} must be a sequence of job indices >= 0, got {shown(given)}")
             object.__setattr__(self, name, jobs)
 
 
@@ -231,13 +240,20 @@ class EmulatedQPU(Backend):
         self.latency = _either("latency", latency, given, LatencyModel)
         self.faults = _either("faults", faults, FaultModel(failure_rate, timeout_rate, fail_jobs, hang_jobs),
                               FaultModel)
-        for arg, value in (("max_in_flight", max_in_flight), ("max_qubits", max_qubits),
-                           ("max_circuits_per_job", max_circuits_per_job), ("max_shots", max_shots),
-                           ("price_shots", price_shots)):
-            if value is not None and (not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1):
-                raise BackendError(f"emulated-qpu: {arg} must be a positive integer, got {value!r}")
+        for arg, value, low, high in (("max_in_flight", max_in_flight, 1, MAX_SLOTS), ("seed", seed, 0, None),
+                                      ("max_qubits", max_qubits, 1, None),
+                                      ("max_circuits_per_job", max_circuits_per_job, 1, None),
+                                      ("max_shots", max_shots, 1, None), ("price_shots", price_shots, 1, MAX_SHOTS)):
+            if value is not None and (not isinstance(value, (int, np.integer)) or isinstance(value, bool)
+                                      or value < low or value > (high or value)):
+                raise BackendError(f"emulated-qpu: {arg} must be {'a positive integer' if low else 'an integer >= 0'}"
+                                   f"{f' up to {high:,}' if high else ''}, got {number(value)}")
+        if not isinstance(name, str) or not name:
+            raise BackendError(f"emulated-qpu: name must be a non-empty string, got {shown(name)}")
         if isinstance(wrapped, str):
             wrapped = get_backend(wrapped, **(wrapped_options or {}))
+        elif not hasattr(wrapped, "capabilities"):  # a backend, or a simulator with run_checked
+            raise BackendError(f"emulated-qpu: wrapped must be a backend's name or a backend, got {shown(wrapped)}")
         elif wrapped_options:
             raise BackendError("emulated-qpu: wrapped_options only apply when wrapped is a backend name")
         self.name, self.seed, self.max_in_flight = name, seed, int(max_in_flight)
@@ -366,7 +382,7 @@ class EmulatedQPU(Backend):
                                   f"{self.wrapped.name!r}: {type(exc).__name__}: {exc}")
                 error.__cause__ = exc
         end = job.started_at + job.device_seconds
-        while (left := end - time.perf_counter()) > 0 and not closed.wait(left):
+        while (left := end - time.perf_counter()) > 0 and not closed.wait(min(left, _WAIT)):
             pass  # Event.wait may wake a hair early; never deliver before the modelled end
         job._settle("failed" if error else "done", result, error)  # a no-op if close() cancelled it
 

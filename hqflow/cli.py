@@ -10,15 +10,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib
 import json
 import os
 import sys
 
+from hqflow.ir.text import one_line
+
 from . import __version__
-from .cli_cost import (_at_least, _epsilon, add_cost_arguments, add_dry_run_arguments, add_frugal_arguments,
+from .cli_cost import (OBJECTIVES, _amount, _at_least, add_cost_arguments, add_dry_run_arguments, add_frugal_arguments,
                        cost_overrides, dry_run_tally)
 from .cli_plan import _spans, cmd_plan, fold, made, make_plan, with_options
-from .cli_pool import UsageError, backend_pool, check_backend, make_folder, show_figures, warn_secrets
+from .cli_pool import (UsageError, backend_pool, choice, make_folder, make_member, output, show_figures,
+                       warn_secrets)
 from .files import atomic_text
 
 
@@ -34,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.required = True
     from hqflow.workloads import WORKLOADS
 
-    workloads = ", ".join(sorted(WORKLOADS))
+    workloads = sorted(WORKLOADS)
     _add_backends(sub)
     _add_inspect(sub)
     _add_run(sub, workloads)
@@ -62,75 +66,62 @@ def _add_inspect(sub) -> None:
     i = sub.add_parser("inspect", help="validate and pretty-print a saved graph",
                        description="Load GRAPH.json, validate it, and print it. Exit 2 if it is malformed or invalid.")
     i.add_argument("graph", metavar="GRAPH.json", help="a graph written by Graph.to_json()")
-    i.add_argument("--png", metavar="PATH", help="also draw the graph to this PNG file")
+    i.add_argument("--png", metavar="PATH", type=output(".png", ".svg", ".pdf"),
+                   help="also draw the graph to this PNG file")
     i.add_argument("--no-resolve", action="store_true", help="do not import fragment functions while validating")
 
 
-def _add_run(sub, workloads: str) -> None:
+def _add_run(sub, workloads: list[str]) -> None:
     r = sub.add_parser("run", help="run a registered workload",
                        description="Run a registered workload and print its figures.")
-    r.add_argument("workload", metavar="WORKLOAD", help="one of: " + workloads)
-    r.add_argument("--steps", type=_positive, help="optimization steps (default: the workload's)")
-    r.add_argument("--seed", type=int, help="random seed (default: the workload's)")
-    r.add_argument("--backend", help="backend name, e.g. reference, aer, pennylane:default.qubit")
-    r.add_argument("--out", metavar="FILE", help="also write the figures as JSON to FILE")
+    r.add_argument("workload", metavar="WORKLOAD", type=choice(workloads, "unknown workload"),
+                   help="one of: " + ", ".join(workloads))
+    r.add_argument("--steps", type=_steps, help="optimization steps (default: the workload's)")
+    r.add_argument("--seed", type=_natural, help="random seed (default: the workload's)")
+    r.add_argument("--backend", type=_backend, help="backend name, e.g. reference, aer, pennylane:default.qubit")
+    r.add_argument("--out", metavar="FILE", type=output(), help="also write the figures as JSON to FILE")
     r.add_argument("--json", action="store_true", help=_ONE_JSON_LINE)
-    r.add_argument("--run-dir", metavar="DIR",
+    r.add_argument("--run-dir", metavar="DIR", type=output(folder=True),
                    help="write config.json, result.json and (when the workload reports them) spans.json to DIR")
     r.add_argument("--dry-run", action="store_true", help="submit nothing: price every job the run would send to "
                    "--backend (jobs, shots, estimated cost), answering them from a local simulator")
-    r.add_argument("--plan", choices=["auto"],
+    r.add_argument("--plan", choices=["auto"], type=choice(["auto"]),
                    help="auto: plan the run with the cost model first (as hqflow plan does) and run the plan")
-    r.add_argument("--profile", metavar="FILE",
+    r.add_argument("--profile", metavar="FILE", type=output(),
                    help="with --plan auto: plan from this saved profile, and fold this run's measurements into it")
-    r.add_argument("--max-staleness", type=_natural, default=None,
+    r.add_argument("--max-staleness", type=_staleness, default=None,
                    help="with --plan auto: how many versions old the parameters may be (default: the graph's own)")
-    r.add_argument("--objective", choices=["time", "cost"], help="with --plan auto: the shortest run (default), or "
-                   "the cheapest")
-    r.add_argument("--pool", type=_positive, default=None, help="with --backend: a pool of N such backends")
+    r.add_argument("--objective", choices=OBJECTIVES, type=choice(OBJECTIVES), help="with --plan auto: the "
+                   "shortest run (default), or the cheapest")
+    r.add_argument("--pool", type=_replicas, default=None, help="with --backend: a pool of N such backends")
     r.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[], help=_MEMBER_OPT)
-    _add_run_cost(r)
+    add_cost_arguments(r, run=True)
 
 
-def _add_run_cost(r) -> None:
-    """``hqflow run``'s share of ``hqflow train``'s cost flags (cli_cost's types): each sets the workload's
-    config field of its name."""
-    group = r.add_argument_group("gradient and shots", "each sets the workload's field of that name; a workload "
-                                 "without it refuses the flag")
-    group.add_argument("--gradient", choices=["param-shift", "spsa"], help="the training circuit's gradient: "
-                       "param-shift (default; exact, 1 + 2 x angles circuits per row) or spsa (an estimate, "
-                       "1 + 2 x --spsa-samples circuits per row)")
-    group.add_argument("--spsa-samples", type=_at_least(1, "a positive number of directions"), metavar="K",
-                       help="with --gradient spsa: random directions per step (default 4)")
-    group.add_argument("--spsa-epsilon", type=_epsilon, metavar="E",
-                       help="with --gradient spsa: perturbation size (default 0.1)")
-    group.add_argument("--shots", type=_at_least(1, "a positive number of shots"), help="classifier, vqe: shots "
-                       "per training circuit (default: exact values); qaoa: shots when sampling the trained circuit")
-
-
-def _add_plan(sub, workloads: str) -> None:
+def _add_plan(sub, workloads: list[str]) -> None:
     pl = sub.add_parser("plan", help="choose how to run a workload with the cost model",
                         description="Profile a workload (a short calibration run, a saved --profile, or a run "
                                     "directory's spans), search staleness, prefetch, rows per job, worker slots and "
                                     "the pool's members, and print the plan with its predicted makespan, "
                                     "utilization and spend.")
-    pl.add_argument("workload", metavar="WORKLOAD|RUN_DIR",
-                    help="one of: " + workloads + "; or a directory of hqflow run --run-dir")
-    pl.add_argument("--steps", type=_positive, help="steps of the run to plan (default: the workload's)")
-    pl.add_argument("--seed", type=int, help="random seed (default: the workload's)")
-    pl.add_argument("--backend", help="backend name, e.g. emulated-qpu, aer, azure:ionq.simulator")
-    pl.add_argument("--pool", type=_positive, default=None, help="a pool of N such backends")
+    workload = choice(workloads, "unknown workload", ", or a run directory")
+    pl.add_argument("workload", metavar="WORKLOAD|RUN_DIR", type=lambda text: text if os.path.isdir(text) else
+                    workload(text), help="one of: " + ", ".join(workloads) + "; or a directory of hqflow run --run-dir")
+    pl.add_argument("--steps", type=_steps, help="steps of the run to plan (default: the workload's)")
+    pl.add_argument("--seed", type=_natural, help="random seed (default: the workload's)")
+    pl.add_argument("--backend", type=_backend, help="backend name, e.g. emulated-qpu, aer, azure:ionq.simulator")
+    pl.add_argument("--pool", type=_replicas, default=None, help="a pool of N such backends")
     pl.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[], help=_MEMBER_OPT)
-    pl.add_argument("--objective", choices=["time", "cost"], default="time",
+    pl.add_argument("--objective", choices=OBJECTIVES, type=choice(OBJECTIVES), default="time",
                     help="the shortest run (default), or the cheapest")
     pl.add_argument("--budget", type=_amount, default=None,
                     help="the most the run may spend: the fastest plan predicted within it")
-    pl.add_argument("--max-staleness", type=_natural, default=None,
+    pl.add_argument("--max-staleness", type=_staleness, default=None,
                     help="how many versions old the parameters may be (default: the graph's own)")
-    pl.add_argument("--calibrate", type=_positive, default=None, help="steps of a calibration round (default 5; "
+    pl.add_argument("--calibrate", type=_steps, default=None, help="steps of a calibration round (default 5; "
                     "rounds go on, up to 3, until two predict the same within 10%%)")
-    pl.add_argument("--profile", metavar="FILE", help="plan from this saved profile (no calibration run unless "
-                    "--calibrate), and save the merged profile to it")
+    pl.add_argument("--profile", metavar="FILE", type=output(), help="plan from this saved profile (no "
+                    "calibration run unless --calibrate), and save the merged profile to it")
     pl.add_argument("--measure", action="store_true", help="then run the plan and print its measured makespan")
     pl.add_argument("--json", action="store_true", help="print the plan's figures as one JSON line")
 
@@ -140,7 +131,8 @@ def _add_trace(sub) -> None:
                        description="Read RUN/spans.json, print the utilization table and write trace.json "
                                    "(Chrome trace; open it in https://ui.perfetto.dev) and gantt.png.")
     t.add_argument("run", metavar="RUN", help="a run directory holding spans.json, or a spans JSON file")
-    t.add_argument("--out", metavar="DIR", help="write trace.json and gantt.png here (default: the run directory)")
+    t.add_argument("--out", metavar="DIR", type=output(folder=True),
+                   help="write trace.json and gantt.png here (default: the run directory)")
 
 
 def _add_eval(sub) -> None:
@@ -148,11 +140,11 @@ def _add_eval(sub) -> None:
                         description="Load a run directory's policy at its last checkpoint and run greedy evaluation "
                                     "episodes; print the mean and standard deviation of the return.")
     ev.add_argument("run", metavar="RUN_DIR", help="a directory written by hqflow train")
-    ev.add_argument("--episodes", type=_positive, default=10, help="evaluation episodes (default 10)")
+    ev.add_argument("--episodes", type=_episodes, default=10, help="evaluation episodes (default 10)")
     ev.add_argument("--seed", type=_natural, default=10_000, help="seed of the first episode (default 10000)")
     ev.add_argument("--backend", help="run the policy circuit here instead of the run's backend, e.g. compiled")
-    ev.add_argument("--record", metavar="DIR", help="save a video of every episode in DIR (gymnasium's RecordVideo; "
-                    "needs pip install \"gymnasium[other]\")")
+    ev.add_argument("--record", metavar="DIR", type=output(folder=True), help="save a video of every episode in DIR "
+                    "(gymnasium's RecordVideo; needs pip install \"gymnasium[other]\")")
     ev.add_argument("--json", action="store_true", help=_ONE_JSON_LINE)
 
 
@@ -166,32 +158,35 @@ def _add_train(sub) -> None:
                     "for your own (not with --resume)")
     tr.add_argument("--env-module", metavar="MODULE", help="import MODULE (it registers ENV) in every process; the "
                     "same as ENV given as MODULE:ENV")
-    tr.add_argument("--algo", default=None, help="reinforce (default), dqn or ppo")
+    tr.add_argument("--algo", type=choice(_names("hqflow.workloads.rl.runner", "ALGORITHMS"), "unknown algorithm"),
+                    help="reinforce (default), dqn or ppo")
     tr.add_argument("--backend", help="backend of the policy circuit (default: compiled)")
-    tr.add_argument("--seed", type=int, help="random seed (default 0)")
-    tr.add_argument("--episodes", type=_positive, help="episode budget (default: the algorithm's, 1000 for reinforce)")
+    tr.add_argument("--seed", type=_natural, help="random seed (default 0)")
+    tr.add_argument("--episodes", type=_episodes, help="episode budget (default: the algorithm's, 1000 for reinforce)")
     tr.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[],
                     help=_MEMBER_OPT + ", e.g. per_job=0.05 or 1:failure_rate=0.2")
-    tr.add_argument("--pool", type=_positive, default=None, help="a pool of N copies of --backend (default 1)")
-    tr.add_argument("--distribution", default="auto", help="auto (default: sync in process, pipelined with "
+    tr.add_argument("--pool", type=_replicas, default=None, help="a pool of N copies of --backend (default 1)")
+    tr.add_argument("--distribution", default="auto", type=choice(_names("hqflow.distribution", "DISTRIBUTIONS",
+                    "auto"), "unknown distribution policy"), help="auto (default: sync in process, pipelined with "
                     "staleness 1 on a job backend), sync, pipelined, ray-actors or multi-learner")
-    tr.add_argument("--staleness", type=_natural, help="parameter versions an actor may lag behind (default 1)")
-    tr.add_argument("--learners", type=_positive, help="multi-learner: learners that share each update (default 2)")
+    tr.add_argument("--staleness", type=_staleness, help="parameter versions an actor may lag behind (default 1)")
+    tr.add_argument("--learners", type=_replicas, help="multi-learner: learners that share each update (default 2)")
     tr.add_argument("--compression", metavar="KIND", help="multi-learner: how learners compress their gradients: "
                     "none (default), float16, topk or topk:RATIO (default 0.1), with error feedback")
     tr.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                     help="a field of the algorithm's Config, e.g. n_layers=3, repeatable")
-    tr.add_argument("--run-dir", metavar="DIR", help="where to write the run (default: runs/ALGO-ENV-seedN)")
+    tr.add_argument("--run-dir", metavar="DIR", type=output(folder=True),
+                    help="where to write the run (default: runs/ALGO-ENV-seedN)")
     tr.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint; its pool and "
                     "distribution may change")
     tr.add_argument("--resources", metavar="FILE", help='an elastic pool: a JSON file {"pools": {"NAME": [member, '
                     '...]}} whose changes the run follows (polled every 0.5 s; SIGHUP: read it now)')
-    tr.add_argument("--plan", choices=["auto"], help="auto: let the cost model choose the distribution, prefetch, "
-                    "rows per job and the pool's members, then train")
-    tr.add_argument("--max-staleness", type=_natural, default=None, help="with --plan auto: how many versions old "
+    tr.add_argument("--plan", choices=["auto"], type=choice(["auto"]), help="auto: let the cost model choose the "
+                    "distribution, prefetch, rows per job and the pool's members, then train")
+    tr.add_argument("--max-staleness", type=_staleness, default=None, help="with --plan auto: how many versions old "
                     "the actors' parameters may be (default 1 on a job backend, 0 in process)")
-    tr.add_argument("--profile", metavar="FILE", help="with --plan auto: plan from this saved profile, and fold the "
-                    "run's measurements into it")
+    tr.add_argument("--profile", metavar="FILE", type=output(), help="with --plan auto: plan from this saved "
+                    "profile, and fold the run's measurements into it")
     tr.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
                     help="write TensorBoard event files to RUN_DIR/tensorboard (default: on)")
     tr.add_argument("--checkpoint-every", type=_positive, default=5, help="updates between checkpoints (default 5)")
@@ -205,17 +200,20 @@ def _add_train(sub) -> None:
     add_frugal_arguments(tr)
 
 
-def _amount(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an amount >= 0, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected an amount >= 0, got {text!r}")
-    return value
-
-
 _natural, _positive = _at_least(0, "an integer >= 0"), _at_least(1, "a positive integer")
+_steps, _episodes = _at_least(1, "a positive integer", 10**6), _at_least(1, "a positive integer", 10**7)  # see README
+_replicas, _staleness = _at_least(1, "a positive integer", 64), _at_least(0, "an integer >= 0", 32)
+
+
+def _backend(name: str) -> str:
+    """An argparse type: a backend the registry makes (made here, and closed; a usage error names what is wrong)."""
+    make_member(name).close()
+    return name
+
+
+def _names(module: str, table: str, *first: str):
+    """The names of ``module.table`` (imported when a choice is checked), after ``first``."""
+    return lambda: [*first, *getattr(importlib.import_module(module), table)]
 
 
 def cmd_backends(args) -> int:
@@ -276,37 +274,19 @@ def cmd_inspect(args) -> int:
     from .pipeline import registry_backends
     from .trace import read_text
 
-    if args.png:
-        _check_output(args.png, (".png", ".svg", ".pdf"), "--png")
     try:
-        text = read_text(args.graph, "a graph document (JSON)")
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    try:
-        graph = Graph.from_json(text)
+        graph = Graph.from_json(read_text(args.graph, "a graph document (JSON)"))
         graph.validate(registry_backends(graph), resolve=not args.no_resolve)
     except GraphError as exc:
         hint = ("; --no-resolve checks the graph without importing its functions"
                 if not args.no_resolve and "cannot import function" in str(exc) else "")
         raise UsageError(f"{args.graph}: {exc}{hint}") from None
+    except ValueError as exc:  # read_text's: no such file, not text
+        raise UsageError(str(exc)) from None
     print(graph)
     if args.png:
-        print(f"drew {graph.draw(args.png)}")
+        print(f"drew {one_line(graph.draw(args.png))}")
     return 0
-
-
-def _check_output(path: str, extensions: tuple[str, ...] | None, flag: str) -> None:
-    """Refuse, before any work, an output path that cannot be written: a folder, a missing or
-    unwritable parent, or an extension other than ``extensions`` (None: any)."""
-    if extensions and not path.lower().endswith(extensions):
-        raise UsageError(f"{flag} {path}: the file name must end in {', '.join(extensions)}")
-    if os.path.isdir(path):
-        raise UsageError(f"{flag} {path}: is a directory; give a file name")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise UsageError(f"{flag} {path}: no such folder {folder}")
-    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise UsageError(f"{flag} {path}: not writable")
 
 
 def cmd_run(args) -> int:
@@ -314,20 +294,11 @@ def cmd_run(args) -> int:
 
     from .progress import Progress
 
-    try:
-        module = get_workload(args.workload)
-    except (KeyError, ValueError) as exc:
-        raise UsageError(str(exc).strip("'\"")) from None
+    module = get_workload(args.workload)  # a known name: argparse's type checked it
     cfg = _run_config(args, module)
-    if args.out:
-        _check_output(args.out, None, "--out")
-    if args.backend:
-        check_backend(args.backend)
     tally = None
     if args.dry_run:
         cfg, tally = _dry_run(args, cfg)
-    if args.run_dir:
-        make_folder(args.run_dir)
     with _run_options(args, module, cfg) as options, Progress(getattr(cfg, "steps", 1), args.workload) as bar:
         result = module.run(cfg, progress=bar, **options)
     if args.plan:
@@ -347,22 +318,18 @@ def cmd_run(args) -> int:
     return 0
 
 
-_RUN_COST_FLAGS = {"gradient": "--gradient", "spsa_samples": "--spsa-samples", "spsa_epsilon": "--spsa-epsilon",
-                   "shots": "--shots"}
-
-
 def _run_config(args, module):
     """The workload's ``Config`` with --steps, --seed, --backend and the gradient and shots flags given."""
-    cfg = with_options(args.workload, module.Config(), args)
-    given = cost_overrides(args)
+    cfg, given = with_options(args.workload, module.Config(), args), cost_overrides(args)
+    flag = {field: "--" + field.replace("_", "-") for field in given}
     for field in given:
         if not hasattr(cfg, field):
-            raise UsageError(f"workload {args.workload!r} has no setting for {_RUN_COST_FLAGS[field]}")
+            raise UsageError(f"workload {args.workload!r} has no setting for {flag[field]}")
     try:
         cfg = dataclasses.replace(cfg, **given)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"workload {args.workload!r}: {exc}") from None
-    spsa_only = [_RUN_COST_FLAGS[f] for f in ("spsa_samples", "spsa_epsilon") if f in given]
+    spsa_only = [flag[f] for f in ("spsa_samples", "spsa_epsilon") if f in given]
     if spsa_only and getattr(cfg, "gradient", None) != "spsa":
         raise UsageError(f"{spsa_only[0]} goes with --gradient spsa")
     return cfg
@@ -431,8 +398,8 @@ def cmd_trace(args) -> int:
     make_folder(out, "")
     print(format_table(spans))
     title = meta.get("workload") or os.path.basename(os.path.dirname(os.path.abspath(path)))
-    print(f"wrote {write_chrome_trace(os.path.join(out, 'trace.json'), spans, meta)}")
-    print(f"wrote {draw_gantt(spans, os.path.join(out, 'gantt.png'), title=str(title))}")
+    print(f"wrote {one_line(write_chrome_trace(os.path.join(out, 'trace.json'), spans, meta))}")
+    print(f"wrote {one_line(draw_gantt(spans, os.path.join(out, 'gantt.png'), title=one_line(str(title))))}")
     return 0
 
 
@@ -449,13 +416,10 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.redirect_stdout(sys.stderr) if getattr(args, "json", False) else contextlib.nullcontext():
             return commands[args.command](args)
     except UsageError as exc:
-        from hqflow.ir.text import one_line
-
         print(f"hqflow: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except RuntimeError as exc:
         from hqflow.backends import BackendError
-        from hqflow.ir.text import one_line
 
         from .cli_train import RunStopped
         from .executors import RayFailure

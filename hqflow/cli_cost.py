@@ -7,58 +7,71 @@ from __future__ import annotations
 
 import argparse
 
+from hqflow.ir.text import number, shown
 
-def _at_least(low: int, expected: str):
-    """An argparse type: an integer >= ``low``, or a one-line error saying ``expected``."""
-    def parse(text: str) -> int:
+from .cli_pool import choice
+from .frugal import GRADIENTS
+
+OBJECTIVES = ("time", "cost")
+
+
+def _typed(kind: type, expected: str, ok):
+    """An argparse type: a ``kind`` (int or float) for which ``ok`` holds, or a one-line error saying ``expected``."""
+    def parse(text: str):
         try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
+            value = kind(text)
+        except ValueError:  # (an integer of more than 4,300 digits too)
+            value = None
+        if value is None or not ok(value):
+            got = number(value) if isinstance(value, int) else shown(text)  # a parsed int, else the text
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {got}")
         return value
     return parse
 
 
-def _epsilon(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 3.2], got {text!r}") from None
-    if not 0 < value <= 3.2:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 3.2], got {text!r}")
-    return value
+def _at_least(low: int, expected: str, high: int = 2**63 - 1):
+    """An integer in ``low..high`` (the default: what numpy and torch take as a seed or a count)."""
+    return _typed(int, expected if high == 2**63 - 1 else f"{expected} (at most {high:,})", lambda v: low <= v <= high)
 
 
-def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
-    """The group of flags: ``--shots``, ``--gradient``, ``--spsa-samples``, ``--spsa-epsilon``, ``--shot-budget``."""
-    group = parser.add_argument_group("cost on a paid target", "shots, the gradient estimator and a shot budget "
-                                      "(README: Train on a paid target)")
-    group.add_argument("--shots", type=_at_least(1, "a positive number of shots"), help="shots per circuit on any "
-                       "backend (default: exact values where the backend has them)")
-    group.add_argument("--gradient", choices=["param-shift", "spsa"], help="the policy circuit's gradient: "
-                       "param-shift (default; 1 + 2 x parameters circuits per state) or spsa (2 x --spsa-samples "
-                       "circuits per state, an estimate)")
+_epsilon = _typed(float, "a number in (0, 3.2]", lambda v: 0 < v <= 3.2)
+_amount = _typed(float, "an amount >= 0", lambda v: 0 <= v < float("inf"))
+
+
+def add_cost_arguments(parser: argparse.ArgumentParser, run: bool = False) -> None:
+    """The group of flags ``--shots``, ``--gradient``, ``--spsa-samples``, ``--spsa-epsilon`` and ``--shot-budget``;
+    ``run``: ``hqflow run``'s (no ``--shot-budget``), each setting the workload's config field of its name."""
+    group = parser.add_argument_group(*(
+        ("gradient and shots", "each sets the workload's field of that name; a workload without it refuses the flag")
+        if run else ("cost on a paid target", "shots, the gradient estimator and a shot budget (README: Train on a "
+                     "paid target)")))
+    circuit, per, centre = ("training", "row", "1 + ") if run else ("policy", "state", "")
+    group.add_argument("--shots", type=_at_least(1, "a positive number of shots"), help=(
+        "classifier, vqe: shots per training circuit (default: exact values); qaoa: shots when sampling the trained "
+        "circuit" if run else "shots per circuit on any backend (default: exact values where the backend has them)"))
+    group.add_argument("--gradient", choices=GRADIENTS, type=choice(GRADIENTS), help=f"the {circuit} circuit's "
+                       f"gradient: param-shift (default; exact, 1 + 2 x parameters circuits per {per}) or spsa (an "
+                       f"estimate, {centre}2 x --spsa-samples circuits per {per})")
     group.add_argument("--spsa-samples", type=_at_least(1, "a positive number of directions"), metavar="K",
-                       help="spsa: random directions per update (default 2)")
-    group.add_argument("--spsa-epsilon", type=_epsilon, metavar="E", help="spsa: perturbation size (default 0.1)")
-    group.add_argument("--shot-budget", type=_at_least(1, "a positive number of shots"), metavar="N",
-                       help="the most shots the run may use; past it the run stops, checkpointed")
+                       help="with --gradient spsa: random directions per step (default 2, in hqflow run and train)")
+    group.add_argument("--spsa-epsilon", type=_epsilon, metavar="E",
+                       help="with --gradient spsa: perturbation size (default 0.1)")
+    if not run:
+        group.add_argument("--shot-budget", type=_at_least(1, "a positive number of shots"), metavar="N",
+                           help="the most shots the run may use; past it the run stops, checkpointed")
 
 
 def cost_overrides(args) -> dict:
     """The config fields these flags set (those given)."""
-    given = {"shots": args.shots, "gradient": args.gradient, "spsa_samples": args.spsa_samples,
-             "spsa_epsilon": args.spsa_epsilon}
-    return {k: v for k, v in given.items() if v is not None}
+    return {k: getattr(args, k) for k in ("shots", "gradient", "spsa_samples", "spsa_epsilon") if getattr(args, k)
+            is not None}
 
 
 def add_dry_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="submit nothing: run a few updates on dry-run:BACKEND "
                         "(each job priced by the real target, answered by a local simulator) and print what the "
                         "run would use: service jobs, circuits, shots and list price, per episode and projected")
-    parser.add_argument("--dry-run-updates", type=_at_least(1, "a positive number of updates"), default=1,
+    parser.add_argument("--dry-run-updates", type=_at_least(1, "a positive number of updates", 1000), default=1,
                         metavar="N", help="with --dry-run: updates to run (default 1)")
 
 
@@ -95,25 +108,10 @@ def projection(out: dict, cfg, longest: int | None, circuits_per_step: float) ->
     return figures
 
 
-def _range(text: str) -> tuple[int, int]:
-    """An argparse type: ``LO:HI`` with ``1 <= LO <= HI`` integers, as a tuple."""
-    lo, sep, hi = text.partition(":")
-    try:
-        bound = (int(lo), int(hi)) if sep else None
-    except ValueError:
-        bound = None
-    if bound is None or not 1 <= bound[0] <= bound[1]:
-        raise argparse.ArgumentTypeError(f"expected LO:HI with 1 <= LO <= HI, got {text!r}")
-    return bound
-
-
-def _gradients(text: str) -> tuple[str, ...]:
-    from .frugal import GRADIENTS
-
-    names = tuple(dict.fromkeys(n.strip() for n in text.split(",")))
-    if not names or set(names) - set(GRADIENTS):
-        raise argparse.ArgumentTypeError(f"expected {' and/or '.join(GRADIENTS)}, comma-separated, got {text!r}")
-    return names
+_range = _typed(lambda text: tuple(int(x) for x in text.split(":")), "LO:HI with 1 <= LO <= HI",
+                lambda bound: len(bound) == 2 and 1 <= bound[0] <= bound[1])
+_gradients = _typed(lambda text: tuple(dict.fromkeys(n.strip().lower() for n in text.split(","))),
+                    f"{' and/or '.join(GRADIENTS)}, comma-separated", lambda names: set(names) <= set(GRADIENTS))
 
 
 def add_frugal_arguments(parser: argparse.ArgumentParser) -> None:
@@ -121,9 +119,9 @@ def add_frugal_arguments(parser: argparse.ArgumentParser) -> None:
     ``--spsa-samples-range`` (``hqflow train --plan auto``)."""
     group = parser.add_argument_group("what --plan auto minimizes", "--objective cost chooses the gradient, shots "
                                       "and packing within the bounds given; a setting without one stays as configured")
-    group.add_argument("--objective", choices=["time", "cost"], help="with --plan auto: time (default: the scheduler "
-                       "knobs for the shortest run) or cost (first the fewest circuits and the cheapest shots within "
-                       "the bounds, then the scheduler knobs for time)")
+    group.add_argument("--objective", choices=OBJECTIVES, type=choice(OBJECTIVES), help="with --plan auto: time "
+                       "(default: the scheduler knobs for the shortest run) or cost (first the fewest circuits and the "
+                       "cheapest shots within the bounds, then the scheduler knobs for time)")
     group.add_argument("--gradients", type=_gradients, metavar="LIST", help="with --objective cost: the gradients "
                        "it may choose, e.g. param-shift,spsa (default: the configured one)")
     group.add_argument("--shots-range", type=_range, metavar="LO:HI", help="with --objective cost: "

@@ -1,13 +1,19 @@
-"""What the subcommands share: ``UsageError``, and the pool spec ``[(name, options), ...]`` that
-``--backend NAME``, ``--pool N`` and ``--backend-opt [K:]KEY=VALUE`` give ``hqflow run``, ``plan`` and ``train``.
+"""What the subcommands share: ``UsageError``; the argparse types of a choice (any case, did you mean) and of an
+output file (tried at once); and the pool spec ``[(name, options), ...]`` that ``--backend NAME``, ``--pool N``
+and ``--backend-opt [K:]KEY=VALUE`` give ``hqflow run``, ``plan`` and ``train``.
 
 A secret given as an option (``key``, ``connection_string``) is taken with a one-line warning: the command
 line shows in ``ps`` and the shell's history. Run directories never store secrets."""
 from __future__ import annotations
 
+import argparse
+import difflib
 import json
 import os
 import sys
+import tempfile
+
+from hqflow.ir.text import one_line, shown
 
 
 class UsageError(Exception):
@@ -26,6 +32,15 @@ def warn_secrets(keys, flag: str) -> None:
               "or sign in with az login, instead", file=sys.stderr)
 
 
+def key_value(item: str, flag: str, keys=None) -> tuple:
+    """``KEY=VALUE`` as ``(KEY, value(VALUE))``: KEY an identifier, and one of ``keys`` where given."""
+    key, sep, text = item.partition("=")
+    if not sep or not key.isidentifier() or key not in (keys or [key]):
+        raise UsageError(f"{flag} {item!r}: expected KEY=VALUE" + (f" with KEY one of {', '.join(sorted(keys))}"
+                                                                   if keys else ""))
+    return key, value(text)
+
+
 def value(text: str):
     """A JSON value where the text is one (``0.05``, ``true``, ``[1, 2]``), else the text itself."""
     try:
@@ -34,21 +49,61 @@ def value(text: str):
         return text
 
 
-def check_backend(name: str) -> None:
-    """A usage error unless the registry can make backend ``name``."""
-    from hqflow.backends import BackendError, get_backend
-
-    try:
-        get_backend(name).close()  # made only to check
-    except BackendError as exc:
-        raise UsageError(str(exc)) from None
-
-
 def make_folder(path: str, what: str = "run directory ") -> None:
+    """Make folder ``path`` (a usage error where it cannot be made or written in: ``output``'s checks)."""
     try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot create {what}{path}: {exc.strerror}") from None
+        os.makedirs(output(folder=True)(path), exist_ok=True)
+    except (argparse.ArgumentTypeError, OSError, ValueError) as exc:  # ValueError: a NUL or a lone surrogate
+        raise UsageError(f"cannot create {what}{path}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _probe(path: str) -> str | None:
+    """Why ``atomic_write``'s temporary file for ``path`` cannot be made (None: made and removed; not os.access,
+    which says yes to root, even in /proc)."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=os.path.basename(path) + ".tmp-")
+        os.close(fd)
+        os.unlink(tmp)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL or a lone surrogate in the name
+        return f"cannot write there: {getattr(exc, 'strerror', None) or exc}"
+    return None
+
+
+def output(*extensions: str, folder: bool = False):
+    """An argparse type: the path of a file a command writes (``folder``: of a folder, made when the work starts),
+    refused at once where it cannot be written: no name, a name not ending in one of ``extensions`` (if given), a
+    folder for a file or a file for a folder, a missing or unwritable folder (for a new folder: its nearest)."""
+    def parse(path: str) -> str:
+        where, child = (os.path.abspath(path), "x") if folder else os.path.split(os.path.abspath(path))
+        while folder and not os.path.exists(where):  # a new folder is made in its nearest existing one
+            where, child = os.path.split(where)
+        if not path or not path.lower().endswith(extensions or ""):
+            why = f"the name must end in {', '.join(extensions)}" if path else "no name"
+        elif os.path.exists(path) and os.path.isdir(path) != folder:
+            why = "is a file; give a folder" if folder else "is a directory; give a file name"
+        elif not os.path.isdir(where):
+            why = f"{where} is a file" if folder else f"no such folder {where}"
+        else:
+            why = "not writable" if os.path.exists(path) and not os.access(path, os.W_OK) else \
+                _probe(os.path.join(where, child))
+        if why:
+            raise argparse.ArgumentTypeError(f"{path}: {why}")
+        return path
+    return parse
+
+
+def choice(names, what: str = "invalid choice:", also: str = ""):
+    """An argparse type: one of ``names`` (or of what the function ``names`` returns), in any case; anything else
+    is refused in one line with the close spellings (did you mean) and every name (then ``also``)."""
+    def parse(text: str) -> str:
+        known = list(names() if callable(names) else names)
+        folded = {n.lower(): n for n in known}
+        if text.lower() in folded:
+            return folded[text.lower()]
+        near = [folded[n] for n in difflib.get_close_matches(text.lower(), list(folded), n=2, cutoff=0.6)]
+        hint = f" (did you mean {' or '.join(near)}?)" if near else ""
+        raise argparse.ArgumentTypeError(f"{what} {shown(text)}{hint}; known: {', '.join(known)}{also}")
+    return parse
 
 
 def show_figures(args, figures: dict, width: int) -> None:
@@ -58,7 +113,7 @@ def show_figures(args, figures: dict, width: int) -> None:
     else:
         for k, v in figures.items():  # money with two decimals and thousands separated, never 9.09536e+09
             print(f"{k:<{width}} {'unknown' if v is None else f'{v:,.2f}'}" if k in ("spend", "list_cost") else
-                  f"{k:<{width}} {v:.6g}" if isinstance(v, float) else f"{k:<{width}} {v}")
+                  f"{k:<{width}} {v:.6g}" if isinstance(v, float) else f"{k:<{width}} {one_line(str(v))}")
 
 
 def backend_pool(args, name: str | None = None, always: bool = False, check: bool = True) -> list | None:
@@ -70,16 +125,12 @@ def backend_pool(args, name: str | None = None, always: bool = False, check: boo
     name, size = name or args.backend or "compiled", args.pool or 1
     shared, own = {}, [{} for _ in range(size)]
     for item in args.backend_opt:
-        target, key_value = shared, item
         head, colon, rest = item.partition(":")
-        if colon and head.isdigit():
-            if int(head) >= size:
-                raise UsageError(f"--backend-opt {item!r}: member {head} but the pool has {size} (--pool)")
-            target, key_value = own[int(head)], rest
-        key, sep, text = key_value.partition("=")
-        if not sep or not key.isidentifier():
-            raise UsageError(f"--backend-opt {item!r}: expected [K:]KEY=VALUE")
-        target[key] = value(text)
+        member = bool(colon) and head.isdecimal()
+        if member and (len(head) > 3 or int(head) >= size):
+            raise UsageError(f"--backend-opt {item!r}: member {head} but the pool has {size} (--pool)")
+        key, text = key_value(rest if member else item, "--backend-opt")
+        (own[int(head)] if member else shared)[key] = text
     warn_secrets([k for options in [shared, *own] for k in options], "--backend-opt")
     specs = [(name, {**shared, **own[k]}) for k in range(size)]
     if check:

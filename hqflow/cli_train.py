@@ -26,10 +26,11 @@ import sys
 import tempfile
 
 from hqflow.backends import BackendAccessError, BackendError
+from hqflow.ir.text import one_line
 
 from .cli_plan import QUOTES, fold, save_profile, saved_profile
 from .cli_cost import check_target, cost_overrides
-from .cli_pool import UsageError, backend_pool, make_folder, make_member, show_figures, value as _value
+from .cli_pool import UsageError, backend_pool, key_value, make_folder, make_member, show_figures
 from .fragments import RunFailed
 from .jobs import BudgetExceeded
 from .ledger import ShotBudgetExceeded, money
@@ -40,13 +41,7 @@ class RunStopped(RuntimeError):
 
 
 def _config(args, mod):
-    fields = {f.name for f in dataclasses.fields(mod.Config)}
-    overrides = {}
-    for item in args.set:
-        key, sep, text = item.partition("=")
-        if not sep or key not in fields:
-            raise UsageError(f"--set {item!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(fields))}")
-        overrides[key] = _value(text)
+    overrides = dict(key_value(item, "--set", {f.name for f in dataclasses.fields(mod.Config)}) for item in args.set)
     given = {"env": args.env, "seed": args.seed, "max_episodes": args.episodes, "backend": args.backend,
              **cost_overrides(args)}
     overrides.update({k: v for k, v in given.items() if v is not None})
@@ -59,7 +54,7 @@ def _config(args, mod):
 def _watcher(args):
     """``--resources FILE`` as a ``ResourceWatcher`` (None without it); the pool is the file's, so
     ``--pool`` and ``--backend-opt`` are refused beside it."""
-    from .resources import ResourceError, ResourceWatcher
+    from .resources import ResourceWatcher
 
     if args.resources is None:
         return None
@@ -68,8 +63,8 @@ def _watcher(args):
                          "--backend-opt")
     try:
         return ResourceWatcher(args.resources)
-    except ResourceError as exc:
-        raise UsageError(str(exc)) from None
+    except ValueError as exc:  # a ResourceError, or a name no file has (a lone surrogate, a NUL)
+        raise UsageError(f"--resources: {exc}") from None
 
 
 def _file_pool(watcher, name: str | None) -> tuple[str, list]:
@@ -115,7 +110,7 @@ def _resumed(args, meta: dict, cfg, runner, watcher):
     from .torch import differentiates
 
     saved = runner.resumed_distribution(meta)
-    policy = _resumed_distribution(args, saved)
+    policy = _distribution(args, saved)
     _in_process(policy, watcher)
     old = [tuple(m) for m in (meta.get("backends") or {}).get(cfg.backend, [(cfg.backend, {})])]
     if watcher is not None:
@@ -141,24 +136,6 @@ def _resumed(args, meta: dict, cfg, runner, watcher):
     warning = None if not why else ("hqflow: --resume: results will differ from an undisturbed run from here on: "
                                     + "; ".join(why))
     return policy, placement, warning
-
-
-def _resumed_distribution(args, saved):
-    """The distribution a resumed part runs with: the run's, or the one given, with the options given."""
-    from hqflow.distribution import get_distribution
-
-    options = {k: getattr(args, k) for k in ("staleness", "learners", "compression") if getattr(args, k) is not None}
-    name = saved.name if args.distribution == "auto" else args.distribution
-    for flag, key in (("--learners", "learners"), ("--compression", "compression")):
-        if key in options and name != "multi-learner":
-            raise UsageError(f"{flag} needs --distribution multi-learner (the run's is {saved.name})")
-    if "staleness" in options and name == "sync":
-        raise UsageError("--staleness needs --distribution pipelined, ray-actors or multi-learner (the run's "
-                         f"is {saved.name})")
-    try:
-        return get_distribution(saved if name == saved.name else get_distribution(name), **options)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def _kind(spec) -> tuple:
@@ -244,6 +221,11 @@ def _planned(args, runner, algo, cfg, pool, watcher, distribution):
     placement = _placement(runner, cfg.backend, pool, "--resources" if watcher is not None else "--backend")
     if not args.plan:
         return distribution, placement, {}, cfg, None
+    try:  # --shot-budget, --ray-address and the target's shots and prices: refused before a plan is made and printed
+        _scheduler_options(args, _Run(algo, cfg, "", "pipelined", placement))
+    except BaseException:
+        placement.close()
+        raise
     from hqflow.workloads.rl.planned import plan_training
 
     try:
@@ -376,7 +358,7 @@ def _resumed_run(args, runner) -> _Run | None:
     distribution, placement, warning = _resumed(args, meta, cfg, runner, watcher)
     run = _Run(algo, cfg, run_dir, distribution, placement, watcher)
     if ckpt is None:  # stopped before its first checkpoint: it starts again
-        print(f"hqflow: {run_dir} has no checkpoint yet: training it from the start", file=sys.stderr)
+        print(one_line(f"hqflow: {run_dir} has no checkpoint yet: training it from the start"), file=sys.stderr)
         return run
     try:
         runner.check_resume(run_dir, algo, cfg, ckpt)
@@ -385,9 +367,9 @@ def _resumed_run(args, runner) -> _Run | None:
         raise UsageError(str(exc)) from None
     if runner.complete(algo, cfg, ckpt):
         placement.close()
-        print(f"hqflow: {run_dir} is complete ({ckpt['update'] + 1} updates, {len(ckpt.get('returns', []))} "
-              f"episodes{', solved' if ckpt.get('solved_at') else ''}): nothing to resume; "
-              f"hqflow eval {run_dir} evaluates it", file=sys.stderr)
+        print(one_line(f"hqflow: {run_dir} is complete ({ckpt['update'] + 1} updates, {len(ckpt.get('returns', []))} "
+                       f"episodes{', solved' if ckpt.get('solved_at') else ''}): nothing to resume; "
+                       f"hqflow eval {run_dir} evaluates it"), file=sys.stderr)
         return None
     if warning:
         print(warning, file=sys.stderr)
@@ -433,20 +415,22 @@ def _new_run(args, runner) -> _Run:
     return _Run(algo, cfg, run_dir, distribution, placement, watcher, scheduler, plan)
 
 
-def _distribution(args):
-    """``--distribution`` with ``--staleness``, ``--learners`` and ``--compression`` (``"auto"``: the runner's)."""
+def _distribution(args, saved=None):
+    """``--distribution`` with ``--staleness``, ``--learners`` and ``--compression``: a new run's (``"auto"``: the
+    runner's), or a resumed run's (its ``saved`` policy, or the one given)."""
     from hqflow.distribution import get_distribution
 
-    options = {} if args.staleness is None else {"staleness": args.staleness}
-    if args.distribution == "auto" and options:
-        raise UsageError("--staleness needs --distribution pipelined, ray-actors or multi-learner")
+    options = {k: getattr(args, k) for k in ("staleness", "learners", "compression") if getattr(args, k) is not None}
+    name = getattr(saved, "name", "auto") if args.distribution == "auto" else args.distribution
+    whose = f" (the run's is {saved.name})" if saved else ""
     for flag, key in (("--learners", "learners"), ("--compression", "compression")):
-        if getattr(args, key) is not None:
-            if args.distribution != "multi-learner":
-                raise UsageError(f"{flag} needs --distribution multi-learner")
-            options[key] = getattr(args, key)
+        if key in options and name != "multi-learner":
+            raise UsageError(f"{flag} needs --distribution multi-learner{whose}")
+    if "staleness" in options and name in ("auto", "sync"):
+        raise UsageError(f"--staleness needs --distribution pipelined, ray-actors or multi-learner{whose}")
+    policy = saved if saved is not None and name == saved.name else name
     try:
-        return "auto" if args.distribution == "auto" else get_distribution(args.distribution, **options)
+        return "auto" if name == "auto" else get_distribution(policy, **options)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -508,7 +492,6 @@ def _train(args, run: _Run, runner) -> dict:
 
 def cmd_eval(args) -> int:
     """``hqflow eval RUN_DIR``: greedy episodes of a trained policy."""
-    from hqflow.backends import BackendError
     from hqflow.workloads.rl.trained import evaluate
 
     _importable_cwd()  # a MODULE:ID environment from the current directory
@@ -522,5 +505,5 @@ def cmd_eval(args) -> int:
         print(f"{figures['env']}: mean return {figures['mean_return']:.2f} ± {figures['std_return']:.2f} over "
               f"{figures['episodes']} greedy episodes (seeds {args.seed}..{args.seed + args.episodes - 1})")
         if figures.get("videos"):
-            print(f"wrote {len(figures['videos'])} videos to {args.record}")
+            print(f"wrote {len(figures['videos'])} videos to {one_line(args.record)}")
     return 0

@@ -175,6 +175,8 @@ class Observable:
 
 
 MAX_SHOTS = 2**63 - 1  # numpy's random generators draw at most this many samples (int64)
+MAX_QUBITS = 10_000  # a template's qubits: past any simulator's (30) and any device's (hundreds), far short of
+# what its plain data (wire lists, Pauli strings, QPY's header) or a message about it cannot hold
 
 ObservableLike = "Observable | PauliTerm | str | Sequence[tuple[float, str]]"
 
@@ -441,6 +443,8 @@ class CircuitTemplate:
     def _find_problems(self) -> list[str]:
         if not _integer(self.n_qubits) or self.n_qubits < 1:
             return [f"circuit {_clip(self.name)}: n_qubits must be a positive integer, got {number(self.n_qubits)}"]
+        if self.n_qubits > MAX_QUBITS:
+            return [f"circuit {_clip(self.name)}: {too_many_qubits(self.n_qubits)}"]
         out = self._name_problems()
         used: dict[str, set] = {"input": set(), "weight": set()}  # the parameters some gate (or derived input) uses
         for k, op in enumerate(self.ops):
@@ -689,6 +693,10 @@ def _few(items: list, k: int = 5) -> str:
     """A list of numbers for a message: its first ``k`` items, and how many more."""
     head = ", ".join(number(i) for i in items[:k])
     return f"[{head}]" if len(items) <= k else f"[{head}, ... {len(items) - k} more]"
+
+
+def too_many_qubits(n: int) -> str:
+    return f"n_qubits must be at most {MAX_QUBITS:,} (hqflow.ir.circuit.MAX_QUBITS), got {number(n)}"
 
 
 def _integer(v) -> bool:

@@ -57,7 +57,7 @@ import numpy as np
 import pennylane as qml
 
 from . import expr as ex
-from .circuit import Angle, CircuitError, CircuitTemplate, Observable, Op, PauliTerm
+from .circuit import MAX_QUBITS, Angle, CircuitError, CircuitTemplate, Observable, Op, PauliTerm, too_many_qubits
 from .gates import GATES
 from .stateprep import amplitude_gates
 
@@ -136,6 +136,8 @@ def from_pennylane(
     """
     if not isinstance(n_qubits, (int, np.integer)) or isinstance(n_qubits, bool) or n_qubits < 1:
         raise CircuitError(f"n_qubits must be a positive integer, got {n_qubits!r}")
+    if n_qubits > MAX_QUBITS:
+        raise CircuitError(too_many_qubits(n_qubits))
     label = name or getattr(qfunc, "__name__", "circuit")
     input_names = _names(input_names, n_inputs, "x", "input")
     weight_names = _names(weight_names, n_weights, "w", "weight")

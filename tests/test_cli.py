@@ -1,5 +1,6 @@
 """The command line: --help everywhere, exit 2 with one line on bad usage or input."""
 import json
+import os
 import subprocess
 import sys
 
@@ -193,7 +194,7 @@ def test_run_dir_that_is_a_file_exits_2(tmp_path, capsys):
     path = tmp_path / "file"
     path.write_text("")
     assert main(["run", "qaoa", "--steps", "1", "--run-dir", str(path)]) == 2
-    assert "cannot create run directory" in _err(capsys)
+    assert f"--run-dir: {path}: is a file; give a folder" in _err(capsys)  # (checked at once: issue 34, item 17)
 
 
 def test_run_dir_saves_spans_the_workload_reports(tmp_path, capsys, monkeypatch):
@@ -331,3 +332,160 @@ def test_ray_that_times_out_starting_is_one_line_that_says_what_to_try(tmp_path,
     err = _err(capsys)
     assert err.startswith("hqflow: cannot start or reach a local Ray: The current node timed out during startup")
     assert "try again, or run without Ray" in err
+
+
+# ----------------------------------------------------------------------- new users and faults (issue 34)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc, where no one (root included) "
+                    "can make a file")
+@pytest.mark.parametrize("argv, what", [
+    (["inspect", "g.json", "--png", "/proc/nope.png"], "--png: /proc/nope.png: cannot write"),
+    (["run", "qaoa", "--out", "/proc/x.json"], "--out: /proc/x.json: cannot write"),
+    (["run", "qaoa", "--run-dir", "/proc/run"], "--run-dir: /proc/run: cannot write there"),
+    (["run", "qaoa", "--plan", "auto", "--profile", "/proc/p.json"], "--profile: /proc/p.json: cannot write"),
+    (["plan", "qaoa", "--profile", "/proc/p.json"], "--profile: /proc/p.json: cannot write"),
+    (["train", "cartpole", "--run-dir", "/proc/run"], "--run-dir: /proc/run: cannot write there"),
+    (["train", "cartpole", "--run-dir", ""], "--run-dir: : no name"),
+    (["run", "qaoa", "--out", ""], "--out: : no name"),
+    (["train", "cartpole", "--run-dir", "x" * 300], "File name too long"),
+    (["train", "cartpole", "--plan", "auto", "--profile", "/proc/p.json"], "--profile: /proc/p.json: cannot write"),
+    (["trace", "spans.json", "--out", "/proc"], "--out: /proc: cannot write there"),
+    (["eval", "run", "--record", "/proc/videos"], "--record: /proc/videos: cannot write there"),
+])
+def test_an_output_path_that_cannot_be_written_is_one_line_before_the_work(argv, what, tmp_path, capsys,
+                                                                          monkeypatch):
+    """os.access says yes to root even in /proc: the folder is tried with a file of the output's name."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "g.json").write_text(_graph().build().to_json())
+    (tmp_path / "spans.json").write_text(json.dumps({"format": "hqflow.spans", "version": 2, "spans": [
+        {"fragment": "f", "kind": "learn", "resource": "cpu", "lane": "cpu", "step": 0, "start": 0.0, "end": 1.0}]}))
+    _no_work(monkeypatch)
+    assert main(argv) == 2
+    assert what in _err(capsys)
+
+
+def _no_work(monkeypatch) -> None:
+    """Every workload's run, training and evaluation fail the test: the command was to refuse before them."""
+    from hqflow.workloads import WORKLOADS, get_workload
+    from hqflow.workloads.rl import runner, trained
+
+    for module, name in [(get_workload(w), "run") for w in WORKLOADS] + [(runner, "train"), (trained, "evaluate")]:
+        monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail("the work ran before its input was checked"))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "cartpole", "--algo", "reinfroce"], "unknown algorithm 'reinfroce' (did you mean reinforce?); known: "),
+    (["train", "cartpole", "--distribution", "pipelind"], "unknown distribution policy 'pipelind' (did you mean "
+                                                          "pipelined?)"),
+    (["train", "cartpole", "--gradient", "psda"], "invalid choice: 'psda' (did you mean spsa?)"),
+    (["run", "vqe", "--gradient", "param_shift"], "invalid choice: 'param_shift' (did you mean param-shift?)"),
+    (["run", "vqee"], "unknown workload 'vqee' (did you mean vqe?); known: classifier, qaoa, vqe"),
+    (["plan", "qoaa"], "unknown workload 'qoaa' (did you mean qaoa?); known: classifier, qaoa, vqe, or a run "),
+    (["plan", "vqe", "--objective", "cots"], "invalid choice: 'cots' (did you mean cost?)"),
+    (["train", "cartpole", "--algo", "sarsa"], "unknown algorithm 'sarsa'; known: reinforce, dqn, ppo"),
+])
+def test_a_misspelt_choice_gets_a_did_you_mean(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in _err(capsys)
+
+
+def test_choices_are_taken_in_any_case():
+    from hqflow.cli import _parser
+
+    args = _parser().parse_args(["train", "cartpole", "--algo", "PPO", "--distribution", "Multi-Learner", "--gradient",
+                                 "SPSA", "--plan", "AUTO", "--objective", "Cost"])
+    assert (args.algo, args.distribution, args.gradient, args.plan, args.objective) == (
+        "ppo", "multi-learner", "spsa", "auto", "cost")
+    assert _parser().parse_args(["run", "VQE", "--gradient", "Param-Shift"]).workload == "vqe"
+    assert _parser().parse_args(["plan", "Qaoa", "--objective", "TIME"]).workload == "qaoa"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "classifier", "--steps", "1000000000000"], "--steps: expected a positive integer (at most 1,000,000)"),
+    (["plan", "vqe", "--steps", "1000001"], "--steps: expected a positive integer (at most 1,000,000)"),
+    (["train", "cartpole", "--episodes", "100000000"], "--episodes: expected a positive integer (at most 10,000,000)"),
+    (["eval", "run", "--episodes", str(2**70)], "--episodes: expected a positive integer (at most 10,000,000), got "
+                                                "(an integer of 22 digits)"),
+    (["run", "vqe", "--pool", "9" * 5000], "--pool: expected a positive integer (at most 64), got '999"),
+    (["train", "cartpole", "--distribution", "multi-learner", "--learners", "65"], "--learners: expected a positive "
+                                                                                  "integer (at most 64), got 65"),
+    (["plan", "vqe", "--max-staleness", str(2**70)], "--max-staleness: expected an integer >= 0 (at most 32)"),
+    (["train", "cartpole", "--budget", "nan"], "--budget: expected an amount >= 0, got 'nan'"),
+])
+def test_counts_past_what_a_run_can_hold_are_refused_before_it_starts(argv, message, capsys, monkeypatch):
+    """Was: a run of 10**12 steps accepted (about 700 years), a MemoryError for a huge pool, a planner searching
+    2**70 stalenesses."""
+    _no_work(monkeypatch)
+    assert main(argv) == 2
+    assert message in _err(capsys)
+
+
+@pytest.mark.parametrize("argv", [["run", "classifier"], ["run", "vqe"], ["plan", "qaoa"], ["train", "cartpole"],
+                                  ["eval", "run"]])
+def test_a_negative_seed_is_a_usage_error_in_every_subcommand(argv, capsys, monkeypatch):
+    """Was: exit 1 and a fragment's error (vqe), a ValueError traceback (classifier's make_data)."""
+    _no_work(monkeypatch)
+    assert main([*argv, "--seed", "-1"]) == 2
+    assert "--seed: expected an integer >= 0, got -1" in _err(capsys)
+
+
+@pytest.mark.parametrize("workload", ["classifier", "vqe", "qaoa"])
+def test_a_workloads_config_refuses_a_negative_seed_and_steps_past_the_cap(workload):
+    from hqflow.workloads import get_workload
+
+    config = get_workload(workload).Config
+    with pytest.raises(ValueError, match="seed must be"):
+        config(seed=-1)
+    with pytest.raises(ValueError, match="steps must be"):
+        config(steps=10**12)
+
+
+def test_paths_that_are_not_utf8_are_printed_escaped(tmp_path, monkeypatch):
+    """A folder named with bytes that are not UTF-8 (Linux hands them to Python as lone surrogates): trace and
+    the figures table print it escaped, as a UTF-8 terminal can show (was: UnicodeEncodeError after the work)."""
+    import contextlib
+    import io
+
+    from hqflow.cli_pool import show_figures
+
+    folder = tmp_path / "caf\udce9"
+    folder.mkdir()
+    (folder / "spans.json").write_text(json.dumps({"format": "hqflow.spans", "version": 2, "spans": [
+        {"fragment": "f", "kind": "learn", "resource": "cpu", "lane": "cpu", "step": 0, "start": 0.0, "end": 1.0}]}))
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")  # strict, as a terminal's
+    with contextlib.redirect_stdout(out):
+        assert main(["trace", str(folder)]) == 0
+        show_figures(type("Args", (), {"json": False})(), {"run_dir": str(folder)}, 10)
+    out.flush()
+    assert out.buffer.getvalue().decode().count("caf\\udce9") == 3
+
+
+def test_flags_that_the_run_refuses_are_refused_before_a_plan_is_made_and_printed(monkeypatch, capsys):
+    import hqflow.cli_train as cli_train
+
+    monkeypatch.setattr(cli_train, "plan_training", lambda *a, **k: pytest.fail("planned before refusing"))
+    assert main(["train", "cartpole", "--plan", "auto", "--shot-budget", "1000"]) == 2
+    assert "--shot-budget counts the shots of a job backend's jobs" in _err(capsys)
+    assert main(["train", "cartpole", "--backend", "emulated-qpu", "--plan", "auto", "--ray-address", "auto"]) == 2
+    assert "--ray-address needs --distribution ray-actors or multi-learner" in _err(capsys)
+
+
+def test_plan_checks_its_backend_before_calibrating(monkeypatch, capsys):
+    _no_work(monkeypatch)
+    assert main(["plan", "vqe", "--backend", "nope"]) == 2
+    assert "--backend: unknown backend 'nope'" in _err(capsys)
+
+
+@pytest.mark.parametrize("item, message", [("9" * 5000 + ":per_job=0.1", "but the pool has 1 (--pool)"),
+                                           ("per job=1", "expected KEY=VALUE"), ("=1", "expected KEY=VALUE")])
+def test_a_backend_option_of_a_member_past_the_pool_or_without_a_key_is_one_line(item, message, capsys,
+                                                                                monkeypatch):
+    _no_work(monkeypatch)
+    assert main(["run", "vqe", "--backend", "emulated-qpu", "--backend-opt", item]) == 2
+    assert message in _err(capsys)
+
+
+def test_a_resources_file_name_no_file_can_have_is_one_line(capsys):
+    assert main(["train", "cartpole", "--resources", "\ud800"]) == 2  # a lone surrogate (Python code, not argv)
+    assert "--resources: 'utf-8' codec can't encode" in _err(capsys)

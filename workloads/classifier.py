@@ -53,7 +53,7 @@ class Config:
     gradient: str = "param-shift"
     """the circuit's gradient: "param-shift" (exact; 1 + 2 x angles circuits per point) or "spsa" (an
     estimate; 1 + 2 x spsa_samples circuits per point, whatever the number of weights)"""
-    spsa_samples: int = 4
+    spsa_samples: int = 2
     """spsa: random directions per step, shared by the mini-batch's points (1 to 1000)"""
     spsa_epsilon: float = 0.1
     """spsa: the perturbation's size in radians (0 < epsilon <= 3.2)"""

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hqflow.config import check_fields
 
 GRADIENTS = ("param-shift", "spsa")
-BOUNDS = {"spsa_samples": (1, 1000), "spsa_epsilon": (0, 3.2, "(]"), "shots": (1, 10**7)}
+BOUNDS = {"spsa_samples": (1, 1000), "spsa_epsilon": (0, 3.2, "(]"), "shots": (1, 10**7), "seed": (0, 2**63 - 1),
+          "steps": (1, 10**6)}  # a run keeps each step's history and spans: 10**6 steps is about a GB
 
 
 def check(cfg, bounds: dict | None = None) -> None:

@@ -61,7 +61,7 @@ class Config:
     gradient: str = "param-shift"
     """the cost's gradient: "param-shift" (exact; 1 + 2 x angles circuits a step) or "spsa" (an estimate;
     1 + 2 x spsa_samples circuits a step, whatever the depth)"""
-    spsa_samples: int = 4
+    spsa_samples: int = 2
     """spsa: random directions per step (1 to 1000)"""
     spsa_epsilon: float = 0.1
     """spsa: the perturbation's size in radians (0 < epsilon <= 3.2)"""

@@ -56,7 +56,7 @@ class Config:
     gradient: str = "param-shift"
     """the energy's gradient: "param-shift" (exact; 17 circuits a step) or "spsa" (an estimate;
     1 + 2 x spsa_samples circuits a step)"""
-    spsa_samples: int = 4
+    spsa_samples: int = 2
     """spsa: random directions per step (1 to 1000)"""
     spsa_epsilon: float = 0.1
     """spsa: the perturbation's size in radians (0 < epsilon <= 3.2)"""

@@ -425,3 +425,42 @@ def test_row_seeded_is_the_wrapped_simulators(make):
 
     assert make(Seeded()).capabilities.row_seeded
     assert make().capabilities.row_seeded == get_backend("reference").capabilities.row_seeded
+
+
+# --- issue 34: values past what the model can hold are refused at construction ----------------------
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"per_job": 2**70}, "per_job must be a number in [0, 1e+06] seconds, got (an integer of 22 digits)"),
+    ({"queue_wait": 2**70}, "queue_wait must be a number in [0, 1e+06] seconds"),
+    ({"per_circuit": 2**70}, "per_circuit must be a number in [0, 1e+06] seconds"),
+    ({"per_shot": 1e300}, "per_shot must be a number in [0, 1e+06] seconds, got 1e+300"),
+    ({"jitter": 10**400}, "jitter must be a number in [0, 10], got (an integer of 401 digits)"),
+    ({"max_in_flight": 2**70}, "max_in_flight must be a positive integer up to 1,024"),
+    ({"seed": -1}, "seed must be an integer >= 0, got -1"),
+    ({"name": float("inf")}, "name must be a non-empty string, got inf"),
+    ({"name": ""}, "name must be a non-empty string, got ''"),
+    ({"wrapped": 0}, "wrapped must be a backend's name or a backend, got 0"),
+    ({"wrapped": float("nan")}, "wrapped must be a backend's name or a backend, got nan"),
+])
+def test_values_past_the_models_range_are_refused_in_one_line(kwargs, message):
+    """Was: an OverflowError in a device slot's thread (and a run that hung), AttributeError or ValueError."""
+    with pytest.raises(BackendError) as err:
+        EmulatedQPU(**kwargs)
+    assert f"emulated-qpu: {message}" in str(err.value)
+
+
+def test_a_modelled_time_past_what_a_thread_can_wait_is_waited_in_steps():
+    """per_shot x shots x rows within range may still pass threading.TIMEOUT_MAX: no wait asks for more."""
+    class Closed(threading.Event):  # records the waits, and ends the first
+        def wait(self, timeout=None):
+            waits.append(timeout)
+            return True
+
+    waits = []
+    qpu = EmulatedQPU(per_shot=10**6)
+    job = qpu._new_job(0, CircuitBatch.make(rz_batch().template, np.zeros((1, 1)), shots=10**7))
+    assert job.device_seconds > threading.TIMEOUT_MAX
+    job._start(time.perf_counter())
+    qpu._execute(job, Closed())
+    assert waits and max(waits) <= threading.TIMEOUT_MAX

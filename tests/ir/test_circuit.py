@@ -215,6 +215,54 @@ def test_problem_bad_qubit_count(n):
     ]
 
 
+@pytest.mark.parametrize("n", [10_001, 10**80])
+def test_a_qubit_count_past_the_cap_is_refused_at_build_from_every_edge(n):
+    """The builder, a graph document, PennyLane and Qiskit: refused where the template is made, not at to_json."""
+    from hqflow.ir import Graph, GraphError, from_pennylane, from_qiskit
+    from hqflow.ir.circuit import MAX_QUBITS
+
+    why = f"n_qubits must be at most {MAX_QUBITS:,} (hqflow.ir.circuit.MAX_QUBITS)"
+    shown = n if n < 10**20 else "(an integer of 81 digits)"
+    assert good_template(n_qubits=n).problems() == [f"circuit 't': {why}, got {shown}"]
+    c = Circuit(n, name="big")
+    c.ry(c.weights("w", 1)[0], 0)
+    with pytest.raises(CircuitError, match=re.escape(why)):
+        c.build(observables=["Z0"])
+    doc = json.loads(_graph_with(good_template()))
+    next(f for f in doc["fragments"] if f["circuit"])["circuit"]["n_qubits"] = n
+    with pytest.raises(GraphError, match=re.escape(why)):
+        Graph.from_json(json.dumps(doc))
+    import pennylane as qml
+
+    def qfunc(inputs, weights):
+        qml.RX(weights[0], wires=0)
+        return qml.expval(qml.Z(0))
+
+    with pytest.raises(CircuitError, match=re.escape(why)):
+        from_pennylane(qfunc, n, n_weights=1)
+    if n == MAX_QUBITS + 1:
+        from qiskit import QuantumCircuit
+
+        qc = QuantumCircuit(n)
+        qc.h(0)
+        with pytest.raises(CircuitError, match=re.escape(why)):
+            from_qiskit(qc, observables=["Z0"])
+    assert good_template(n_qubits=MAX_QUBITS).problems() == []
+
+
+def _graph_with(template) -> str:
+    import hqflow as hq
+
+    pipe = hq.Pipeline("big")
+    pipe.input("x", "array")
+    pipe.input("w", "array")
+    pipe.execute("circuit", template)
+    pipe.connect("input.x", "circuit.inputs")
+    pipe.connect("input.w", "circuit.weights")
+    pipe.output("circuit.values")
+    return pipe.build().to_json()
+
+
 def test_problems_lists_everything_and_check_joins_them():
     t = good_template(
         ops=good_template().ops + (Op("foo", (0,)), Op("cx", (0, 5))),
@@ -680,7 +728,9 @@ def test_a_template_built_directly_with_huge_integers_lists_them_as_problems():
     assert "unbound parameter (input #(an integer of 401 digits)) is not declared" in text
     assert "observable 0 ((an integer of 401 digits)*Z0) has a coefficient that is not finite" in text
     assert "shots must be a positive integer or None, got (a negative integer of 5001 digits)" in text
-    assert CircuitTemplate(10**5000, ()).problems() == []
+    assert CircuitTemplate(10**5000, ()).problems() == [  # past the cap (issue 34, item 19), said without its digits
+        "circuit 'circuit': n_qubits must be at most 10,000 (hqflow.ir.circuit.MAX_QUBITS), got (an integer of 5001 "
+        "digits)"]
     assert str(CircuitTemplate(10**5000, ())).startswith("CircuitTemplate 'circuit': (an integer of 5001 digits) qubits")
 
 
