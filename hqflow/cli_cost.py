@@ -10,7 +10,7 @@ import argparse
 from hqflow.ir.text import number, shown
 
 from .cli_pool import choice
-from .frugal import GRADIENTS
+from .gradients import GRADIENTS
 
 OBJECTIVES = ("time", "cost")
 
@@ -131,10 +131,10 @@ def add_frugal_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def frugal_bounds(args):
-    """The ``hqflow.frugal.Bounds`` the flags give (None: not ``--objective cost``); a bound without
+    """The ``hqflow.workloads.rl.frugal.Bounds`` the flags give (None: not ``--objective cost``); a bound without
     ``--plan auto --objective cost``, or beside the setting it bounds, is a usage error."""
     from .cli_pool import UsageError
-    from .frugal import Bounds
+    from hqflow.workloads.rl.frugal import Bounds
 
     given = {"--gradients": args.gradients, "--shots-range": args.shots_range,
              "--spsa-samples-range": args.spsa_samples_range}
@@ -166,53 +166,3 @@ def check_target(members, algo: str, cfg, budget=None, dry_run: bool = False) ->
             raise UsageError(refused or f"{'--dry-run' if dry_run else '--budget'} needs a price: {unpriced}")
         if unpriced:
             print(f"hqflow: warning: {unpriced}; its jobs' cost is reported as unknown", file=sys.stderr)
-
-
-def frugal_config(mod, cfg, backend, bounds):
-    """``cfg`` with the settings ``hqflow.frugal.choose`` makes for ``backend`` (the pool's first member) within
-    ``bounds``; each choice, its reason and the predicted use per episode are printed (stderr)."""
-    import dataclasses
-    import sys
-
-    from hqflow.backends import BackendError
-    from hqflow.workloads.rl.policies import policy_row
-
-    from .cli_pool import UsageError
-    from .frugal import choose
-
-    one = policy_row(mod, cfg)
-    try:
-        chosen = choose(backend, one, one.template.n_inputs + one.template.n_weights, bounds, gradient=cfg.gradient,
-                        shots=cfg.shots, spsa_samples=cfg.spsa_samples,
-                        circuits_per_state=lambda rows: mod.circuits_per_step(cfg, rows))
-    except (BackendError, ValueError) as exc:
-        raise UsageError(f"--objective cost: {exc}") from None
-    settings = {k: v for k, v in chosen.settings().items() if hasattr(cfg, k)}
-    if getattr(cfg, "groups", None) is not None:  # set by the user: kept
-        settings["groups"] = cfg.groups
-    try:
-        cfg = dataclasses.replace(cfg, **settings)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"--objective cost: {exc}") from None
-    lines = [f"  {k:<13} {chosen.reasons[k]}" for k in ("gradient", "spsa_samples", "shots", "packing")]
-    if settings.get("groups", 1) != 1:
-        lines[-1] += f" (but {settings['groups']} actor groups, as configured)"
-    longest = cfg.spec.max_episode_steps()
-    for label, length in (("per state", 1), (f"per episode of {longest} steps (the longest)", longest)):
-        if length:
-            lines.append(f"  {label}: {_use(chosen.per_episode(length))}")
-    print("hqflow: --objective cost chose:\n" + "\n".join(lines), file=sys.stderr)
-    return cfg
-
-
-def _use(used: dict) -> str:
-    """Predicted use as text: circuits, shots, service jobs and list price where known."""
-    def n(x: float) -> str:
-        return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
-
-    text = f"{n(used['circuits'])} circuits, {n(used['shots'])} shots"
-    if used["service_jobs"] is not None:
-        text += f", {n(used['service_jobs'])} service jobs"
-    if used["cost"] is not None:
-        text += f", {used['cost']:,.2f} {used['currency']} at list price"
-    return text

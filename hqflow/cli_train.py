@@ -207,9 +207,9 @@ def _caused_by(exc: BaseException, kind: type) -> bool:
 
 def _planned(args, runner, algo, cfg, pool, watcher, distribution):
     """``(distribution, placement, scheduler options, config, plan)``: the members made once (``_placement``); with
-    ``--plan auto`` as ``workloads.rl.planned`` plans it, the config first taking ``hqflow.frugal``'s settings within
+    ``--plan auto`` as ``workloads.rl.planned`` plans it, the config first taking ``workloads.rl.frugal``'s settings within
     the bounds given to ``--objective cost``. Without ``--plan``: as given (its flags refused)."""
-    from .cli_cost import frugal_bounds, frugal_config
+    from .cli_cost import frugal_bounds
 
     bounds = frugal_bounds(args)
     if args.plan and (distribution != "auto" or args.staleness is not None):
@@ -221,15 +221,18 @@ def _planned(args, runner, algo, cfg, pool, watcher, distribution):
     placement = _placement(runner, cfg.backend, pool, "--resources" if watcher is not None else "--backend")
     if not args.plan:
         return distribution, placement, {}, cfg, None
-    try:  # --shot-budget, --ray-address and the target's shots and prices: refused before a plan is made and printed
-        _scheduler_options(args, _Run(algo, cfg, "", "pipelined", placement))
-    except BaseException:
-        placement.close()
-        raise
+    from hqflow.workloads.rl.frugal import policy_config
     from hqflow.workloads.rl.planned import plan_training
 
+    try:  # --shot-budget, --ray-address and the target's shots and prices: refused before a plan is made and printed
+        _scheduler_options(args, _Run(algo, cfg, "", "pipelined", placement))
+        cfg = cfg if bounds is None else policy_config(runner.algorithm(algo), cfg, placement.members[0], bounds)
+    except BaseException as exc:
+        placement.close()
+        if isinstance(exc, ValueError):
+            raise UsageError(str(exc)) from None
+        raise
     try:
-        cfg = cfg if bounds is None else frugal_config(runner.algorithm(algo), cfg, placement.members[0], bounds)
         chosen, distribution, options, placement = plan_training(
             algo, cfg, placement, saved, save=lambda prof: save_profile(prof, args.profile),
             max_staleness=args.max_staleness, objective=args.objective or "time", budget=args.budget)

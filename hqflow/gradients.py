@@ -26,6 +26,8 @@ from hqflow.backends.base import BackendError, BatchResult, CircuitBatch, row_se
 from hqflow.ir.circuit import Angle, CircuitTemplate, DerivedInputError, Op
 from hqflow.ir.gates import GATES, SHIFT_RULES
 
+GRADIENTS = ("param-shift", "spsa")  # the estimators a circuit's gradient can come from, by name
+
 
 class Gradient(NamedTuple):
     values: np.ndarray  # [B, n_obs]

@@ -13,6 +13,7 @@ actor that every job service, the driver's and the workers', charges through ``R
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import threading
@@ -51,25 +52,23 @@ class Ledger:
         self.paid = Usage()  # what the jobs that ended used, all of them
         self._lock = threading.Lock()
         self._file = None if path is None else self._open(path)
-        self.before = {"spend": self.spend, "shots": self.shots}  # what earlier processes of the run paid
+        self.spend_before = self.spend  # what earlier processes of the run paid
 
     def _open(self, path):
-        """Start from the file's totals (a line cut short by a kill is dropped); append to it from here on."""
-        try:
-            with open(path, "rb") as fh:
-                lines = fh.read().decode("utf-8", "replace").splitlines()
-        except FileNotFoundError:
-            lines = []
-        for line in lines:
-            try:
-                entry = json.loads(line)
-                self.spend, self.shots = self.spend + float(entry["spend"]), self.shots + int(entry["shots"])
-                self.currency = entry.get("currency") or self.currency
-                used = {k: float("nan") if v is None else v for k, v in entry.get("used", {}).items()}
-                self.paid = plus(self.paid, Usage(**used))
-            except (ValueError, KeyError, TypeError):
-                continue
-        return open(path, "a")
+        """Start from the file's totals (a line cut short by a kill is dropped, and ended); append from here on."""
+        data = b""
+        with contextlib.suppress(FileNotFoundError), open(path, "rb") as fh:
+            data = fh.read()
+            for line in data.decode("utf-8", "replace").splitlines():
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    entry = json.loads(line)
+                    self.spend, self.shots = self.spend + float(entry["spend"]), self.shots + int(entry["shots"])
+                    self.currency = entry.get("currency") or self.currency
+                    used = {k: float("nan") if v is None else v for k, v in entry.get("used", {}).items()}
+                    self.paid = plus(self.paid, Usage(**used))
+        out = open(path, "a")
+        out.write("" if data.endswith(b"\n") or not data else "\n")  # what follows a torn line starts a line
+        return out
 
     def _write(self, spend: float = 0.0, shots: int = 0, used: Usage | None = None) -> None:
         """A change of the totals, on file before the caller goes on (the caller holds the lock)."""
@@ -122,8 +121,7 @@ class Ledger:
         with self._lock:
             return {"spend": self.spend, "currency": self.currency, "budget": self.budget,
                     "refused_jobs": self.refused, "shot_spend": self.shots, "shot_budget": self.shot_budget,
-                    "spend_before": self.before["spend"], "shots_before": self.before["shots"],
-                    "paid": self.paid.as_dict()}
+                    "spend_before": self.spend_before, "paid": self.paid.as_dict()}
 
     def close(self) -> None:
         with self._lock:

@@ -55,10 +55,9 @@ from hqflow.ir.text import shown
 
 from . import usage
 from .collective import Compression, reduce, replica
-from .gradients import Spsa, param_shift, spsa
+from .gradients import GRADIENTS, Spsa, param_shift, spsa
 from .jobs import pool_backend
 
-GRADIENTS = ("param-shift", "spsa")
 
 
 class _Seeds:

@@ -149,3 +149,25 @@ def test_a_shot_budget_holds_for_jobs_submitted_in_ray_workers():
                ray_num_cpus=2, shot_budget=700)
     partial = info.value.result
     assert len(partial.outputs) == 3 and partial.extra["shot_spend"] == 600 and partial.extra["refused_jobs"] == 1
+
+
+def test_the_ledger_is_written_ahead_and_a_ledger_on_its_file_goes_on_from_its_totals(tmp_path):
+    """34.29: a resumed run knows what a killed one paid: every charge is on file before its job is submitted (a
+    job in flight at the kill counts at its estimate), every ended job's usage too; a line a kill cut short is
+    dropped, and what follows it starts a line of its own."""
+    from hqflow.backends import Usage
+    from hqflow.ledger import Ledger
+
+    path = tmp_path / "ledger.jsonl"
+    first = Ledger(10.0, path=path)
+    assert first.charge(4.0, "USD", "a") is None and first.charge(3.0, "USD", "b") is None  # two jobs submitted
+    first.settle(Usage(1, 2, 200, 3.5, "USD"), spend=-0.5, shots=200)  # one ended; the process dies with the other
+    with open(path, "a") as fh:
+        fh.write('{"spend": 9.0, "sh')  # the kill cuts a line short: that job was never submitted
+    second = Ledger(10.0, path=path)
+    assert (second.spend, second.shots, second.currency) == (6.5, 200, "USD")
+    assert second.paid == Usage(1, 2, 200, 3.5, "USD") and second.figures()["spend_before"] == 6.5
+    assert "budget reached: spent 6.50 USD of 10.00 USD" in second.charge(4.0, "USD", "c")  # 6.50 + 4 > 10
+    assert second.charge(3.5, "USD", "d") is None
+    second.close()
+    assert Ledger(path=path).spend == 10.0  # the line after the torn one was kept

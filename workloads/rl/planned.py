@@ -24,7 +24,7 @@ def plan_training(algo: str, cfg, placement, profile=None, *, save=lambda profil
     the one returned holds the plan's members, the others closed), whose profile goes to ``save``. The planner
     searches staleness up to ``max_staleness`` (default: the default distribution's), the actor slots, prefetch,
     rows per job and the members for the shortest run (``objective="cost"``: the cheapest, a step's rows in one
-    job; ``cfg`` holds ``hqflow.frugal``'s choice) within what ``budget`` leaves after the calibration (the run's
+    job; ``cfg`` holds ``frugal``'s choice) within what ``budget`` leaves after the calibration (the run's
     budget, in the options, with ``paid_before``: what the calibration paid, where the run's ledger starts). The
     calibration may spend its updates' share of ``budget``: past it, at its rate, the run would not fit. A
     ``ValueError`` where no plan fits; ``say`` reports."""

@@ -17,12 +17,12 @@ did not offer. Whether the choice still learns is the user's bound to set.
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from hqflow.backends import BackendError, CircuitBatch, as_backend
-
-GRADIENTS = ("param-shift", "spsa")
+from hqflow.gradients import GRADIENTS
 
 
 def _check_range(name: str, bound) -> None:
@@ -160,4 +160,45 @@ def choose(backend, one_row: CircuitBatch, parameters: int, bounds: Bounds = Bou
                   None if cost is None else rows * cost.amount, None if cost is None else cost.currency)
 
 
-__all__ = ["GRADIENTS", "Bounds", "Frugal", "choose"]
+def policy_config(mod, cfg, backend, bounds: Bounds, say=lambda text: print(text, file=sys.stderr)):
+    """``cfg`` (of the algorithm module ``mod``) with the settings ``choose`` makes for ``backend`` (the pool's first
+    member) within ``bounds``; ``say`` gets each choice, its reason and the predicted use per state and episode.
+    A ``ValueError`` (one line) where nothing can be chosen."""
+    from hqflow.workloads.rl.policies import policy_row
+
+    one = policy_row(mod, cfg)
+    try:
+        chosen = choose(backend, one, one.template.n_inputs + one.template.n_weights, bounds, gradient=cfg.gradient,
+                        shots=cfg.shots, spsa_samples=cfg.spsa_samples,
+                        circuits_per_state=lambda rows: mod.circuits_per_step(cfg, rows))
+        settings = {k: v for k, v in chosen.settings().items() if hasattr(cfg, k)}
+        if getattr(cfg, "groups", None) is not None:  # set by the user: kept
+            settings["groups"] = cfg.groups
+        cfg = replace(cfg, **settings)
+    except (BackendError, TypeError, ValueError) as exc:
+        raise ValueError(f"--objective cost: {exc}") from None
+    lines = [f"  {k:<13} {chosen.reasons[k]}" for k in ("gradient", "spsa_samples", "shots", "packing")]
+    if settings.get("groups", 1) != 1:
+        lines[-1] += f" (but {settings['groups']} actor groups, as configured)"
+    longest = cfg.spec.max_episode_steps()
+    for label, length in (("per state", 1), (f"per episode of {longest} steps (the longest)", longest)):
+        if length:
+            lines.append(f"  {label}: {_use(chosen.per_episode(length))}")
+    say("hqflow: --objective cost chose:\n" + "\n".join(lines))
+    return cfg
+
+
+def _use(used: dict) -> str:
+    """Predicted use as text: circuits, shots, service jobs and list price where known."""
+    def n(x: float) -> str:
+        return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+    text = f"{n(used['circuits'])} circuits, {n(used['shots'])} shots"
+    if used["service_jobs"] is not None:
+        text += f", {n(used['service_jobs'])} service jobs"
+    if used["cost"] is not None:
+        text += f", {used['cost']:,.2f} {used['currency']} at list price"
+    return text
+
+
+__all__ = ["GRADIENTS", "Bounds", "Frugal", "choose", "policy_config"]

@@ -1,4 +1,4 @@
-"""``--objective cost``'s closed-form choice (hqflow.frugal) against small priced backends written here, and the
+"""``--objective cost``'s closed-form choice (hqflow.workloads.rl.frugal) against small priced backends written here, and the
 cost model's predicted usage (service jobs, circuits, shots) against what a real run counts."""
 import concurrent.futures as cf
 import dataclasses
@@ -11,7 +11,7 @@ import hqflow as hq
 from hqflow.backends import Backend, BackendError, Capabilities, CircuitBatch, Cost, FutureJob
 from hqflow.backends.emulated import EmulatedQPU
 from hqflow.costmodel import predict
-from hqflow.frugal import Bounds, choose
+from hqflow.workloads.rl.frugal import Bounds, choose
 from hqflow.ir.circuit import CircuitTemplate
 from hqflow.profile import profile
 from hqflow.workloads import synthetic
