@@ -474,10 +474,10 @@ class _Cli:
         import os
         import tempfile
 
-        from hqflow import cli, cli_plan, cli_train
+        from hqflow import cli, cli_plan
         from hqflow.distribution import get_distribution
         from hqflow.workloads import WORKLOADS, get_workload
-        from hqflow.workloads.rl import runner, trained
+        from hqflow.workloads.rl import planned, runner, trained
 
         self.folder = tempfile.mkdtemp(prefix="hqflow-fuzz-cli-")
         os.chdir(self.folder)
@@ -505,18 +505,16 @@ class _Cli:
             runner.initial_state(algo, cfg)  # the policy the configuration describes
             return trained_out
 
-        def make_plan(module, cfg, backends, spans=None, *, profile_path=None, **kw):
-            cli_plan._saved_profile(profile_path)  # read, as the planner reads it
+        def make_plan(module, cfg, backends, spans=None, **kw):  # (the CLI read --profile before it)
             return small_plan
 
-        def plan_training(algo, cfg, backends, *, profile_path=None, **kw):
-            cli_plan._saved_profile(profile_path)
-            return small_plan, get_distribution("sync"), {}, None
+        def plan_training(algo, cfg, placement, profile=None, **kw):
+            return small_plan, get_distribution("sync"), {}, placement
 
         runner.train = train
         trained.evaluate = lambda run, **kw: real_evaluate(run, **{**kw, "episodes": 1, "max_steps": 3, "record": None})
         cli.make_plan = cli_plan.make_plan = make_plan
-        cli_train.plan_training = plan_training
+        planned.plan_training = plan_training
         for name in WORKLOADS:
             module = get_workload(name)
             small = module.run(dataclasses.replace(module.Config(), steps=2))

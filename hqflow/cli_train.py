@@ -291,7 +291,7 @@ def cmd_train(args) -> int:
                        list_cost=None if used["cost"] != used["cost"] else round(used["cost"], 6))
         if used["currency"]:
             figures["currency"] = used["currency"]
-    if paid["service_jobs"] > used["service_jobs"] or (out["spend"] or 0) > used["cost"] + 1e-6:
+    if out["currency"] and (paid["service_jobs"] > used["service_jobs"] or (out["spend"] or 0) > used["cost"] + 1e-6):
         print(f"hqflow: the run paid for {paid['service_jobs']:,} service jobs ({money(out['spend'], out['currency'])})"
               f"; its updates used {used['service_jobs']:,} ({money(used['cost'], used['currency'])}): the rest went "
               "to work a stop or a kill cut short (ledger.jsonl has every charge)", file=sys.stderr)

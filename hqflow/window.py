@@ -149,10 +149,12 @@ class Values:
             for v in [v for v in versions if v < keep and v != newest]:
                 del versions[v]
 
-    def at(self, version: int) -> dict[PortRef, Versions]:
+    def at(self, version: int) -> dict[PortRef, Versions] | None:
         """Every loop source's values from ``version`` back as far as a step from ``version`` on may take
-        (``max_staleness``), by source port: a checkpoint after ``version`` finished steps (never missing one,
-        under :meth:`forget`'s rule)."""
+        (``max_staleness``), by source port: a checkpoint after ``version`` finished steps; None where ``version``
+        is gone (never, under :meth:`forget`'s rule, for the version after the finished steps)."""
+        if any(version not in versions for versions in self.versions.values()):
+            return None
         out: dict[PortRef, dict] = {}
         for i, versions in self.versions.items():
             back = self.edges[i].max_staleness

@@ -462,9 +462,9 @@ def test_paths_that_are_not_utf8_are_printed_escaped(tmp_path, monkeypatch):
 
 
 def test_flags_that_the_run_refuses_are_refused_before_a_plan_is_made_and_printed(monkeypatch, capsys):
-    import hqflow.cli_train as cli_train
+    import hqflow.workloads.rl.planned as planned
 
-    monkeypatch.setattr(cli_train, "plan_training", lambda *a, **k: pytest.fail("planned before refusing"))
+    monkeypatch.setattr(planned, "plan_training", lambda *a, **k: pytest.fail("planned before refusing"))
     assert main(["train", "cartpole", "--plan", "auto", "--shot-budget", "1000"]) == 2
     assert "--shot-budget counts the shots of a job backend's jobs" in _err(capsys)
     assert main(["train", "cartpole", "--backend", "emulated-qpu", "--plan", "auto", "--ray-address", "auto"]) == 2

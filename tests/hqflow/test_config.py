@@ -59,4 +59,4 @@ def test_train_refuses_bad_settings_before_making_a_run_directory(algo, setting,
 
 def test_a_negative_seed_is_refused(tmp_path, capsys):
     assert main(["train", "cartpole", "--seed", "-1", "--run-dir", str(tmp_path / "r")]) == 2
-    assert "seed must be an integer >= 0" in capsys.readouterr().err
+    assert "--seed: expected an integer >= 0, got -1" in capsys.readouterr().err

@@ -192,7 +192,10 @@ def test_a_run_s_state_is_keyed_by_port_and_initial_state_takes_either_key():
     assert hq.run(graph, 1, executor="sync", initial_state={"count.n": 20}).state["count.n"] == 21
 
 
-def test_a_checkpoint_of_an_earlier_version_keyed_by_text_resumes_to_the_uninterrupted_result(tmp_path):
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_checkpoint_of_an_earlier_version_keyed_by_text_resumes_to_the_uninterrupted_result(tmp_path, version):
+    """Version 1 keyed its values by "frag.port" text, version 2 by port objects; both held a value per port
+    (version 3: the versions the next steps take, a ``Versions``)."""
     from hqflow.workloads import synthetic
 
     cfg = synthetic.Config(staleness=0, backend="qpu")
@@ -204,9 +207,11 @@ def test_a_checkpoint_of_an_earlier_version_keyed_by_text_resumes_to_the_uninter
 
     run(3, run_dir=str(run_dir))
     saved = pickle.loads((run_dir / "state.pkl").read_bytes())
-    assert saved["version"] == 2 and saved["state"][0][0] == {"fragment": "learn", "port": "weights"}
-    old = dict(saved, version=1, state={str(PortRef.from_dict(ref)): value for ref, value in saved["state"]})
-    (run_dir / "state.pkl").write_bytes(pickle.dumps(old, protocol=4))  # as version 1 wrote it
+    assert saved["version"] == 3 and saved["state"][0][0] == {"fragment": "learn", "port": "weights"}
+    values = [(ref, kept.values[saved["steps"]]) for ref, kept in saved["state"]]
+    old = dict(saved, version=version, state={str(PortRef.from_dict(ref)): value for ref, value in values}
+               if version == 1 else [[ref, value] for ref, value in values])
+    (run_dir / "state.pkl").write_bytes(pickle.dumps(old, protocol=4))  # as that version wrote it
     resumed, clean = run(6, run_dir=str(run_dir), resume=True), run(6)
     assert resumed.outputs == clean.outputs and min(s.step for s in resumed.spans) == 3
     np.testing.assert_array_equal(resumed.state["learn.weights"], clean.state["learn.weights"])
