@@ -10,7 +10,9 @@ exit status 134, after the program's own work and output were done.
 So threads started with :func:`start` are joined at exit, after the stop callbacks
 registered with :func:`on_exit` (a pool's shutdown, a backend's close) have told them to
 end. The wait is bounded: ``EXIT_WAIT`` seconds in all, or ``HURRIED_WAIT`` after
-:func:`hurry` (an interrupted run, whose running fragment the user does not want to wait for).
+:func:`hurry` (an interrupted run, whose running fragment the user does not want to wait for); a thread still
+running then ends the process at once (``os._exit(130)``, its output flushed): the interpreter's teardown beside
+a running thread could hang on a lock the thread holds (an import's) or abort inside C++.
 
 A thread is held here until it has ended, not weakly: its ``Thread`` object can be gone (its
 pool dropped, its run over) while the thread still clears its state, freeing its
@@ -21,6 +23,9 @@ submits a job) are joined too.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import os
+import sys
 import threading
 import time
 import weakref
@@ -77,3 +82,8 @@ def _join_at_exit() -> None:
             return
         for thread in alive:
             thread.join(max(0.0, deadline - time.monotonic()))
+    if _HURRIED.is_set():  # an interrupt, and a fragment still running: the interpreter's teardown beside a live
+        for stream in (sys.stdout, sys.stderr):  # thread can hang (a module lock it held) or abort in C++, so the
+            with contextlib.suppress(Exception):  # process ends here, its output written
+                stream.flush()
+        os._exit(130)  # as an interrupted process's status: 128 + SIGINT

@@ -532,15 +532,12 @@ class JobService:
             for token, att in taken:
                 del self._live[token]
                 req, j = att.request, att.part
-                self._span(att, CANCELLED)
                 req.pool.release(att.member, att.slot)
                 req.attempts[j] += 1  # a fresh attempt (and job id) on the member it goes to
                 req.withdrawn[j] += 1
                 self._waiting.appendleft((req, j))
-        for _, att in taken:
-            if att.job is not None:
-                att.job.cancel()
-        self._spend_predicted([att for _, att in taken if att.job is not None])
+            submitted = [att for _, att in taken if att.job is not None]  # (one being submitted: _pump's)
+        self._cancelled(submitted)
         self._pump()
         return len(taken)
 

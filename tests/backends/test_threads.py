@@ -116,4 +116,6 @@ def test_after_an_interrupt_the_exit_waits_one_second_not_the_call():
         """, timeout=90)
     except subprocess.TimeoutExpired:
         pytest.fail("the exit waited for the running call")
-    assert proc.returncode == 0, proc.stderr[-500:]
+    # the call still runs after the second: the process ends at once, as an interrupted one, its output written
+    # (a teardown beside the running thread could hang on a lock it held, 34.26: 1 in 60 Ctrl-C'd runs did)
+    assert proc.returncode == 130 and proc.stdout.strip() == "done", proc.stderr[-500:]

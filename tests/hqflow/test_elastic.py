@@ -69,10 +69,13 @@ def _changes(run, progress_steps, at_remove=15, at_add=30, instances=True):
             landed["removed"] = progress_steps[0]
         while progress_steps[0] < at_add and not run.done():
             time.sleep(0.002)
-        if not run.done():
-            run.add_backend("qpu", _qpu("c") if instances else _spec("c"))
-            run.add_backend("qpu", _spec("d"))
-            landed["added"] = progress_steps[0]
+        try:  # (the run can end between the check and the add: then the add is refused, and not landed)
+            if not run.done():
+                run.add_backend("qpu", _qpu("c") if instances else _spec("c"))
+                run.add_backend("qpu", _spec("d"))
+                landed["added"] = progress_steps[0]
+        except RuntimeError as exc:
+            assert "the run has ended" in str(exc)
     t = threading.Thread(target=watch)
     t.start()
     return t, landed
