@@ -10,7 +10,7 @@ import argparse
 from hqflow.ir.text import number, shown
 
 from .cli_pool import choice
-from .gradients import GRADIENTS
+from .gradients import GRADIENTS, METHODS
 
 OBJECTIVES = ("time", "cost")
 
@@ -49,22 +49,26 @@ def add_cost_arguments(parser: argparse.ArgumentParser, run: bool = False) -> No
     group.add_argument("--shots", type=_at_least(1, "a positive number of shots"), help=(
         "classifier, vqe: shots per training circuit (default: exact values); qaoa: shots when sampling the trained "
         "circuit" if run else "shots per circuit on any backend (default: exact values where the backend has them)"))
-    group.add_argument("--gradient", choices=GRADIENTS, type=choice(GRADIENTS), help=f"the {circuit} circuit's "
-                       f"gradient: param-shift (default; exact, 1 + 2 x parameters circuits per {per}) or spsa (an "
-                       f"estimate, {centre}2 x --spsa-samples circuits per {per})")
+    names = GRADIENTS if run else METHODS
+    group.add_argument("--gradient", choices=names, type=choice(names), help=f"the {circuit} circuit's gradient: "
+                       f"param-shift (default; exact, 1 + 2 x parameters circuits per {per}), spsa (an estimate, "
+                       f"{centre}2 x --spsa-samples circuits per {per})" + ("" if run else " or twin (the backend only "
+                       "acts, 1 circuit per state; a local twin, --twin-noise's, differentiates)"))
     group.add_argument("--spsa-samples", type=_at_least(1, "a positive number of directions"), metavar="K",
                        help="with --gradient spsa: random directions per step (default 2, in hqflow run and train)")
     group.add_argument("--spsa-epsilon", type=_epsilon, metavar="E",
                        help="with --gradient spsa: perturbation size (default 0.1)")
     if not run:
+        group.add_argument("--twin-noise", metavar="TARGET", help="with --gradient twin: the target whose noise "
+                           "model the twin simulates, e.g. ionq.qpu.aria-1 (default: noiseless)")
         group.add_argument("--shot-budget", type=_at_least(1, "a positive number of shots"), metavar="N",
                            help="the most shots the run may use; past it the run stops, checkpointed")
 
 
 def cost_overrides(args) -> dict:
     """The config fields these flags set (those given)."""
-    return {k: getattr(args, k) for k in ("shots", "gradient", "spsa_samples", "spsa_epsilon") if getattr(args, k)
-            is not None}
+    return {k: getattr(args, k) for k in ("shots", "gradient", "spsa_samples", "spsa_epsilon", "twin_noise")
+            if getattr(args, k, None) is not None}
 
 
 def add_dry_run_arguments(parser: argparse.ArgumentParser) -> None:

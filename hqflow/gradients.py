@@ -27,6 +27,7 @@ from hqflow.ir.circuit import Angle, CircuitTemplate, DerivedInputError, Op
 from hqflow.ir.gates import GATES, SHIFT_RULES
 
 GRADIENTS = ("param-shift", "spsa")  # the estimators a circuit's gradient can come from, by name
+METHODS = (*GRADIENTS, "twin")  # and a local twin's gradient beside the backend's values (``QuantumLayer``)
 
 
 class Gradient(NamedTuple):

@@ -24,7 +24,10 @@ CPU; ``layer.cuda()`` on a CPU backend simulates on the CPU and answers on the G
 simultaneous perturbations instead (``hqflow.gradients.spsa``: ``2 * samples`` rows per input row, whatever
 the number of parameters), as jobs on any backend, never through a torch program. Every row of a job shares
 its directions, drawn from the job's seed: with ``seed=None`` and outside ``seeded``, from fresh entropy, so
-pass a ``seed`` or run inside ``seeded(...)`` for reproducible runs.
+pass a ``seed`` or run inside ``seeded(...)`` for reproducible runs. ``gradient="twin"`` (with ``twin=``, a backend
+that differentiates in process: ``compiled``, or ``density`` under a target's noise) runs only the values on the
+backend, one circuit per row, and takes the gradient from the twin's program at the same inputs and weights: the
+output is the backend's values, its gradient the twin's (biased where the twin is not the device).
 
 ``seeded(*key)`` gives the jobs submitted inside it (by any layer, on this thread and the threads that copy
 its context) the seeds ``SeedSequence([*key, k])`` for the k-th job, with one shot seed per row (row-seeded
@@ -55,7 +58,7 @@ from hqflow.ir.text import shown
 
 from . import usage
 from .collective import Compression, reduce, replica
-from .gradients import GRADIENTS, Spsa, param_shift, spsa
+from .gradients import METHODS, Spsa, param_shift, spsa
 from .jobs import pool_backend
 
 
@@ -110,7 +113,7 @@ class QuantumLayer(nn.Module):
 
     def __init__(self, template: CircuitTemplate, backend="compiled", *, weights=None, seed: int | None = None,
                  shots: int | None = None, dtype: torch.dtype = torch.float32, gradient_in_forward: bool = False,
-                 gradient: str = "param-shift", spsa: Spsa | None = None):
+                 gradient: str = "param-shift", spsa: Spsa | None = None, twin="compiled"):
         super().__init__()
         if not isinstance(template, CircuitTemplate):
             raise TypeError(f"template must be a CircuitTemplate (hqflow.ir.Circuit(...).build(), from_qiskit, "
@@ -121,12 +124,16 @@ class QuantumLayer(nn.Module):
             raise ValueError(f"shots must be a positive integer (at most 2**63 - 1) or None, got {shown(shots)}")
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
-        if gradient not in GRADIENTS:
-            raise ValueError(f"gradient must be 'param-shift' or 'spsa', got {shown(gradient)}")
+        if gradient not in METHODS:
+            raise ValueError(f"gradient must be one of {', '.join(METHODS)}, got {shown(gradient)}")
         if spsa is not None and not isinstance(spsa, Spsa):
             raise TypeError(f"spsa must be a hqflow.gradients.Spsa or None, got {type(spsa).__name__}")
         self.template, self.backend, self.shots, self.seed = template, backend, shots, seed
         self.gradient_in_forward, self.gradient, self.spsa = gradient_in_forward, gradient, spsa or Spsa()
+        self.twin = _resolve(twin) if gradient == "twin" else None
+        if self.twin is not None and not differentiates(self.twin):
+            raise ValueError(f"gradient='twin' needs a twin that differentiates in process (compiled, density), "
+                             f"got {shown(self.twin.name)}")
         if weights is None:
             gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
             weights = torch.rand(template.n_weights, generator=gen, dtype=dtype) * (2 * math.pi)
@@ -185,17 +192,27 @@ class QuantumLayer(nn.Module):
             out = x.to(w.device).new_zeros((0, len(self.template.observables))) + 0 * w.sum()
             return out[0] if single else out
         backend = self.job_backend()
-        program = self._program(backend)
-        if program is not None:  # it moves x and w to its own device, and its result comes back here
+        program = self._program(backend) if self.shots is None and self.gradient == "param-shift" else None
+        if self.twin is not None:  # the backend's values; the twin's gradient (its values' change, nothing more)
+            out = _values_job(self, x, w)
+            if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+                t = self.twin_values(x)
+                out = out + (t - t.detach())
+        elif program is not None:  # it moves x and w to its own device, and its result comes back here
             out = program(x, w).to(device=w.device, dtype=w.dtype)
         else:  # (inside a Function grad mode is off: whether a gradient is needed is decided here)
             shift = self.gradient_in_forward and torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
             out = _ShiftRule.apply(x.to(w.device), w, self, shift)
         return out[0] if single else out
 
+    def twin_values(self, x: torch.Tensor) -> torch.Tensor:
+        """The twin's values of inputs ``x`` [B, n_inputs] at the layer's weights, in the autograd graph."""
+        w = self.weights
+        return self._program(self.twin)(x.to(w.dtype), w).to(device=w.device, dtype=w.dtype)
+
     def _program(self, backend):
         """The backend's differentiable torch program (exact values, parameter shift's gradient), or None."""
-        if self.shots is not None or self.gradient == "spsa" or not differentiates(backend):
+        if not differentiates(backend):
             return None
         key = (id(backend), self.weights.dtype)
         if key not in self._programs:

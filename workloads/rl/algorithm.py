@@ -25,6 +25,7 @@ from typing import ClassVar
 import torch
 from hqflow.backends import DEFAULT_BACKEND
 from hqflow.config import check_fields
+from hqflow.gradients import METHODS
 from hqflow.workloads.rl.envs import EnvSpec, get_spec
 
 BOUNDS = {
@@ -40,7 +41,7 @@ BOUNDS = {
 }
 """The hyperparameters' ranges, checked at construction (``hqflow.config.check_fields``): a bad ``--set`` is
 refused before a run starts."""
-GRADIENTS = ("param-shift", "spsa")
+GRADIENTS = METHODS
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,13 @@ class Config:
     has them; a cloud target's own default where it has not)"""
     gradient: str = "param-shift"
     """the policy circuit's gradient: "param-shift" (exact rule: 1 + 2 x parameters circuits per row; on an
-    in-process simulator with exact values, autograd) or "spsa" (``spsa_samples`` random directions shared by all
-    rows: 2 x spsa_samples circuits per row, whatever the parameter count; an estimate)"""
+    in-process simulator with exact values, autograd), "spsa" (``spsa_samples`` random directions shared by all
+    rows: 2 x spsa_samples circuits per row, whatever the parameter count; an estimate) or "twin" (the backend only
+    acts, one circuit per env step; the learner differentiates a local twin, ``twin_noise``'s: biased where the
+    twin is not the device)"""
+    twin_noise: str | None = None
+    """twin: the target whose noise model the twin simulates (``density``, e.g. ionq.qpu.aria-1); None: the
+    noiseless compiled simulator"""
     spsa_samples: int = 2
     """spsa: the directions per update (each costs 2 circuits per row)"""
     spsa_epsilon: float = 0.1
@@ -108,6 +114,8 @@ class Config:
             raise ValueError(f"unknown encoding {self.encoding!r}; known: {', '.join(ENCODINGS)}")
         if self.gradient not in GRADIENTS:
             raise ValueError(f"unknown gradient {self.gradient!r}; known: {', '.join(GRADIENTS)}")
+        if self.twin_noise is not None and self.gradient != "twin":
+            raise ValueError("twin_noise goes with gradient twin (--twin-noise with --gradient twin)")
         self.check(spec)
 
     def check(self, spec: EnvSpec) -> None:
@@ -131,7 +139,8 @@ def circuit_options(cfg: Config) -> dict:
     """The policy circuit's ``QuantumLayer`` settings: shots and gradient estimator."""
     from hqflow.gradients import Spsa
 
-    return {"shots": cfg.shots, "gradient": cfg.gradient,
+    twin = "compiled" if cfg.twin_noise is None else ("density", {"noise": cfg.twin_noise})
+    return {"shots": cfg.shots, "gradient": cfg.gradient, "twin": twin,
             "spsa": Spsa(cfg.spsa_samples, cfg.spsa_epsilon) if cfg.gradient == "spsa" else None}
 
 

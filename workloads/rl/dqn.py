@@ -234,5 +234,6 @@ ALGORITHM = Algorithm("dqn", Config, make_policy, make_optimizer, make_envs, act
                       lambda cfg: cfg.episodes_per_update,
                       # at most one circuit to act (greedy steps), and every train_every steps a gradient step:
                       # Q(s) with its gradient and the target's Q(s') for batch_size transitions
-                      lambda cfg, rows: 1 + cfg.batch_size * (rows + 1) / setting(cfg, "train_every"),
+                      lambda cfg, rows: 1 + (cfg.gradient != "twin") * cfg.batch_size * (rows + 1) / setting(
+                          cfg, "train_every"),  # (a twin's learner runs no circuit: Q and Q_target on the twin)
                       init_extra=init_extra)

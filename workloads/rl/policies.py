@@ -11,9 +11,16 @@ Every policy's circuit is a ``hqflow.torch.QuantumLayer`` (its ``weights`` are �
 the layer's: ``backend=`` is a backend object or a name (inside a fragment that declared it, ``job_backends``, the
 run's pool through the fragment's job client); autograd where it differentiates in process (``compiled``), else a
 forward pass is one job, parameter-shift rows included (``gradient_in_forward=True``): a learner step is one job.
+
+A twin policy (``circuit={"gradient": "twin", "twin": ...}``) acts on its backend (the QPU: one circuit per row) and
+learns on its local twin (``learning_on_twin``): inside the learner every circuit value is the twin's, in the
+autograd graph, plus the row's ``offset``, what the QPU measured minus what the twin computed as the row was
+acted (``twin_offsets``). At the parameters that acted the learner's values are then the QPU's, and their
+gradient is the twin's; after the parameters move, the twin's change is added to what the QPU measured.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -94,6 +101,7 @@ class _PQC(Acting, QuantumLayer):
         self.input_scaling = nn.Parameter(torch.ones(n_layers, n_qubits, dtype=dtype))
         self.n_actions, self.output = len(output), nn.Parameter(torch.tensor(output, dtype=dtype))  # readout w
         self.shard: tuple[int, int] | None = None  # (rank, size): see shard_rows
+        self.on_twin = False  # the learner of a twin policy: values from the twin (see learning_on_twin)
 
     def angles(self, states: torch.Tensor) -> torch.Tensor:
         """Circuit inputs [B, n_layers*n_qubits]: the encoded λ·s, layer-major."""
@@ -108,8 +116,12 @@ class _PQC(Acting, QuantumLayer):
             x = torch.tanh(x) if self.encoding == "tanh" else torch.atan(x)
         return x.reshape(s.shape[0], -1)
 
-    def expectations(self, states: torch.Tensor) -> torch.Tensor:
-        """<O_k> for every observable: [B, n_obs]."""
+    def expectations(self, states: torch.Tensor, offset=None) -> torch.Tensor:
+        """<O_k> for every observable: [B, n_obs]. On the twin (``learning_on_twin``): the twin's, plus ``offset``
+        [B, n_obs] where given (``twin_offsets`` of the rows as they were acted)."""
+        if self.on_twin:
+            out = self.twin_values(self.angles(states))
+            return out if offset is None else out + torch.as_tensor(offset, dtype=out.dtype, device=out.device)
         if self.shard is not None and torch.is_grad_enabled():
             return self._sharded(states, *self.shard)
         return QuantumLayer.forward(self, self.angles(states))
@@ -147,17 +159,21 @@ class SoftmaxPQC(_PQC):
                          seed, dtype, [(-1.0) ** a for a in range(n_actions)], circuit)
         self.beta = float(beta)
 
-    def logits(self, states: torch.Tensor) -> torch.Tensor:
-        """β · w_a · <O>: [B, n_actions]."""
-        return self.beta * self.expectations(states)[:, :1] * self.output[None]
+    def logits(self, states: torch.Tensor, offset=None) -> torch.Tensor:
+        """β · w_a · <O>: [B, n_actions] (``offset``: ``expectations``')."""
+        return self.readout(self.expectations(states, offset))
+
+    def readout(self, values: torch.Tensor) -> torch.Tensor:
+        """The logits β · w_a · <O> of the circuit's values [B, n_obs]."""
+        return self.beta * values[:, :1] * self.output[None]
 
     def forward(self, states: torch.Tensor) -> torch.Tensor:
         """Action probabilities [B, n_actions]."""
         return torch.softmax(self.logits(states), dim=-1)
 
-    def log_probs(self, states: torch.Tensor) -> torch.Tensor:
-        """log π(a|s) for every action: [B, n_actions]."""
-        return torch.log_softmax(self.logits(states), dim=-1)
+    def log_probs(self, states: torch.Tensor, offset=None) -> torch.Tensor:
+        """log π(a|s) for every action: [B, n_actions] (``offset``: ``expectations``')."""
+        return torch.log_softmax(self.logits(states, offset), dim=-1)
 
 
 class QValuePQC(_PQC):
@@ -190,17 +206,21 @@ class GaussianPQC(_PQC):
                          [1.0] * n_actions, circuit)
         self.log_std = nn.Parameter(torch.zeros(n_actions, dtype=dtype))
 
-    def forward(self, states: torch.Tensor) -> torch.Tensor:
-        """The mean action [B, n_actions] (what a greedy policy takes)."""
-        return self.output[None] * self.expectations(states)
+    def forward(self, states: torch.Tensor, offset=None) -> torch.Tensor:
+        """The mean action [B, n_actions] (what a greedy policy takes); ``offset``: ``expectations``'."""
+        return self.output[None] * self.expectations(states, offset)
 
     def greedy(self, features) -> np.ndarray:
         """The mean action per row: [B, n_actions] in [-1, 1]^d (the environment scales it onto its Box)."""
         return self._outputs(features).cpu().numpy()
 
-    def dist(self, states: torch.Tensor) -> torch.distributions.Distribution:
-        """π(·|s): independent normals, [B] batch of d-dimensional actions."""
-        mean = self.forward(states)
+    def dist(self, states: torch.Tensor, offset=None) -> torch.distributions.Distribution:
+        """π(·|s): independent normals, [B] batch of d-dimensional actions; ``offset``: ``expectations``'."""
+        return self.dist_of(self.expectations(states, offset))
+
+    def dist_of(self, values: torch.Tensor) -> torch.distributions.Distribution:
+        """π(·|s) from the circuit's values [B, n_obs] at s."""
+        mean = self.output[None] * values
         return torch.distributions.Independent(torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean)), 1)
 
     def param_groups(self, lr_in: float = 0.1, lr_var: float = 0.01, lr_out: float = 0.1) -> list[dict]:
@@ -214,17 +234,46 @@ def shard_rows(policy: nn.Module, rank: int | None = None, size: int = 1) -> lis
     """Make every circuit in ``policy`` differentiate only its share ``rank`` of ``size`` of each batched call's rows,
     the others' values computed without gradient (``multi-learner``); ``rank=None`` undoes it. Returns the parameters
     feeding the circuits (λ, θ), whose gradients the learners sum; the others (w, a critic) see every row already."""
-    circuits = [m for m in policy.modules() if isinstance(m, _PQC)]
-    for m in circuits:
+    for m in circuits(policy):
         m.shard = None if rank is None or size == 1 else (int(rank), int(size))
-    return [p for m in circuits for p in (m.input_scaling, m.weights)]
+    return [p for m in circuits(policy) for p in (m.input_scaling, m.weights)]
+
+
+def circuits(policy: nn.Module) -> list[_PQC]:
+    """The policy circuits in ``policy``."""
+    return [m for m in policy.modules() if isinstance(m, _PQC)]
+
+
+@contextlib.contextmanager
+def learning_on_twin(policy: nn.Module, on: bool = True):
+    """Inside the block, every circuit of ``policy`` that has a twin computes its values on the twin (a twin
+    policy's learner: no QPU circuit); ``on=False``: nothing changes."""
+    twins = [m for m in circuits(policy) if on and m.twin is not None]
+    for m in twins:
+        m.on_twin = True
+    try:
+        yield
+    finally:
+        for m in twins:
+            m.on_twin = False
+
+
+@torch.no_grad()
+def twin_offsets(policy: nn.Module, states, values: torch.Tensor) -> np.ndarray | None:
+    """``values`` (the QPU's, as acted, [B, n_obs]) minus the twin's at the same states and parameters: the
+    offsets a twin policy's learner adds (``expectations``); None where the policy's circuit has no twin."""
+    (m,) = circuits(policy)
+    if m.twin is None:
+        return None
+    return (values - m.twin_values(m.angles(states))).double().cpu().numpy()
 
 
 def policy_row(algo, cfg) -> CircuitBatch:
     """One row (zeros) of the policy circuit that ``algo`` (an algorithm's module) makes for ``cfg``, at its shots:
     what a backend is asked to price or take before a run (no backend made)."""
-    t = next(m.template for m in algo.make_policy(cfg).modules() if isinstance(m, _PQC))
+    t = circuits(algo.make_policy(cfg))[0].template
     return CircuitBatch.make(t, np.zeros((1, t.n_inputs)), np.zeros(t.n_weights), shots=cfg.shots)
 
 
-__all__ = ["ENCODINGS", "GaussianPQC", "QValuePQC", "SoftmaxPQC", "pqc_template", "policy_row", "shard_rows"]
+__all__ = ["ENCODINGS", "GaussianPQC", "QValuePQC", "SoftmaxPQC", "circuits", "learning_on_twin", "pqc_template",
+           "policy_row", "shard_rows", "twin_offsets"]

@@ -35,7 +35,7 @@ import torch
 from hqflow.workloads.rl import algorithm
 from hqflow.workloads.rl.algorithm import Algorithm, setting
 from hqflow.workloads.rl.envs import EnvSpec, ObsEncoder, reset_finished, vector_env
-from hqflow.workloads.rl.policies import Acting, GaussianPQC, SoftmaxPQC
+from hqflow.workloads.rl.policies import Acting, GaussianPQC, SoftmaxPQC, twin_offsets
 from torch import nn
 
 
@@ -104,6 +104,7 @@ class Batch:
     kept: np.ndarray | None = None  # [N] int: the steps of each env the learner takes (None: all T; within_budget)
     steps_taken: int = -1  # env steps the actor took (-1: n_steps; more in a rollout cut at the budget)
     episode_lengths: np.ndarray | None = None  # steps of the completed episodes, in the order they ended
+    offsets: np.ndarray | None = None  # [T, N, n_obs] a twin actor's (``policies.twin_offsets``), else None
 
     @property
     def n_steps(self) -> int:
@@ -137,9 +138,11 @@ class ActorCritic(Acting, nn.Module):
         """V(s): [B]."""
         return self.critic(torch.as_tensor(states, dtype=self.critic[0].weight.dtype))[:, 0]
 
-    def forward(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(log π(a|s) for every action [B, n_actions] (continuous: the mean action), V(s) [B])."""
-        return (self.actor(states) if self.continuous else self.actor.log_probs(states)), self.value(states)
+    def forward(self, states: torch.Tensor, offset=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log π(a|s) for every action [B, n_actions] (continuous: the mean action), V(s) [B]); ``offset``: a twin
+        learner's (``SoftmaxPQC.expectations``)."""
+        actor = self.actor(states, offset) if self.continuous else self.actor.log_probs(states, offset)
+        return actor, self.value(states)
 
     def greedy(self, features) -> np.ndarray:
         """The actor's greedy actions (``SoftmaxPQC.greedy``, ``GaussianPQC.greedy``); the critic is not asked."""
@@ -198,14 +201,19 @@ def rollout(policy: ActorCritic, envs: gym.vector.SyncVectorEnv, spec: EnvSpec, 
     log_probs, values = np.empty((num_steps, n), np.float32), np.empty((num_steps, n), np.float32)
     rewards, dones = np.empty((num_steps, n)), np.empty((num_steps, n), bool)
     running, steps, finished, lengths = np.zeros(n), np.zeros(n, np.int64), [], []  # running episodes; completed
+    twin, offsets = policy.actor.twin is not None, []
     for t in range(num_steps):
+        s = torch.from_numpy(obs)
+        q = policy.actor.expectations(s)  # the circuit's values: one job
+        if twin:
+            offsets.append(twin_offsets(policy, s, q))
         if policy.continuous:  # a ~ N(mean, std), drawn from the rollout's generator
-            d, v = policy.actor.dist(torch.from_numpy(obs)), policy.value(torch.from_numpy(obs))
+            d, v = policy.actor.dist_of(q), policy.value(s)
             mean, std = d.base_dist.loc.double().numpy(), d.base_dist.scale.double().numpy()
             a = (mean + std * rng.standard_normal(mean.shape)).astype(np.float32)
             log_probs[t] = d.log_prob(torch.from_numpy(a).to(d.base_dist.loc.dtype)).numpy()
         else:  # inverse-CDF sampling: the first action whose cumulative probability exceeds u
-            logp, v = policy(torch.from_numpy(obs))
+            logp, v = torch.log_softmax(policy.actor.readout(q), dim=-1), policy.value(s)
             logp = logp.double().numpy()
             a = np.minimum((rng.random(n)[:, None] > np.cumsum(np.exp(logp), axis=1)).sum(axis=1), logp.shape[1] - 1)
             log_probs[t] = logp[np.arange(n), a]
@@ -221,7 +229,8 @@ def rollout(policy: ActorCritic, envs: gym.vector.SyncVectorEnv, spec: EnvSpec, 
         obs = encode(raw)
     last_values = policy.value(torch.from_numpy(obs)).numpy()
     return Batch(states, actions, log_probs, rewards, dones, values, last_values, np.array(finished),
-                 num_steps * n + learner_rows, episode_lengths=np.array(lengths, np.int64))
+                 num_steps * n + learner_rows, episode_lengths=np.array(lengths, np.int64),
+                 offsets=np.stack(offsets) if twin else None)
 
 
 def within_budget(batch: Batch, cfg: Config, episodes: int) -> Batch:
@@ -244,7 +253,8 @@ def within_budget(batch: Batch, cfg: Config, episodes: int) -> Batch:
                  batch.circuit_evals - setting(cfg, "update_epochs") * dropped,  # rows the learner no longer runs
                  None if (kept == t + 1).all() else kept,
                  batch.steps_taken if batch.steps_taken >= 0 else batch.rewards.size,
-                 None if batch.episode_lengths is None else batch.episode_lengths[:episodes])
+                 None if batch.episode_lengths is None else batch.episode_lengths[:episodes],
+                 None if batch.offsets is None else batch.offsets[:t + 1])
 
 
 # --- the learner -----------------------------------------------------------------------------
@@ -283,12 +293,17 @@ def clipped_objective(new_log_probs: torch.Tensor, old_log_probs: torch.Tensor, 
     return torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean()
 
 
+def _rows(offsets, mb):
+    return None if offsets is None else offsets[mb]
+
+
 def learn(policy: ActorCritic, optimizer, batch: Batch, cfg: Config, extra, step: int) -> tuple[dict, None]:
     """GAE, then the minibatch steps (drawn from ``(cfg.seed, step, 1)``); the metrics are the means over the steps."""
     advantages, returns = _advantages(batch, cfg)
     mask, dtype = batch.mask(), policy.actor.output.dtype  # a[mask]: time-major rows [T * N, ...] the learner takes
     states, actions = torch.from_numpy(batch.states[mask]), torch.from_numpy(batch.actions[mask])
     old_log_probs = torch.from_numpy(batch.log_probs[mask]).to(dtype)
+    offsets = None if batch.offsets is None else torch.from_numpy(batch.offsets[mask])  # a twin's, as acted
     advantages, returns = (torch.as_tensor(a[mask], dtype=dtype) for a in (advantages, returns))
     rng = np.random.default_rng([cfg.seed, step, 1])
     clipped = [p for group in optimizer.param_groups for p in group["params"]]  # λ, θ, w, the critic
@@ -297,10 +312,10 @@ def learn(policy: ActorCritic, optimizer, batch: Batch, cfg: Config, extra, step
         for mb in np.array_split(rng.permutation(len(actions)), cfg.num_minibatches):
             mb = torch.from_numpy(mb)
             if policy.continuous:
-                d, values = policy.actor.dist(states[mb]), policy.value(states[mb])
+                d, values = policy.actor.dist(states[mb], _rows(offsets, mb)), policy.value(states[mb])
                 new_log_probs, entropy = d.log_prob(actions[mb].to(dtype)), d.entropy().mean()
             else:
-                log_probs, values = policy(states[mb])
+                log_probs, values = policy(states[mb], _rows(offsets, mb))
                 new_log_probs = log_probs.gather(1, actions[mb, None])[:, 0]
                 entropy = -(log_probs.exp() * log_probs).sum(dim=1).mean()
             adv = advantages[mb]
@@ -325,4 +340,5 @@ def learn(policy: ActorCritic, optimizer, batch: Batch, cfg: Config, extra, step
 
 ALGORITHM = Algorithm("ppo", Config, make_policy, make_optimizer, make_envs, act, learn, episodes_per_update,
                       lambda cfg, rows: 1 + setting(cfg, "update_epochs") * rows,  # to act; the gradient every pass
+                      # (a twin: 0 rows)
                       within_budget=within_budget)

@@ -36,7 +36,7 @@ import torch
 from hqflow.workloads.rl import algorithm
 from hqflow.workloads.rl.algorithm import Algorithm
 from hqflow.workloads.rl.envs import EnvSpec, FreshEnvs, ObsEncoder, reset_finished, vector_env
-from hqflow.workloads.rl.policies import SoftmaxPQC
+from hqflow.workloads.rl.policies import SoftmaxPQC, twin_offsets
 
 from hqflow.jobs import current_client
 from hqflow.torch import seeded_part
@@ -90,6 +90,7 @@ class Batch:
     lengths: np.ndarray  # [n_episodes] steps of each episode (they sum to T)
     circuit_evals: int  # policy rows evaluated while collecting
     steps_taken: int = -1  # env steps run for this batch (-1: T), with autoreset those of episodes carried over too
+    offsets: np.ndarray | None = None  # [T, n_obs] a twin policy's: the QPU's values minus the twin's, as acted
 
     @property
     def n_steps(self) -> int:
@@ -143,12 +144,14 @@ class Episode:
     states: np.ndarray  # [T, n_features] float32
     actions: np.ndarray  # [T] int64
     rewards: np.ndarray  # [T] float64
+    offsets: np.ndarray | None = None  # [T, n_obs] a twin policy's (``policies.twin_offsets``), else None
 
     @classmethod
     def of(cls, steps: list, n_features: int) -> Episode:
-        states, actions, rewards = zip(*steps)
+        """From ``(state, action, reward)`` steps, or ``(state, action, reward, offset)`` a twin policy's."""
+        states, actions, rewards, *offsets = zip(*steps)
         return cls(np.asarray(states, np.float32).reshape(-1, n_features), np.asarray(actions, np.int64),
-                   np.asarray(rewards, np.float64))
+                   np.asarray(rewards, np.float64), np.asarray(offsets[0], np.float64) if offsets else None)
 
 
 @dataclass
@@ -181,13 +184,21 @@ def init_carry(cfg: Config) -> dict | None:
     return None if groups is None and stats is None else {"groups": groups, "obs_stats": stats}
 
 
-def sampler(policy) -> Callable[[np.ndarray, np.random.Generator], np.ndarray]:
-    """``choose(states [k, F], rng) -> actions [k]``: one batched policy forward (one job), inverse-CDF sampling."""
-    def choose(states: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        probs = policy(torch.from_numpy(states)).double().numpy()  # [k, A]
+def sampler(policy) -> Callable[[np.ndarray, np.random.Generator], tuple]:
+    """``choose(states [k, F], rng) -> (actions [k], offsets)``: one batched policy forward (one job), inverse-CDF
+    sampling; ``offsets`` [k, n_obs] a twin policy's (``policies.twin_offsets``), else None."""
+    def choose(states: np.ndarray, rng: np.random.Generator) -> tuple:
+        s = torch.from_numpy(states)
+        values = policy.expectations(s)
+        probs = torch.softmax(policy.readout(values), dim=-1).double().numpy()  # [k, A]
         u = rng.random(len(states))[:, None]
-        return np.minimum((u > np.cumsum(probs, axis=1)).sum(axis=1), probs.shape[1] - 1)
+        return np.minimum((u > np.cumsum(probs, axis=1)).sum(axis=1), probs.shape[1] - 1), twin_offsets(policy, s, values)
     return choose
+
+
+def _step(obs, action, reward, offsets, k: int) -> tuple:
+    """A recorded step: ``(state, action, reward)``, and a twin policy's offset."""
+    return (obs, action, reward) if offsets is None else (obs, action, reward, offsets[k])
 
 
 _POOLS: dict[int, cf.ThreadPoolExecutor] = {}
@@ -235,13 +246,13 @@ def fresh_episodes(choose: Callable, envs: FreshEnvs, n_episodes: int, seed,
         obs = encode(envs.reset(reset_seeds[start: start + n]))
         alive, steps = np.arange(n), [[] for _ in range(n)]
         while alive.size:
-            actions = choose(obs, rng)
+            actions, offsets = choose(obs, rng)
             rows += alive.size
             with _work(label):
                 raw, rewards, terminated, truncated = envs.step(alive, actions)
                 done = terminated | truncated
                 for k, i in enumerate(alive):
-                    steps[i].append((obs[k], actions[k], rewards[k]))
+                    steps[i].append(_step(obs[k], actions[k], rewards[k], offsets, k))
                 alive, obs = alive[~done], encode(raw[~done])
         episodes += [Episode.of(s, envs.spec.n_features) for s in steps]
     return episodes, rows
@@ -266,13 +277,13 @@ def continuous_episodes(choose: Callable, spec: EnvSpec, sizes: list[int], n_epi
         c, rows = carries[g], 0
         try:
             while not stop[0]:
-                actions = choose(c.obs, c.rng)
+                actions, offsets = choose(c.obs, c.rng)
                 rows += c.envs.num_envs
                 with _work(f"envs{g}"):
                     raw, rewards, terminated, truncated, _ = c.envs.step(spec.env_actions(actions))
                     done = terminated | truncated
                     for i in range(c.envs.num_envs):
-                        c.partial[i].append((c.obs[i], actions[i], rewards[i]))
+                        c.partial[i].append(_step(c.obs[i], actions[i], rewards[i], offsets, i))
                         if done[i]:
                             c.done.append((c.rounds, i, Episode.of(c.partial[i], spec.n_features)))
                             c.partial[i] = []
@@ -299,7 +310,8 @@ def continuous_episodes(choose: Callable, spec: EnvSpec, sizes: list[int], n_epi
 def as_batch(episodes: list[Episode], rows: int) -> Batch:
     """Episodes laid out one after the other (every policy row is one env step)."""
     steps = [np.concatenate([getattr(e, k) for e in episodes]) for k in ("states", "actions", "rewards")]
-    return Batch(*steps, np.array([len(e.actions) for e in episodes]), rows, rows)
+    offsets = np.concatenate([e.offsets for e in episodes]) if episodes and episodes[0].offsets is not None else None
+    return Batch(*steps, np.array([len(e.actions) for e in episodes]), rows, rows, offsets)
 
 
 @torch.no_grad()
@@ -351,7 +363,7 @@ def returns_to_go(batch: Batch, cfg: Config) -> np.ndarray:
 def learn(policy, optimizer, batch: Batch, cfg: Config, extra, step: int) -> tuple[dict, None]:
     """One gradient step on loss = -Σ log π(a|s) · G / n_episodes (one batched forward+backward)."""
     G = torch.as_tensor(returns_to_go(batch, cfg), dtype=policy.output.dtype)
-    log_probs = policy.log_probs(torch.from_numpy(batch.states))  # [T, A]
+    log_probs = policy.log_probs(torch.from_numpy(batch.states), batch.offsets)  # [T, A] (a twin's: the QPU's as acted)
     chosen = log_probs.gather(1, torch.from_numpy(batch.actions)[:, None])[:, 0]
     loss = -(chosen * G).sum() / len(batch.lengths)
     optimizer.zero_grad()
@@ -363,5 +375,5 @@ def learn(policy, optimizer, batch: Batch, cfg: Config, extra, step: int) -> tup
 
 ALGORITHM = Algorithm("reinforce", Config, make_policy, make_optimizer, make_envs, act, learn,
                       episodes_per_update=lambda cfg: cfg.batch_episodes,
-                      circuits_per_step=lambda cfg, rows: 1 + rows,  # to act, and the gradient at every state
+                      circuits_per_step=lambda cfg, rows: 1 + rows,  # to act, and the gradient at every state (a twin: 0)
                       init_carry=init_carry, resolve=resolve)

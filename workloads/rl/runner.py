@@ -42,7 +42,7 @@ from hqflow.torch import ReducedGradients, differentiates, seeded
 from hqflow.workloads.rl.algorithm import Algorithm, load_params
 from hqflow.workloads.rl.algorithm import params as _params
 from hqflow.workloads.rl.envs import EnvImportError
-from hqflow.workloads.rl.policies import shard_rows
+from hqflow.workloads.rl.policies import learning_on_twin, shard_rows
 from hqflow.workloads.rl.rundir import RunDir, RunDirError, json_pools
 
 ALGORITHMS = {"reinforce": "hqflow.workloads.rl.reinforce", "dqn": "hqflow.workloads.rl.dqn",
@@ -240,7 +240,8 @@ def learn(batch, params, opt, extra, step, algo, cfg, local=None):
     sharded = shard_rows(policy, *((rep.rank, rep.size) if rep is not None else (None,)))
     try:
         with ReducedGradients(policy, sharded) if rep is not None else contextlib.nullcontext(), \
-                usage.meter() as used, seeded(cfg.seed, int(step), "learn"):  # every replica: the same seeds
+                usage.meter() as used, seeded(cfg.seed, int(step), "learn"), \
+                learning_on_twin(policy, cfg.gradient == "twin"):  # every replica: the same seeds; a twin: no QPU
             metrics, value = mod.learn(policy, optimizer, batch, cfg, extra["value"], int(step))
     finally:
         shard_rows(policy, None)
@@ -307,7 +308,7 @@ def circuits_per_env_step(algo: str, cfg) -> tuple[float, int]:
 
     mod = algorithm(algo)
     template = next(m.template for m in mod.make_policy(cfg).modules() if isinstance(m, _PQC))  # (no backend made)
-    rows = 2 * cfg.spsa_samples if cfg.gradient == "spsa" else param_shift(
+    rows = 2 * cfg.spsa_samples if cfg.gradient == "spsa" else 0 if cfg.gradient == "twin" else param_shift(
         template, np.zeros((1, template.n_inputs)), np.zeros(template.n_weights), wrt="both")[0].size
     return mod.circuits_per_step(cfg, rows), template.n_inputs + template.n_weights
 
