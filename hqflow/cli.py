@@ -143,6 +143,14 @@ def _add_eval(sub) -> None:
     ev.add_argument("--episodes", type=_episodes, default=10, help="evaluation episodes (default 10)")
     ev.add_argument("--seed", type=_natural, default=10_000, help="seed of the first episode (default 10000)")
     ev.add_argument("--backend", help="run the policy circuit here instead of the run's backend, e.g. compiled")
+    ev.add_argument("--backend-opt", metavar="KEY=VALUE", action="append", default=[], help="an option of --backend "
+                    "(repeatable), e.g. price_as=ionq.qpu.aria-1")
+    ev.add_argument("--shots", type=_at_least(1, "a positive number of shots"), help="shots per circuit (default: "
+                    "the run's)")
+    ev.add_argument("--budget", type=_amount, metavar="AMOUNT", help="the most the evaluation may spend on priced "
+                    "jobs; it stops before a step that would pass it (exit 1), its completed episodes reported")
+    ev.add_argument("--dry-run", action="store_true", help="submit nothing: print the most the evaluation can cost "
+                    "(every episode to the time limit)")
     ev.add_argument("--record", metavar="DIR", type=output(folder=True), help="save a video of every episode in DIR "
                     "(gymnasium's RecordVideo; needs pip install \"gymnasium[other]\")")
     ev.add_argument("--json", action="store_true", help=_ONE_JSON_LINE)
@@ -179,6 +187,8 @@ def _add_train(sub) -> None:
                     help="where to write the run (default: runs/ALGO-ENV-seedN)")
     tr.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint; its pool and "
                     "distribution may change")
+    tr.add_argument("--init-from", metavar="RUN_DIR", help="start from another run's policy (its last checkpoint: "
+                    "one pretrained for free on the target's noisy emulator, say), not from the seed's")
     tr.add_argument("--resources", metavar="FILE", help='an elastic pool: a JSON file {"pools": {"NAME": [member, '
                     '...]}} whose changes the run follows (polled every 0.5 s; SIGHUP: read it now)')
     tr.add_argument("--plan", choices=["auto"], type=choice(["auto"]), help="auto: let the cost model choose the "

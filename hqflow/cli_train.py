@@ -346,10 +346,10 @@ def _resumed_run(args, runner) -> _Run | None:
     if args.plan:
         raise UsageError("--plan auto plans a new run; to change a resumed run's pool or distribution, give them")
     if (args.env or args.env_module or args.algo or args.seed is not None or args.set or args.episodes or args.run_dir
-            or cost_overrides(args) or _planning(args)):
+            or cost_overrides(args) or _planning(args) or args.init_from):
         raise UsageError("--resume continues the run's own algorithm and directory: ENV, --env-module, --algo, "
-                         "--seed, --set, --episodes, --run-dir, --shots, --gradient, --spsa-* and --objective's "
-                         "bounds cannot change (the pool, the distribution, --resources and the budgets may)")
+                         "--seed, --set, --episodes, --run-dir, --init-from, --shots, --gradient, --spsa-* and "
+                         "--objective's bounds cannot change (the pool, the distribution, --resources and the budgets may)")
     _importable_cwd()  # a MODULE:ID environment from the current directory, as a new run finds it
     try:
         meta, ckpt = runner.load_run(args.resume)
@@ -397,6 +397,11 @@ def _new_run(args, runner) -> _Run:
     if watcher is not None:
         args.backend, pool = _file_pool(watcher, args.backend)
     cfg = _config(args, mod)
+    if args.init_from is not None:  # (before a --plan auto calibration spends)
+        try:
+            runner.init_params(args.init_from, algo, cfg)
+        except ValueError as exc:
+            raise UsageError(f"--init-from: {exc}") from None
     if watcher is None:
         pool = backend_pool(args, check=False)
     distribution = _distribution(args)
@@ -462,8 +467,8 @@ def _train(args, run: _Run, runner) -> dict:
     cfg, run_dir = run.cfg, run.run_dir
     if not args.resume and not run.placement.in_process:  # jobs: say what a step costs
         circuits, parameters = runner.circuits_per_env_step(run.algo, cfg)
-        how = (f"SPSA with {cfg.spsa_samples} directions" if cfg.gradient == "spsa" else
-               f"parameter shift over the policy circuit's {parameters} parameters")
+        how = (f"SPSA with {cfg.spsa_samples} directions" if cfg.gradient == "spsa" else "a local twin: no circuit"
+               if cfg.gradient == "twin" else f"parameter shift over the policy circuit's {parameters} parameters")
         print(f"hqflow: an environment step runs about {circuits:.4g} circuits on {cfg.backend} (acting, and "
               f"{run.algo}'s gradients by {how}); on a cloud target that takes one circuit per job (IonQ, "
               "Quantinuum) each is a service job per measurement group", file=sys.stderr)
@@ -476,7 +481,7 @@ def _train(args, run: _Run, runner) -> dict:
                                 checkpoint_every=args.checkpoint_every,
                                 progress=_cost_report(bar, runner.algorithm(run.algo).updates(cfg)),
                                 tensorboard=args.tensorboard, resources=run.watcher, backends=run.placement,
-                                **run.scheduler)
+                                init_from=args.init_from, **run.scheduler)
         except RunFailed as exc:
             what = ("raise --shot-budget" if _caused_by(exc, ShotBudgetExceeded) else
                     "raise --budget" if _caused_by(exc, BudgetExceeded) else
@@ -495,18 +500,39 @@ def _train(args, run: _Run, runner) -> dict:
 
 def cmd_eval(args) -> int:
     """``hqflow eval RUN_DIR``: greedy episodes of a trained policy."""
-    from hqflow.workloads.rl.trained import evaluate
+    from hqflow.workloads.rl.trained import evaluate, price_evaluation
 
     _importable_cwd()  # a MODULE:ID environment from the current directory
+    args.pool = None
+    pool = backend_pool(args, name=args.backend or "compiled") if args.backend_opt else None
+    backend = pool[0] if pool else args.backend
     try:
-        figures = evaluate(args.run, episodes=args.episodes, seed=args.seed, backend=args.backend, record=args.record)
+        if args.dry_run:
+            figures = price_evaluation(args.run, args.episodes, backend, args.shots)
+        else:
+            figures = evaluate(args.run, episodes=args.episodes, seed=args.seed, backend=backend, record=args.record,
+                               shots=args.shots, budget=args.budget, keep=True)
     except (ValueError, BackendError) as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
+    if args.dry_run:
+        print(json.dumps(figures) if args.json else f"at most {money(figures['at_most'], figures['currency'])}: "
+              f"{figures['episodes']} episodes side by side, up to {figures['max_steps']} steps of "
+              f"{money(figures['per_step'], figures['currency'])} ({figures['circuits_per_step']} circuits) each",
+              file=args.json_out if args.json else sys.stdout)
+        return 0
     if args.json:
         print(json.dumps(figures), file=args.json_out)
+    elif not figures["returns"]:
+        print(f"{figures['env']}: no episode completed")
     else:
         print(f"{figures['env']}: mean return {figures['mean_return']:.2f} ± {figures['std_return']:.2f} over "
               f"{figures['episodes']} greedy episodes (seeds {args.seed}..{args.seed + args.episodes - 1})")
         if figures.get("videos"):
             print(f"wrote {len(figures['videos'])} videos to {one_line(args.record)}")
+        if figures["usage"]["cost"]:
+            print(f"spent {money(figures['usage']['cost'], figures['usage']['currency'])} list price on "
+                  f"{figures['usage']['circuits']:,} circuits")
+    if figures.get("stopped") == "budget":
+        print(f"hqflow: evaluation stopped: its next step would pass --budget {args.budget:g}", file=sys.stderr)
+        return 1
     return 0

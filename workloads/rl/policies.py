@@ -90,8 +90,10 @@ class _PQC(Acting, QuantumLayer):
                  circuit: dict | None = None):
         if encoding not in ENCODINGS:
             raise ValueError(f"unknown encoding {encoding!r}; known: {', '.join(ENCODINGS)}")
-        if not isinstance(backend, str) and not is_backend(backend):
-            raise ValueError(f"backend must be a backend name or a backend object, got {type(backend).__name__}")
+        if not isinstance(backend, str) and not is_backend(backend) and not (
+                isinstance(backend, tuple) and len(backend) == 2 and isinstance(backend[0], str)):
+            raise ValueError(f"backend must be a backend name, (name, options) or a backend object, "
+                             f"got {type(backend).__name__}")
         template = pqc_template(n_qubits, n_layers, observables)
         gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
         weights = torch.rand(template.n_weights, generator=gen, dtype=dtype) * math.pi

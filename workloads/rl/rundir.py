@@ -161,6 +161,22 @@ class RunDir:
                         if spend or shots else "")
         return str(path)
 
+    def initial(self, params: dict | None) -> dict | None:
+        """``init.pt``: the parameters a run started from (``--init-from``), kept with ``params``, else read back
+        (a resume before the first checkpoint starts there again); None where the run started from its seed."""
+        import torch
+
+        path = None if self.path is None else self.path / "init.pt"
+        if params is not None and path is not None:
+            self.path.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, lambda p: torch.save(params, p))
+        elif params is None and path is not None and path.exists():
+            try:
+                params = torch.load(path, weights_only=True)
+            except Exception as exc:  # noqa: BLE001 - torch.load raises EOFError, UnpicklingError, RuntimeError, ...
+                raise RunDirError(f"{path} is damaged ({type(exc).__name__}): truncated, or not parameters") from None
+        return params
+
     def save(self, data: dict) -> None:
         """checkpoint.pt."""
         import torch

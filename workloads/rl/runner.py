@@ -355,17 +355,30 @@ def check_resume(run_dir, algo: str, cfg, ckpt: dict) -> None:
         rd.rows(ckpt["update"])
 
 
-def _check_state(saved: dict, fresh: dict, path) -> None:
+def init_params(run_dir, algo: str, cfg) -> dict:
+    """The policy parameters at ``run_dir``'s last checkpoint, for a new run of ``algo`` with ``cfg``
+    (``--init-from``): a run of the same algorithm whose parameters have the shapes ``cfg`` makes (else a
+    ``RunDirError`` in one line)."""
+    meta, ckpt = load_run(run_dir)
+    if ckpt is None:
+        raise RunDirError(f"{run_dir} has no checkpoint.pt to start from: train it longer, or with --checkpoint-every 1")
+    if meta["algo"] != algo:
+        raise RunDirError(f"{run_dir} trained {meta['algo']}, not {algo}: a run starts from one of its own algorithm")
+    _check_state(ckpt["state"], initial_state(algo, cfg), RunDir(run_dir).path / "checkpoint.pt", "this run's")
+    return ckpt["state"]["learn.params"]
+
+
+def _check_state(saved: dict, fresh: dict, path, whose: str = "its run's") -> None:
     """A checkpoint's state has the structure and tensor shapes this run's config makes."""
     def walk(a, b, where):
         if isinstance(b, dict):
             if not isinstance(a, dict) or set(a) != set(b):
-                raise RunDirError(f"{path} does not match its run's config: {where or 'the state'} differs")
+                raise RunDirError(f"{path} does not match {whose} config: {where or 'the state'} differs")
             for k in b:
                 walk(a[k], b[k], f"{where}.{k}" if where else str(k))
         elif isinstance(b, torch.Tensor) and (not isinstance(a, torch.Tensor) or a.shape != b.shape):
             shape = list(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__
-            raise RunDirError(f"{path} does not match its run's config: {where} is {shape}, expected {list(b.shape)}")
+            raise RunDirError(f"{path} does not match {whose} config: {where} is {shape}, expected {list(b.shape)}")
 
     walk(saved.get("learn.params"), fresh.get("learn.params"), "learn.params")  # what a resumed run computes with
 
@@ -374,7 +387,7 @@ def _check_state(saved: dict, fresh: dict, path) -> None:
 
 def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, resume: bool = False,
           checkpoint_every: int = 5, progress=None, backends=None, tensorboard: bool = True,
-          resources=None, paid_before: tuple | None = None, **scheduler) -> dict:
+          resources=None, paid_before: tuple | None = None, init_from=None, **scheduler) -> dict:
     """Train, writing the run directory (``rundir``); ``resume`` continues ``run_dir`` from its checkpoint.
 
     ``distribution``: a policy or its name; ``"auto"``: ``sync`` on an in-process backend, ``pipelined``
@@ -385,7 +398,8 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
     ``hqflow.resources.ResourceWatcher`` whose file changes a job pool while the run goes on (not on Ray).
     ``tensorboard``: CleanRL's tags against environment steps (every episode of an update at the update's step).
     ``paid_before``: ``(spend, shots, currency)`` the run paid before it started (``--plan auto``'s calibration),
-    where its ledger starts, so its budget counts it.
+    where its ledger starts, so its budget counts it. ``init_from``: a run directory whose policy (at its last
+    checkpoint; ``init_params``) a new run starts from instead of its seed's (kept as ``init.pt``).
 
     Returns ``returns`` (every episode's), ``episodes_to_solve``, ``updates``, ``seconds``, ``env_steps`` (of
     the episodes the learner got), ``env_steps_taken`` (the actors', with unfinished episodes), their rates,
@@ -404,17 +418,18 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
         if backends is None and meta.get("backends"):
             backends = {name: [(m[0], m[1]) for m in pool] for name, pool in meta["backends"].items()}
         scheduler.setdefault("run_id", meta.get("run_id"))
+    init = None if resume or init_from is None else init_params(init_from, algo, cfg)
     run = setup(algo, cfg, backends, fresh=ckpt is None)
     try:
         return _train(run, rd, ckpt, resume, distribution, checkpoint_every, progress, resources, scheduler,
-                      paid_before)
+                      paid_before, init)
     finally:
         if not isinstance(backends, Placement):
             run.placement.close()
 
 
 def _train(run: Setup, rd: RunDir, ckpt, resume, distribution, checkpoint_every, progress, resources, scheduler,
-           paid_before=None) -> dict:
+           paid_before=None, init=None) -> dict:
     cfg, placement = run.cfg, run.placement
     policy = run.default_distribution() if distribution in (None, "auto") else get_distribution(distribution)
     if resources is not None and placement.in_process:
@@ -424,6 +439,9 @@ def _train(run: Setup, rd: RunDir, ckpt, resume, distribution, checkpoint_every,
         raise ValueError(f"elastic resources need a distribution that runs in this process, not {policy.name} on "
                          "Ray (its workers keep the pool they started with)")
     state = initial_state(run.name, cfg)
+    init = rd.initial(init) if ckpt is None else None  # (a resume before the first checkpoint: init.pt again)
+    if init is not None:
+        state["learn.params"] = init
     if ckpt is not None:
         _check_state(ckpt["state"], state, rd.path / "checkpoint.pt")
         state = ckpt["state"]

@@ -10,10 +10,17 @@
 [B, n_actions], V(s) [B])``, or with continuous actions (a ``GaussianPQC`` actor) ``(mean action [B, d] in
 [-1, 1]^d, V(s) [B])``. Greedy (``policy.greedy(features)``, ``policy.act(obs)``, ``hqflow eval RUN_DIR``): the
 most probable action, the largest Q-value, or the mean action of a Gaussian policy (scaled onto the env's Box).
+
+``evaluate`` steps its episodes side by side: each time step is one forward pass, one job of a row per episode
+still running, wherever the circuit runs (``backend``, with ``shots``). On a priced backend ``price_evaluation``
+says what it costs at most before it runs (``hqflow eval --dry-run``), a ``budget`` stops it before a step that
+would pass it (the episodes done so far are its figures), and its usage is in the figures and, with
+``keep=True``, a line of the run directory's ``evaluations.jsonl``.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -22,9 +29,10 @@ from torch import nn
 from hqflow.workloads.rl.envs import get_spec, legacy_encoding
 
 
-def load_policy(run_dir, backend: str | None = None) -> nn.Module:
+def load_policy(run_dir, backend=None, shots: int | None = None) -> nn.Module:
     """The policy of a run directory at its last checkpoint, in eval mode (``backend``: run its circuit elsewhere
-    than the run did, e.g. ``"compiled"`` for a run trained on a QPU). ``policy.env_spec`` encodes observations (a
+    than the run did, e.g. ``"compiled"`` for a run trained on a QPU, a name or ``(name, options)``; ``shots``: per
+    circuit there, None: the run's). ``policy.env_spec`` encodes observations (a
     ``running`` encoding by the checkpoint's statistics, frozen: ``policy.obs_stats``); ``policy.config`` is the
     run's algorithm config."""
     from hqflow.workloads.rl.algorithm import load_params
@@ -36,8 +44,8 @@ def load_policy(run_dir, backend: str | None = None) -> nn.Module:
     mod = algorithm(meta["algo"])
     cfg = mod.Config(**meta["config"])
     cfg = dataclasses.replace(cfg, obs_encoding=legacy_encoding(cfg.env, cfg.obs_encoding),
-                              backend=cfg.backend if backend is None else backend)
-    policy = mod.make_policy(cfg)
+                              shots=cfg.shots if shots is None else shots)
+    policy = mod.make_policy(cfg, None if backend is None else backend)
     load_params(policy, ckpt["state"]["learn.params"])
     policy.eval()
     carry = ckpt["state"].get("rollout.carry", {}).get("value")
@@ -49,35 +57,98 @@ def load_policy(run_dir, backend: str | None = None) -> nn.Module:
     return policy
 
 
-def evaluate(run_dir, episodes: int = 10, seed: int = 10_000, backend: str | None = None,
-             max_steps: int | None = None, record: str | None = None) -> dict:
-    """Greedy episodes of the run's policy, environment seeds ``seed``, ``seed + 1``, ...: returns and their
-    mean and standard deviation. ``record``: a folder for one video per episode (gymnasium's
-    ``RecordVideo``, which needs its ``other`` extra: ``pip install "gymnasium[other]"``)."""
+def evaluate(run_dir, episodes: int = 10, seed: int = 10_000, backend=None, max_steps: int | None = None,
+             record: str | None = None, shots: int | None = None, budget: float | None = None,
+             keep: bool = False) -> dict:
+    """Greedy episodes of the run's policy side by side, environment seeds ``seed``, ``seed + 1``, ...: returns and
+    their mean and standard deviation, and ``usage`` (the jobs' service jobs, circuits, shots and list price).
+    ``backend``, ``shots``: ``load_policy``'s. ``budget``: stop before a step whose list price would pass it (then
+    ``stopped`` is ``"budget"`` and the figures are the episodes completed). ``record``: a folder for one video per
+    episode (gymnasium's ``RecordVideo``, which needs its ``other`` extra: ``pip install "gymnasium[other]"``).
+    ``keep``: append the figures to the run directory's ``evaluations.jsonl``."""
+    from hqflow import usage
+
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes must be a positive integer, got {episodes!r}")
-    policy = load_policy(run_dir, backend)
-    spec = policy.env_spec
-    env = _recording(spec, record) if record else spec.make()
-    returns = []
+    policy = load_policy(run_dir, backend, shots)
+    spec, priced = policy.env_spec, _pricer(policy)
+    envs = [_recording(spec, record, k) if record else spec.make() for k in range(episodes)]
+    obs = [env.reset(seed=int(seed) + k)[0] for k, env in enumerate(envs)]
+    totals, steps, alive, stopped = np.zeros(episodes), 0, list(range(episodes)), None
     try:
-        for k in range(episodes):
-            obs, _ = env.reset(seed=int(seed) + k)
-            total, steps, done = 0.0, 0, False
-            while not done and (max_steps is None or steps < max_steps):
-                obs, reward, terminated, truncated, _ = env.step(policy.act(obs))
-                total, steps, done = total + float(reward), steps + 1, terminated or truncated
-            returns.append(total)
+        with usage.meter() as used:
+            while alive and (max_steps is None or steps < max_steps):
+                if budget is not None and used.total.cost + priced(len(alive)) > budget:
+                    stopped = "budget"
+                    break
+                actions = policy.greedy(spec.encode(np.stack([obs[k] for k in alive])))  # one job
+                for k, action in zip(list(alive), actions):
+                    obs[k], reward, terminated, truncated, _ = envs[k].step(spec.env_action(action))
+                    totals[k] += float(reward)
+                    if terminated or truncated:
+                        alive.remove(k)
+                steps += 1
     finally:
-        env.close()
-    out = {"run_dir": str(Path(run_dir)), "env": spec.name, "episodes": episodes, "seed": int(seed),
-           "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)), "returns": returns}
+        for env in envs:
+            env.close()
+    done = [k for k in range(episodes) if k not in alive or stopped is None]
+    returns = [float(totals[k]) for k in done]
+    out = {"run_dir": str(Path(run_dir)), "env": spec.name, "episodes": len(done), "seed": int(seed),
+           "mean_return": float(np.mean(returns)) if returns else None,
+           "std_return": float(np.std(returns)) if returns else None, "returns": returns,
+           "usage": used.total.as_dict(), **({"stopped": stopped} if stopped else {})}
     if record:
         out["videos"] = sorted(str(p) for p in Path(record).glob("*.mp4"))
+    if keep:
+        with open(Path(run_dir) / "evaluations.jsonl", "a") as f:
+            f.write(json.dumps({**out, "backend": _shown(backend), "shots": shots, "budget": budget}) + "\n")
     return out
 
 
-def _recording(spec, folder: str):
+def price_evaluation(run_dir, episodes: int = 10, backend=None, shots: int | None = None,
+                     max_steps: int | None = None) -> dict:
+    """What ``evaluate`` costs at most on a priced backend, before it runs: every episode running to the time
+    limit (or ``max_steps``), one job of ``episodes`` rows per step. ``{"max_steps", "usd_per_step" (the list price
+    of one step with every episode running), "at_most", "currency"}``; a backend without prices: a ValueError."""
+    policy = load_policy(run_dir, backend, shots)
+    limit = max_steps or policy.env_spec.max_episode_steps()
+    if limit is None:
+        raise ValueError(f"{policy.env_spec.name} has no time limit: give --max-steps to bound the evaluation's price")
+    backend_ = _backend(policy)
+    if not backend_.priced:
+        raise ValueError(f"{backend_.name} does not price its jobs: its evaluation costs nothing to price")
+    cost = backend_.estimate_cost(_rows(policy, episodes))
+    return {"episodes": episodes, "max_steps": int(limit), "per_step": cost.amount, "at_most": cost.amount * limit,
+            "currency": cost.currency, "circuits_per_step": backend_.usage(_rows(policy, episodes)).circuits}
+
+
+def _backend(policy):
+    from hqflow.backends import as_backend
+    from hqflow.workloads.rl.policies import circuits
+
+    return as_backend(circuits(policy)[0].job_backend())
+
+
+def _rows(policy, n: int):
+    from hqflow.backends import CircuitBatch
+    from hqflow.workloads.rl.policies import circuits
+
+    m = circuits(policy)[0]
+    t = m.template
+    return CircuitBatch.make(t, np.zeros((n, t.n_inputs)), np.zeros(t.n_weights), shots=m.shots)
+
+
+def _pricer(policy):
+    """``price(rows)``: the list price of a step of ``rows`` rows on the policy's backend (0 where it is unpriced)."""
+    backend = _backend(policy)
+    return (lambda rows: backend.estimate_cost(_rows(policy, rows)).amount) if backend.priced else (lambda rows: 0.0)
+
+
+def _shown(backend):
+    return backend if backend is None or isinstance(backend, str) else [backend[0], dict(backend[1])]
+
+
+def _recording(spec, folder: str, episode: int = 0):
     """The environment in gymnasium's ``RecordVideo`` (every episode), or a ValueError saying what is missing."""
     try:
         import moviepy  # noqa: F401  (RecordVideo writes through it)
@@ -91,4 +162,5 @@ def _recording(spec, folder: str):
         env.render()  # a renderer's own extra (pygame for classic control) fails here, not mid-episode
     except Exception as exc:
         raise ValueError(f"{spec.name} cannot render frames for a video: {str(exc).splitlines()[0]}") from None
-    return gym.wrappers.RecordVideo(env, str(folder), episode_trigger=lambda _: True, disable_logger=True)
+    return gym.wrappers.RecordVideo(env, str(folder), episode_trigger=lambda _: True, disable_logger=True,
+                                    name_prefix=f"episode-{episode}")
