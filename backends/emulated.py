@@ -38,7 +38,8 @@ Each submit is one service job (``capabilities.service_job_rows`` None). The emu
 ``price_as`` names an Azure target (``ionq.qpu.aria-1``, say): then it is ``priced``, and
 ``estimate_cost(batch)`` is that target's list price for the batch, with the target's own packing
 (``hqflow.backends.azure.cost.list_price``), at the batch's shots or, for an exact batch,
-``price_shots``; ``usage(batch)`` carries that cost. Its capabilities say ``row_seeded`` when the
+``price_shots``; ``usage(batch)`` carries that cost. ``debias=False`` prices an IonQ QPU target with IonQ's error
+mitigation off (its lower minimum per job; the emulated results do not change). Its capabilities say ``row_seeded`` when the
 wrapped simulator's do.
 
 Threads: one for the queue (a timer heap) and one per device slot, all daemon
@@ -235,7 +236,8 @@ class EmulatedQPU(Backend):
                  name: str = "emulated-qpu", max_qubits: int | None = None,
                  max_circuits_per_job: int | None = None, wrapped_options: dict | None = None,
                  latency: LatencyModel | None = None, faults: FaultModel | None = None,
-                 max_shots: int | None = None, price_as: str | None = None, price_shots: int = 1000):
+                 max_shots: int | None = None, price_as: str | None = None, price_shots: int = 1000,
+                 debias: bool | None = None):
         given = LatencyModel(queue_wait, per_job, per_circuit, per_shot, jitter, queue_distribution)
         self.latency = _either("latency", latency, given, LatencyModel)
         self.faults = _either("faults", faults, FaultModel(failure_rate, timeout_rate, fail_jobs, hang_jobs),
@@ -258,7 +260,7 @@ class EmulatedQPU(Backend):
             raise BackendError("emulated-qpu: wrapped_options only apply when wrapped is a backend name")
         self.name, self.seed, self.max_in_flight = name, seed, int(max_in_flight)
         self.wrapped = wrapped
-        self.price_as, self.price_shots = _price_target(price_as), int(price_shots)
+        self.price_as, self.price_shots, self.debias = _price_target(price_as, debias), int(price_shots), debias
         self.priced = self.price_as is not None
         inner = wrapped.capabilities
         self._caps = Capabilities(
@@ -309,7 +311,7 @@ class EmulatedQPU(Backend):
             return super().estimate_cost(batch)
         from .azure.cost import list_price
 
-        return list_price(self.price_as, batch, shots=batch.shots or self.price_shots)
+        return list_price(self.price_as, batch, shots=batch.shots or self.price_shots, debias=self.debias)
 
     def usage(self, batch: CircuitBatch) -> Usage:
         """One service job per submit, the rows as circuits and their shots; with ``price_as``, its list price."""
@@ -431,14 +433,17 @@ def _price_cap(target: str | None) -> int | None:
     return None if target is None else limits(target, "qir")[1]
 
 
-def _price_target(price_as: str | None) -> str | None:
-    """An Azure target of the price table (``azure:`` may lead), checked once; None stays None. The pricing
-    modules load here, on the thread that makes the backend (qiskit's, in particular: see
+def _price_target(price_as: str | None, debias: bool | None = None) -> str | None:
+    """An Azure target of the price table (``azure:`` may lead), checked once with ``debias``; None stays None. The
+    pricing modules load here, on the thread that makes the backend (qiskit's, in particular: see
     ``hqflow.backends.azure.translate``)."""
     if price_as is None:
+        if debias is not None:
+            raise BackendError("emulated-qpu: debias prices the price_as target with IonQ's error mitigation on or "
+                               "off; give price_as too (e.g. price_as=ionq.qpu.aria-1)")
         return None
     from .azure import translate  # noqa: F401  (qiskit, loaded on this thread)
-    from .azure.cost import load_prices
+    from .azure.cost import load_prices, with_debias
 
     target = str(price_as).removeprefix("azure:")
     targets = load_prices()["targets"]
@@ -446,6 +451,10 @@ def _price_target(price_as: str | None) -> str | None:
         known = ", ".join(t for t, e in targets.items() if e.get("model") in ("ionq", "hqc", "free"))
         raise BackendError(f"emulated-qpu: price_as {price_as!r} is not a priced target of the Azure price table; "
                            f"known: {known}")
+    try:
+        with_debias(targets[target], target, debias)
+    except BackendError as exc:
+        raise BackendError(f"emulated-qpu: {exc}") from None
     return target
 
 

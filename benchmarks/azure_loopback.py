@@ -230,7 +230,7 @@ def part_cost():
                                  6 * (len(g.get("targets", [])) + len(g.get("controls", [])) - 2)
                                  for g in gates if len(g.get("targets", [])) + len(g.get("controls", [])) > 1)
                         n1 = sum(1 for g in gates if len(g.get("targets", [])) + len(g.get("controls", [])) == 1)
-                        want += max(1000 * (0.0002205 * n1 + 0.00098 * n2), 97.5)
+                        want += max(1000 * (0.00022 * n1 + 0.000975 * n2), 97.5)  # Azure's pricing page, Aria
                     else:
                         qc = qasm2.loads(body.decode(), custom_instructions=qasm2.LEGACY_CUSTOM_INSTRUCTIONS)
                         nm = sum(1 for i in qc.data if i.operation.name == "measure")

@@ -47,7 +47,17 @@ where the batch has ``row_seeds`` (``capabilities.row_seeded``), else from the b
 Options beside the workspace's: ``shots`` (at most the target's cap), ``max_concurrency``, ``job_tries``,
 ``session`` (one session per run, under the ``Continue`` failure policy: ``Abort`` would leave a failed row no
 retry, and is refused), ``input_format`` (one the target's provider takes), ``max_bindings`` (only where the
-format packs bindings: Quil), the polling intervals and ``prices`` (the target table).
+format packs bindings: Quil), the polling intervals and ``prices`` (the target table). IonQ's pass-through
+options, as Azure's IonQ provider page documents them (learn.microsoft.com/azure/quantum/provider-ionq):
+
+* ``debias`` (IonQ's QPUs): IonQ's error mitigation on (True, the service's default) or off (False), sent as the
+  input parameter ``"error-mitigation": {"debias": false}`` and priced with the table's minimum for it
+  (``minimum_no_debias``);
+* ``noise`` (``ionq.simulator``): IonQ's noise model, one of the table's ``noise_models`` (``aria-1``, ...; a target
+  name ``ionq.qpu.aria-1`` will do; ``ideal`` is no noise), sent as ``"noise": {"model": "aria-1", "seed": s}``.
+  The noisy simulator samples the shots itself, so its histogram is taken as it is; each service job's seed ``s``
+  (in 1..2**31 - 1) comes from its row's seed and group and ``noise_seed`` (default 0), so a run's noisy samples are
+  a function of its seeds. The simulator stays free.
 
 The workspace's options follow the SDK's ``Workspace``: ``subscription_id``, ``resource_group``,
 ``name``, ``location``, ``resource_id``, ``credential`` (an azure-identity
@@ -83,7 +93,7 @@ from hqflow.ir.text import number, shown
 from ..base import Backend, BackendAccessError, BackendError, BatchResult, Capabilities, CircuitBatch, FutureJob, \
     JobCancelled, JobFailed, RequestRefused, Usage
 from . import packing
-from .cost import MAX_BINDINGS, PRICES, Cost, batch_cost, job_cost, limits, load_prices, template_counts
+from .cost import MAX_BINDINGS, PRICES, Cost, batch_cost, job_cost, limits, load_prices, template_counts, with_debias
 from .packing import Chunk
 from .results import estimate
 from .translate import Format, Payloads, format_for
@@ -143,7 +153,8 @@ class AzureBackend(Backend):
                  max_concurrency: int = 64, job_tries: int = 4, session: bool = False,
                  job_failure_policy: str | None = None, input_format: str | None = None,
                  poll_interval: float = 0.05, max_poll_interval: float = 5.0, prices: str = PRICES, workspace=None,
-                 max_bindings: int | None = None):
+                 max_bindings: int | None = None, debias: bool | None = None, noise: str | None = None,
+                 noise_seed: int | None = None):
         if not target:
             raise BackendError("name an Azure Quantum target: azure:<target>, e.g. azure:ionq.simulator")
         _need_sdk()
@@ -166,7 +177,11 @@ class AzureBackend(Backend):
         self.job_failure_policy = "Continue"
         self.poll_interval, self.max_poll_interval = float(poll_interval), float(max_poll_interval)
         self.prices = prices
-        self._entry = load_prices(prices)["targets"].get(target)
+        self._entry = with_debias(load_prices(prices)["targets"].get(target), target, debias, prices)
+        self.noise, self.noise_seed = _noise(self._entry, target, noise, noise_seed)
+        self._params = {} if debias is None else {"error-mitigation": {"debias": bool(debias)}}  # every job's
+        # what the options change in a job beside its circuit: in its id, so that no run finds another's jobs
+        self._options = "" if debias is None and noise is None else f"|{debias}|{self.noise}|{self.noise_seed}"
         per_job, self.max_shots = limits(target, self.format.kind, prices)
         if self.max_shots is not None and self.shots > self.max_shots:
             raise BackendError(f"shots={self.shots}: {target} takes at most {self.max_shots:,} shots per job")
@@ -200,6 +215,9 @@ class AzureBackend(Backend):
     @property
     def capabilities(self) -> Capabilities:
         qubits = (self._entry or {}).get("qubits", 20)
+        if self.noise:  # "the hardware specific noise models are limited to the actual qubit capacity"
+            qubits = min(qubits, (load_prices(self.prices)["targets"].get(f"ionq.qpu.{self.noise}") or {}).get(
+                "qubits", qubits))
         return Capabilities(self.name, qubits, None, exact=False, shots=True, gradient=None, device="qpu",
                             service_job_rows=self.rows_per_job, max_shots=self.max_shots, row_seeded=True)
 
@@ -211,7 +229,8 @@ class AzureBackend(Backend):
             raise RequestRefused(f"{self.target} takes at most {self.max_shots:,} shots per job (azure-quantum's "
                                  f"target configuration); got {number(shots)}")
         key = batch.key or uuid.uuid4().hex
-        chunks = packing.plan(prep.payloads, batch, key, _digest(batch, shots), self.rows_per_job)
+        chunks = packing.plan(prep.payloads, batch, key, _digest(batch, shots, self._options),
+                              self.rows_per_job)
         job = AzureJob(self, batch, prep, shots, len(chunks))
         with self._lock:
             if self._pool is None:
@@ -391,7 +410,7 @@ class AzureBackend(Backend):
         if status in ("Succeeded", "Completed"):
             uri = sj.details.output_data_uri or _output_blob(sj.details.container_uri)
             raw = self._retry(lambda: sj.download_data(uri), "download a result")
-            sample = "simulator" in self.target or ".sim." in self.target
+            sample = ("simulator" in self.target or ".sim." in self.target) and not self.noise  # noisy: shots
             if not created:
                 job.count("reused")
             return chunk.lo, chunk.group, packing.unpack(self.format, raw, chunk, job.batch, job.shots, sj.id, sample)
@@ -418,6 +437,10 @@ class AzureBackend(Backend):
         if fmt.kind == "qir":
             params.update(count=job.shots, items=[{"entryPoint": "ENTRYPOINT__main", "arguments": []}])
         params.update(chunk.params)  # Quil's substitutions: the chunk's rows
+        params.update(self._params)
+        if self.noise:
+            params["noise"] = {"model": self.noise, "seed": packing.service_seed(job.batch, chunk.lo, chunk.group, jid,
+                                                                                 self.noise_seed)}
         container = ws.get_container_uri(job_id=jid)
         fresh = True
         try:
@@ -748,12 +771,36 @@ def _output_blob(container_uri: str | None) -> str:
     return f"{base.rstrip('/')}/rawOutputData" + (f"?{sas}" if sas else "")
 
 
-def _digest(batch: CircuitBatch, shots: int) -> str:
+def _digest(batch: CircuitBatch, shots: int, options: str = "") -> str:
     h = hashlib.sha256(batch.template.fingerprint().encode())
     h.update(np.ascontiguousarray(batch.inputs, dtype=float).tobytes())
     h.update(np.ascontiguousarray(batch.weights, dtype=float).tobytes())
-    h.update(f"{shots}|{batch.seed}".encode())
+    h.update(f"{shots}|{batch.seed}{options}".encode())
     return h.hexdigest()[:32]
+
+
+def _noise(entry: dict | None, target: str, noise, seed) -> tuple[str | None, int]:
+    """IonQ's simulator's noise model (None: ideal) and the base of its jobs' seeds, checked against the table's
+    ``noise_models``."""
+    if seed is not None and (not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0):
+        raise BackendError(f"noise_seed must be an integer >= 0, got {shown(seed)}")
+    if noise is None:
+        if seed is not None:
+            raise BackendError(f"noise_seed={number(seed)} seeds IonQ's noise model: it goes with noise= (e.g. "
+                               "noise=aria-1 on azure:ionq.simulator)")
+        return None, 0
+    models = (entry or {}).get("noise_models")
+    if not models:
+        raise BackendError(f"noise={shown(noise)}: IonQ's noise models are an option of its simulator "
+                           f"(azure:ionq.simulator), not of {shown(target)}")
+    model = noise.removeprefix("azure:").removeprefix("ionq.qpu.") if isinstance(noise, str) else None
+    if model not in models:
+        raise BackendError(f"noise={shown(noise)} is not one of IonQ's noise models: {', '.join(models)} (or "
+                           "ionq.qpu.<model>)")
+    if model == "ideal" and seed is not None:  # no noise and no sampling: a seed would do nothing
+        raise BackendError(f"noise_seed={number(seed)} with noise=ideal would do nothing: the ideal simulator "
+                           "returns exact probabilities")
+    return (None, 0) if model == "ideal" else (model, int(seed or 0))
 
 
 _EXTRA = 'Azure Quantum needs the azure extra: pip install "hqflow[azure]"'

@@ -4,8 +4,10 @@ table (``prices.json``).
 The SDK no longer estimates costs (``estimate_cost`` left it in 2.3.0), so the
 formulas it used live here and the prices live in data:
 
-* IonQ: ``max(shots * (price_1q * N1q + price_2q * N2q), minimum)`` USD per job,
-  a gate on ``N > 2`` qubits billed as ``6 * (N - 2)`` two-qubit gates;
+* IonQ: the gate-shot price ``shots * (price_1q * N1q + price_2q * N2q)`` and the per-job ``minimum``, read as the
+  table's ``minimum_reading`` says: ``"max"`` (the default: ``max(gates, minimum)``) or ``"add"`` (``gates +
+  minimum``); a gate on ``N > 2`` qubits billed as ``6 * (N - 2)`` two-qubit gates. With IonQ's error mitigation off
+  (``debias=False``) the minimum is ``minimum_no_debias``;
 * Quantinuum: ``5 + shots * (N1q + 10 * N2q + 5 * Nm) / 5000`` HQC per job (EHQC on
   emulators; syntax checkers are free);
 * simulators marked ``free``: 0;
@@ -16,6 +18,11 @@ Version 2 of the table adds each target's job limits with their sources (``limit
 ``packing`` (input format -> rows per service job: 1, or null for a format that packs parameter
 bindings with no documented cap) and ``max_shots``. ``limits`` reads them; a version 1 table, or a
 target or format the table does not list, takes one circuit per job and no shot cap.
+
+Version 3 names each value's source: a target's ``sources`` maps each of its keys to an entry of ``references``
+(what, where, the date it was read). It adds ``minimum_no_debias`` to IonQ's QPUs, ``noise_models`` to IonQ's
+simulator, and ``minimum_reading`` (top level, or a target's own), the switch between the two readings of IonQ's
+minimum; a table before version 3 reads ``"max"``, as hqflow always did.
 
 ``list_price(target, batch, shots)`` prices a batch offline (no workspace, no network), as
 ``AzureBackend(target).estimate_cost`` does: both call ``batch_cost``.
@@ -29,11 +36,14 @@ from functools import lru_cache
 
 import numpy as np
 
+from hqflow.ir.text import shown
+
 from ..base import BackendError, CircuitBatch
 from ..base import Cost as Cost  # the protocol's; importable from here as before
 
 PRICES = os.path.join(os.path.dirname(__file__), "prices.json")
-VERSIONS = (1, 2)
+VERSIONS = (1, 2, 3)
+READINGS = ("max", "add")  # of IonQ's per-job minimum: a floor, or a charge beside the gate-shots
 MAX_BINDINGS = 512
 """parameter bindings hqflow sends in one service job where the table documents no cap (``packing`` null):
 its request-size choice (the bindings travel in the job's ``inputParams``), not the service's"""
@@ -53,11 +63,31 @@ def load_prices(path: str = PRICES) -> dict:
     if table["version"] not in VERSIONS:
         raise BackendError(f"price table {path} has version {table['version']!r}; hqflow reads versions "
                            f"{', '.join(map(str, VERSIONS))}")
+    default = table.get("minimum_reading", "max")
+    for target, entry in table["targets"].items():
+        if entry.get("model") == "ionq" and entry.setdefault("minimum_reading", default) not in READINGS:
+            raise BackendError(f"price table {path}: minimum_reading of {target!r} must be 'max' or 'add', got "
+                               f"{entry['minimum_reading']!r}")
     return table
 
 
 def price_entry(target: str, path: str = PRICES) -> dict | None:
     return load_prices(path)["targets"].get(target)
+
+
+def with_debias(entry: dict | None, target: str, debias, path: str = PRICES) -> dict | None:
+    """``entry`` priced with IonQ's error mitigation (debiasing) on (``debias`` None or True: the service's default,
+    at ``minimum``) or off (False: at ``minimum_no_debias``). Only a target whose entry has a debias-off price takes
+    ``debias``: IonQ's QPUs (its simulators do not debias)."""
+    if debias is None:
+        return entry
+    if not isinstance(debias, (bool, np.bool_)):
+        raise BackendError(f"debias must be true or false, got {shown(debias)}")
+    if not entry or "minimum_no_debias" not in entry:
+        able = ", ".join(t for t, e in load_prices(path)["targets"].items() if "minimum_no_debias" in e)
+        raise BackendError(f"debias={str(bool(debias)).lower()}: IonQ's error mitigation (debiasing) is an option "
+                           f"of IonQ's QPUs ({able}), not of {shown(target)}")
+    return entry if debias else dict(entry, minimum=entry["minimum_no_debias"])
 
 
 def limits(target: str, fmt: str, path: str = PRICES) -> tuple[int | None, int | None]:
@@ -125,7 +155,8 @@ def job_cost(entry: dict, target: str, counts: tuple[int, int, int], shots: int,
     if rows != 1 and model in ("ionq", "hqc"):
         raise BackendError(f"no price is documented for a {target!r} job of {rows} parameter bindings")
     if model == "ionq":
-        return max(shots * (entry["price_1q"] * n1 + entry["price_2q"] * n2), entry["minimum"])
+        gates = shots * (entry["price_1q"] * n1 + entry["price_2q"] * n2)
+        return gates + entry["minimum"] if entry.get("minimum_reading") == "add" else max(gates, entry["minimum"])
     if model == "hqc":
         return 5 + shots * (n1 + 10 * n2 + 5 * nm) / 5000
     if model == "time":
@@ -153,17 +184,19 @@ def batch_cost(entry: dict, target: str, counts: list[tuple[int, int, int]], row
 
 
 def list_price(target: str, batch: CircuitBatch, shots: int | None = None, *, input_format: str | None = None,
-               prices: str = PRICES) -> Cost:
+               prices: str = PRICES, debias: bool | None = None) -> Cost:
     """The list price of ``batch`` on ``target``, offline: the target's default input format (or
     ``input_format``) and its packing from the table (one circuit per service job on IonQ and Quantinuum).
     ``shots`` None takes the batch's; an exact batch (shots None) must be given ``shots``. The same figure
-    as ``AzureBackend(target).estimate_cost(batch)`` at those shots."""
+    as ``AzureBackend(target).estimate_cost(batch)`` at those shots; ``debias=False``: with IonQ's error
+    mitigation off."""
     from .translate import format_for
 
     entry = price_entry(target, prices)
     if entry is None:
         known = ", ".join(sorted(load_prices(prices)["targets"]))
         raise BackendError(f"target {target!r} is not in the price table ({prices}); known: {known}")
+    entry = with_debias(entry, target, debias, prices)
     shots = batch.shots if shots is None else shots
     if shots is None:
         raise BackendError(f"batch of {batch.template.name!r} is exact (shots None): pass shots= to price it "

@@ -3,8 +3,11 @@ hqflow's reference simulator, and write the provider's output format.
 
 * ``ionq.circuit.v1`` (IonQ's JSON, ``qis`` gateset) -> ``ionq.quantum-results.v1``:
   ``{"histogram": {"<int>": p}}``, bit ``i`` of the integer (least significant first) is
-  qubit ``i``; exact probabilities on ``ionq.simulator``, frequencies of ``shots`` samples
-  on ``ionq.qpu.*``.
+  qubit ``i``; exact probabilities on ``ionq.simulator`` (IonQ's ideal simulator "doesn't sample the
+  probability distribution", Azure's IonQ page), frequencies of ``shots`` samples on ``ionq.qpu.*`` and on the
+  simulator under a noise model (``inputParams.noise``: ``{"model": "aria-1", "seed": s}``, the seed drawing the
+  shots where given). The input parameters IonQ takes are checked: ``noise`` (a model of the target table's
+  ``noise_models``, a seed in 1..2**31) and ``error-mitigation`` (``{"debias": true|false}``).
 * ``honeywell.openqasm.v1`` (OpenQASM 2) -> ``honeywell.quantum-results.v1``:
   ``{register: ["0110", ...]}``, one string per shot, classical bit 0 rightmost; all
   zeros on the syntax checker (``*sc``).
@@ -20,6 +23,12 @@ hqflow's reference simulator, and write the provider's output format.
 
 Gates run through ``hqflow.backends.reference`` with wire 0 the most significant bit.
 Measurements must come last on each qubit (no mid-circuit measurement or reset).
+
+Noise: a job under a noise model (IonQ's simulator with ``noise``) samples the exact noisy distribution that
+hqflow's ``density`` backend gives for that target's local noise model (``get_backend("density",
+noise="ionq.qpu.aria-1")``); where that backend is not installed, or has no model for the target, such a job fails,
+saying so. QPU targets (``*.qpu.*``) emulate their device: they sample under the target's own local noise model
+where the ``density`` backend has one, and the ideal distribution otherwise.
 """
 from __future__ import annotations
 
@@ -27,10 +36,12 @@ import json
 import math
 import re
 import struct
+import threading
 
 import numpy as np
 
 from hqflow.backends.reference import apply_matrix, initial_state, probabilities
+from hqflow.ir.circuit import Angle, CircuitTemplate, Op
 from hqflow.ir.gates import GATES, PAULIS, gate_matrix
 
 MAX_QUBITS = 20
@@ -48,6 +59,7 @@ class Program:
         if not isinstance(n_qubits, int) or not 1 <= n_qubits <= MAX_QUBITS:
             raise BadInput(f"the circuit must use 1 to {MAX_QUBITS} qubits, got {n_qubits!r}")
         self.n, self.steps, self.measured = n_qubits, [], {}  # measured: qubit -> its result id or clbit
+        self.ops: list[Op] | None = []  # the steps as hqflow gates (for a noise model); None once one is not
 
     def _wires(self, wires, what: str) -> tuple[int, ...]:
         if not all(isinstance(w, int) and not isinstance(w, bool) and 0 <= w < self.n for w in wires):
@@ -66,10 +78,16 @@ class Program:
         if len(angles) != spec.num_params:
             raise BadInput(f"{what or name}: takes {spec.num_params} angle(s), got {len(angles)}")
         m = gate_matrix(name, np.array([angles], dtype=float))
-        self.matrix(m, tuple(controls) + tuple(wires), len(controls), what or name)
+        base = name if not controls else _CONTROLLED.get((name, len(controls)))
+        op = base and Op(base, tuple(controls) + tuple(wires), tuple(Angle.const(float(a)) for a in angles))
+        self.matrix(m, tuple(controls) + tuple(wires), len(controls), what or name, op)
 
-    def matrix(self, m: np.ndarray, wires, n_controls: int = 0, what: str = "gate") -> None:
+    def matrix(self, m: np.ndarray, wires, n_controls: int = 0, what: str = "gate", op: Op | None = None) -> None:
         wires = self._wires(tuple(wires), what)
+        if op is None or self.ops is None:
+            self.ops = None
+        else:
+            self.ops.append(op)
         if n_controls:  # |1..1><1..1| (x) U + the rest identity
             d, u = 2 ** len(wires), m.reshape(m.shape[-2:])
             m = np.eye(d, dtype=complex)
@@ -80,18 +98,73 @@ class Program:
         self._wires((qubit,), what)
         self.measured[qubit] = slot
 
-    def probabilities(self) -> np.ndarray:
+    def probabilities(self, noise: str | None = None) -> np.ndarray:
+        """The exact distribution (wire 0 most significant), under ``noise`` (a target's local noise model) if
+        given: ``BadInput`` where no such model is at hand."""
+        if noise is not None:
+            return _noisy(self, noise)
         state = initial_state(1, self.n)
         for m, wires in self.steps:
             state = apply_matrix(state, m, wires)
         return probabilities(state)[0]
 
 
+# a controlled gate as hqflow names it: (gate, number of controls) -> the gate with its controls first
+_CONTROLLED = {("x", 1): "cx", ("y", 1): "cy", ("z", 1): "cz", ("rx", 1): "crx", ("ry", 1): "cry", ("rz", 1): "crz",
+               ("p", 1): "cp", ("swap", 1): "cswap", ("x", 2): "ccx"}
+_DENSITY: dict = {}  # noise model -> hqflow's density backend under it, or the BadInput saying why there is none
+_DENSITY_LOCK = threading.Lock()
+
+
+def density(noise: str):
+    """hqflow's ``density`` backend under the local noise model of target ``noise`` (made once); ``BadInput`` where
+    that backend is not installed or has no model for the target."""
+    from hqflow.backends import BackendError, get_backend, is_registered
+
+    with _DENSITY_LOCK:
+        if noise not in _DENSITY:
+            if not is_registered("density"):
+                _DENSITY[noise] = BadInput(f"this service has no noise model for {noise}: hqflow's density backend "
+                                           "is not installed")
+            else:
+                try:
+                    _DENSITY[noise] = get_backend("density", noise=noise)
+                except (BackendError, TypeError, ValueError) as exc:
+                    _DENSITY[noise] = BadInput(f"this service has no noise model for {noise}: {exc}")
+        got = _DENSITY[noise]
+    if isinstance(got, BadInput):
+        raise got
+    return got
+
+
+def _noisy(prog: Program, noise: str) -> np.ndarray:
+    """The program's exact distribution under target ``noise``'s local noise model (hqflow's ``density`` backend)."""
+    from hqflow.backends import CircuitBatch
+
+    backend = density(noise)
+    if prog.ops is None:
+        raise BadInput(f"a gate of this circuit has no hqflow equivalent, so the noise model of {noise} cannot run it")
+    batch = CircuitBatch.make(CircuitTemplate(prog.n, tuple(prog.ops), name="loopback"), np.zeros((1, 0)))
+    return np.asarray(backend.submit(batch).result().probs[0], dtype=float)
+
+
+def device_noise(target: str, prog: Program) -> str | None:
+    """The noise model a QPU target's job runs under here: its own, where hqflow's density backend has one and the
+    program is made of hqflow's gates (else the ideal distribution, as before the noise models)."""
+    if ".qpu." not in target or prog.ops is None:
+        return None
+    try:
+        density(target)
+    except BadInput:
+        return None
+    return target
+
+
 def _sample(prog: Program, target: str, shots: int, rng: np.random.Generator) -> np.ndarray:
     """``[shots, n]`` measured bits, column ``w`` for wire ``w``; zeros on a syntax checker (``*sc``)."""
     if target.endswith("sc"):
         return np.zeros((shots, prog.n), dtype=int)
-    probs = prog.probabilities()
+    probs = prog.probabilities(device_noise(target, prog))
     idx = rng.choice(len(probs), size=shots, p=probs / probs.sum())
     return (idx[:, None] >> (prog.n - 1 - np.arange(prog.n))[None, :]) & 1
 
@@ -158,13 +231,42 @@ def parse_ionq(data: bytes) -> Program:
     return prog
 
 
+def ionq_options(target: str, params: dict | None) -> tuple[str | None, int | None]:
+    """``(noise model, seed)`` of an IonQ job's input parameters, checked as IonQ's provider page documents them:
+    ``noise`` ``{"model": one of the table's noise_models, "seed": 1..2**31}`` (the model as a target name, None for
+    ideal; it applies to the simulator only) and ``error-mitigation`` ``{"debias": true|false}``."""
+    from .cost import price_entry
+
+    params = params or {}
+    mitigation = params.get("error-mitigation")
+    if mitigation is not None and (not isinstance(mitigation, dict) or set(mitigation) != {"debias"}
+                                   or not isinstance(mitigation["debias"], bool)):
+        raise BadInput(f"error-mitigation must be {{\"debias\": true|false}}, got {json.dumps(mitigation)[:80]}")
+    noise = params.get("noise")
+    if noise is None or not target.startswith("ionq.simulator"):  # "does not apply to qpu.* targets" (IonQ)
+        return None, None
+    models = (price_entry("ionq.simulator") or {}).get("noise_models", ["ideal"])
+    if not isinstance(noise, dict) or set(noise) - {"model", "seed"} or noise.get("model") not in models:
+        raise BadInput(f"noise must be {{\"model\": one of {', '.join(models)}, \"seed\": 1..2**31}}, got "
+                       f"{json.dumps(noise)[:80]}")
+    seed = noise.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 1 <= seed <= 2**31):
+        raise BadInput(f"noise.seed must be an integer from 1 to 2**31, got {json.dumps(seed)[:40]}")
+    return (None if noise["model"] == "ideal" else f"ionq.qpu.{noise['model']}"), seed
+
+
 def run_ionq(data: bytes, target: str, shots: int, rng: np.random.Generator, params: dict | None = None) -> dict:
+    noise, seed = ionq_options(target, params)
     prog = parse_ionq(data)
-    probs, n = prog.probabilities(), prog.n
-    if target.startswith("ionq.simulator"):
+    n = prog.n
+    if target.startswith("ionq.simulator") and noise is None:  # the ideal simulator: exact, never sampled
+        probs = prog.probabilities()
         index = np.flatnonzero(probs > 1e-12)
         values = probs[index] / probs[index].sum()
-    else:
+    else:  # a QPU, or the simulator under a noise model: shots drawn (from the job's seed where it gives one)
+        probs = prog.probabilities(noise or device_noise(target, prog))
+        if seed is not None:
+            rng = np.random.default_rng(seed)
         drawn = rng.multinomial(shots, probs / probs.sum())
         index = np.flatnonzero(drawn)
         values = drawn[index] / shots

@@ -87,6 +87,14 @@ def sampling_rng(batch: CircuitBatch, row: int, group: int, service_job: str) ->
     return np.random.default_rng([seed, row, group] if seed is not None else uuid.UUID(service_job).int % 2**63)
 
 
+def service_seed(batch: CircuitBatch, row: int, group: int, service_job: str, base: int = 0) -> int:
+    """A seed in 1..2**31 - 1 for the service's own sampling of ``row``'s ``group`` (IonQ's noisy simulator takes it as
+    ``noise.seed``; Azure's IonQ page allows 1 to 2**31): drawn from ``sampling_rng``'s generator, mixed with ``base``
+    (the ``noise_seed`` option), so that a run's noisy samples are a function of its seeds."""
+    draw = int(sampling_rng(batch, row, group, service_job).integers(2**63))
+    return int(np.random.default_rng([int(base), draw]).integers(1, 2**31))
+
+
 def unpack(fmt: Format, raw: bytes, chunk: Chunk, batch: CircuitBatch, shots: int, service_job: str,
            sample: bool) -> list[dict[str, int]]:
     """Counts of each of the chunk's rows, in order, from its service job's output."""

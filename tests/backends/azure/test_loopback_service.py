@@ -89,8 +89,13 @@ def test_ionq_simulator_returns_exact_probabilities_and_the_qpu_samples(azure_wo
     assert hist.keys() == expected.keys()
     assert all(abs(hist[k] - v) < 1e-12 for k, v in expected.items())
     freq = _done(qpu).get_results()["histogram"]
-    assert set(freq) <= set(expected) and abs(sum(freq.values()) - 1) < 1e-9
-    assert all(sampled.probability(freq.get(k, 0.0), v, 2000) for k, v in expected.items())
+    # the QPU emulates Aria: under its local noise model where hqflow's density backend has one, else ideal
+    noise = run.device_noise("ionq.qpu.aria-1", run.parse_ionq(data))
+    probs = run.parse_ionq(data).probabilities(noise)
+    exact = {str(int(f"{i:03b}"[::-1], 2)): p for i, p in enumerate(probs)}  # bit i of IonQ's key is qubit i
+    assert set(freq) <= ({k for k, p in exact.items() if p > 0} if noise else set(expected))
+    assert abs(sum(freq.values()) - 1) < 1e-9 and all(sampled.probability(freq.get(k, 0.0), v, 2000)
+                                                       for k, v in exact.items())
     assert all(abs(v * 2000 - round(v * 2000)) < 1e-6 for v in freq.values())  # frequencies of 2000 shots
 
 

@@ -170,7 +170,7 @@ def test_the_loopback_runner_takes_one_qir_item_per_job():
 
 def test_the_target_table_limits_with_their_sources(tmp_path):
     table = load_prices()
-    assert table["version"] == 2 and table["date"] == "2026-11-28"
+    assert table["version"] == 3 and table["date"] == "2026-11-29"
     assert {"packing", "max_shots", "read"} <= set(table["limits_source"])
     assert limits("ionq.qpu.aria-1", "ionq") == (1, 10000) and limits("ionq.simulator", "qir") == (1, None)
     assert limits("quantinuum.qpu.h2-1", "qasm") == (1, 10000) and limits("quantinuum.sim.h2-1e", "qasm") == (1, None)
@@ -182,9 +182,9 @@ def test_the_target_table_limits_with_their_sources(tmp_path):
     old = dict(version=1, date="2026-11-23", source="s", targets={"t.qpu": {"qubits": 5, "model": "free"}})
     (tmp_path / "v1.json").write_text(json.dumps(old))
     assert limits("t.qpu", "qir", str(tmp_path / "v1.json")) == (1, None)  # a version 1 table still reads
-    (tmp_path / "v3.json").write_text(json.dumps(dict(old, version=3)))
-    with pytest.raises(BackendError, match="version 3; hqflow reads versions 1, 2"):
-        load_prices(str(tmp_path / "v3.json"))
+    (tmp_path / "v4.json").write_text(json.dumps(dict(old, version=4)))
+    with pytest.raises(BackendError, match="version 4; hqflow reads versions 1, 2, 3"):
+        load_prices(str(tmp_path / "v4.json"))
 
 
 def test_the_backend_declares_the_tables_limits_and_refuses_too_many_shots():

@@ -47,7 +47,7 @@ def test_what_may_be_given_still_is():
 
 
 @pytest.mark.parametrize("name, options, said", [
-    ("azure:ionq.simulator", {"noise": {}, "location": "x"}, "unknown option 'noise'; it takes target, "),
+    ("azure:ionq.simulator", {"fidelity": {}, "location": "x"}, "unknown option 'fidelity'; it takes target, "),
     ("azure:ionq.simulator", {"shot": 5}, "unknown option 'shot' (did you mean 'shots'?)"),
     ("emulated-qpu", {"per_jbo": 0.1}, "unknown option 'per_jbo' (did you mean 'per_job'?)"),
     ("reference", {"colour": "red"}, "unknown option 'colour'; it takes max_qubits"),

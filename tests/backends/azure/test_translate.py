@@ -136,8 +136,9 @@ def test_prices_follow_the_published_formulas():
     aria = price_entry("ionq.qpu.aria-1")
     counts = gate_counts(_qc(10, 4, 1), "ionq")
     assert counts == (10, 4 + 6, 3)  # a 3-qubit gate bills as 6 two-qubit gates
+    assert (aria["price_1q"], aria["price_2q"]) == (0.00022, 0.000975)  # Azure's pricing page
     assert job_cost(aria, "ionq.qpu.aria-1", counts, 100000) == pytest.approx(
-        100000 * (0.0002205 * 10 + 0.00098 * 10))
+        100000 * (0.00022 * 10 + 0.000975 * 10))
     assert job_cost(aria, "ionq.qpu.aria-1", counts, 10) == 97.5  # the per-job minimum
     h2 = price_entry("quantinuum.qpu.h2-1")
     counts = gate_counts(_qc(7, 3, 1), "hqc")
@@ -160,7 +161,7 @@ def test_estimate_cost_counts_every_row_and_group_without_a_workspace():
         n1 = sum(1 for i in qc.data if i.operation.num_qubits == 1 and i.operation.name != "measure")
         n2 = sum(1 if i.operation.num_qubits == 2 else 6 * (i.operation.num_qubits - 2)
                  for i in qc.data if i.operation.num_qubits > 1)
-        per_row += max(2000 * (0.0002205 * n1 + 0.00098 * n2), 97.5)
+        per_row += max(2000 * (0.00022 * n1 + 0.000975 * n2), 97.5)
     assert math.isclose(cost.amount, 5 * per_row)
     assert "key" not in repr(b) and b.capabilities.max_qubits == 25 and not b.capabilities.exact
 
