@@ -1,33 +1,39 @@
-"""RL on a paid cloud QPU: service jobs, shots and list price per episode, by gradient estimator and packing.
+"""RL on a paid QPU under its noise: circuits, list price per step and per solved run, by gradient and sharing.
 
-    python benchmarks/cloud_rl.py [--quick] [--seeds N] [--episodes 1000] [--latency 0.05] [--workers 2]
-                                  [--variants baseline,ps_packed,spsa_packed,spsa_single]
-                                  [--spsa-samples 2] [--spsa-epsilon 0.1] [--segment-updates 2]
+    python benchmarks/cloud_rl.py [--quick] [--seeds N] [--episodes 1000] [--variants A,B] [--workers 2]
+                                  [--spsa-samples 8] [--no-sim-to-qpu]
 
-REINFORCE on CartPole-v1 (the default 4-qubit, 5-layer policy: 92 circuit parameters), 10 environments
-stepped together (autoreset) in one group, so each step round is one job, 10 episodes per update, under
-``--distribution sync``: a run is then a function of its seed (shots are seeded per row), the same at any
-latency and any packing. Each run is ``hqflow train`` in its own process, ``--workers`` at a time, on the
-emulated QPU (over the compiled simulator, ``--latency`` seconds per service job) priced as IonQ Aria
-(``price_as=ionq.qpu.aria-1``: one circuit per service job, list price at the run's shots, exact jobs at
-1,000). The variants:
+REINFORCE on CartPole-v1 (the default 4-qubit, 5-layer policy: 92 circuit parameters), 10 environments stepped
+together (autoreset) in one group, 10 episodes per update, ``--distribution sync`` (a run is a function of its
+seed: shots and noise are seeded per row), at 1,000 shots, on the emulated QPU priced as IonQ Aria (debiasing on:
+a $97.50 minimum per circuit) **under the Aria noise model** (``noise=ionq.qpu.aria-1``: depolarizing gates and
+readout error from IonQ's published fidelities). Each run is ``hqflow train`` in its own process. The variants:
 
-* ``baseline``: today: parameter shift, exact values, one circuit per service job. It learns in process
-  (autograd is the exact parameter-shift gradient) and its service jobs are its circuits (186 per env
-  step); a one-episode segment on the emulated QPU with one circuit per job checks that count
-  (``baseline_segment_ok``).
-* ``ps_packed``: parameter shift at 1,000 shots, a whole batch per service job.
-* ``spsa_packed``: SPSA (``--spsa-samples`` directions shared by all rows, no centre row: 2k circuits per
-  row) at 1,000 shots, packed.
-* ``spsa_single``: SPSA at 1,000 shots, one circuit per service job. It learns exactly what
-  ``spsa_packed`` learns: a segment of ``--segment-updates`` updates at one circuit per job must be
-  bit-identical to spsa_packed's first updates (``packing_independent``); its jobs are its circuits.
+* ``baseline``: parameter shift, one circuit per job, noiseless, as the last wave ran it: it learns in process
+  (autograd is parameter shift's exact gradient) and is priced at its circuits, 186 per env step
+  (``runner.circuits_per_env_step``), each an Aria circuit at 1,000 shots.
+* ``ps_noisy``: parameter shift under the Aria noise: it learns in process on the ``density`` simulator (the exact
+  gradient of the noisy values, which parameter shift estimates; its shot noise is not modelled) and is priced
+  as ``baseline``.
+* ``twin``: the QPU acts (one circuit per env step, 1,000 shots, noisy); the learner differentiates the local
+  twin under the same noise model (``--gradient twin --twin-noise``).
+* ``twin_mux``: ``twin`` with rows that share a circuit (``share=auto``: 6 rows of 4 qubits on Aria's 25).
+* ``spsa_packed``: SPSA (``--spsa-samples`` directions, 2 circuits each per row) at 1,000 shots, noisy, packed.
 
-Solved: the mean return of the last 10 episodes reaches 500 within ``--episodes`` episodes. With
-``--quick`` (under 300 s on 2 cores): 3 seeds, 150 episodes (the jobs, shots and price per episode of early
-learning; whether a variant solves is judged by the full run), no latency. At latency 0
-``seconds_per_episode_at_50ms`` is modelled: service jobs x 0.05 s + the measured compute. The last line is
-one JSON object.
+Solved: the run's criterion (the mean return of the last 10 episodes reaches the env's threshold) within
+``--episodes``. Per solved run: what all seeds' runs cost (each until it solved, or to the end) over the runs that
+solved. ``usd_reduction``: baseline's per solved run over the best variant's (the cheapest that solves 4 of 5;
+with fewer seeds, two thirds); ``usd_reduction_per_step`` the same per env step (``--quick`` reports it); both
+again with debiasing off (Aria's $12.4166 minimum: its gate-shots, $39.74 a circuit here, then bind).
+
+``twin_cosine_median``: over states of a rollout, the cosine between the twin's gradient of log π(a|s) (the
+``density`` simulator under the noise model) and parameter shift's on the noisy emulated QPU at 1,000 shots
+(``twin_cosine_median_noiseless_twin``: with the noiseless compiled twin). ``sim_to_qpu``: the best twin run's
+policy (pretrained free on the noisy emulator) evaluated greedily for 10 episodes on the Aria-priced, noisy
+emulated QPU at 1,000 shots with shared circuits: the mean return and the list price.
+
+``--quick`` (under 300 s on 2 cores): 2 seeds, 30 episodes: the per-step circuits and prices of every variant.
+The last line is one JSON object.
 """
 from __future__ import annotations
 
@@ -41,47 +47,52 @@ import sys
 import tempfile
 import time
 
-VARIANTS = ("baseline", "ps_packed", "spsa_packed", "spsa_single")
-COMMON = ["cartpole", "--set", "batch_episodes=10", "--set", "num_envs=10", "--set", "groups=1", "--set",
-          "autoreset=true", "--distribution", "sync", "--json", "--no-tensorboard", "--checkpoint-every", "1000"]
+VARIANTS = ("baseline", "ps_noisy", "twin", "twin_mux", "spsa_packed")
 ARIA = "ionq.qpu.aria-1"
+COMMON = ["cartpole", "--set", "batch_episodes=10", "--set", "num_envs=10", "--set", "groups=1", "--set",
+          "autoreset=true", "--distribution", "sync", "--json", "--no-tensorboard", "--checkpoint-every", "1"]
+SHOTS = 1000
 
 
-def _emulated(latency: float, per_job_rows: int | None) -> list[str]:
-    opts = ["wrapped=compiled", f"per_job={latency}", f"price_as={ARIA}", "price_shots=1000"]
-    if per_job_rows is not None:
-        opts.append(f"max_circuits_per_job={per_job_rows}")
-    return ["--backend", "emulated-qpu", *[a for o in opts for a in ("--backend-opt", o)]]
+def _opts(*pairs: str) -> list[str]:
+    return [a for p in pairs for a in ("--backend-opt", p)]
 
 
-def command(variant: str, seed: int, episodes: int, args, latency: float, single: bool = False) -> list[str]:
-    """The ``hqflow train`` arguments of one run (``single``: the one-circuit-per-job segment)."""
+def qpu(share: bool = False) -> list[str]:
+    """The emulated QPU: priced as Aria at 1,000 shots, under Aria's noise model (optionally sharing circuits)."""
+    return ["--backend", "emulated-qpu", *_opts("wrapped=compiled", f"price_as={ARIA}", f"price_shots={SHOTS}",
+                                                f"noise={ARIA}", *(["share=auto"] if share else []))]
+
+
+def command(variant: str, seed: int, episodes: int, args) -> list[str]:
+    """The ``hqflow train`` arguments of one run."""
     cmd = [*COMMON, "--seed", str(seed), "--episodes", str(episodes)]
-    if variant == "baseline":  # its segment: one episode on one env (186 single-circuit jobs a step add up fast)
-        small = ["--set", "batch_episodes=1", "--set", "num_envs=1", "--episodes", "1"]
-        return cmd + (_emulated(0.0, 1) + small if single else ["--backend", "compiled"])
-    cmd += ["--shots", "1000"] + _emulated(latency, 1 if single else None)
-    if variant.startswith("spsa"):
-        cmd += ["--gradient", "spsa", "--spsa-samples", str(args.spsa_samples), "--spsa-epsilon",
-                str(args.spsa_epsilon)]
-    return cmd
+    if variant == "baseline":
+        return cmd + ["--backend", "compiled"]
+    if variant == "ps_noisy":
+        return cmd + ["--backend", "density", *_opts(f"noise={ARIA}")]
+    cmd += ["--shots", str(SHOTS)]
+    if variant.startswith("twin"):
+        return cmd + ["--gradient", "twin", "--twin-noise", ARIA] + qpu(share=variant == "twin_mux")
+    return cmd + ["--gradient", "spsa", "--spsa-samples", str(args.spsa_samples)] + qpu()
 
 
 def train(cmd: list[str], run_dir: str) -> dict:
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "hqflow.cli", "train", *cmd, "--run-dir", run_dir],
-                          capture_output=True, text=True, timeout=3600)
+                          capture_output=True, text=True, timeout=6 * 3600)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1], "wall": time.perf_counter() - t0}
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         out["rows"] = [json.loads(line) for line in f if line.strip()]
-    out["wall"] = time.perf_counter() - t0
+    out["run_dir"], out["wall"] = run_dir, time.perf_counter() - t0
     return out
 
 
-def per_step_figures() -> dict:
-    """The baseline's circuits per env step, and Aria's list price of one circuit of the policy at 1,000 shots."""
+def prices() -> dict:
+    """Aria's list price of the policy circuit at 1,000 shots: one circuit alone, and k rows sharing one circuit,
+    debiasing on and off; the baseline's circuits per env step."""
     import numpy as np
     from hqflow.backends import CircuitBatch
     from hqflow.backends.azure.cost import list_price
@@ -89,145 +100,187 @@ def per_step_figures() -> dict:
     from hqflow.workloads.rl.policies import pqc_template
 
     cfg = reinforce.Config()
-    circuits, parameters = runner.circuits_per_env_step("reinforce", cfg)
-    template = pqc_template(4, cfg.n_layers)
-    row = CircuitBatch.make(template, np.zeros((1, template.n_inputs)), np.zeros(template.n_weights))
-    return {"circuits_per_step": circuits, "parameters": parameters,
-            "usd_per_circuit": list_price(ARIA, row, shots=1000).amount}
+    t = pqc_template(4, cfg.n_layers)
+    one = CircuitBatch.make(t, np.zeros((1, t.n_inputs)), np.zeros(t.n_weights))
+    return {"circuits_per_step": runner.circuits_per_env_step("reinforce", cfg)[0],
+            "usd": list_price(ARIA, one, shots=SHOTS).amount,
+            "usd_off": list_price(ARIA, one, shots=SHOTS, debias=False).amount,
+            "minimum": 97.5, "minimum_off": 12.4166}
 
 
-def summarize(variant: str, runs: list[dict], episodes: int, base: dict, latency: float) -> dict:
+def _cumulative(run: dict) -> list[tuple[int, int, float, int]]:
+    """Per update: (episodes, env steps, list price so far, circuits so far)."""
+    out, episodes, steps = [], 0, 0
+    for row in run["rows"]:
+        episodes, steps = episodes + row["episodes"], steps + row["env_steps"]
+        out.append((episodes, steps, row.get("list_cost_total", 0.0), row.get("circuits_total", 0)))
+    return out
+
+
+def figures_of(variant: str, runs: list[dict], episodes: int, p: dict) -> dict:
+    """A variant's figures over its seeds' runs."""
     ok = [r for r in runs if "error" not in r]
-    solved = sorted(r["episodes_to_solve"] for r in ok if r["episodes_to_solve"] is not None
-                    and r["episodes_to_solve"] <= episodes)
-    eps = sum(r["episodes"] for r in ok) or 1
-    steps = sum(r["env_steps"] for r in ok)
-    if variant == "baseline":  # in process: its service jobs are its circuits, one per job
-        circuits = base["circuits_per_step"] * steps
-        jobs, shots, usd = circuits, 0, circuits * base["usd_per_circuit"]
-    else:
-        circuits = sum(r.get("circuits", 0) for r in ok)
-        jobs = circuits if variant == "spsa_single" else sum(r.get("service_jobs", 0) for r in ok)
-        shots, usd = sum(r.get("shots", 0) for r in ok), sum(r.get("list_cost", 0.0) for r in ok)
-    seconds = sum(r["seconds"] for r in ok)
+    in_process = variant in ("baseline", "ps_noisy")
+    spent = spent_off = steps = circuits = eps = 0.0
+    solved = []
+    for r in ok:
+        rows = _cumulative(r)
+        at = r["episodes_to_solve"]
+        cut = next((k for k, (e, *_) in enumerate(rows) if at is not None and e >= at), len(rows) - 1)
+        e, s, usd, c = rows[cut] if rows else (0, 0, 0.0, 0)
+        if in_process:  # its circuits are parameter shift's per env step, each an Aria circuit
+            c = p["circuits_per_step"] * s
+            usd, usd_off = c * p["usd"], c * p["usd_off"]
+        else:  # shared circuits: a circuit of k rows costs max(minimum, k x gates); debias off lowers the minimum
+            rows_per_circuit = s / c if c else 1.0
+            usd_off = usd * max(p["minimum_off"], rows_per_circuit * p["usd_off"]) / max(
+                p["minimum"], rows_per_circuit * p["usd_off"])
+        spent, spent_off, steps, circuits, eps = spent + usd, spent_off + usd_off, steps + s, circuits + c, eps + e
+        if at is not None and at <= episodes:
+            solved.append(at)
     median = statistics.median([*solved, *[float("inf")] * (len(runs) - len(solved))]) if runs else float("inf")
     return {"solved": len(solved), "median_episodes": None if median == float("inf") else median,
-            "service_jobs_per_episode": round(jobs / eps, 2), "circuits_per_episode": round(circuits / eps, 2),
-            "service_jobs_per_step": round(jobs / max(1, steps), 3),
-            "shots_per_episode": round(shots / eps), "usd_per_episode_aria": round(usd / eps, 2),
-            "mean_episode_length": round(steps / eps, 1),
-            "seconds_per_episode_at_50ms": round((jobs * 0.05 + (seconds if latency == 0 else 0)) / eps
-                                                 if latency == 0 else seconds / eps, 3),
+            "circuits_per_step": round(circuits / max(1, steps), 3), "usd_per_step": round(spent / max(1, steps), 2),
+            "usd_per_episode": round(spent / max(1, eps), 2),
+            "usd_per_solved_run": round(spent / len(solved), 2) if solved else None,
+            "usd_per_step_debias_off": round(spent_off / max(1, steps), 2),
+            "usd_per_solved_run_debias_off": round(spent_off / len(solved), 2) if solved else None,
             "errors": [r["error"] for r in runs if "error" in r]}
 
 
-def segments(args, folder: str, pool, runs: dict) -> dict:
-    """The one-circuit-per-job segments: the baseline's count of service jobs, and SPSA's packing independence."""
-    n = 10 * args.segment_updates
+def twin_cosine(folder: str, states: int = 24) -> dict:
+    """The cosine, per sampled state, between the twin's gradient of log π(a|s) and parameter shift's on the noisy
+    emulated QPU at 1,000 shots (median), at the initial policy's parameters, for a noisy and a noiseless twin."""
+    import numpy as np
+    import torch
+    from hqflow.torch import seeded
+    from hqflow.workloads.rl import reinforce
+    from hqflow.workloads.rl.policies import learning_on_twin
+
+    qpu_spec = ("emulated-qpu", {"wrapped": "compiled", "noise": ARIA, "seed": 1})
+    cfg = reinforce.resolve(reinforce.Config(seed=3, dtype="float64", batch_episodes=2), in_process=True)
+    policy = reinforce.make_policy(cfg, "compiled")
+    batch, _ = reinforce.act(policy, reinforce.make_envs(cfg), cfg, 0, None)
+    pick = np.random.default_rng(0).choice(batch.n_steps, size=min(states, batch.n_steps), replace=False)
+    s, a = torch.from_numpy(batch.states[pick]), torch.from_numpy(batch.actions[pick])
+
+    def grads(make) -> np.ndarray:
+        out = []
+        for i in range(len(pick)):
+            p = make()
+            p.load_state_dict(policy.state_dict())
+            with seeded(7, i):
+                p.log_probs(s[i:i + 1]).gather(1, a[i:i + 1, None]).sum().backward()
+            out.append(torch.cat([p.input_scaling.grad.ravel(), p.weights.grad.ravel()]).numpy())
+        return np.array(out)
+
+    circuit = {"shots": SHOTS, "gradient": "param-shift"}
+    shift = grads(lambda: reinforce.SoftmaxPQC(4, 5, 2, backend=qpu_spec, dtype=torch.float64, circuit=circuit))
     out = {}
-    jobs = {}
-    if "baseline" in args.variants:
-        jobs["baseline"] = pool.submit(train, command("baseline", 0, n, args, 0.0, single=True),
-                                       os.path.join(folder, "seg-baseline"))
-    if {"spsa_single", "spsa_packed"} & set(args.variants):
-        jobs["spsa"] = pool.submit(train, command("spsa_single", 0, n, args, 0.0, single=True),
-                                   os.path.join(folder, "seg-spsa"))
-        jobs["spsa_packed"] = pool.submit(train, command("spsa_packed", 0, n, args, 0.0),
-                                          os.path.join(folder, "seg-spsa-packed"))
-    done = {k: f.result() for k, f in jobs.items()}
-    if "baseline" in done:
-        seg = done["baseline"]
-        per_step = seg.get("circuits", 0) / max(1, seg.get("env_steps", 0))  # the actor may step past the batch
-        out["baseline_segment_ok"] = ("error" not in seg and seg["service_jobs"] == seg["circuits"]
-                                      and abs(per_step / runs["base"]["circuits_per_step"] - 1) < 0.05)
-        out["baseline_segment"] = {k: seg.get(k) for k in ("service_jobs", "circuits", "env_steps", "error")}
-    if "spsa" in done:
-        one, packed = done["spsa"], done["spsa_packed"]
-        same = ("error" not in one and "error" not in packed
-                and [r["returns"] for r in one["rows"]] == [r["returns"] for r in packed["rows"]]
-                and [r["shots"] for r in one["rows"]] == [r["shots"] for r in packed["rows"]])
-        out["packing_independent"] = bool(same and one["service_jobs"] == one["circuits"])
-        out["spsa_segment"] = {"single_jobs": one.get("service_jobs"), "packed_jobs": packed.get("service_jobs"),
-                               "circuits": one.get("circuits"), "error": one.get("error") or packed.get("error")}
+    for key, twin in (("noisy", ("density", {"noise": ARIA})), ("noiseless", "compiled")):
+        def make(twin=twin):
+            p = reinforce.SoftmaxPQC(4, 5, 2, backend=qpu_spec, dtype=torch.float64,
+                                     circuit={"gradient": "twin", "twin": twin})
+            p.on_twin = True
+            return p
+        with learning_on_twin(policy, False):
+            g = grads(make)
+        cos = (g * shift).sum(1) / (np.linalg.norm(g, axis=1) * np.linalg.norm(shift, axis=1) + 1e-300)
+        out[key] = float(np.median(cos))
+    return {"twin_cosine_median": round(out["noisy"], 4), "twin_cosine_median_noiseless_twin": round(out["noiseless"], 4),
+            "twin_cosine_states": len(pick)}
+
+
+def sim_to_qpu(run_dir: str | None) -> dict:
+    """10 greedy episodes of a pretrained run's policy on the Aria-priced noisy emulated QPU, sharing circuits."""
+    if run_dir is None:
+        return {"sim_to_qpu_mean_return": None, "sim_to_qpu_usd": None}
+    argv = [sys.executable, "-m", "hqflow.cli", "eval", run_dir, "--episodes", "10", "--shots", str(SHOTS),
+            "--json", "--backend", "emulated-qpu", *_opts("wrapped=compiled", f"price_as={ARIA}", f"noise={ARIA}",
+                                                          "share=auto")]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        return {"sim_to_qpu_error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    dry = subprocess.run([*argv, "--dry-run"], capture_output=True, text=True, timeout=600)
+    return {"sim_to_qpu_mean_return": out["mean_return"], "sim_to_qpu_usd": round(out["usage"]["cost"], 2),
+            "sim_to_qpu_circuits": out["usage"]["circuits"],
+            "sim_to_qpu_usd_at_most": json.loads(dry.stdout)["at_most"] if dry.returncode == 0 else None}
+
+
+def overall(figures: dict, variants: list[str], seeds: int) -> dict:
+    need = 4 if seeds >= 5 else max(1, -(-2 * seeds // 3))
+    solving = [v for v in variants if v != "baseline" and figures.get(f"{v}_solved", 0) >= need]
+    best = min(solving, key=lambda v: figures[f"{v}_usd_per_solved_run"], default=None)
+    base, base_off = figures.get("baseline_usd_per_solved_run"), figures.get("baseline_usd_per_solved_run_debias_off")
+    cheapest_step = min((v for v in variants if v != "baseline"), key=lambda v: figures[f"{v}_usd_per_step"],
+                        default=None)
+    ratio = lambda a, b: round(a / b, 1) if a and b else None  # noqa: E731
+    out = {"solving_means": f"at least {need} of {seeds} seeds", "best_variant": best,
+           "best_solved": figures.get(f"{best}_solved") if best else 0,
+           "usd_reduction": ratio(base, figures.get(f"{best}_usd_per_solved_run")) if best else None,
+           "usd_reduction_debias_off": ratio(base_off, figures.get(f"{best}_usd_per_solved_run_debias_off"))
+           if best else None}
+    step_of = best or cheapest_step
+    if step_of and "baseline" in variants:
+        out["usd_reduction_per_step"] = ratio(figures["baseline_usd_per_step"], figures[f"{step_of}_usd_per_step"])
+        out["usd_reduction_per_step_debias_off"] = ratio(figures["baseline_usd_per_step_debias_off"],
+                                                         figures[f"{step_of}_usd_per_step_debias_off"])
+        out["usd_reduction_per_step_of"] = step_of
+    out["targets"] = {"best_solves_4_of_5": out["best_solved"] >= 4 and seeds >= 5,
+                      "usd_reduction_300": (out["usd_reduction"] or 0) >= 300,
+                      "sim_to_qpu_475": (figures.get("sim_to_qpu_mean_return") or 0) >= 475}
     return out
 
 
 def table(figures: dict, variants: list[str]) -> None:
-    cols = ("solved", "median_episodes", "service_jobs_per_episode", "shots_per_episode", "usd_per_episode_aria",
-            "mean_episode_length")
-    print(f"{'variant':<12}" + "".join(f"{c.replace('_per_episode', '/ep').replace('_aria', ''):>22}" for c in cols))
+    cols = ("solved", "median_episodes", "circuits_per_step", "usd_per_step", "usd_per_episode", "usd_per_solved_run",
+            "usd_per_step_debias_off")
+    print(f"{'variant':<12}" + "".join(f"{c.replace('usd_per_', '$/').replace('_debias_off', ' (off)'):>20}"
+                                       for c in cols))
     for v in variants:
-        print(f"{v:<12}" + "".join(f"{str(figures.get(f'{v}_{c}')):>22}" for c in cols))
-
-
-def overall(figures: dict, variants: list[str], seeds: int) -> dict:
-    need = 4 if seeds >= 5 else max(1, -(-2 * seeds // 3))  # "solving": 4 of 5 (2 of 3 with --quick)
-    solving = [v for v in variants if figures.get(f"{v}_solved", 0) >= need]
-    better = [v for v in solving if v != "baseline"]  # the variants that change something
-    base_jobs = figures.get("baseline_service_jobs_per_episode")
-    base_usd = figures.get("baseline_usd_per_episode_aria")
-    packed = [figures[f"{v}_service_jobs_per_episode"] for v in ("ps_packed", "spsa_packed") if v in solving]
-    out = {"solving_means": f"at least {need} of {seeds} seeds",
-           "jobs_reduction_packed": round(base_jobs / min(packed), 1) if base_jobs and packed else None,
-           "jobs_reduction_single": (round(base_jobs / figures["spsa_single_service_jobs_per_episode"], 1)
-                                     if base_jobs and "spsa_single" in variants else None),
-           # per env step: free of how long each variant's episodes are (a policy that does not learn has short ones)
-           "jobs_reduction_single_per_step": (round(figures["baseline_service_jobs_per_step"]
-                                                    / figures["spsa_single_service_jobs_per_step"], 1)
-                                              if base_jobs and "spsa_single" in variants else None),
-           "usd_reduction": (round(base_usd / min(figures[f"{v}_usd_per_episode_aria"] for v in better), 2)
-                             if base_usd and better else None),
-           "frugal_best_solved": max([figures.get(f"{v}_solved", 0) for v in ("spsa_packed", "spsa_single")
-                                      if v in variants] or [0])}
-    out["targets"] = {"jobs_reduction_packed_300": (out["jobs_reduction_packed"] or 0) >= 300,
-                      "jobs_reduction_single_30": (out["jobs_reduction_single"] or 0) >= 30,
-                      "usd_reduction_20": (out["usd_reduction"] or 0) >= 20,
-                      "frugal_4_of_5": out["frugal_best_solved"] >= 4 and seeds >= 5}
-    return out
+        print(f"{v:<12}" + "".join(f"{str(figures.get(f'{v}_{c}')):>20}" for c in cols))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="3 seeds, 150 episodes, no latency (under 300 s)")
-    ap.add_argument("--seeds", type=int, help="seeds 0..N-1 (default 5, --quick 3)")
-    ap.add_argument("--episodes", type=int, help="episode budget per run (default 1000, --quick 150)")
-    ap.add_argument("--latency", type=float, help="seconds per service job (default 0.05, --quick 0)")
+    ap.add_argument("--quick", action="store_true", help="2 seeds, 30 episodes: per-step circuits and prices")
+    ap.add_argument("--seeds", type=int, help="seeds 0..N-1 (default 5, --quick 2)")
+    ap.add_argument("--episodes", type=int, help="episode budget per run (default 1000, --quick 30)")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="runs at a time (default: cores)")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ",".join(VARIANTS))
-    ap.add_argument("--spsa-samples", type=int, default=2, help="SPSA directions (default 2)")
-    ap.add_argument("--spsa-epsilon", type=float, default=0.1, help="SPSA perturbation (default 0.1)")
-    ap.add_argument("--segment-updates", type=int, default=2, help="updates of each one-circuit-per-job segment")
+    ap.add_argument("--spsa-samples", type=int, default=8, help="spsa_packed's directions (default 8)")
+    ap.add_argument("--no-sim-to-qpu", action="store_true", help="skip the pretrain-then-evaluate figures")
+    ap.add_argument("--no-cosine", action="store_true", help="skip the twin's gradient bias")
     args = ap.parse_args(argv)
     args.variants = [v for v in args.variants.split(",") if v]
     if not args.variants or set(args.variants) - set(VARIANTS):
         ap.error(f"--variants takes names from {', '.join(VARIANTS)}")
-    seeds = args.seeds or (3 if args.quick else 5)
-    episodes = args.episodes or (150 if args.quick else 1000)
-    latency = args.latency if args.latency is not None else (0.0 if args.quick else 0.05)
-    if seeds < 1 or episodes < 1 or args.workers < 1 or latency < 0 or args.segment_updates < 1:
-        ap.error("--seeds, --episodes, --workers and --segment-updates must be at least 1, --latency >= 0")
+    seeds = args.seeds or (2 if args.quick else 5)
+    episodes = args.episodes or (30 if args.quick else 1000)
+    if seeds < 1 or episodes < 1 or args.workers < 1 or args.spsa_samples < 1:
+        ap.error("--seeds, --episodes, --workers and --spsa-samples must be at least 1")
     t0 = time.perf_counter()
-    base = per_step_figures()
-    learners = [v for v in args.variants if v != "spsa_single"]
-    if "spsa_single" in args.variants and "spsa_packed" not in learners:
-        learners.append("spsa_packed")  # spsa_single learns what spsa_packed learns
-    with tempfile.TemporaryDirectory() as folder, cf.ThreadPoolExecutor(args.workers) as pool:
-        order = [(v, s) for v in ("ps_packed", "spsa_packed", "baseline") if v in learners for s in range(seeds)]
-        futures = {(v, s): pool.submit(train, command(v, s, episodes, args, latency),
-                                       os.path.join(folder, f"{v}-{s}")) for v, s in order}
-        checks = segments(args, folder, pool, {"base": base})
-        runs = {key: f.result() for key, f in futures.items()}
-    figures: dict = {"seeds": seeds, "episodes_cap": episodes, "latency": latency, "spsa_samples": args.spsa_samples,
-                     "spsa_epsilon": args.spsa_epsilon, "baseline_circuits_per_step": base["circuits_per_step"],
-                     "aria_usd_per_circuit_1000_shots": round(base["usd_per_circuit"], 4)}
-    for v in args.variants:
-        source = "spsa_packed" if v == "spsa_single" else v
-        mine = [runs[(source, s)] for s in range(seeds)]
-        for k, value in summarize(v, mine, episodes, base, latency).items():
-            figures[f"{v}_{k}"] = value
-    if "baseline" in args.variants:
-        figures["baseline_shots_per_episode_at_1000"] = round(figures["baseline_circuits_per_episode"] * 1000)
-    figures.update(checks)
+    p = prices()
+    figures: dict = {"seeds": seeds, "episodes_cap": episodes, "shots": SHOTS, "noise": ARIA,
+                     "spsa_samples": args.spsa_samples, "aria_usd_per_circuit": round(p["usd"], 4),
+                     "aria_usd_per_circuit_debias_off": round(p["usd_off"], 4),
+                     "baseline_circuits_per_step_formula": p["circuits_per_step"]}
+    with tempfile.TemporaryDirectory() as folder:
+        with cf.ThreadPoolExecutor(args.workers) as pool:
+            futures = {(v, s): pool.submit(train, command(v, s, episodes, args), os.path.join(folder, f"{v}-{s}"))
+                       for s in range(seeds) for v in args.variants}
+            runs = {key: f.result() for key, f in futures.items()}
+        for v in args.variants:
+            for k, value in figures_of(v, [runs[(v, s)] for s in range(seeds)], episodes, p).items():
+                figures[f"{v}_{k}"] = value
+        if not args.no_cosine:
+            figures.update(twin_cosine(folder, 8 if args.quick else 24))
+        if not args.no_sim_to_qpu:
+            twins = [r for v in ("twin_mux", "twin") if v in args.variants for s in range(seeds)
+                     for r in [runs[(v, s)]] if "error" not in r]
+            best = max(twins, key=lambda r: r["mean_return_last_10"], default=None)
+            figures.update(sim_to_qpu(best["run_dir"] if best else None))
     figures.update(overall(figures, args.variants, seeds))
     figures["seconds"] = round(time.perf_counter() - t0, 1)
     table(figures, args.variants)
