@@ -2,12 +2,13 @@
 read from its register's marginal (``hqflow.backends.share``). Differential at the reference simulator, then
 the emulated QPU's usage, price and values, and the ``share`` option's refusals. Azure's, through the real SDK and
 the loopback service: tests/backends/azure/test_share_service.py."""
+import importlib.util
 import math
 
 import numpy as np
 import pytest
 
-from hqflow.backends import BackendError, CircuitBatch, RequestRefused, get_backend
+from hqflow.backends import BackendError, CircuitBatch, JobCancelled, JobFailed, RequestRefused, get_backend
 from hqflow.backends import share
 from hqflow.backends.reference import ReferenceBackend
 from hqflow.cli import main
@@ -159,9 +160,33 @@ def test_emulated_values_are_the_rows_alone_bit_for_bit(make):
     assert make(share=3).usage(batch).circuits == 3
 
 
+def test_a_shared_job_reads_its_parts_back_and_cancels_them_all(make):
+    """``SharedJob`` over any backend's jobs of the wide batches (here emulated jobs that run the wide circuits on
+    the reference): the rows, one done callback once every part has ended, a failure said after every part has
+    ended, and a cancel that reaches every part."""
+    t = random_template(np.random.default_rng(4), 2)
+    batch = CircuitBatch.make(t, np.random.default_rng(0).normal(size=(5, t.n_inputs)), np.ones(t.n_weights))
+    ends = []
+    qpu = make(per_job=0.01)
+    job = share.SharedJob(batch, 3, [qpu.submit(p) for p in share.widen(batch, 3)])
+    job.add_done_callback(ends.append)
+    np.testing.assert_allclose(job.result(10).values, REF.run_checked(batch).values, atol=1e-12)
+    assert job.done() and job.started() and ends == [job]
+    failing = make(fail_jobs=(0,), per_job=0.2)
+    job = share.SharedJob(batch, 3, [failing.submit(p) for p in share.widen(batch, 3)])
+    with pytest.raises(JobFailed, match="injected failure: job 0"):
+        job.result(10)
+    assert job.jobs[1].done()  # said once every part had ended
+    hanging = make(hang_jobs=(0, 1))
+    job = share.SharedJob(batch, 3, [hanging.submit(p) for p in share.widen(batch, 3)])
+    assert job.cancel() and all(j.status() == "cancelled" for j in job.jobs)
+    with pytest.raises(JobCancelled):
+        job.result(1)
+
+
 @pytest.mark.parametrize("value", [0, -2, "x", 2.5, True, None, "1"])
 def test_a_bad_share_is_one_line(value):
-    for name in ("emulated-qpu",):
+    for name in ["emulated-qpu"] + (["azure:ionq.qpu.aria-1"] if importlib.util.find_spec("azure.quantum") else []):
         with pytest.raises(BackendError) as err:
             get_backend(name, share=value)
         message = str(err.value)
