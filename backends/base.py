@@ -93,6 +93,16 @@ class Capabilities:
     row_seeded: bool = False
     """whether a batch with ``row_seeds`` samples each row from its own seed, so that shot results do not
     depend on how the runtime cuts a batch into jobs"""
+    share: int = 1
+    """rows of a batch that one circuit holds at most, each on its own register of disjoint wires (the ``share``
+    option of emulated-qpu and Azure; ``hqflow.backends.share``): 1, a circuit per row. A template ``n`` qubits wide
+    shares ``rows_per_circuit(n)`` = min(share, max_qubits // n) rows to a circuit (``share=auto`` declares
+    ``max_qubits``: as many as fit). ``Backend.usage`` then counts circuits, not rows (⌈B / k⌉ per measurement
+    group), a price is one circuit of k × the gates, and ``service_job_rows`` counts rows (k to a circuit)"""
+
+    def rows_per_circuit(self, width: int) -> int:
+        """k: the rows of a template ``width`` qubits wide that one circuit holds (at least 1)."""
+        return max(1, min(self.share, self.max_qubits // max(1, width)))
 
     def service_jobs(self, rows: int, groups: int = 1) -> int:
         """Service jobs a submitted job of ``rows`` rows becomes: 1 where a submit is one service job, else
@@ -107,6 +117,7 @@ class Capabilities:
         rows = self.service_job_rows
         packing = "" if rows is None else f", {rows} row{'s' if rows > 1 else ''}/service job"
         cap = "" if self.max_shots is None else f", <= {self.max_shots} shots"
+        cap += "" if self.share == 1 else f", up to {self.share} rows/circuit"
         return (
             f"{self.max_qubits} qubits, {per_job} circuits/job{packing}, {modes}{cap}, "
             f"gradient={self.gradient or 'none (parameter shift)'}, device={self.device}"

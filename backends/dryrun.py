@@ -94,11 +94,11 @@ class DryRunBackend(Backend):
     @property
     def capabilities(self) -> Capabilities:
         """The real backend's qubits and the limits of its service (``service_job_rows``, ``max_shots``,
-        ``row_seeded``); the simulator answers exactly or with shots."""
+        ``row_seeded``, ``share``); the simulator answers exactly or with shots."""
         caps = self.inner.capabilities
         return Capabilities(self.name, caps.max_qubits, None, exact=True, shots=True, gradient=None, device="cpu",
                             service_job_rows=caps.service_job_rows, max_shots=caps.max_shots,
-                            row_seeded=caps.row_seeded)
+                            row_seeded=caps.row_seeded, share=caps.share)
 
     def usage(self, batch: CircuitBatch) -> Usage:
         """What the real backend says a job of ``batch`` would use, with the shots the dry run samples."""

@@ -42,6 +42,14 @@ Each submit is one service job (``capabilities.service_job_rows`` None). The emu
 mitigation off (its lower minimum per job; the emulated results do not change). Its capabilities say ``row_seeded`` when the
 wrapped simulator's do.
 
+``share=K`` (or ``"auto"``; default 1, off) lets up to K rows of a batch share one circuit on disjoint registers,
+as many as fit the device's qubits (``hqflow.backends.share``): the ``max_qubits`` option, else the ``price_as``
+target's (25 on Aria), which ``capabilities.max_qubits`` then says. Its usage, price and modelled device time count
+the shared circuits, ⌈B / k⌉ (each priced as one circuit of k × the gates). Its values are still computed row by
+row on the wrapped simulator, never as a wide circuit: a register's marginal is distributionally the row alone, so
+the values are those a real shared circuit estimates, and a row-seeded batch gives results bit-identical to
+``share=1``. ``max_circuits_per_job`` still counts rows, as the runtime cuts batches by it.
+
 Threads: one for the queue (a timer heap) and one per device slot, all daemon
 threads, started by a submit and ended when no job is left; ``close()`` also cancels
 every unfinished job. The interpreter's exit closes the backend and joins them
@@ -65,6 +73,7 @@ from hqflow.ir.circuit import MAX_SHOTS
 from hqflow.ir.text import number, shown
 
 from . import get_backend, threads
+from . import share as shared
 from .base import (
     Backend,
     BackendError,
@@ -237,7 +246,7 @@ class EmulatedQPU(Backend):
                  max_circuits_per_job: int | None = None, wrapped_options: dict | None = None,
                  latency: LatencyModel | None = None, faults: FaultModel | None = None,
                  max_shots: int | None = None, price_as: str | None = None, price_shots: int = 1000,
-                 debias: bool | None = None):
+                 debias: bool | None = None, share: int | str = 1):
         given = LatencyModel(queue_wait, per_job, per_circuit, per_shot, jitter, queue_distribution)
         self.latency = _either("latency", latency, given, LatencyModel)
         self.faults = _either("faults", faults, FaultModel(failure_rate, timeout_rate, fail_jobs, hang_jobs),
@@ -261,13 +270,18 @@ class EmulatedQPU(Backend):
         self.name, self.seed, self.max_in_flight = name, seed, int(max_in_flight)
         self.wrapped = wrapped
         self.price_as, self.price_shots, self.debias = _price_target(price_as, debias), int(price_shots), debias
-        self.priced = self.price_as is not None
+        self.priced, self.share = self.price_as is not None, shared.option(share)
         inner = wrapped.capabilities
+        qubits = min(inner.max_qubits, max_qubits or inner.max_qubits)
+        device = [q for q in (max_qubits, _price_qubits(self.price_as)) if q]
+        if self.share != 1 and device:  # the device's qubits, which registers fill (rows run on the simulator)
+            qubits = min(device)
         self._caps = Capabilities(
-            name, max_qubits=min(inner.max_qubits, max_qubits or inner.max_qubits),
+            name, max_qubits=qubits,
             max_circuits_per_job=max_circuits_per_job or inner.max_circuits_per_job,
             exact=inner.exact, shots=inner.shots, gradient=None, device="qpu",
-            max_shots=_price_cap(self.price_as) if max_shots is None else int(max_shots), row_seeded=inner.row_seeded)
+            max_shots=_price_cap(self.price_as) if max_shots is None else int(max_shots), row_seeded=inner.row_seeded,
+            share=shared.most(self.share, qubits))
         self._run = getattr(wrapped, "run_checked", None) or (lambda batch: wrapped.submit(batch).result())
         self._cond = threading.Condition()
         self._waiting: list[tuple[float, int, EmulatedJob]] = []  # heap of (ready time, index, job)
@@ -292,6 +306,7 @@ class EmulatedQPU(Backend):
         if caps.max_shots is not None and (batch.shots or 0) > caps.max_shots:
             raise RequestRefused(f"{self.name} takes at most {caps.max_shots:,} shots per job (its max_shots "
                                  f"option{', or its price_as target' if self.price_as else ''}); got {batch.shots}")
+        self._k(batch)  # an explicit share that no two rows fit is refused
         getattr(self.wrapped, "check", lambda b: None)(batch)  # fail fast, in the caller's thread
         with self._cond:
             job = self._new_job(self._submitted, batch)
@@ -311,15 +326,22 @@ class EmulatedQPU(Backend):
             return super().estimate_cost(batch)
         from .azure.cost import list_price
 
-        return list_price(self.price_as, batch, shots=batch.shots or self.price_shots, debias=self.debias)
+        return list_price(self.price_as, batch, shots=batch.shots or self.price_shots, debias=self.debias,
+                          share=self._k(batch))
 
     def usage(self, batch: CircuitBatch) -> Usage:
-        """One service job per submit, the rows as circuits and their shots; with ``price_as``, its list price."""
-        used = super().usage(batch)
-        if not self.priced:
-            return used
-        cost = self.estimate_cost(batch)
-        return Usage(used.service_jobs, used.circuits, used.shots, cost.amount, cost.currency)
+        """One service job per submit, its circuits (the rows, or ⌈rows / k⌉ with ``share``) and their shots; with
+        ``price_as``, its list price."""
+        circuits = shared.circuits(batch.size, self._k(batch))
+        cost = self.estimate_cost(batch) if self.priced else None
+        return Usage(1, circuits, circuits * (batch.shots or 0), cost.amount if cost else 0.0,
+                     cost.currency if cost else None)
+
+    def _k(self, batch: CircuitBatch) -> int:
+        """Rows of ``batch`` that share a circuit (1 without ``share``)."""
+        if self.share == 1:
+            return 1
+        return shared.rows_per_circuit(self.share, batch.template.n_qubits, self._caps.max_qubits, self.name)
 
     def _new_job(self, k: int, batch: CircuitBatch) -> EmulatedJob:
         """Job ``k`` with its seeded draws (always the same four, whatever the settings)."""
@@ -329,7 +351,8 @@ class EmulatedQPU(Backend):
         z = rng.standard_normal()
         wait = {"fixed": lat.queue_wait, "exponential": -lat.queue_wait * math.log1p(-u_queue),
                 "uniform": 2 * lat.queue_wait * u_queue}[lat.queue_distribution]
-        device = lat.per_job + batch.size * (lat.per_circuit + lat.per_shot * (batch.shots or 0))
+        device = lat.per_job + shared.circuits(batch.size, self._k(batch)) * (lat.per_circuit +
+                                                                               lat.per_shot * (batch.shots or 0))
         device *= max(0.0, 1.0 + lat.jitter * z)
         hangs = k in faults.hang_jobs or u_hang < faults.timeout_rate
         fails = k in faults.fail_jobs or u_fail < faults.failure_rate
@@ -431,6 +454,13 @@ def _price_cap(target: str | None) -> int | None:
     from .azure.cost import limits
 
     return None if target is None else limits(target, "qir")[1]
+
+
+def _price_qubits(target: str | None) -> int | None:
+    """The qubits of the ``price_as`` target, from the price table (None: no target)."""
+    from .azure.cost import price_entry
+
+    return None if target is None else price_entry(target).get("qubits", 20)
 
 
 def _price_target(price_as: str | None, debias: bool | None = None) -> str | None:

@@ -44,6 +44,13 @@ included, their circuits and shots, and their list price) beside ``service_jobs`
 other figures. A simulator target's returned probabilities are sampled here: from each row's own seed
 where the batch has ``row_seeds`` (``capabilities.row_seeded``), else from the batch's seed as before.
 
+With ``share=K`` (or ``"auto"``; default 1, off) up to K rows of a batch run as one circuit on disjoint registers,
+as many as fit the target's qubits (``hqflow.backends.share``): the wide circuits are built, translated and sent
+like any other (their service jobs have their own ids), each row is read from its register's marginal of the
+returned counts, and usage and price count ⌈B / k⌉ circuits per group, each of k × the gates. A simulator's
+returned probabilities are then sampled per wide circuit, from its first row's seed (``row_seeded`` is False).
+Packing (Quil's bindings) packs the wide rows.
+
 Options beside the workspace's: ``shots`` (at most the target's cap), ``max_concurrency``, ``job_tries``,
 ``session`` (one session per run, under the ``Continue`` failure policy: ``Abort`` would leave a failed row no
 retry, and is refused), ``input_format`` (one the target's provider takes), ``max_bindings`` (only where the
@@ -90,6 +97,7 @@ from urllib.parse import urlparse
 import numpy as np
 from hqflow.ir.text import number, shown
 
+from .. import share as shared
 from ..base import Backend, BackendAccessError, BackendError, BatchResult, Capabilities, CircuitBatch, FutureJob, \
     JobCancelled, JobFailed, RequestRefused, Usage
 from . import packing
@@ -154,7 +162,7 @@ class AzureBackend(Backend):
                  job_failure_policy: str | None = None, input_format: str | None = None,
                  poll_interval: float = 0.05, max_poll_interval: float = 5.0, prices: str = PRICES, workspace=None,
                  max_bindings: int | None = None, debias: bool | None = None, noise: str | None = None,
-                 noise_seed: int | None = None):
+                 noise_seed: int | None = None, share: int | str = 1):
         if not target:
             raise BackendError("name an Azure Quantum target: azure:<target>, e.g. azure:ionq.simulator")
         _need_sdk()
@@ -171,7 +179,7 @@ class AzureBackend(Backend):
             raise BackendError("session=True with job_failure_policy='Abort' would end the session at the first "
                                "failed service job, so no row could be retried (job_tries): use 'Continue' (the "
                                "default with a session)")
-        self.target, self.name = target, f"azure:{target}"
+        self.target, self.name, self.share = target, f"azure:{target}", shared.option(share)
         self.format: Format = format_for(target, input_format)
         self.shots, self.session, self.job_tries = int(shots), bool(session), int(job_tries)
         self.job_failure_policy = "Continue"
@@ -209,6 +217,7 @@ class AzureBackend(Backend):
         self._jobs: weakref.WeakSet = weakref.WeakSet()  # batches in flight (close() wakes their threads)
         self._row_locks = [threading.Lock() for _ in range(512)]  # by row (hashed): creating vs. looking up
         self._made: set[str] = set()  # ids of the service jobs this process created (others: a run before it)
+        self._failures: set[str] = set()  # ids of the failed service jobs this process counted
         self._prepared: dict[str, _Prepared] = {}
 
     # -- the protocol --------------------------------------------------------------------
@@ -218,11 +227,33 @@ class AzureBackend(Backend):
         if self.noise:  # "the hardware specific noise models are limited to the actual qubit capacity"
             qubits = min(qubits, (load_prices(self.prices)["targets"].get(f"ionq.qpu.{self.noise}") or {}).get(
                 "qubits", qubits))
+        k = shared.most(self.share, qubits)
         return Capabilities(self.name, qubits, None, exact=False, shots=True, gradient=None, device="qpu",
-                            service_job_rows=self.rows_per_job, max_shots=self.max_shots, row_seeded=True)
+                            service_job_rows=self.rows_per_job * k, max_shots=self.max_shots,
+                            row_seeded=self.share == 1, share=k)
 
-    def submit(self, batch: CircuitBatch) -> AzureJob:
+    def submit(self, batch: CircuitBatch) -> AzureJob | shared.SharedJob:
+        """The batch's service jobs; with ``share``, those of its wide batches (``shared.widen``), every one
+        translated before any is sent, whose results are read back into the batch's rows."""
         self._check(batch)
+        k = self._k(batch)
+        if k == 1:
+            return self._submit(batch)
+        parts = shared.widen(batch, k)
+        for part in parts:
+            self._check(part)
+            self._prepare(part.template)
+        jobs = []
+        try:
+            for part in parts:
+                jobs.append(self._submit(part))
+        except BaseException:
+            for job in jobs:
+                job.cancel()
+            raise
+        return shared.SharedJob(batch, k, jobs)
+
+    def _submit(self, batch: CircuitBatch) -> AzureJob:
         prep = self._prepare(batch.template)
         shots = batch.shots or self.shots
         if self.max_shots is not None and shots > self.max_shots:
@@ -246,25 +277,34 @@ class AzureBackend(Backend):
         """The batch's cost before it runs: every service job's, from the price table (``cost.batch_cost``,
         which ``cost.list_price`` prices with too)."""
         self._check(batch)
-        prep = self._prepare(batch.template)
+        parts = shared.widen(batch, self._k(batch))
+        preps = [self._prepare(part.template) for part in parts]
         if self._entry is None:
             raise BackendError(f"target {self.target!r} is not in the price table ({self.prices})")
-        return batch_cost(self._entry, self.target, prep.counts, batch.size, batch.shots or self.shots,
-                          self.rows_per_job)
+        costs = [batch_cost(self._entry, self.target, prep.counts, part.size, batch.shots or self.shots,
+                            self.rows_per_job) for part, prep in zip(parts, preps)]
+        return sum(costs[1:], costs[0])
 
     def usage(self, batch: CircuitBatch) -> Usage:
         """What the batch will use: ``groups * ceil(rows / rows_per_job)`` service jobs, ``rows * groups``
-        circuits of the batch's shots (or the ``shots`` option), and the estimate (NaN where no price is known)."""
-        prep = self._prepare(batch.template)
-        groups, shots = len(prep.payloads.groups), batch.shots or self.shots
+        circuits of the batch's shots (or the ``shots`` option), and the estimate (NaN where no price is known);
+        with ``share``, of its wide batches' rows, ⌈B / k⌉ circuits per group."""
+        parts, shots = shared.widen(batch, self._k(batch)), batch.shots or self.shots
+        groups = [len(self._prepare(part.template).payloads.groups) for part in parts]
         try:
             cost = self.estimate_cost(batch)
             amount, currency = cost.amount, cost.currency
         except BackendError:
             amount, currency = float("nan"), (self._entry or {}).get("currency")
-        circuits = batch.size * groups
-        return Usage(self.capabilities.service_jobs(batch.size, groups), circuits, circuits * shots, amount,
-                     currency)
+        circuits = sum(g * part.size for g, part in zip(groups, parts))
+        jobs = sum(g * -(-part.size // self.rows_per_job) for g, part in zip(groups, parts))
+        return Usage(jobs, circuits, circuits * shots, amount, currency)
+
+    def _k(self, batch: CircuitBatch) -> int:
+        """Rows of ``batch`` that share a circuit (1 without ``share``)."""
+        if self.share == 1:
+            return 1
+        return shared.rows_per_circuit(self.share, batch.template.n_qubits, self.capabilities.max_qubits, self.name)
 
     def targets(self) -> list[tuple[str, str, str]]:
         """``(provider, target, availability)`` for every target the workspace offers."""
@@ -418,7 +458,11 @@ class AzureBackend(Backend):
             raise _Stopped("cancelled")
         err = sj.details.error_data
         failures.append(f"{status}: {getattr(err, 'message', None) or err or 'no reason given'}")
-        job.count("failed")
+        with self._lock:  # once per service job: an attempt that finds an earlier one's failed job counted it
+            counted = sj.id in self._failures
+            self._failures.add(sj.id)
+        if not counted:
+            job.count("failed")
         return None
 
     def _create(self, ws, jid: str, chunk: Chunk, job: AzureJob) -> tuple:

@@ -38,6 +38,7 @@ import numpy as np
 
 from hqflow.ir.text import shown
 
+from .. import share as shared
 from ..base import BackendError, CircuitBatch
 from ..base import Cost as Cost  # the protocol's; importable from here as before
 
@@ -184,12 +185,14 @@ def batch_cost(entry: dict, target: str, counts: list[tuple[int, int, int]], row
 
 
 def list_price(target: str, batch: CircuitBatch, shots: int | None = None, *, input_format: str | None = None,
-               prices: str = PRICES, debias: bool | None = None) -> Cost:
+               prices: str = PRICES, debias: bool | None = None, share: int | str = 1) -> Cost:
     """The list price of ``batch`` on ``target``, offline: the target's default input format (or
     ``input_format``) and its packing from the table (one circuit per service job on IonQ and Quantinuum).
-    ``shots`` None takes the batch's; an exact batch (shots None) must be given ``shots``. The same figure
-    as ``AzureBackend(target).estimate_cost(batch)`` at those shots; ``debias=False``: with IonQ's error
-    mitigation off."""
+    ``shots`` None takes the batch's; an exact batch (shots None) must be given ``shots``. ``debias=False``: with
+    IonQ's error mitigation off. ``share``: rows that share a circuit (``hqflow.backends.share``: K at most, or
+    ``"auto"``, as many as fit the target's qubits), each circuit priced as one of k × the gates (a per-job minimum
+    once). The same figure as ``AzureBackend(target, debias=debias, share=share).estimate_cost(batch)`` at those
+    shots."""
     from .translate import format_for
 
     entry = price_entry(target, prices)
@@ -209,4 +212,7 @@ def list_price(target: str, batch: CircuitBatch, shots: int | None = None, *, in
                            f"azure:{target} has {qubits}")
     rows_per_job = limits(target, format_for(target, input_format).kind, prices)[0] or MAX_BINDINGS
     counts = template_counts(batch.template, entry.get("model", "free"))
-    return batch_cost(entry, target, counts, batch.size, int(shots), rows_per_job)
+    k = shared.rows_per_circuit(shared.option(share), batch.template.n_qubits, qubits, f"azure:{target}")
+    parts = [batch_cost(entry, target, [tuple(regs * c for c in group) for group in counts], rows, int(shots),
+                        rows_per_job) for rows, regs in shared.layout(batch.size, k)]
+    return sum(parts[1:], parts[0])
