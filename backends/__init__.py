@@ -44,6 +44,7 @@ _REGISTRY: dict[str, str | Callable[..., Backend]] = {
     "pennylane": "hqflow.backends.pennylane_device:PennyLaneBackend",
     "emulated-qpu": "hqflow.backends.emulated:EmulatedQPU",
     "compiled": "hqflow.backends.compiled:CompiledBackend",
+    "density": "hqflow.backends.compiled.density:DensityBackend",  # exact and differentiable, noise=TARGET
     "azure": "hqflow.backends.azure.backend:AzureBackend",  # azure:<target>; its targets are listed from the workspace
 }
 _BUILTIN = dict(_REGISTRY)
@@ -56,7 +57,8 @@ _SUFFIX: dict[str, str] = {"aer": "method", "pennylane": "device_name", "emulate
 DEFAULT_BACKEND = "compiled"
 
 # Names shown by ``hqflow backends`` (a prefix backend lists its common suffixes).
-_LISTED = ["reference", "aer", "pennylane:default.qubit", "pennylane:lightning.qubit", "emulated-qpu", "compiled"]
+_LISTED = ["reference", "aer", "pennylane:default.qubit", "pennylane:lightning.qubit", "emulated-qpu", "compiled",
+           "density"]
 
 
 def register_backend(name: str, factory: str | Callable[..., Backend], listed: bool = True,
