@@ -19,10 +19,13 @@ first, digits I, X, Y, Z). In that basis everything here is a real linear map on
 * probabilities come from the Z entries, each wire mapped (I, Z) -> (bit 0, bit 1) by ``[[1 + a, c], [1 - a, -c]] / 2``
   (the confused distribution).
 
-The schedule is the compiled backend's (``lower._schedule``): a noise channel is a non-diagonal primitive on its
-gate's wires, so per-sample rotations gather into phase layers. With ``4**n`` at most the rows (and 1,024), the
-shared work between two phase layers is fused per call into one ``4**n`` square matrix built from the weights
-(one GEMM for the batch); otherwise every primitive acts on the state. Expectation values simulate only the
+Compile time: consecutive maps merge where at most one has an angle and they fit on two wires (or on the
+larger's), so a gate, its basis changes and its channel are one map (``_merge``); each map then joins the last
+stage of its kind, per-row (an input's angle, or a weight's when weights come per row) or shared, that nothing
+after it on its wires blocks (``_stages``): a re-uploading layer's encodings are one per-row stage. Call time:
+with ``4**n`` at most the rows (and ``FUSE``, 1,024), a shared stage is one ``4**n`` square matrix built from the
+weights (one GEMM for the batch; built once when it has no angle); otherwise each map acts on the state (one
+``einsum`` on a few wires). Expectation values simulate only the
 observables' light cone (``hqflow.ir.passes.light_cone``; the channels are unital, so what lies outside cannot
 reach them). Everything is plain torch, so autograd differentiates it (twice, too).
 
