@@ -72,7 +72,7 @@ class NoiseModel:
 def depolarizing(fidelity: float, wires: int) -> float:
     """The depolarizing probability of the channel on ``wires`` qubits with average gate fidelity ``fidelity``."""
     d = 2**wires
-    return (1.0 - fidelity) * d / (d - 1)
+    return float(f"{(1.0 - fidelity) * d / (d - 1):.12g}")  # 0.001, not 0.0009999999999998899
 
 
 @lru_cache(maxsize=4)

@@ -252,3 +252,24 @@ def test_the_fused_and_direct_paths_agree_past_the_threshold(monkeypatch):
     monkeypatch.setattr("hqflow.backends.compiled.density.FUSE", 0)
     torch.testing.assert_close(prog(x, w), fused, atol=1e-13, rtol=0)
     assert FUSE >= 4**3
+
+
+def test_the_readme_snippet_runs_and_says_true():
+    import re
+    import runpy
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if 'noise="ionq.qpu.aria-1"' in b)
+    ns = runpy.run_path(str(_write(block)), run_name="readme_noise")
+    clean = get_backend("density").run(ns["batch"]).values
+    assert np.all(np.abs(ns["noisy"]) < np.abs(clean)) and callable(ns["program"])
+
+
+def _write(code: str):
+    import tempfile
+    from pathlib import Path
+
+    path = Path(tempfile.mkdtemp()) / "readme_noise.py"
+    path.write_text(code)
+    return path
