@@ -51,7 +51,7 @@ _BUILTIN = dict(_REGISTRY)
 # name -> the keyword that the part after "name:" sets (pennylane:default.qubit, azure:ionq.simulator);
 # a backend not named here takes no suffix
 _SUFFIX: dict[str, str] = {"aer": "method", "pennylane": "device_name", "emulated-qpu": "wrapped", "compiled": "device",
-                           "azure": "target"}
+                           "azure": "target", "density": "noise"}  # density:ionq.qpu.aria-1
 # The default for exact local simulation: the fastest backend at small widths
 # (benchmarks/simulators.py). ``Pipeline.execute`` and the workloads default to it.
 DEFAULT_BACKEND = "compiled"

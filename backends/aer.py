@@ -33,6 +33,7 @@ import numpy as np
 from hqflow.ir.circuit import CircuitTemplate, Observable, PauliTerm
 from hqflow.ir.gates import GATES
 from hqflow.ir.qiskit_io import observable_to_sparse_pauli, to_qiskit
+from hqflow.ir.text import shown
 from qiskit import QuantumCircuit, transpile
 from qiskit.quantum_info import SparsePauliOp
 from qiskit_aer import AerSimulator
@@ -110,7 +111,7 @@ class AerBackend(LocalBackend):
             raise BackendError(f"aer method must be one of {', '.join(METHODS)}; got {method!r}")
         self.noise = resolve(noise)
         if self.noise is not None and method not in ("automatic", "density_matrix"):
-            raise BackendError(f"aer: noise needs method 'density_matrix' (exact noisy values), got {method!r}")
+            raise BackendError(f"aer: noise needs method 'density_matrix' (exact noisy values), got {shown(method)}")
         self.method = "density_matrix" if self.noise is not None else method
         self._sim = AerSimulator(method=self.method, noise_model=aer_noise_model(self.noise))
         # hqflow gates this method runs natively; the others are decomposed.

@@ -44,6 +44,7 @@ import torch
 from hqflow.ir.circuit import Angle, CircuitTemplate
 from hqflow.ir.gates import PAULIS
 from hqflow.ir.passes import light_cone
+from hqflow.ir.text import shown
 
 from ..base import BackendError, BatchResult, Capabilities, CircuitBatch, LocalBackend
 from ..noise import NoiseModel, resolve
@@ -346,7 +347,7 @@ class DensityBackend(LocalBackend):
         self.noise = resolve(noise)
         self.dtype, self.device = _resolve_dtype(dtype), _resolve_device(device)
         if isinstance(max_qubits, bool) or not isinstance(max_qubits, int) or not 1 <= max_qubits <= MAX_QUBITS:
-            raise BackendError(f"density: max_qubits must be an int between 1 and {MAX_QUBITS}, got {max_qubits!r}")
+            raise BackendError(f"density: max_qubits must be an int between 1 and {MAX_QUBITS}, got {shown(max_qubits)}")
         self._programs: dict = {}
         self._caps = Capabilities("density", max_qubits=max_qubits, exact=True, shots=True, gradient="autograd",
                                   device=str(self.device), row_seeded=True)

@@ -73,6 +73,20 @@ def test_noisy_density_equals_aer_density_matrix_with_the_same_model(aer_and_den
     assert np.abs(noiseless - noisy).max() > 1e-3  # the noise shows
 
 
+def test_noisy_aer_shots_lie_near_the_exact_noisy_values(aer_and_density):
+    aer, den = aer_and_density["asymmetric"]
+    t = _three_wire_circuit()
+    rng = np.random.default_rng(8)
+    x, w = rng.normal(size=(4, 2)), rng.normal(size=3)
+    exact = den.run(CircuitBatch.make(t, x, w)).values
+    shot = aer.run(CircuitBatch.make(t, x, w, shots=4000, seed=1))
+    assert np.all(np.abs(shot.values - exact) <= 5 * shot.stderr + 1e-12)
+    probs = den.run(CircuitBatch.make(t.with_observables(()), x[:1], w)).probs[0]
+    counts = aer.run(CircuitBatch.make(t.with_observables(()), x[:1], w, shots=4000, seed=1)).counts[0]
+    freq = np.array([counts.get(format(i, "03b"), 0) for i in range(8)]) / 4000
+    assert np.all(np.abs(freq - probs) <= 5 * np.sqrt(probs * (1 - probs) / 4000) + 1e-12)
+
+
 def test_light_cone_is_exact_under_noise():
     """Gates outside the observables' light cone cannot reach them: the channels are unital."""
     c = Circuit(3)
@@ -216,6 +230,16 @@ def test_one_line_errors_through_get_backend_and_the_cli(name, options, message,
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err
+
+
+def test_a_density_backends_name_suffix_is_its_noise_target(capsys, monkeypatch):
+    from hqflow.workloads.rl import runner
+
+    assert get_backend("density:ionq.qpu.aria-1").noise == noise_model("ionq.qpu.aria-1")
+    monkeypatch.setattr(runner, "train", lambda *a, **k: pytest.fail("trained before its backend was checked"))
+    assert main(["train", "cartpole", "--backend", "density:ionq.qpu.nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "unknown noise target 'ionq.qpu.nope'" in err
 
 
 def test_a_circuit_wider_than_max_qubits_is_one_line():
