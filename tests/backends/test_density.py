@@ -188,7 +188,7 @@ def test_emulated_qpu_with_noise_runs_density_under_it():
 def test_the_noise_table():
     assert table_problems() == []
     targets = load_table()["targets"]
-    assert set(targets) == set(load_prices()["targets"])  # every target of the price table says what it has
+    assert set(load_prices()["targets"]) <= set(targets)  # every target of the price table says what it has
     modeled = 0
     for name in targets:
         try:
