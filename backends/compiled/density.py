@@ -119,8 +119,8 @@ def _items(template: CircuitTemplate, noise: NoiseModel | None) -> list[_Item]:
     for op in template.ops:
         maps = [_Item(p.wires, *_rotation(p.spectrum)[::-1], p.angle) if p.spectrum is not None
                 else _Item(p.wires, _transfer(p.matrix)[None]) for p in _lower(op)]
-        p = noise.gate(len(op.wires)) if noise is not None else 0.0
-        for item in maps + ([_Item(op.wires, _depolarizing(len(op.wires), p)[None])] if p else []):
+        strength = noise.gate(len(op.wires)) if noise is not None else 0.0
+        for item in maps + ([_Item(op.wires, _depolarizing(len(op.wires), strength)[None])] if strength else []):
             last = next((j for j in range(len(out) - 1, -1, -1) if set(out[j].wires) & set(item.wires)), None)
             merged = None if last is None else _merge(out[last], item)
             if merged is None:
@@ -370,6 +370,8 @@ class DensityBackend(LocalBackend):
             lowered = DensityProgram(template.lowered(), self.noise, dt, self.device)
             prog = EncodedProgram(template, lowered) if template.derived else lowered
             with self._lock:
+                if len(self._programs) >= 256:  # the oldest goes (a long-lived service sees many circuits)
+                    self._programs.pop(next(iter(self._programs)))
                 prog = self._programs.setdefault(key, prog)
         return prog
 
