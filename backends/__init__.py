@@ -44,19 +44,21 @@ _REGISTRY: dict[str, str | Callable[..., Backend]] = {
     "pennylane": "hqflow.backends.pennylane_device:PennyLaneBackend",
     "emulated-qpu": "hqflow.backends.emulated:EmulatedQPU",
     "compiled": "hqflow.backends.compiled:CompiledBackend",
+    "density": "hqflow.backends.compiled.density:DensityBackend",  # exact and differentiable, noise=TARGET
     "azure": "hqflow.backends.azure.backend:AzureBackend",  # azure:<target>; its targets are listed from the workspace
 }
 _BUILTIN = dict(_REGISTRY)
 # name -> the keyword that the part after "name:" sets (pennylane:default.qubit, azure:ionq.simulator);
 # a backend not named here takes no suffix
 _SUFFIX: dict[str, str] = {"aer": "method", "pennylane": "device_name", "emulated-qpu": "wrapped", "compiled": "device",
-                           "azure": "target"}
+                           "azure": "target", "density": "noise"}  # density:ionq.qpu.aria-1
 # The default for exact local simulation: the fastest backend at small widths
 # (benchmarks/simulators.py). ``Pipeline.execute`` and the workloads default to it.
 DEFAULT_BACKEND = "compiled"
 
 # Names shown by ``hqflow backends`` (a prefix backend lists its common suffixes).
-_LISTED = ["reference", "aer", "pennylane:default.qubit", "pennylane:lightning.qubit", "emulated-qpu", "compiled"]
+_LISTED = ["reference", "aer", "pennylane:default.qubit", "pennylane:lightning.qubit", "emulated-qpu", "compiled",
+           "density"]
 
 
 def register_backend(name: str, factory: str | Callable[..., Backend], listed: bool = True,

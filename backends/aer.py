@@ -13,6 +13,14 @@ of ``B`` rows is then bound in one call with a ``[B, n_params]`` value array:
 * no observables, exact: ``AerSimulator`` with ``save_probabilities``;
 * no observables, shots: ``SamplerV2`` counts.
 
+``noise=TARGET`` (an Azure target of ``backends/noise_targets.json``, or a ``NoiseModel``) simulates the density
+matrix under the model of ``backends/noise.py``: after each of the template's gates, Aer's
+``depolarizing_error(p, k)`` on its wires (placed where the gate was, a barrier marking it through the
+transpiler, so a gate decomposed into several still gets one channel), and a ``ReadoutError`` on every measured
+qubit (the Aer ``NoiseModel`` of ``aer_noise_model``). Aer applies readout errors to sampled bits only, so exact
+values and probabilities take the same confusion matrices from the exact distributions of the measurement
+bases: each term's value is its parity's mean under the confused distribution.
+
 Qiskit puts qubit 0 last in bitstrings and least significant in indices;
 results are converted to hqflow's order (wire 0 first / most significant).
 """
@@ -25,9 +33,12 @@ import numpy as np
 from hqflow.ir.circuit import CircuitTemplate, Observable, PauliTerm
 from hqflow.ir.gates import GATES
 from hqflow.ir.qiskit_io import observable_to_sparse_pauli, to_qiskit
+from hqflow.ir.text import shown
 from qiskit import QuantumCircuit, transpile
 from qiskit.quantum_info import SparsePauliOp
 from qiskit_aer import AerSimulator
+from qiskit_aer.noise import NoiseModel as AerNoiseModel
+from qiskit_aer.noise import ReadoutError, depolarizing_error
 from qiskit_aer.primitives import EstimatorV2, SamplerV2
 
 from .base import (
@@ -38,6 +49,7 @@ from .base import (
     LocalBackend,
     expectation_from_samples,
 )
+from .noise import NoiseModel, resolve
 
 # Aer methods that give exact values for hqflow's (pure-state, noiseless) circuits and sample.
 METHODS = ("automatic", "statevector", "density_matrix", "matrix_product_state")
@@ -92,12 +104,16 @@ class AerBackend(LocalBackend):
         max_qubits: int | None = None,
         max_circuits_per_job: int | None = None,
         seed: int | None = None,
+        noise=None,
     ):
         super().__init__()
         if method not in METHODS:
             raise BackendError(f"aer method must be one of {', '.join(METHODS)}; got {method!r}")
-        self.method = method
-        self._sim = AerSimulator(method=method)
+        self.noise = resolve(noise)
+        if self.noise is not None and method not in ("automatic", "density_matrix"):
+            raise BackendError(f"aer: noise needs method 'density_matrix' (exact noisy values), got {shown(method)}")
+        self.method = "density_matrix" if self.noise is not None else method
+        self._sim = AerSimulator(method=self.method, noise_model=aer_noise_model(self.noise))
         # hqflow gates this method runs natively; the others are decomposed.
         supported = set(self._sim.target.operation_names)
         self._basis = [g for g in GATES if g in supported and g not in _MISBOUND]
@@ -126,6 +142,10 @@ class AerBackend(LocalBackend):
         t = batch.template
         compiled = self._compiled(t)
         meta = {"backend": self.name, "method": self.method}
+        if self.noise is not None:
+            meta["noise"] = self.noise.target
+        if t.observables and batch.shots is None and self.noise is not None:
+            return BatchResult(values=self._noisy_values(compiled, batch), metadata=meta)
         if t.observables and batch.shots is None:
             return BatchResult(values=self._exact_values(compiled, batch), metadata=meta)
         if t.observables:
@@ -151,7 +171,16 @@ class AerBackend(LocalBackend):
         return compiled
 
     def _compile(self, t: CircuitTemplate) -> _Compiled:
-        circuit = transpile(to_qiskit(t), basis_gates=self._basis, optimization_level=0)
+        qc = to_qiskit(t)
+        if self.noise is not None:  # a barrier after each gate marks where its channel goes
+            marked = QuantumCircuit(*qc.qregs, name=qc.name)
+            for inst in qc.data:
+                marked.append(inst)
+                marked.barrier(*inst.qubits)
+            qc = marked
+        circuit = transpile(qc, basis_gates=self._basis, optimization_level=0)
+        if self.noise is not None:
+            circuit = _with_channels(circuit, self.noise)
         column = {n: i for i, n in enumerate(t.input_names + t.weight_names)}
         columns = np.array([column[p.name] for p in circuit.parameters], dtype=int)
         measured = circuit.copy()
@@ -192,14 +221,33 @@ class AerBackend(LocalBackend):
             variance += errs**2
         return values, np.sqrt(variance)
 
-    def _probabilities(self, c: _Compiled, batch: CircuitBatch) -> np.ndarray:
+    def _probabilities(self, c: _Compiled, batch: CircuitBatch, circuit: QuantumCircuit | None = None) -> np.ndarray:
+        """Exact probabilities ``[B, 2**n]`` (wire 0 first) of ``circuit`` (the template's by default), readout
+        error included where the backend has noise."""
+        circuit = c.probs_circuit if circuit is None else circuit
         values = c.values(batch)
-        params = c.probs_circuit.parameters
+        params = circuit.parameters
         binds = None if values is None else [{p: values[:, k] for k, p in enumerate(params)}]
-        result = self._sim.run(c.probs_circuit, parameter_binds=binds).result()
+        result = self._sim.run(circuit, parameter_binds=binds).result()
         probs = np.array([result.data(i)["probs"] for i in range(len(result.results))], dtype=float)
         probs = np.broadcast_to(probs, (batch.size, probs.shape[1]))
-        return _big_endian(probs, batch.template.n_qubits)
+        return _confused(_big_endian(probs, batch.template.n_qubits), self.noise)
+
+    def _noisy_values(self, c: _Compiled, batch: CircuitBatch) -> np.ndarray:
+        """Exact values under noise: per measurement group, each term's parity mean under the confused exact
+        distribution of the group's basis."""
+        values = np.tile(c.constants, (batch.size, 1))
+        n = batch.template.n_qubits
+        bits = (np.arange(2**n)[:, None] >> np.arange(n - 1, -1, -1)[None, :]) & 1  # [2**n, n], wire 0 first
+        for group in c.groups:
+            circuit = group.circuit.remove_final_measurements(inplace=False)
+            circuit.save_probabilities(label="probs")
+            probs = self._probabilities(c, batch, circuit)
+            for j, obs in enumerate(group.z_observables):
+                for term in obs.terms:
+                    parity = 1.0 - 2.0 * (bits[:, list(term.wires)].sum(axis=1) % 2)
+                    values[:, j] += term.coeff * (probs @ parity)
+        return values
 
     def _counts(self, c: _Compiled, batch: CircuitBatch) -> list[dict[str, int]]:
         (bits,) = self._sample(c, [c.measured], batch)
@@ -273,6 +321,43 @@ def _rotated(circuit: QuantumCircuit, basis: dict[int, str]) -> QuantumCircuit:
             out.h(wire)
     out.measure_all()
     return out
+
+
+def aer_noise_model(model: NoiseModel | None) -> AerNoiseModel | None:
+    """The readout errors of ``model`` as an Aer ``NoiseModel`` (the gates' channels are placed in the
+    circuit by ``_with_channels``); None without noise."""
+    if model is None:
+        return None
+    aer = AerNoiseModel()
+    if model.p1_given_0 or model.p0_given_1:
+        e0, e1 = model.p1_given_0, model.p0_given_1
+        aer.add_all_qubit_readout_error(ReadoutError([[1 - e0, e0], [e1, 1 - e1]]))
+    return aer
+
+
+def _with_channels(circuit: QuantumCircuit, model: NoiseModel) -> QuantumCircuit:
+    """``circuit`` with each barrier (one after each of the template's gates) replaced by the depolarizing
+    channel of a gate on its qubits."""
+    out = circuit.copy_empty_like()
+    for inst in circuit.data:
+        if inst.operation.name != "barrier":
+            out.append(inst)
+        elif model.gate(len(inst.qubits)):
+            out.append(depolarizing_error(model.gate(len(inst.qubits)), len(inst.qubits)), inst.qubits)
+    return out
+
+
+def _confused(probs: np.ndarray, model: NoiseModel | None) -> np.ndarray:
+    """``[B, 2**n]`` probabilities (wire 0 first) with each bit read through the readout confusion matrix."""
+    if model is None or not (model.p1_given_0 or model.p0_given_1):
+        return probs
+    e0, e1 = model.p1_given_0, model.p0_given_1
+    confusion = np.array([[1 - e0, e1], [e0, 1 - e1]])  # [read, true]
+    n = probs.shape[1].bit_length() - 1
+    p = probs.reshape((probs.shape[0],) + (2,) * n)
+    for axis in range(1, n + 1):
+        p = np.moveaxis(np.tensordot(confusion, p, axes=([1], [axis])), 0, axis)
+    return p.reshape(probs.shape[0], -1)
 
 
 def _big_endian(probs: np.ndarray, n_qubits: int) -> np.ndarray:

@@ -50,6 +50,11 @@ row on the wrapped simulator, never as a wide circuit: a register's marginal is 
 the values are those a real shared circuit estimates, and a row-seeded batch gives results bit-identical to
 ``share=1``. ``max_circuits_per_job`` still counts rows, as the runtime cuts batches by it.
 
+``noise=TARGET`` (an Azure target of ``backends/noise_targets.json``, say ``ionq.qpu.aria-1``) runs the jobs
+under that target's noise model (``backends/noise.py``): the wrapped simulator becomes ``density`` with that
+noise (``wrapped`` may be left at its default or name ``compiled`` or ``density``; ``wrapped_options`` go to
+``density``), so results stay exact or row-seeded as before, now noisy.
+
 Threads: one for the queue (a timer heap) and one per device slot, all daemon
 threads, started by a submit and ended when no job is left; ``close()`` also cancels
 every unfinished job. The interpreter's exit closes the backend and joins them
@@ -246,7 +251,7 @@ class EmulatedQPU(Backend):
                  max_circuits_per_job: int | None = None, wrapped_options: dict | None = None,
                  latency: LatencyModel | None = None, faults: FaultModel | None = None,
                  max_shots: int | None = None, price_as: str | None = None, price_shots: int = 1000,
-                 debias: bool | None = None, share: int | str = 1):
+                 debias: bool | None = None, share: int | str = 1, noise: str | None = None):
         given = LatencyModel(queue_wait, per_job, per_circuit, per_shot, jitter, queue_distribution)
         self.latency = _either("latency", latency, given, LatencyModel)
         self.faults = _either("faults", faults, FaultModel(failure_rate, timeout_rate, fail_jobs, hang_jobs),
@@ -261,6 +266,11 @@ class EmulatedQPU(Backend):
                                    f"{f' up to {high:,}' if high else ''}, got {number(value)}")
         if not isinstance(name, str) or not name:
             raise BackendError(f"emulated-qpu: name must be a non-empty string, got {shown(name)}")
+        if noise is not None:
+            if not isinstance(wrapped, str) or wrapped not in ("reference", "compiled", "density"):
+                raise BackendError(f"emulated-qpu: noise runs on the 'density' simulator, so wrapped must be left "
+                                   f"at its default or be 'compiled' or 'density', got {shown(getattr(wrapped, 'name', wrapped))}")
+            wrapped, wrapped_options = "density", {**(wrapped_options or {}), "noise": noise}
         if isinstance(wrapped, str):
             wrapped = get_backend(wrapped, **(wrapped_options or {}))
         elif not hasattr(wrapped, "capabilities"):  # a backend, or a simulator with run_checked
