@@ -108,19 +108,11 @@ def make_plan(module, cfg, backends, spans=None, *, profile_path: str | None = N
 
 
 def saved_profile(path: str | None):
-    """The profile saved at ``path``, or None where there is none (yet): then a usage error, before any
-    calibration, unless a profile can be saved there (its nearest existing folder is a writable folder)."""
+    """The profile saved at ``path``, or None where there is none (yet). That one can be saved there,
+    ``--profile``'s argparse type (``cli_pool.output``) checked before any calibration."""
     from hqflow.profile import Profile, ProfileError
 
-    if not path:
-        return None
-    if not os.path.exists(path):
-        folder = os.path.dirname(os.path.abspath(path))
-        while not os.path.exists(folder):
-            folder = os.path.dirname(folder)
-        if not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
-            raise UsageError(f"--profile {shown(path, 200)}: no profile can be saved there "
-                             f"({shown(folder, 200)} is not a writable folder)")
+    if not path or not os.path.exists(path):
         return None
     try:
         return Profile.load(path)
