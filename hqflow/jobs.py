@@ -443,16 +443,11 @@ class JobService:
         """Record the attempt's span, with the figures its job reported in ``meta`` that make sense."""
         p, req, meta = att.request.parent, att.request, meta or {}
         part = req.parts[att.part]
-        queued, device, compute = (float(t) if isinstance(t, (int, float)) and not isinstance(t, bool)
-                                   and 0 <= t < math.inf else None
-                                   for t in map(meta.get, ("queue_seconds", "device_seconds", "compute_seconds")))
-        jobs = meta.get("service_jobs")
-        jobs = int(jobs) if isinstance(jobs, int) and not isinstance(jobs, bool) and jobs >= 0 else None
+        queued, device, compute = (_amount(meta.get(k)) for k in ("queue_seconds", "device_seconds", "compute_seconds"))
         self.record(Span(p.fragment, "execute", req.pool.resource, p.step, att.start - self.t0,
                          self.now() - self.t0, outcome, p.version, req.pool.lane(att.member, att.slot),
-                         p.lane if p.submitted else None, att.estimate,
-                         req.pool.members[att.member].node, part.size, part.shots, queued,
-                         device, jobs, compute))
+                         p.lane if p.submitted else None, att.estimate, req.pool.members[att.member].node,
+                         part.size, part.shots, queued, device, _count(meta.get("service_jobs")), compute))
 
     # -- timeouts ----------------------------------------------------------------------
     def _watch(self) -> None:
@@ -541,25 +536,19 @@ class JobService:
         self._pump()
         return len(taken)
 
-    def _spend_predicted(self, attempts: list[_Attempt]) -> None:
-        """Attempts given up on (withdrawn, cancelled at close) count their predicted usage: a cancelled
-        service job may still bill."""
+    def _cancelled(self, attempts: list[_Attempt]) -> None:
+        """Jobs the run gives up on (withdrawn, or cancelled as it ends): cancelled, counted at their predicted
+        usage (a cancelled service job may still bill), each a span."""
+        for att in attempts:
+            with contextlib.suppress(Exception):  # best effort: the run is over either way
+                att.job.cancel()
         used = [(att, self._predicted(att)) for att in attempts]  # outside the lock: maybe remote
         with self._lock:
             for att, u in used:
                 self._spend(att.request, u)
+                self._span(att, CANCELLED)
         for att, u in used:
             self._account(att, None, u)
-
-    def _cancelled(self, attempts: list[_Attempt]) -> None:
-        """Jobs the run gives up on as it ends: cancelled, counted at their predicted usage, each a span."""
-        for att in attempts:
-            with contextlib.suppress(Exception):  # best effort: the run is over either way
-                att.job.cancel()
-        self._spend_predicted(attempts)
-        with self._lock:
-            for att in attempts:
-                self._span(att, CANCELLED)
 
     # -- the end -----------------------------------------------------------------------
     def close(self) -> None:
