@@ -174,14 +174,10 @@ class RemoteLedger:
 
         return ray.get(getattr(self.actor, method).remote(*args))
 
-    def charge(self, amount: float, currency: str, what: str) -> str | None:
-        return self._call("charge", amount, currency, what)
-
-    def settle(self, used: Usage, spend: float = 0.0, shots: int = 0) -> None:
-        self._call("settle", used, spend, shots)
-
-    def charge_shots(self, shots: int, what: str) -> str | None:
-        return self._call("charge_shots", shots, what)
+    def __getattr__(self, name: str):  # charge, settle and charge_shots: the Ledger's, called in its actor
+        if name not in ("charge", "settle", "charge_shots"):
+            raise AttributeError(name)
+        return lambda *args: self._call(name, *args)
 
     def figures(self) -> dict:
         return dict(self._final) if self._final is not None else self._call("figures")
