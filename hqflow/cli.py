@@ -297,8 +297,10 @@ def cmd_run(args) -> int:
     module = get_workload(args.workload)  # a known name: argparse's type checked it
     cfg = _run_config(args, module)
     tally = None
-    if args.dry_run:
-        cfg, tally = _dry_run(args, cfg)
+    if args.dry_run:  # cfg on dry-run:<its backend>, which prices every job into the tally and submits none
+        if not hasattr(cfg, "backend"):
+            raise UsageError(f"workload {args.workload!r} runs no quantum jobs to price")
+        tally, cfg = dry_run_tally(), dataclasses.replace(cfg, backend=f"dry-run:{cfg.backend}")  # registered first
     with _run_options(args, module, cfg) as options, Progress(getattr(cfg, "steps", 1), args.workload) as bar:
         result = module.run(cfg, progress=bar, **options)
     if args.plan:
@@ -333,15 +335,6 @@ def _run_config(args, module):
     if spsa_only and getattr(cfg, "gradient", None) != "spsa":
         raise UsageError(f"{spsa_only[0]} goes with --gradient spsa")
     return cfg
-
-
-def _dry_run(args, cfg):
-    """--dry-run: ``cfg`` on ``dry-run:<its backend>`` (registered here: it prices every job and submits
-    none), and the ``Tally`` the jobs are priced into."""
-    if not hasattr(cfg, "backend"):
-        raise UsageError(f"workload {args.workload!r} runs no quantum jobs to price")
-    tally = dry_run_tally()
-    return dataclasses.replace(cfg, backend=f"dry-run:{cfg.backend}"), tally
 
 
 @contextlib.contextmanager
