@@ -55,12 +55,9 @@ def _target(args):
         if args.backend not in (None, getattr(cfg, "backend", None)):
             raise UsageError(f"{folder} ran on {shown(getattr(cfg, 'backend', None))}: its spans cannot plan "
                              f"{shown(args.backend)}; plan the workload by its name, {name}, for another backend")
-    else:
+    else:  # a workload's name (argparse's type checked it)
         name = args.workload
-        try:
-            module = get_workload(name)
-        except KeyError as exc:
-            raise UsageError(f"{str(exc).strip(QUOTES)}, or a run directory") from None
+        module = get_workload(name)
         cfg = module.Config()
     return module, name, with_options(name, cfg, args), spans
 
