@@ -35,9 +35,9 @@ def _target(args):
 
     from .trace import TraceError, load_spans
 
-    spans = None
-    if os.path.isdir(args.workload):
-        folder = args.workload
+    folder = name = args.workload  # a workload's name (argparse's type checked it), or a run directory
+    spans, saved = None, {}
+    if os.path.isdir(folder):
         try:
             spans, meta = load_spans(os.path.join(folder, "spans.json"))
             with open(os.path.join(folder, "config.json")) as fh:
@@ -47,18 +47,14 @@ def _target(args):
         name = meta.get("workload")
         if name not in WORKLOADS:
             raise UsageError(f"{folder}: its spans name no workload hqflow plan knows ({name!r})")
-        module = get_workload(name)
-        try:
-            cfg = module.Config(**saved)
-        except (TypeError, ValueError) as exc:
-            raise UsageError(f"{folder}/config.json does not fit workload {name!r}: {exc}") from None
-        if args.backend not in (None, getattr(cfg, "backend", None)):
-            raise UsageError(f"{folder} ran on {shown(getattr(cfg, 'backend', None))}: its spans cannot plan "
-                             f"{shown(args.backend)}; plan the workload by its name, {name}, for another backend")
-    else:  # a workload's name (argparse's type checked it)
-        name = args.workload
-        module = get_workload(name)
-        cfg = module.Config()
+    module = get_workload(name)
+    try:
+        cfg = module.Config(**saved)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{folder}/config.json does not fit workload {name!r}: {exc}") from None
+    if spans is not None and args.backend not in (None, getattr(cfg, "backend", None)):
+        raise UsageError(f"{folder} ran on {shown(getattr(cfg, 'backend', None))}: its spans cannot plan "
+                         f"{shown(args.backend)}; plan the workload by its name, {name}, for another backend")
     return module, name, with_options(name, cfg, args), spans
 
 
