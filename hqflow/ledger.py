@@ -164,7 +164,7 @@ class RemoteLedger:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        Ledger(budget, shot_budget)  # a bad budget fails here, in the caller
+        check_budgets(budget, shot_budget)  # a bad budget fails here, in the caller
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         actor = ray.remote(num_cpus=0, scheduling_strategy=here)(Ledger).remote(budget, shot_budget, path)
         return cls(actor, budget, shot_budget, path)
