@@ -21,7 +21,7 @@ from . import __version__
 from .cli_cost import (OBJECTIVES, _amount, _at_least, add_cost_arguments, add_dry_run_arguments, add_frugal_arguments,
                        cost_overrides, dry_run_tally)
 from .cli_plan import _spans, cmd_plan, fold, made, make_plan, with_options
-from .cli_pool import (UsageError, backend_pool, choice, make_folder, make_member, output, show_figures,
+from .cli_pool import (UsageError, backend_pool, choice, key_value, make_folder, make_member, output, show_figures,
                        warn_secrets)
 from .files import atomic_text
 
@@ -229,7 +229,8 @@ def _names(module: str, table: str, *first: str):
 def cmd_backends(args) -> int:
     from hqflow.backends import backend_names, get_backend
 
-    azure = _options(args.azure_opt, "--azure-opt")
+    azure = dict(key_value(item, "--azure-opt", parse=str) for item in args.azure_opt)  # values as text
+    warn_secrets(azure, "--azure-opt")
     for name in backend_names():
         try:
             backend = get_backend(name)
@@ -251,17 +252,6 @@ def _line(args, record: dict, text: str) -> None:
 def _unavailable(args, name: str, reason: str) -> None:
     reason = reason.splitlines()[0]
     _line(args, {"name": name, "available": False, "reason": reason}, f"{name:<28} unavailable: {reason}")
-
-
-def _options(items: list[str], flag: str) -> dict:
-    out = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key.isidentifier():
-            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
-        out[key] = text
-    warn_secrets(out, flag)
-    return out
 
 
 def _azure_targets(args, options: dict) -> None:
@@ -307,8 +297,10 @@ def cmd_run(args) -> int:
     module = get_workload(args.workload)  # a known name: argparse's type checked it
     cfg = _run_config(args, module)
     tally = None
-    if args.dry_run:
-        cfg, tally = _dry_run(args, cfg)
+    if args.dry_run:  # cfg on dry-run:<its backend>, which prices every job into the tally and submits none
+        if not hasattr(cfg, "backend"):
+            raise UsageError(f"workload {args.workload!r} runs no quantum jobs to price")
+        tally, cfg = dry_run_tally(), dataclasses.replace(cfg, backend=f"dry-run:{cfg.backend}")  # registered first
     with _run_options(args, module, cfg) as options, Progress(getattr(cfg, "steps", 1), args.workload) as bar:
         result = module.run(cfg, progress=bar, **options)
     if args.plan:
@@ -343,15 +335,6 @@ def _run_config(args, module):
     if spsa_only and getattr(cfg, "gradient", None) != "spsa":
         raise UsageError(f"{spsa_only[0]} goes with --gradient spsa")
     return cfg
-
-
-def _dry_run(args, cfg):
-    """--dry-run: ``cfg`` on ``dry-run:<its backend>`` (registered here: it prices every job and submits
-    none), and the ``Tally`` the jobs are priced into."""
-    if not hasattr(cfg, "backend"):
-        raise UsageError(f"workload {args.workload!r} runs no quantum jobs to price")
-    tally = dry_run_tally()
-    return dataclasses.replace(cfg, backend=f"dry-run:{cfg.backend}"), tally
 
 
 @contextlib.contextmanager

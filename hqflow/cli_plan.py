@@ -35,9 +35,9 @@ def _target(args):
 
     from .trace import TraceError, load_spans
 
-    spans = None
-    if os.path.isdir(args.workload):
-        folder = args.workload
+    folder = name = args.workload  # a workload's name (argparse's type checked it), or a run directory
+    spans, saved = None, {}
+    if os.path.isdir(folder):
         try:
             spans, meta = load_spans(os.path.join(folder, "spans.json"))
             with open(os.path.join(folder, "config.json")) as fh:
@@ -47,21 +47,14 @@ def _target(args):
         name = meta.get("workload")
         if name not in WORKLOADS:
             raise UsageError(f"{folder}: its spans name no workload hqflow plan knows ({name!r})")
-        module = get_workload(name)
-        try:
-            cfg = module.Config(**saved)
-        except (TypeError, ValueError) as exc:
-            raise UsageError(f"{folder}/config.json does not fit workload {name!r}: {exc}") from None
-        if args.backend not in (None, getattr(cfg, "backend", None)):
-            raise UsageError(f"{folder} ran on {shown(getattr(cfg, 'backend', None))}: its spans cannot plan "
-                             f"{shown(args.backend)}; plan the workload by its name, {name}, for another backend")
-    else:
-        name = args.workload
-        try:
-            module = get_workload(name)
-        except KeyError as exc:
-            raise UsageError(f"{str(exc).strip(QUOTES)}, or a run directory") from None
-        cfg = module.Config()
+    module = get_workload(name)
+    try:
+        cfg = module.Config(**saved)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{folder}/config.json does not fit workload {name!r}: {exc}") from None
+    if spans is not None and args.backend not in (None, getattr(cfg, "backend", None)):
+        raise UsageError(f"{folder} ran on {shown(getattr(cfg, 'backend', None))}: its spans cannot plan "
+                         f"{shown(args.backend)}; plan the workload by its name, {name}, for another backend")
     return module, name, with_options(name, cfg, args), spans
 
 
@@ -108,19 +101,11 @@ def make_plan(module, cfg, backends, spans=None, *, profile_path: str | None = N
 
 
 def saved_profile(path: str | None):
-    """The profile saved at ``path``, or None where there is none (yet): then a usage error, before any
-    calibration, unless a profile can be saved there (its nearest existing folder is a writable folder)."""
+    """The profile saved at ``path``, or None where there is none (yet). That one can be saved there,
+    ``--profile``'s argparse type (``cli_pool.output``) checked before any calibration."""
     from hqflow.profile import Profile, ProfileError
 
-    if not path:
-        return None
-    if not os.path.exists(path):
-        folder = os.path.dirname(os.path.abspath(path))
-        while not os.path.exists(folder):
-            folder = os.path.dirname(folder)
-        if not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
-            raise UsageError(f"--profile {shown(path, 200)}: no profile can be saved there "
-                             f"({shown(folder, 200)} is not a writable folder)")
+    if not path or not os.path.exists(path):
         return None
     try:
         return Profile.load(path)

@@ -32,13 +32,14 @@ def warn_secrets(keys, flag: str) -> None:
               "or sign in with az login, instead", file=sys.stderr)
 
 
-def key_value(item: str, flag: str, keys=None) -> tuple:
-    """``KEY=VALUE`` as ``(KEY, value(VALUE))``: KEY an identifier, and one of ``keys`` where given."""
+def key_value(item: str, flag: str, keys=None, parse=None) -> tuple:
+    """``KEY=VALUE`` as ``(KEY, parse(VALUE))`` (default: ``value``): KEY an identifier, and one of ``keys``
+    where given. The one parser of every ``KEY=VALUE`` flag."""
     key, sep, text = item.partition("=")
     if not sep or not key.isidentifier() or key not in (keys or [key]):
         raise UsageError(f"{flag} {item!r}: expected KEY=VALUE" + (f" with KEY one of {', '.join(sorted(keys))}"
                                                                    if keys else ""))
-    return key, value(text)
+    return key, (parse or value)(text)
 
 
 def value(text: str):

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from hqflow.backends import Backend, BatchResult, Capabilities, CircuitBatch, FutureJob, JobFailed, Usage
+from hqflow.backends import Backend, BatchResult, Capabilities, CircuitBatch, Cost, FutureJob, JobFailed, Usage
 from hqflow.ir.circuit import CircuitTemplate
 from hqflow.ir.graph import CircuitCall, Graph
 
@@ -59,14 +59,6 @@ class Prediction:
     """circuits the jobs run (their rows), retries included"""
     shots: int = 0
     """shots over those circuits (0: exact values); ``spend`` is their list price where the members are priced"""
-
-
-@dataclass(frozen=True)
-class _Price:  # what the job service reads of a cost estimate
-    amount: float
-    currency: str = "profiled"
-    jobs: int = 1
-    shots: int = 0
 
 
 class _Host:
@@ -137,11 +129,11 @@ class _SimBackend(Backend):
         self.busy = 0.0
         self.priced = profile.price_per_job is not None
 
-    def estimate_cost(self, batch: CircuitBatch) -> _Price:
-        """A first attempt's expected spend, its retries included (a retry adds nothing more)."""
-        if batch.attempt:
-            return _Price(0.0)
-        return _Price(self.p.price(batch.size, batch.shots) / max(1e-9, 1.0 - self.fails))
+    def estimate_cost(self, batch: CircuitBatch) -> Cost:
+        """A first attempt's expected spend, its retries included (a retry adds nothing more), in the profile's
+        currency ("profiled")."""
+        amount = 0.0 if batch.attempt else self.p.price(batch.size, batch.shots) / max(1e-9, 1.0 - self.fails)
+        return Cost(amount, "profiled", 1)
 
     def usage(self, batch: CircuitBatch) -> Usage:
         """Its rows as circuits, and the service jobs the profile fitted for that many rows."""

@@ -132,8 +132,7 @@ class Pool:
 
     def max_rows(self) -> int | None:
         """The largest job every member accepts (``None``: unlimited)."""
-        limits = [m.handle.capabilities.max_circuits_per_job for m in self.members if not m.removed]
-        return min([x for x in limits if x], default=None)
+        return _smallest(m.handle.capabilities.max_circuits_per_job or None for m in self.members if not m.removed)
 
     def choose(self, n_qubits: int, avoid: set[int], rows: int = 1) -> tuple[int, int] | None:
         """``(member index, slot)`` to run a job of ``rows`` circuits on now, or ``None`` to wait. Members

@@ -53,24 +53,19 @@ class Pipelined:
 
 
 @dataclass(frozen=True)
-class RayActors:
-    """Actors are Ray actors; one learner."""
+class RayActors(Pipelined):
+    """``pipelined`` with its actors as Ray actor processes; one learner."""
 
-    staleness: int = 1
-    """how many parameter versions behind an actor may run"""
-    actors: int = 2
-    """Ray actor processes that run rollouts"""
     placement: Placement = Placement()
     """where the actors and the learner go on a cluster's nodes (``hqflow.placement``)"""
     name = "ray-actors"
 
     def __post_init__(self):
-        check_ints(self, staleness=0, actors=1)
+        super().__post_init__()
         as_type(self, "placement", Placement)
 
     def scheduler_config(self, seed: int | None = 0) -> SchedulerConfig:
-        return SchedulerConfig(executor=ExecutorKind.RAY, cpu_workers=self.actors, gpu_workers=1, seed=seed,
-                               placement=self.placement)
+        return dataclasses.replace(super().scheduler_config(seed), executor=ExecutorKind.RAY, placement=self.placement)
 
 
 @dataclass(frozen=True)

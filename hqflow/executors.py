@@ -36,7 +36,6 @@ from .placement import Placement
 from .threads import DaemonPool
 
 
-
 class ExecutorKind(str, Enum):
     """Which executor a run uses (``SchedulerConfig.executor``). A kind equals, prints and saves to JSON as
     its name, so configs written with names keep working; the scheduler asks its properties."""
@@ -98,13 +97,8 @@ class Executor:
         """Per classical fragment, the output ports that may stay where they were made (none: values stay here)."""
         return {}
 
-    def circuit_batch(self, fragment: Fragment, args: dict, seed: int | None):
-        """The one batch a circuit call submits for ``args``, and its postprocessing (see ``execute_batch``)."""
-        return execute_batch(fragment, args, seed)
-
-    def circuit_outputs(self, fragment: Fragment, result, post) -> dict:
-        """A circuit call's output ports from its job's result."""
-        return execute_outputs(fragment, result, post)
+    circuit_batch = staticmethod(execute_batch)  # (fragment, args, seed) -> (the call's one batch, postprocessing)
+    circuit_outputs = staticmethod(execute_outputs)  # (fragment, result, post) -> the call's output ports
 
     _rendezvous = None
     _new_rendezvous = Rendezvous
@@ -162,9 +156,7 @@ class SyncExecutor(Executor):
         self.handles.append(handle)
         return handle
 
-    def ledger(self, budget: float | None, shot_budget: int | None = None, path=None) -> Ledger:
-        """The run's spend and budgets: in this process, where every job is submitted."""
-        return Ledger(budget, shot_budget, path)
+    ledger = staticmethod(Ledger)  # (budget, shot_budget, path) -> the run's spend and budgets, here with its jobs
 
     def close(self) -> None:
         for handle in self.handles:

@@ -16,10 +16,15 @@
 * with a shot budget (``Ledger.shot_budget``), likewise for shots: a part's predicted shots
   (``Backend.usage(part).shots``) are charged before it is submitted and replaced by the shots it
   reports; a part of no shots (exact values) is never refused;
-* every attempt's usage (``attempt_usage``: the job's report, else the backend's prediction) adds up per
-  request and per run: the result's ``metadata["usage"]`` is the request's total over all its attempts
-  (retries included), a request that fails for good raises an exception whose attribute ``usage`` holds
-  it, and ``stats`` holds the run's ``service_jobs``, ``circuits``, ``shots`` and ``failed_service_jobs``;
+* every attempt's usage adds up per request and per run. An attempt counts what its job reports
+  (``attempt_usage``), else what its backend predicts (``usage(part)``, priced at the attempt's cost
+  estimate): one that timed out, was withdrawn from a removed backend or was cancelled when the service
+  closed counts its prediction (a cancelled service job may still bill); one that failed or timed out counts
+  its service jobs as failed; one its backend refused at submission counts only what it reports. The
+  result's ``metadata["usage"]`` is the request's total over all its attempts (retries included); a request
+  that fails for good raises an exception whose attribute ``usage`` holds it (a ``Usage``, whatever the
+  exception's type); ``usage`` holds the run's total, and ``stats`` its ``service_jobs``, ``circuits``,
+  ``shots`` and ``failed_service_jobs``;
 * every attempt is a ``Span`` on its device slot's lane;
 * closing the service cancels every job in flight and every failed attempt's job (which ends service
   jobs it left running for a retry to reuse).
@@ -155,16 +160,7 @@ class _Attempt:
 
 
 class JobService:
-    """Runs circuit jobs over named pools; see the module docstring.
-
-    Usage: each attempt counts what its job reports (``attempt_usage``), else what its backend predicts
-    (``usage(part)``, priced at the attempt's cost estimate). An attempt that timed out, was withdrawn from
-    a removed backend or was cancelled when the service closed counts its prediction (a cancelled service
-    job may still bill); one that failed or timed out counts its service jobs as failed; one its backend
-    refused at submission counts only what it reports. A request's total goes on: in its result's
-    ``metadata["usage"]``, or, when it fails for good, in the attribute ``usage`` of the exception its future
-    raises (a ``Usage``, whatever the exception's type). ``usage`` holds the run's total, and ``stats`` its
-    counts."""
+    """Runs circuit jobs over named pools; see the module docstring."""
 
     def __init__(self, pools: dict[str, Pool], *, max_retries: int = 3, job_timeout: float | None = None,
                  rows_per_job: int | None = None, t0: float | None = None, record=None, run_id: str | None = None,
@@ -269,8 +265,14 @@ class JobService:
                                                           else self._done(token)))
 
     def _charge(self, att: _Attempt, handle, part: CircuitBatch) -> None:
-        """Count the attempt's predicted shots and estimated cost as spent, or refuse it past a budget."""
-        shots = self._charge_shots(att, handle)
+        """Count the attempt's predicted shots (under a shot budget; none for exact values) and estimated cost
+        as spent, or refuse it past a budget."""
+        shots = 0 if self.ledger.shot_budget is None else self._predicted(att).shots
+        if shots:
+            refusal = self.ledger.charge_shots(shots, f"on {handle.name}")
+            if refusal:
+                raise ShotBudgetExceeded(refusal)
+            att.shots = shots
         try:
             self._charge_cost(att, handle, part)
         except BudgetExceeded:
@@ -278,18 +280,6 @@ class JobService:
                 self.ledger.settle(Usage(), 0.0, -shots)
                 att.shots = None
             raise
-
-    def _charge_shots(self, att: _Attempt, handle) -> int:
-        """Under a shot budget, charge the attempt's predicted shots (none for exact values); returns them."""
-        if self.ledger.shot_budget is None:
-            return 0
-        shots = self._predicted(att).shots
-        if shots:
-            refusal = self.ledger.charge_shots(shots, f"on {handle.name}")
-            if refusal:
-                raise ShotBudgetExceeded(refusal)
-            att.shots = shots
-        return shots
 
     def _charge_cost(self, att: _Attempt, handle, part: CircuitBatch) -> None:
         if not handle.priced:
@@ -443,16 +433,11 @@ class JobService:
         """Record the attempt's span, with the figures its job reported in ``meta`` that make sense."""
         p, req, meta = att.request.parent, att.request, meta or {}
         part = req.parts[att.part]
-        queued, device, compute = (float(t) if isinstance(t, (int, float)) and not isinstance(t, bool)
-                                   and 0 <= t < math.inf else None
-                                   for t in map(meta.get, ("queue_seconds", "device_seconds", "compute_seconds")))
-        jobs = meta.get("service_jobs")
-        jobs = int(jobs) if isinstance(jobs, int) and not isinstance(jobs, bool) and jobs >= 0 else None
+        queued, device, compute = (_amount(meta.get(k)) for k in ("queue_seconds", "device_seconds", "compute_seconds"))
         self.record(Span(p.fragment, "execute", req.pool.resource, p.step, att.start - self.t0,
                          self.now() - self.t0, outcome, p.version, req.pool.lane(att.member, att.slot),
-                         p.lane if p.submitted else None, att.estimate,
-                         req.pool.members[att.member].node, part.size, part.shots, queued,
-                         device, jobs, compute))
+                         p.lane if p.submitted else None, att.estimate, req.pool.members[att.member].node,
+                         part.size, part.shots, queued, device, _count(meta.get("service_jobs")), compute))
 
     # -- timeouts ----------------------------------------------------------------------
     def _watch(self) -> None:
@@ -541,25 +526,19 @@ class JobService:
         self._pump()
         return len(taken)
 
-    def _spend_predicted(self, attempts: list[_Attempt]) -> None:
-        """Attempts given up on (withdrawn, cancelled at close) count their predicted usage: a cancelled
-        service job may still bill."""
+    def _cancelled(self, attempts: list[_Attempt]) -> None:
+        """Jobs the run gives up on (withdrawn, or cancelled as it ends): cancelled, counted at their predicted
+        usage (a cancelled service job may still bill), each a span."""
+        for att in attempts:
+            with contextlib.suppress(Exception):  # best effort: the run is over either way
+                att.job.cancel()
         used = [(att, self._predicted(att)) for att in attempts]  # outside the lock: maybe remote
         with self._lock:
             for att, u in used:
                 self._spend(att.request, u)
+                self._span(att, CANCELLED)
         for att, u in used:
             self._account(att, None, u)
-
-    def _cancelled(self, attempts: list[_Attempt]) -> None:
-        """Jobs the run gives up on as it ends: cancelled, counted at their predicted usage, each a span."""
-        for att in attempts:
-            with contextlib.suppress(Exception):  # best effort: the run is over either way
-                att.job.cancel()
-        self._spend_predicted(attempts)
-        with self._lock:
-            for att in attempts:
-                self._span(att, CANCELLED)
 
     # -- the end -----------------------------------------------------------------------
     def close(self) -> None:

@@ -29,8 +29,11 @@ class ShotBudgetExceeded(BudgetExceeded):
     """A job would have taken the run's shots past its shot budget; it was not submitted."""
 
 
-def check_shot_budget(shot_budget) -> None:
-    """A shot budget is an integer >= 0 (0: exact jobs only) or None (no limit); else a one-line ``ValueError``."""
+def check_budgets(budget, shot_budget=None) -> None:
+    """A budget is a number >= 0, a shot budget an integer >= 0 (0: exact jobs only), either None (no limit);
+    else a one-line ``ValueError``."""
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0):
+        raise ValueError(f"budget must be a number >= 0 or None, got {budget!r}")
     if shot_budget is not None and (isinstance(shot_budget, bool) or not isinstance(shot_budget, int)
                                     or shot_budget < 0):
         raise ValueError(f"shot_budget must be an integer >= 0 or None, got {shot_budget!r}")
@@ -43,9 +46,7 @@ class Ledger:
     blocking = False  # its calls never block (``RemoteLedger``'s do)
 
     def __init__(self, budget: float | None = None, shot_budget: int | None = None, path=None):
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0):
-            raise ValueError(f"budget must be a number >= 0 or None, got {budget!r}")
-        check_shot_budget(shot_budget)
+        check_budgets(budget, shot_budget)
         self.budget, self.shot_budget = budget, shot_budget
         self.spend, self.currency, self.refused = 0.0, None, 0
         self.shots = 0  # the ended jobs' shots, and those charged for jobs in flight (only under a shot budget)
@@ -163,7 +164,7 @@ class RemoteLedger:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        Ledger(budget, shot_budget)  # a bad budget fails here, in the caller
+        check_budgets(budget, shot_budget)  # a bad budget fails here, in the caller
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         actor = ray.remote(num_cpus=0, scheduling_strategy=here)(Ledger).remote(budget, shot_budget, path)
         return cls(actor, budget, shot_budget, path)
@@ -173,14 +174,10 @@ class RemoteLedger:
 
         return ray.get(getattr(self.actor, method).remote(*args))
 
-    def charge(self, amount: float, currency: str, what: str) -> str | None:
-        return self._call("charge", amount, currency, what)
-
-    def settle(self, used: Usage, spend: float = 0.0, shots: int = 0) -> None:
-        self._call("settle", used, spend, shots)
-
-    def charge_shots(self, shots: int, what: str) -> str | None:
-        return self._call("charge_shots", shots, what)
+    def __getattr__(self, name: str):  # charge, settle and charge_shots: the Ledger's, called in its actor
+        if name not in ("charge", "settle", "charge_shots"):
+            raise AttributeError(name)
+        return lambda *args: self._call(name, *args)
 
     def figures(self) -> dict:
         return dict(self._final) if self._final is not None else self._call("figures")

@@ -25,6 +25,7 @@ from hqflow.ir.graph import CircuitCall, Graph
 
 from .costmodel import Prediction, calibrate, calibrate_cores, pool_names, predict
 from .lanes import Lane, member
+from .ledger import check_budgets
 from .profile import Profile, profile
 from .scheduler import RunHandle, SchedulerConfig, run as scheduler_run, start as scheduler_start
 
@@ -108,8 +109,7 @@ def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time",
     ``rows_per_job``: the values tried (default: None and the largest step cut into 2 .. the pool's devices)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0):
-        raise ValueError(f"budget must be a number >= 0 or None, got {budget!r}")
+    check_budgets(budget)
     limit = max((e.max_staleness for e in graph.edges if _between(e)), default=0) if max_staleness is None \
         else max_staleness
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:

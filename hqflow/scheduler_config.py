@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from .collective import Compression
 from .config import as_type, check_ints
 from .executors import ExecutorKind
-from .ledger import check_shot_budget
+from .ledger import check_budgets
 from .placement import Placement
 
 
@@ -110,10 +110,7 @@ class SchedulerConfig:
         check_ints(self, checkpoint_every=1)
         if self.resume and self.run_dir is None:
             raise ValueError("resume=True needs the run_dir of the run to continue")
-        if self.budget is not None and (isinstance(self.budget, bool) or not isinstance(self.budget, (int, float))
-                                        or self.budget < 0):
-            raise ValueError(f"budget must be a number >= 0 or None, got {self.budget!r}")
-        check_shot_budget(self.shot_budget)
+        check_budgets(self.budget, self.shot_budget)
 
 
 def configure(config: SchedulerConfig | None, options: dict) -> SchedulerConfig:

@@ -146,17 +146,19 @@ def _intersection_length(a: list[tuple[float, float]], b: list[tuple[float, floa
     return total
 
 
-def _busy_by(spans: list[Span], key) -> dict[Lane, float]:
-    groups: dict[Lane, list[Span]] = {}
+def _figures(spans: list[Span], key) -> dict[Lane, dict]:
+    """Per ``key(span)``: its span count, busy seconds (the union of their intervals), idle seconds (the
+    makespan's others) and utilization (busy over the makespan, 0..1)."""
+    total, groups = makespan(spans), {}
     for s in spans:
         groups.setdefault(key(s), []).append(s)
-    return {k: _length(intervals_union(group)) for k, group in groups.items()}
+    return {k: {"spans": len(group), "busy": (busy := _length(intervals_union(group))), "idle": total - busy,
+                "utilization": busy / total if total else 0.0} for k, group in groups.items()}
 
 
 def utilization(spans: list[Span], key=lambda s: s.resource) -> dict[Lane, float]:
     """Per resource (or per ``key(span)``): the union of its spans' intervals over the makespan (0..1)."""
-    total = makespan(spans)
-    return {r: busy / total if total else 0.0 for r, busy in _busy_by(spans, key).items()}
+    return {k: f["utilization"] for k, f in _figures(spans, key).items()}
 
 
 def lane_utilization(spans: list[Span]) -> dict[Lane, float]:
@@ -166,8 +168,7 @@ def lane_utilization(spans: list[Span]) -> dict[Lane, float]:
 
 def idle(spans: list[Span]) -> dict[Lane, float]:
     """Per resource: seconds of the makespan during which none of its lanes was busy."""
-    total = makespan(spans)
-    return {r: total - busy for r, busy in _busy_by(spans, lambda s: s.resource).items()}
+    return {k: f["idle"] for k, f in _figures(spans, lambda s: s.resource).items()}
 
 
 def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -226,20 +227,11 @@ def outcome_counts(spans: list[Span]) -> dict[str, int]:
 def summary(spans: list[Span]) -> dict:
     """The figures of a run's spans as one JSON-friendly dict: ``resources`` and ``lanes`` map each one's text
     to its span count, busy and idle seconds and utilization; ``outcomes`` counts spans by outcome kind."""
-    total = makespan(spans)
-
-    def figures(key) -> dict:
-        busy, counts = _busy_by(spans, key), Counter(key(s) for s in spans)
-        return {k: {"spans": counts[k], "busy": b, "idle": total - b, "utilization": b / total if total else 0.0}
-                for k, b in busy.items()}
-
     classical, quantum = _classical_quantum(spans)
-    lanes = figures(lambda s: s.row)
-    resources = figures(lambda s: s.resource)
-    order = rows(spans)
+    lanes, resources, order = _figures(spans, lambda s: s.row), _figures(spans, lambda s: s.resource), rows(spans)
     return {
         "spans": len(spans),
-        "makespan": total,
+        "makespan": makespan(spans),
         "resources": {str(r): resources[r] for r in dict.fromkeys(res for _, res in order)},
         "lanes": {str(row): {"resource": str(res), **lanes[row]} for row, res in order},
         "classical_busy": _length(classical),
