@@ -32,7 +32,7 @@ again with debiasing off (Aria's $12.4166 minimum: its gate-shots, $39.74 a circ
 policy (pretrained free on the noisy emulator) evaluated greedily for 10 episodes on the Aria-priced, noisy
 emulated QPU at 1,000 shots with shared circuits: the mean return and the list price.
 
-``--quick`` (under 300 s on 2 cores): 2 seeds, 30 episodes: the per-step circuits and prices of every variant.
+``--quick`` (under 300 s on 2 cores): 2 seeds, 20 episodes: the per-step circuits and prices of every variant.
 The last line is one JSON object.
 """
 from __future__ import annotations
@@ -70,7 +70,7 @@ def command(variant: str, seed: int, episodes: int, args) -> list[str]:
     if variant == "baseline":
         return cmd + ["--backend", "compiled"]
     if variant == "ps_noisy":
-        return cmd + ["--backend", "density", *_opts(f"noise={ARIA}")]
+        return cmd + ["--backend", f"density:{ARIA}"]
     cmd += ["--shots", str(SHOTS)]
     if variant.startswith("twin"):
         return cmd + ["--gradient", "twin", "--twin-noise", ARIA] + qpu(share=variant == "twin_mux")
@@ -110,11 +110,8 @@ def prices() -> dict:
 
 def _cumulative(run: dict) -> list[tuple[int, int, float, int]]:
     """Per update: (episodes, env steps, list price so far, circuits so far)."""
-    out, episodes, steps = [], 0, 0
-    for row in run["rows"]:
-        episodes, steps = episodes + row["episodes"], steps + row["env_steps"]
-        out.append((episodes, steps, row.get("list_cost_total", 0.0), row.get("circuits_total", 0)))
-    return out
+    return [(row["episodes"], row["env_steps"], row.get("list_cost_total", 0.0), row.get("circuits_total", 0))
+            for row in run["rows"]]  # (metrics.jsonl's episodes and env steps are the run's so far)
 
 
 def figures_of(variant: str, runs: list[dict], episodes: int, p: dict) -> dict:
@@ -244,9 +241,9 @@ def table(figures: dict, variants: list[str]) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="2 seeds, 30 episodes: per-step circuits and prices")
+    ap.add_argument("--quick", action="store_true", help="2 seeds, 20 episodes: per-step circuits and prices")
     ap.add_argument("--seeds", type=int, help="seeds 0..N-1 (default 5, --quick 2)")
-    ap.add_argument("--episodes", type=int, help="episode budget per run (default 1000, --quick 30)")
+    ap.add_argument("--episodes", type=int, help="episode budget per run (default 1000, --quick 20)")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="runs at a time (default: cores)")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ",".join(VARIANTS))
     ap.add_argument("--spsa-samples", type=int, default=8, help="spsa_packed's directions (default 8)")
@@ -257,7 +254,7 @@ def main(argv=None) -> int:
     if not args.variants or set(args.variants) - set(VARIANTS):
         ap.error(f"--variants takes names from {', '.join(VARIANTS)}")
     seeds = args.seeds or (2 if args.quick else 5)
-    episodes = args.episodes or (30 if args.quick else 1000)
+    episodes = args.episodes or (20 if args.quick else 1000)
     if seeds < 1 or episodes < 1 or args.workers < 1 or args.spsa_samples < 1:
         ap.error("--seeds, --episodes, --workers and --spsa-samples must be at least 1")
     t0 = time.perf_counter()
@@ -275,7 +272,7 @@ def main(argv=None) -> int:
             for k, value in figures_of(v, [runs[(v, s)] for s in range(seeds)], episodes, p).items():
                 figures[f"{v}_{k}"] = value
         if not args.no_cosine:
-            figures.update(twin_cosine(folder, 8 if args.quick else 24))
+            figures.update(twin_cosine(folder, 6 if args.quick else 24))
         if not args.no_sim_to_qpu:
             twins = [r for v in ("twin_mux", "twin") if v in args.variants for s in range(seeds)
                      for r in [runs[(v, s)]] if "error" not in r]

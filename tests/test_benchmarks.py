@@ -12,7 +12,7 @@ SMOKE = {"backends.py": ["--batch", "20", "--sizes", "200,800"], "overlap.py": [
          "simulators.py": ["--batch", "50", "--no-peers"],
          "rl_cartpole.py": ["--seeds", "1", "--episodes", "20", "--overlap-episodes", "10"],
          "rl_dqn.py": ["--budget", "20"],
-         "cloud_rl.py": ["--seeds", "1", "--episodes", "20", "--segment-updates", "1"],
+         "cloud_rl.py": ["--seeds", "1", "--episodes", "10", "--variants", "baseline,twin_mux", "--workers", "1"],
          "azure_loopback.py": ["--fault-rows", "100", "--rl-episodes", "1", "--learn-rows", "40", "--rate-rows", "32",
                                "--rl-env", "frozenlake"],
          "planner.py": ["--steps", "4", "--calibrate", "3", "--elastic-steps", "20"],
