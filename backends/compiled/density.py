@@ -24,8 +24,9 @@ larger's), so a gate, its basis changes and its channel are one map (``_merge``)
 stage of its kind, per-row (an input's angle, or a weight's when weights come per row) or shared, that nothing
 after it on its wires blocks (``_stages``): a re-uploading layer's encodings are one per-row stage. Call time:
 with ``4**n`` at most the rows (and ``FUSE``, 1,024), a shared stage is one ``4**n`` square matrix built from the
-weights (one GEMM for the batch; built once when it has no angle); otherwise each map acts on the state (one
-``einsum`` on a few wires). Expectation values simulate only the
+weights (one GEMM for the batch; built once when it has no angle); so is it, whatever the rows, when the weights
+are shared and need no gradient (acting: many calls at the same weights), its matrices kept for the last weights
+seen; otherwise each map acts on the state (one ``einsum`` on a few wires). Expectation values simulate only the
 observables' light cone (``hqflow.ir.passes.light_cone``; the channels are unital, so what lies outside cannot
 reach them). Everything is plain torch, so autograd differentiates it (twice, too).
 
@@ -203,6 +204,7 @@ class DensityProgram:
         self.real_dtype, self.device = _REAL[self.dtype], _resolve_device(device)
         self.items = _items(template, noise)
         self._consts: dict = {}
+        self._segments: tuple = (None, {})  # (the weights' bytes, {stage: its matrix}): the last weights' segments
         self._lock = threading.RLock()  # a constant's build may take others
         cone = light_cone(template) if lightcone and template.observables else None
         self.cone = cone
@@ -245,17 +247,30 @@ class DensityProgram:
     def _state(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         n, rows = self.template.n_qubits, x.shape[0]
         per_row = w.ndim == 2
-        fuse = 4**n <= min(rows, FUSE)
+        kept = not per_row and 4**n <= FUSE and not (torch.is_grad_enabled() and w.requires_grad)
+        fuse = kept or 4**n <= min(rows, FUSE)
         r = self._initial(rows)
         for rows_stage, items in self._schedule(per_row):
             if fuse and not rows_stage:
                 build = lambda: self._fused(items, x, w)  # noqa: E731
                 fixed = all(i.angle is None for i in items)  # the same every call: built once
-                r = r @ (self._const(("segment", id(items)), build) if fixed else build())
+                r = r @ (self._const(("segment", id(items)), build) if fixed else self._kept(items, w, build)
+                         if kept else build())
                 continue
             for item in items:
                 r = _apply(r, self._map(item, x, w), item.wires, n)
         return r
+
+    def _kept(self, items, w: torch.Tensor, build) -> torch.Tensor:
+        """A shared stage's matrix at weights ``w`` (no gradient), kept while calls come at the same weights."""
+        key = w.detach().cpu().numpy().tobytes()
+        with self._lock:
+            if self._segments[0] != key:
+                self._segments = (key, {})
+            table = self._segments[1]
+            if id(items) not in table:
+                table[id(items)] = build()
+            return table[id(items)]
 
     def _fused(self, items, x, w) -> torch.Tensor:
         """The segment's shared items as one ``4**n`` square matrix ``M`` (the state goes to ``r @ M``)."""
