@@ -125,7 +125,7 @@ class QuantumLayer(nn.Module):
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         if gradient not in METHODS:
-            raise ValueError(f"gradient must be one of {', '.join(METHODS)}, got {shown(gradient)}")
+            raise ValueError(f"gradient must be 'param-shift', 'spsa' or 'twin', got {shown(gradient)}")
         if spsa is not None and not isinstance(spsa, Spsa):
             raise TypeError(f"spsa must be a hqflow.gradients.Spsa or None, got {type(spsa).__name__}")
         self.template, self.backend, self.shots, self.seed = template, backend, shots, seed
@@ -192,7 +192,7 @@ class QuantumLayer(nn.Module):
             out = x.to(w.device).new_zeros((0, len(self.template.observables))) + 0 * w.sum()
             return out[0] if single else out
         backend = self.job_backend()
-        program = self._program(backend) if self.shots is None and self.gradient == "param-shift" else None
+        program = self._program(backend)
         if self.twin is not None:  # the backend's values; the twin's gradient (its values' change, nothing more)
             out = _values_job(self, x, w)
             if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
@@ -208,12 +208,15 @@ class QuantumLayer(nn.Module):
     def twin_values(self, x: torch.Tensor) -> torch.Tensor:
         """The twin's values of inputs ``x`` [B, n_inputs] at the layer's weights, in the autograd graph."""
         w = self.weights
-        return self._program(self.twin)(x.to(w.dtype), w).to(device=w.device, dtype=w.dtype)
+        return self._compiled(self.twin)(x.to(w.dtype), w).to(device=w.device, dtype=w.dtype)
 
     def _program(self, backend):
         """The backend's differentiable torch program (exact values, parameter shift's gradient), or None."""
-        if not differentiates(backend):
+        if self.shots is not None or self.gradient != "param-shift" or not differentiates(backend):
             return None
+        return self._compiled(backend)
+
+    def _compiled(self, backend):
         key = (id(backend), self.weights.dtype)
         if key not in self._programs:
             complex_dtype = torch.complex128 if self.weights.dtype == torch.float64 else torch.complex64

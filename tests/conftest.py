@@ -20,6 +20,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_configure(config):
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:  # a suite started in the background (nohup ... &): the
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # processes the tests interrupt must take Ctrl-C
     if not hasattr(config, "workerinput"):  # once, in the process that starts the workers
         _ray_token()
 

@@ -331,7 +331,7 @@ def test_layer_gradients_agree_with_autograd_within_five_sigma(in_forward):
 
 def test_unknown_gradient_and_bad_settings_are_clear_errors():
     t = small_template()
-    with pytest.raises(ValueError, match="gradient must be 'param-shift' or 'spsa', got 'adjoint'"):
+    with pytest.raises(ValueError, match="gradient must be 'param-shift', 'spsa' or 'twin', got 'adjoint'"):
         QuantumLayer(t, gradient="adjoint")
     with pytest.raises(TypeError, match="spsa must be a hqflow.gradients.Spsa or None, got tuple"):
         QuantumLayer(t, gradient="spsa", spsa=(2, 0.1))

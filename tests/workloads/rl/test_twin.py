@@ -46,7 +46,7 @@ def test_a_twin_layer_gives_the_backends_values_and_the_twins_gradient():
 def test_a_twin_must_differentiate_in_process():
     with pytest.raises(ValueError, match="gradient='twin' needs a twin that differentiates in process"):
         QuantumLayer(_template(), "reference", gradient="twin", twin="reference")
-    with pytest.raises(ValueError, match="gradient must be one of param-shift, spsa, twin, got 'tw'"):
+    with pytest.raises(ValueError, match="gradient must be 'param-shift', 'spsa' or 'twin', got 'tw'"):
         QuantumLayer(_template(), "reference", gradient="tw")
 
 
