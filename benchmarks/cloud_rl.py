@@ -1,7 +1,7 @@
 """RL on a paid QPU under its noise: circuits, list price per step and per solved run, by gradient and sharing.
 
     python benchmarks/cloud_rl.py [--quick] [--seeds N] [--episodes 1000] [--variants A,B] [--workers 2]
-                                  [--spsa-samples 8] [--no-sim-to-qpu]
+                                  [--spsa-samples 8] [--no-sim-to-qpu] [--keep DIR]
 
 REINFORCE on CartPole-v1 (the default 4-qubit, 5-layer policy: 92 circuit parameters), 10 environments stepped
 together (autoreset) in one group, 10 episodes per update, ``--distribution sync`` (a run is a function of its
@@ -32,13 +32,15 @@ again with debiasing off (Aria's $12.4166 minimum: its gate-shots, $39.74 a circ
 policy (pretrained free on the noisy emulator) evaluated greedily for 10 episodes on the Aria-priced, noisy
 emulated QPU at 1,000 shots with shared circuits: the mean return and the list price.
 
-``--quick`` (under 300 s on 2 cores): 2 seeds, 20 episodes: the per-step circuits and prices of every variant.
+``--keep DIR`` keeps the run directories there (each with its ``result.json``) and reuses the runs it finds
+finished, so a long benchmark stopped part way goes on where it was. ``--quick`` (under 300 s on 2 cores): 2 seeds, 20 episodes: the per-step circuits and prices of every variant.
 The last line is one JSON object.
 """
 from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import contextlib
 import json
 import os
 import statistics
@@ -78,6 +80,14 @@ def command(variant: str, seed: int, episodes: int, args) -> list[str]:
 
 
 def train(cmd: list[str], run_dir: str) -> dict:
+    done = os.path.join(run_dir, "result.json")
+    if os.path.exists(done):  # (--keep: a run of an earlier, stopped invocation)
+        with open(done) as f:
+            return json.load(f)
+    if os.path.exists(run_dir):  # a run cut short: again, from the start
+        import shutil
+
+        shutil.rmtree(run_dir)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "hqflow.cli", "train", *cmd, "--run-dir", run_dir],
                           capture_output=True, text=True, timeout=6 * 3600)
@@ -87,6 +97,8 @@ def train(cmd: list[str], run_dir: str) -> dict:
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         out["rows"] = [json.loads(line) for line in f if line.strip()]
     out["run_dir"], out["wall"] = run_dir, time.perf_counter() - t0
+    with open(done, "w") as f:
+        json.dump(out, f)
     return out
 
 
@@ -205,6 +217,12 @@ def sim_to_qpu(run_dir: str | None) -> dict:
             "sim_to_qpu_usd_at_most": json.loads(dry.stdout)["at_most"] if dry.returncode == 0 else None}
 
 
+@contextlib.contextmanager
+def _kept(folder: str):
+    os.makedirs(folder, exist_ok=True)
+    yield folder
+
+
 def overall(figures: dict, variants: list[str], seeds: int) -> dict:
     need = 4 if seeds >= 5 else max(1, -(-2 * seeds // 3))
     solving = [v for v in variants if v != "baseline" and figures.get(f"{v}_solved", 0) >= need]
@@ -249,6 +267,7 @@ def main(argv=None) -> int:
     ap.add_argument("--spsa-samples", type=int, default=8, help="spsa_packed's directions (default 8)")
     ap.add_argument("--no-sim-to-qpu", action="store_true", help="skip the pretrain-then-evaluate figures")
     ap.add_argument("--no-cosine", action="store_true", help="skip the twin's gradient bias")
+    ap.add_argument("--keep", metavar="DIR", help="keep the run directories in DIR and reuse the finished ones there")
     args = ap.parse_args(argv)
     args.variants = [v for v in args.variants.split(",") if v]
     if not args.variants or set(args.variants) - set(VARIANTS):
@@ -263,7 +282,7 @@ def main(argv=None) -> int:
                      "spsa_samples": args.spsa_samples, "aria_usd_per_circuit": round(p["usd"], 4),
                      "aria_usd_per_circuit_debias_off": round(p["usd_off"], 4),
                      "baseline_circuits_per_step_formula": p["circuits_per_step"]}
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() if args.keep is None else _kept(args.keep) as folder:
         with cf.ThreadPoolExecutor(args.workers) as pool:
             futures = {(v, s): pool.submit(train, command(v, s, episodes, args), os.path.join(folder, f"{v}-{s}"))
                        for s in range(seeds) for v in args.variants}
