@@ -114,10 +114,12 @@ def prices() -> dict:
     cfg = reinforce.Config()
     t = pqc_template(4, cfg.n_layers)
     one = CircuitBatch.make(t, np.zeros((1, t.n_inputs)), np.zeros(t.n_weights))
+    ten = CircuitBatch.make(t, np.zeros((10, t.n_inputs)), np.zeros(t.n_weights))  # a step of the 10 envs
+    shared = [list_price(ARIA, ten, shots=SHOTS, share="auto", debias=d).amount for d in (None, False)]
     return {"circuits_per_step": runner.circuits_per_env_step("reinforce", cfg)[0],
             "usd": list_price(ARIA, one, shots=SHOTS).amount,
             "usd_off": list_price(ARIA, one, shots=SHOTS, debias=False).amount,
-            "minimum": 97.5, "minimum_off": 12.4166}
+            "shared_off_ratio": shared[1] / shared[0]}
 
 
 def _cumulative(run: dict) -> list[tuple[int, int, float, int]]:
@@ -140,10 +142,8 @@ def figures_of(variant: str, runs: list[dict], episodes: int, p: dict) -> dict:
         if in_process:  # its circuits are parameter shift's per env step, each an Aria circuit
             c = p["circuits_per_step"] * s
             usd, usd_off = c * p["usd"], c * p["usd_off"]
-        else:  # shared circuits: a circuit of k rows costs max(minimum, k x gates); debias off lowers the minimum
-            rows_per_circuit = s / c if c else 1.0
-            usd_off = usd * max(p["minimum_off"], rows_per_circuit * p["usd_off"]) / max(
-                p["minimum"], rows_per_circuit * p["usd_off"])
+        else:  # debias off: every job is a step of the 10 envs, alone (1 row a circuit) or shared (6 and 4)
+            usd_off = usd * (p["shared_off_ratio"] if variant == "twin_mux" else p["usd_off"] / p["usd"])
         spent, spent_off, steps, circuits, eps = spent + usd, spent_off + usd_off, steps + s, circuits + c, eps + e
         if at is not None and at <= episodes:
             solved.append(at)
