@@ -1,5 +1,7 @@
 """Runs on the ray executor survive dead actors: a killed worker's call is redone, a killed backend's
 job is retried, a hung backend is restarted, a dead cached worker is replaced; Ray's errors are one line."""
+import time
+
 import numpy as np
 import pytest
 
@@ -93,6 +95,18 @@ def test_a_job_sent_while_a_lost_backend_starts_again_waits_for_it(tmp_path):
     ray.kill(handle.actor, no_restart=True)
 
 
+def _dead(actor, wait: float = 120.0) -> None:
+    """Return once Ray reports ``actor`` dead (a call on it fails so)."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.ready.remote(), timeout=wait)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    pytest.fail("the killed worker still answers")
+
+
 def test_a_dead_cached_worker_is_replaced_by_the_next_run():
     from hqflow.executors import _WORKERS
 
@@ -100,6 +114,7 @@ def test_a_dead_cached_worker_is_replaced_by_the_next_run():
     _on_ray(FAST, steps=1)
     for actor in list(_WORKERS.values()):
         ray.kill(actor, no_restart=True)  # dead for good, still in the cache
+        _dead(actor)  # (ray.kill is asynchronous: a worker dying while the next run starts is another case)
     res = _on_ray(FAST)
     _same(res, ref)
 
