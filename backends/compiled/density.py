@@ -53,7 +53,7 @@ from ..sampling import multinomial_rows, sample_terms
 from .backend import _by_shared_weights, _sample_terms, _scatter
 from .config import _REAL
 from .lower import _lower
-from .program import CompiledProgram, EncodedProgram, _resolve_device, _resolve_dtype
+from .program import CompiledProgram, EncodedProgram, Readouts, _resolve_device, _resolve_dtype
 
 MAX_QUBITS = 14  # 4**14 entries per row: 2 GiB in float64
 FUSE = 1024  # segments are fused into one matrix up to this size (4**n), when the batch has at least as many rows
@@ -184,7 +184,7 @@ def _apply(x: torch.Tensor, r: torch.Tensor, wires: tuple, n: int, base: int = 4
 _AXES, _OUT = "abcdefghijklmnop", "ABCDEFGH"
 
 
-class DensityProgram:
+class DensityProgram(Readouts):  # (its values, terms and probabilities: the measured ones, readout error included)
     """A template's noisy density-matrix program for one dtype and device: ``prog(inputs, weights)`` gives
     ``[B, n_obs]`` values (``term_values``: one column per Pauli term; ``probs``: ``[B, 2**n]``, confused),
     differentiable in both; ``weights`` ``[n_w]`` (shared) or ``[B, n_w]`` (per row)."""
@@ -331,20 +331,6 @@ class DensityProgram:
             return self._probs(r)
         idx, m = self._readout(what)
         return r[:, idx] @ m
-
-    def __call__(self, inputs=None, weights=None) -> torch.Tensor:
-        """Expectation values ``[B, n_obs]`` (real, differentiable), readout error included."""
-        if not self.template.observables:
-            raise BackendError(f"circuit {self.template.name!r} has no observables; use probs()")
-        return self._run(inputs, weights, "values")
-
-    def term_values(self, inputs=None, weights=None) -> torch.Tensor:
-        """The measured ``<P>`` of every Pauli term of every observable, in order: ``[B, n_terms]``."""
-        return self._run(inputs, weights, "terms")
-
-    def probs(self, inputs=None, weights=None) -> torch.Tensor:
-        """Measured computational-basis probabilities ``[B, 2**n]`` (readout error included), wire 0 first."""
-        return self._run(inputs, weights, "probs")
 
     def __repr__(self) -> str:
         noise = self.noise.target or "a noise model" if self.noise else "no noise"

@@ -47,7 +47,25 @@ def _check_fusion(fusion) -> None:
         raise BackendError(f"fusion must be a positive int (the widest fused block, in qubits) or None, got {fusion!r}")
 
 
-class CompiledProgram:
+class Readouts:
+    """What a program reads out through its ``_run(inputs, weights, what)``: values, Pauli terms, probabilities."""
+
+    def __call__(self, inputs=None, weights=None) -> torch.Tensor:
+        """Expectation values ``[B, n_obs]`` (real, differentiable)."""
+        if not self.template.observables:
+            raise BackendError(f"circuit {self.template.name!r} has no observables; use probs()")
+        return self._run(inputs, weights, "values")
+
+    def term_values(self, inputs=None, weights=None) -> torch.Tensor:
+        """``<P>`` of every Pauli term of every observable, in order, unit coefficients: ``[B, n_terms]``."""
+        return self._run(inputs, weights, "terms")
+
+    def probs(self, inputs=None, weights=None) -> torch.Tensor:
+        """Computational-basis probabilities ``[B, 2**n]``, wire 0 most significant."""
+        return self._run(inputs, weights, "probs")
+
+
+class CompiledProgram(Readouts):
     """A template compiled for one dtype and device; see the package docstring (``hqflow.backends.compiled``).
 
     ``prog(inputs, weights)``: ``inputs`` ``[B, n_inputs]``, ``weights`` ``[n_weights]``
@@ -191,20 +209,6 @@ class CompiledProgram:
             p_sample = _SamplePhases(plan, sym, bias, release=not torch.is_grad_enabled())
             out = readout(_simulate(plan, stacks, p_sample, p_shared, self.dtype, self.device))
         return out.expand(x.shape[0], -1) if out.shape[0] != x.shape[0] else out
-
-    def __call__(self, inputs=None, weights=None) -> torch.Tensor:
-        """Expectation values ``[B, n_obs]`` (real, differentiable)."""
-        if not self.template.observables:
-            raise BackendError(f"circuit {self.template.name!r} has no observables; use probs()")
-        return self._run(inputs, weights, "values")
-
-    def term_values(self, inputs=None, weights=None) -> torch.Tensor:
-        """``<P>`` of every Pauli term of every observable, in order, unit coefficients: ``[B, n_terms]``."""
-        return self._run(inputs, weights, "terms")
-
-    def probs(self, inputs=None, weights=None) -> torch.Tensor:
-        """Computational-basis probabilities ``[B, 2**n]``, wire 0 most significant."""
-        return self._run(inputs, weights, "probs")
 
     # -- introspection -------------------------------------------------------------------
     def describe(self, per_row: bool = False) -> str:
