@@ -33,7 +33,8 @@ policy (pretrained free on the noisy emulator) evaluated greedily for 10 episode
 emulated QPU at 1,000 shots with shared circuits: the mean return and the list price.
 
 ``--keep DIR`` keeps the run directories there (each with its ``result.json``) and reuses the runs it finds
-finished, so a long benchmark stopped part way goes on where it was. ``--quick`` (under 300 s on 2 cores): 2 seeds, 20 episodes: the per-step circuits and prices of every variant.
+finished (unfinished ones resume from their last checkpoint, bit for bit), so a long benchmark stopped part way
+goes on where it was. ``--quick`` (under 300 s on 2 cores): 2 seeds, 20 episodes: the per-step circuits and prices of every variant.
 The last line is one JSON object.
 """
 from __future__ import annotations
@@ -84,12 +85,16 @@ def train(cmd: list[str], run_dir: str) -> dict:
     if os.path.exists(done):  # (--keep: a run of an earlier, stopped invocation)
         with open(done) as f:
             return json.load(f)
-    if os.path.exists(run_dir):  # a run cut short: again, from the start
-        import shutil
-
-        shutil.rmtree(run_dir)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "hqflow.cli", "train", *cmd, "--run-dir", run_dir],
+    if os.path.exists(os.path.join(run_dir, "checkpoint.pt")):  # a run cut short: resumed (bit for bit)
+        argv = ["--resume", run_dir, *(a for a in COMMON[COMMON.index("--json"):])]
+    else:
+        if os.path.exists(run_dir):  # stopped before its first checkpoint: again, from the start
+            import shutil
+
+            shutil.rmtree(run_dir)
+        argv = [*cmd, "--run-dir", run_dir]
+    proc = subprocess.run([sys.executable, "-m", "hqflow.cli", "train", *argv],
                           capture_output=True, text=True, timeout=6 * 3600)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1], "wall": time.perf_counter() - t0}
