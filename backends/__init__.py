@@ -55,6 +55,8 @@ _SUFFIX: dict[str, str] = {"aer": "method", "pennylane": "device_name", "emulate
 # The default for exact local simulation: the fastest backend at small widths
 # (benchmarks/simulators.py). ``Pipeline.execute`` and the workloads default to it.
 DEFAULT_BACKEND = "compiled"
+# backend options that hold a secret: warned about on a command line, never written to a run directory
+SECRETS = ("key", "api_key", "connection_string", "credential", "password", "token", "secret")
 
 # Names shown by ``hqflow backends`` (a prefix backend lists its common suffixes).
 _LISTED = ["reference", "aer", "pennylane:default.qubit", "pennylane:lightning.qubit", "emulated-qpu", "compiled",
@@ -169,6 +171,7 @@ def backend_names() -> list[str]:
 
 __all__ = [
     "DEFAULT_BACKEND",
+    "SECRETS",
     "is_registered",
     "registry_capabilities",
     "Backend",

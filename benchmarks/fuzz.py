@@ -376,7 +376,7 @@ SWEPT = ("train", "run", "plan", "eval")
 def _cli_options() -> dict[str, list]:
     """Every subcommand's arguments, read from hqflow's own parser (so a new option is fuzzed without a word
     here): ``{command: [(option strings, or [] for a positional; dest; takes a value; choices)]}``."""
-    from hqflow.cli import _parser
+    from hqflow.cli.main import _parser
 
     commands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     return {name: [(a.option_strings, a.dest, a.nargs != 0, a.choices) for a in parser._actions
@@ -474,8 +474,9 @@ class _Cli:
         import os
         import tempfile
 
-        from hqflow import cli, cli_plan
-        from hqflow.distribution import get_distribution
+        from hqflow import cli
+        from hqflow.cli import plan as cli_plan
+        from hqflow.engine.distribution import get_distribution
         from hqflow.workloads import WORKLOADS, get_workload
         from hqflow.workloads.rl import planned, runner, trained
 
@@ -525,7 +526,7 @@ class _Cli:
         import io
         import signal
 
-        from hqflow.cli import main
+        from hqflow.cli.main import main
 
         def hang(*_):
             raise _Hang

@@ -34,7 +34,7 @@ import torch
 import hqflow as hq
 from hqflow.backends import CircuitBatch
 from hqflow.backends.emulated import EmulatedQPU
-from hqflow.lanes import Lane
+from hqflow.common.lanes import Lane
 from hqflow.trace import Span, summary
 from hqflow.workloads import synthetic
 
@@ -160,7 +160,7 @@ def main() -> None:
         if ratio == 1.0:
             seq_at_1 = seq / local.seconds
             if args.gantt:
-                from hqflow.trace_export import draw_gantt
+                from hqflow.trace.export import draw_gantt
 
                 draw_gantt(seq_spans, f"{args.gantt}/overlap_sequential.png", title="sequential loop, C = Q")
                 draw_gantt(local.spans, f"{args.gantt}/overlap_local.png", title="hqflow local, C = Q")

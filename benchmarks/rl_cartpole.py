@@ -39,7 +39,7 @@ import _curves
 import numpy as np
 from hqflow.backends import register_backend
 from hqflow.backends.emulated import EmulatedQPU
-from hqflow.distribution import Pipelined
+from hqflow.engine.distribution import Pipelined
 from hqflow.workloads.rl import reinforce, runner
 
 _QPU: dict = {}

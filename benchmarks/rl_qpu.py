@@ -204,7 +204,7 @@ def main() -> int:
 def gantt(path: str) -> None:
     """A short run on two emulated QPUs (one device slot each, one failing its 6th job): the actor's
     groups keep both QPUs busy, the learner has its own lane, the failed job is retried on the other QPU."""
-    from hqflow.trace_export import draw_gantt
+    from hqflow.trace.export import draw_gantt
 
     pool = [qpu(0.05, 1, "qpu-a", seed=1, fail_jobs=(5,)), qpu(0.05, 1, "qpu-b", seed=2)]
     cfg = reinforce.Config(seed=0, backend="qpu", max_episodes=20, stop_when_solved=False)

@@ -57,8 +57,8 @@ import torch
 from ray.cluster_utils import Cluster
 
 import hqflow as hq
-from hqflow.distribution import MultiLearner, RayActors, Sync
-from hqflow.placement import Placement
+from hqflow.engine.distribution import MultiLearner, RayActors, Sync
+from hqflow.engine.placement import Placement
 from hqflow.workloads import synthetic
 from hqflow.workloads.rl import reinforce, runner
 
@@ -150,7 +150,7 @@ def part_learners(address: str, updates: int = 20) -> dict:
     print(f"  sync {sync['seconds']:5.2f} s, multi-learner {undisturbed['seconds']:5.2f} s, {undisturbed['updates']} "
           f"updates: largest parameter difference {diff:.2e}", flush=True)
 
-    from hqflow.executors import _WORKERS
+    from hqflow.engine.executors import _WORKERS
 
     learner = next(a for key, a in _WORKERS.items() if key[2:] == (PLACE, "gpu", 1))
     pid = ray.get(learner.pid.remote())
@@ -187,7 +187,7 @@ COMPRESSIONS = ("none", "float16", "topk:0.1")
 def part_compression(seeds: int) -> dict:
     import numpy as np
 
-    from hqflow.collective import Compression
+    from hqflow.engine.collective import Compression
 
     grad = np.random.default_rng(0).standard_normal(92)  # λ (20) and θ (72) of the 4-qubit, 5-layer policy
     figures = {}

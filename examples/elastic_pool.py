@@ -17,7 +17,7 @@ import numpy as np
 
 import hqflow as hq
 from hqflow.backends.emulated import EmulatedQPU
-from hqflow.trace_export import draw_gantt
+from hqflow.trace.export import draw_gantt
 from hqflow.workloads import synthetic
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -31,7 +31,7 @@ result = hq.run(graph, synthetic.stream(12 if args.quick else 40, cfg), backends
 print(format_table(result.spans))
 print({k: result.extra[k] for k in ("steps", "retries", "failed_jobs", "max_admitted")})
 if args.trace:
-    from hqflow.trace_export import draw_gantt, write_chrome_trace
+    from hqflow.trace.export import draw_gantt, write_chrome_trace
 
     save_spans(f"{args.trace}/spans.json", result.spans)
     write_chrome_trace(f"{args.trace}/trace.json", result.spans)

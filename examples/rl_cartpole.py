@@ -10,7 +10,7 @@ import argparse
 
 import numpy as np
 
-from hqflow.distribution import Pipelined
+from hqflow.engine.distribution import Pipelined
 from hqflow.workloads.rl import reinforce, runner
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -56,10 +56,10 @@ from hqflow.ir import CircuitTemplate
 from hqflow.ir.circuit import MAX_SHOTS
 from hqflow.ir.text import shown
 
-from . import usage
-from .collective import Compression, reduce, replica
+from .jobs import usage
+from .engine.collective import Compression, reduce, replica
 from .gradients import METHODS, Spsa, param_shift, spsa
-from .jobs import pool_backend
+from .jobs.service import pool_backend
 
 
 
@@ -373,7 +373,7 @@ class TorchLearner:
 
 
 class ReducedGradients:
-    """Inside a replicated ``learn`` fragment (``hqflow.collective``): at the end of every backward pass,
+    """Inside a replicated ``learn`` fragment (``hqflow.engine.collective``): at the end of every backward pass,
     ``module``'s gradients are combined across the replicas, so every replica applies the same update
     (as ``DistributedDataParallel``). ``sharded``: parameters whose gradient each replica computed for its
     share of the rows (summed in rank order, compressed as the replica's ``Compression`` says); for every

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import hqflow as hq
-from hqflow.cli import main
+from hqflow.cli.main import main
 from hqflow.ir import Circuit
 
 
@@ -115,7 +115,7 @@ def test_run_workload_prints_json_figures_and_writes_out(workload, tmp_path, cap
 def test_progress_bar_shows_scalar_outputs():
     import io
 
-    from hqflow.progress import Progress
+    from hqflow.cli.progress import Progress
 
     buf = io.StringIO()
     with Progress(4, "demo", stream=buf) as bar:
@@ -125,8 +125,8 @@ def test_progress_bar_shows_scalar_outputs():
 
 
 def _run_dir(tmp_path):
-    from hqflow.lanes import Lane
-    from hqflow.outcome import OK, TIMEOUT
+    from hqflow.common.lanes import Lane
+    from hqflow.common.outcome import OK, TIMEOUT
     from hqflow.trace import Span, save_spans
 
     spans = [Span("prep", "prepare", Lane("cpu"), t, t, t + 0.5, lane=Lane("cpu", slot=t % 2)) for t in range(3)]
@@ -198,7 +198,7 @@ def test_run_dir_that_is_a_file_exits_2(tmp_path, capsys):
 
 
 def test_run_dir_saves_spans_the_workload_reports(tmp_path, capsys, monkeypatch):
-    from hqflow.lanes import Lane
+    from hqflow.common.lanes import Lane
     from hqflow.trace import Span, load_spans
     from hqflow.workloads import get_workload
 
@@ -306,7 +306,7 @@ def test_a_backend_suffix_that_the_backend_does_not_take_is_refused(command, cap
 
 
 def test_ctrl_c_during_a_command_says_interrupted_not_an_empty_message(monkeypatch, capsys):
-    import hqflow.cli as cli
+    import hqflow.cli.main as cli
 
     def interrupted(args):
         raise KeyboardInterrupt  # what Ctrl-C raises: no message of its own
@@ -391,7 +391,7 @@ def test_a_misspelt_choice_gets_a_did_you_mean(argv, message, capsys):
 
 
 def test_choices_are_taken_in_any_case():
-    from hqflow.cli import _parser
+    from hqflow.cli.main import _parser
 
     args = _parser().parse_args(["train", "cartpole", "--algo", "PPO", "--distribution", "Multi-Learner", "--gradient",
                                  "SPSA", "--plan", "AUTO", "--objective", "Cost"])
@@ -447,7 +447,7 @@ def test_paths_that_are_not_utf8_are_printed_escaped(tmp_path, monkeypatch):
     import contextlib
     import io
 
-    from hqflow.cli_pool import show_figures
+    from hqflow.cli.pool import show_figures
 
     folder = tmp_path / "caf\udce9"
     folder.mkdir()

@@ -11,8 +11,8 @@ import time
 import pytest
 import torch
 
-from hqflow.cli import main
-from hqflow.distribution import MultiLearner
+from hqflow.cli.main import main
+from hqflow.engine.distribution import MultiLearner
 from hqflow.workloads.rl import reinforce, runner
 
 ALGO = ["--set", "n_layers=1", "--set", "batch_episodes=4", "--set", "stop_when_solved=false", "--episodes", "24",

@@ -1,6 +1,6 @@
 """The layering rules of shared/DESIGN.md, checked on the source: the IR imports nothing of hqflow's,
-backends import the IR only, the core knows no workload (but its CLI face), and hqflow's modules
-import one another without cycles, counting imports inside functions too."""
+backends import the IR only, the core's rooms import one way (the core knows no workload; only the CLI
+does), and hqflow's modules import one another without cycles, counting imports inside functions too."""
 import ast
 from pathlib import Path
 
@@ -55,13 +55,28 @@ def test_backends_import_the_ir_only():
     assert not {m: ts for m, ts in bad.items() if ts}
 
 
-def test_the_core_knows_no_workload_but_its_cli_face():
-    core = {m: ts for m, ts in GRAPH.items() if m.startswith("hqflow.") and m.split(".")[1] not in
-            ("ir", "backends", "workloads") or m == "hqflow"}
-    bad = {m: sorted(t for t in ts if t.startswith("hqflow.workloads")) for m, ts in core.items()
-           if not m.startswith("hqflow.cli")}
-    assert not {m: ts for m, ts in bad.items() if ts}
-    assert not [m for m, ts in core.items() if not m.startswith("hqflow.cli") and any(t.startswith("hqflow.cli") for t in ts)]
+# The rooms, lowest first: a module imports its own room and the rooms before it, never one after (no allowlist).
+# ``api`` is what users import at the top of the package: hqflow itself (hq.run), the pipeline builder and the
+# old public paths (hqflow.distribution, hqflow.placement, hqflow.trace_export).
+ROOMS = ("ir", "backends", "common", "trace", "jobs", "gradients", "engine", "torch", "plan", "api", "workloads", "cli")
+
+
+def room(module: str) -> str:
+    part = (module.split(".") + [""])[1]
+    return part if part in ROOMS else "api"
+
+
+def test_the_rooms_import_one_way():
+    """The room matrix: every import between rooms runs from a later room to an earlier one."""
+    bad = sorted(f"{m} ({room(m)}) imports {t} ({room(t)})" for m, ts in GRAPH.items() for t in ts
+                 if ROOMS.index(room(t)) > ROOMS.index(room(m)))
+    assert bad == []
+
+
+def test_every_core_module_sits_in_a_room():
+    """The core's folders are its rooms; at the top of the package sit only the public faces users import."""
+    top = sorted(m for m in GRAPH if m.count(".") == 1 and room(m) == "api")
+    assert top == ["hqflow.distribution", "hqflow.pipeline", "hqflow.placement", "hqflow.trace_export"]
 
 
 def test_no_import_cycles():
@@ -103,12 +118,12 @@ def test_the_ground_floors_load_alone():
     import sys
 
     code = ("import sys, hqflow.ir, hqflow.backends; "
-            "above = sorted(m for m in sys.modules if m.split('.')[:2] in (['hqflow', 'scheduler'], "
-            "['hqflow', 'planner'], ['hqflow', 'jobs'], ['hqflow', 'executors'], ['hqflow', 'workloads'])); "
+            "above = sorted(m for m in sys.modules if m.split('.')[:2] in (['hqflow', 'engine'], "
+            "['hqflow', 'plan'], ['hqflow', 'jobs'], ['hqflow', 'workloads'])); "
             "print(above)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "[]", proc.stdout
     proc = subprocess.run([sys.executable, "-c", "import hqflow as hq; print(hq.run.__module__, hq.trace.__name__)"],
                           capture_output=True, text=True, timeout=120)
-    assert proc.stdout.split() == ["hqflow.planner", "hqflow.trace"], proc.stderr[-2000:]
+    assert proc.stdout.split() == ["hqflow", "hqflow.trace"], proc.stderr[-2000:]

@@ -2,7 +2,7 @@
 ``spsa_epsilon`` and a training circuit's shots): their checks, and what ``Pipeline.execute`` takes."""
 from __future__ import annotations
 
-from hqflow.config import check_fields
+from hqflow.common.config import check_fields
 
 GRADIENTS = ("param-shift", "spsa")
 BOUNDS = {"spsa_samples": (1, 1000), "spsa_epsilon": (0, 3.2, "(]"), "shots": (1, 10**7), "seed": (0, 2**63 - 1),

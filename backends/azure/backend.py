@@ -97,6 +97,7 @@ from urllib.parse import urlparse
 import numpy as np
 from hqflow.ir.text import number, shown
 
+from .. import SECRETS
 from .. import share as shared
 from ..base import Backend, BackendAccessError, BackendError, BatchResult, Capabilities, CircuitBatch, FutureJob, \
     JobCancelled, JobFailed, RequestRefused, Usage
@@ -109,7 +110,6 @@ from .translate import Format, Payloads, format_for
 _NAMESPACE = packing.NAMESPACE
 _TERMINAL = {"Succeeded", "Completed", "Failed", "Cancelled"}
 _QUEUED = {"Queued", "Waiting"}
-_SECRETS = ("key", "credential", "connection_string")
 _TRIES = 6  # tries of one HTTP call that fails transiently
 _TRANSIENT = (408, 409, 429, 500, 502, 503, 504)
 _CANCEL_TRANSIENT = (408, 429, 500, 502, 503, 504)  # a 409 to a cancel: the job has ended
@@ -341,7 +341,7 @@ class AzureBackend(Backend):
 
     def options(self) -> dict:
         """The options to rebuild this backend, without secrets (for run directories)."""
-        return {k: v for k, v in self._connect.items() if v is not None and k not in _SECRETS}
+        return {k: v for k, v in self._connect.items() if v is not None and k not in SECRETS}
 
     def __repr__(self) -> str:  # never the key
         return f"<AzureBackend {self.name!r}>"

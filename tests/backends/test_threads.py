@@ -16,7 +16,7 @@ CHURN = """
 import sys, threading, time
 import torch
 from hqflow.backends import threads
-from hqflow.threads import DaemonPool
+from hqflow.common.threads import DaemonPool
 
 stop = threading.Event()
 

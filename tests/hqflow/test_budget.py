@@ -156,7 +156,7 @@ def test_the_ledger_is_written_ahead_and_a_ledger_on_its_file_goes_on_from_its_t
     job in flight at the kill counts at its estimate), every ended job's usage too; a line a kill cut short is
     dropped, and what follows it starts a line of its own."""
     from hqflow.backends import Usage
-    from hqflow.ledger import Ledger
+    from hqflow.jobs.ledger import Ledger
 
     path = tmp_path / "ledger.jsonl"
     first = Ledger(10.0, path=path)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import hqflow as hq
-from hqflow.checkpoint import CheckpointError
+from hqflow.engine.checkpoint import CheckpointError
 from hqflow.workloads import synthetic
 
 CFG = synthetic.Config(staleness=0, backend="qpu", matrix=96, repeats=300)  # a learner step of tens of ms
@@ -158,8 +158,8 @@ def _loop_graph():
 
 
 def test_without_a_run_dir_nothing_is_recorded():
-    from hqflow.checkpoint import Checkpointer
-    from hqflow.window import Values
+    from hqflow.engine.checkpoint import Checkpointer
+    from hqflow.engine.window import Values
 
     graph = _loop_graph()
     ckpt, values = Checkpointer(hq.SchedulerConfig(), graph), Values(graph)
@@ -171,8 +171,8 @@ def test_without_a_run_dir_nothing_is_recorded():
 
 
 def test_the_finished_prefix_is_recorded_in_order_and_the_values_saved_when_due(tmp_path):
-    from hqflow.checkpoint import Checkpointer
-    from hqflow.window import Values
+    from hqflow.engine.checkpoint import Checkpointer
+    from hqflow.engine.window import Values
 
     graph, config = _loop_graph(), hq.SchedulerConfig(run_dir=str(tmp_path / "run"), checkpoint_every=2, seed=5)
     ckpt, values, outputs = Checkpointer(config, graph), Values(graph), {}

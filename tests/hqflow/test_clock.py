@@ -1,15 +1,15 @@
-"""The simulated clock (hqflow.clock) and the cost model that runs the scheduler's own loop on it."""
+"""The simulated clock (hqflow.common.clock) and the cost model that runs the scheduler's own loop on it."""
 import queue
 
 import pytest
 
 import hqflow as hq
-from hqflow import costmodel
-from hqflow.clock import REAL, SimClock
-from hqflow.lanes import Lane
-from hqflow.profile import BackendProfile, FragmentProfile, Profile
-from hqflow.scheduler import Scheduler
-from hqflow.window import Window
+from hqflow.plan import costmodel
+from hqflow.common.clock import REAL, SimClock
+from hqflow.common.lanes import Lane
+from hqflow.plan.profile import BackendProfile, FragmentProfile, Profile
+from hqflow.engine.scheduler import Scheduler
+from hqflow.engine.window import Window
 from hqflow.workloads import synthetic
 
 

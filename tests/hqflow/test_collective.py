@@ -1,4 +1,4 @@
-"""Fragment replicas and their reduction (hqflow.collective): rank order, idempotent redo, aborts;
+"""Fragment replicas and their reduction (hqflow.engine.collective): rank order, idempotent redo, aborts;
 the scheduler's replicated learn instances under the local executor."""
 import threading
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import hqflow as hq
-from hqflow.collective import CollectiveError, Rendezvous, Replica, as_replica, reduce, replica
+from hqflow.engine.collective import CollectiveError, Rendezvous, Replica, as_replica, reduce, replica
 
 
 def _ranks(rz, size, arrays_of, ops, group="g", timeout=10.0):
@@ -142,7 +142,7 @@ def test_learners_are_checked():
 
 # -- compression ------------------------------------------------------------------------------
 
-from hqflow.collective import Compression, Sparse  # noqa: E402
+from hqflow.engine.collective import Compression, Sparse  # noqa: E402
 
 
 def test_topk_sends_k_entries_and_keeps_the_rest_as_residual():

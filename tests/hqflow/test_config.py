@@ -3,8 +3,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from hqflow.cli import main
-from hqflow.config import check_fields
+from hqflow.cli.main import main
+from hqflow.common.config import check_fields
 
 
 @dataclass(frozen=True)

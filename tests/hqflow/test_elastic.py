@@ -10,11 +10,11 @@ import pytest
 import hqflow as hq
 from hqflow.backends import BackendError, get_backend
 from hqflow.backends.emulated import EmulatedQPU
-from hqflow.clock import REAL
-from hqflow.elastic import Elastic
-from hqflow.executors import SyncExecutor
+from hqflow.common.clock import REAL
+from hqflow.engine.elastic import Elastic
+from hqflow.engine.executors import SyncExecutor
 from hqflow.ir.graph import GraphError
-from hqflow.window import Window
+from hqflow.engine.window import Window
 from hqflow.workloads import synthetic
 
 CFG = synthetic.Config(staleness=0, backend="qpu")
@@ -138,8 +138,8 @@ def test_bad_changes_are_one_line_errors():
 
 
 def test_a_planned_run_replans_when_its_pool_changes_and_keeps_its_result():
-    from hqflow.lanes import Lane
-    from hqflow.profile import BackendProfile, FragmentProfile, Profile
+    from hqflow.common.lanes import Lane
+    from hqflow.plan.profile import BackendProfile, FragmentProfile, Profile
 
     cfg = synthetic.Config(staleness=0, backend="qpu", batch=12)
     graph, stream = synthetic.build_graph(cfg), synthetic.stream(40, cfg)
@@ -264,8 +264,8 @@ def test_a_backend_leaves_by_index_or_by_name():
 
 
 def test_worker_slots_change_under_the_local_executor_only_and_wake_the_loop():
-    from hqflow.events import Wake
-    from hqflow.executors import LocalExecutor
+    from hqflow.engine.events import Wake
+    from hqflow.engine.executors import LocalExecutor
 
     executor = LocalExecutor(2, 2)
     try:

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from hqflow.files import atomic_text, atomic_write
+from hqflow.common.files import atomic_text, atomic_write
 
 
 def test_atomic_text_replaces_with_the_mode_open_would_give(tmp_path):

@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 
 import hqflow as hq
-from hqflow import usage
+from hqflow.jobs import usage
 from hqflow.backends import Backend, BackendError, Capabilities, CircuitBatch, FutureJob, Usage, register_backend
 from hqflow.backends.azure.cost import Cost
 from hqflow.backends.dryrun import DryRunBackend
 from hqflow.backends.emulated import EmulatedQPU
 from hqflow.backends.reference import ReferenceBackend
-from hqflow.dispatch import Member, Pool
+from hqflow.jobs.dispatch import Member, Pool
 from hqflow.ir import Circuit
-from hqflow.jobs import JobClient, JobService, Parent, RetriesExhausted, attempt_usage
+from hqflow.jobs.service import JobClient, JobService, Parent, RetriesExhausted, attempt_usage
 
 
 def _template():

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 import hqflow as hq
-from hqflow.backends import Backend, BackendError, Capabilities, CircuitBatch, FutureJob, JobFailed, LocalBackend, get_backend
+from hqflow.backends import (Backend, BackendError, Capabilities, CircuitBatch, FutureJob, JobFailed, LocalBackend,
+                             get_backend)
 from hqflow.backends.base import BackendAccessError
-from hqflow.dispatch import Member, Pool
-from hqflow.jobs import JobService, Parent, RetriesExhausted
+from hqflow.jobs.dispatch import Member, Pool
+from hqflow.jobs.service import JobService, Parent, RetriesExhausted
 from hqflow.ir import Circuit
 from hqflow.trace import load_spans, overlap_seconds, save_spans
 
@@ -391,10 +392,10 @@ def test_a_worker_call_leaves_no_thread_behind_and_returns_its_jobs_counts(monke
     """A Ray worker's call (its code path, in this process) builds a job service for its fragment's jobs: with
     ``job_timeout`` its timeout watchdog is a thread, which ends with the call; the call hands back the service's
     counts and usage, for the driver's statistics."""
-    import hqflow.executors as executors
-    from hqflow.executors import SyncExecutor, _Worker
-    from hqflow.lanes import Lane
-    from hqflow.ledger import Ledger
+    import hqflow.engine.executors as executors
+    from hqflow.engine.executors import SyncExecutor, _Worker
+    from hqflow.common.lanes import Lane
+    from hqflow.jobs.ledger import Ledger
 
     handle = SyncExecutor().backend(_qpu("bad", fail_jobs=(0,)), 1)
     spec = {"run": "threads", "names": ("qpu",), "parent": Parent("actor", 0, Lane("cpu", slot=0), submitted=True),

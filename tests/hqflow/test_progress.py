@@ -1,7 +1,7 @@
 """Progress bars: the work's own clock, and a total that a run past it raises."""
 import io
 
-from hqflow.progress import Progress
+from hqflow.cli.progress import Progress
 
 
 def test_the_bar_shows_the_works_clock_and_never_more_than_its_total():

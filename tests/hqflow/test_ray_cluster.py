@@ -92,8 +92,8 @@ def test_hqflow_train_connects_to_a_cluster(cluster, tmp_path):
 
 
 def test_placement_spreads_the_actors_and_puts_the_learner_where_its_label_is(cluster):
-    from hqflow.executors import _WORKERS
-    from hqflow.placement import Placement
+    from hqflow.engine.executors import _WORKERS
+    from hqflow.engine.placement import Placement
 
     placement = Placement(actors="spread", learner="learner")
     res = hq.run(synthetic.build_graph(CFG), synthetic.stream(2, CFG), backends={"qpu": ("emulated-qpu", {})},
@@ -112,8 +112,8 @@ def test_placement_spreads_the_actors_and_puts_the_learner_where_its_label_is(cl
 def test_pack_keeps_the_actors_together_and_backends_go_with_them(cluster):
     from ray.util.placement_group import placement_group_table
 
-    from hqflow.executors import _GROUPS, _WORKERS
-    from hqflow.placement import Placement
+    from hqflow.engine.executors import _GROUPS, _WORKERS
+    from hqflow.engine.placement import Placement
 
     placement = Placement(actors="pack", backends="with-actors")
     ref = _sync(3)
@@ -136,7 +136,7 @@ def test_pack_keeps_the_actors_together_and_backends_go_with_them(cluster):
 
 
 def test_a_distribution_policy_prints_its_placement():
-    from hqflow.distribution import get_distribution
+    from hqflow.engine.distribution import get_distribution
 
     policy = get_distribution("ray-actors", placement={"actors": "default", "learner": "learner"})
     assert str(policy) == ("RayActors(staleness=1, actors=2, placement=Placement(actors='default', learner='learner', "

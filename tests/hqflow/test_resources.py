@@ -1,4 +1,4 @@
-"""hqflow.resources: a resources file is read into pools, or refused with one line naming the problem;
+"""hqflow.cli.resources: a resources file is read into pools, or refused with one line naming the problem;
 ElasticPools turns a file's pools into the members that join and leave a running scheduler's pools."""
 import json
 import re
@@ -6,8 +6,8 @@ import re
 import pytest
 
 import hqflow as hq
-from hqflow.resources import ElasticPools, ResourceError, ResourceWatcher, parse
-from hqflow.window import Window
+from hqflow.cli.resources import ElasticPools, ResourceError, ResourceWatcher, parse
+from hqflow.engine.window import Window
 from hqflow.workloads import synthetic
 
 
@@ -72,7 +72,7 @@ def test_a_change_keeps_equal_members_adds_before_it_removes_and_refuses_an_empt
 
 
 def test_the_file_format_in_the_docstring_parses():
-    import hqflow.resources as mod
+    import hqflow.cli.resources as mod
 
     line = next(x for x in mod.__doc__.splitlines() if x.strip().startswith('{"pools"'))
     assert parse(line)["qpu"][1] == ("emulated-qpu", {"per_job": 0.01})

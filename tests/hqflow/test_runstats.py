@@ -1,9 +1,9 @@
-"""hqflow.runstats: the loop's counts, and result.extra's figures in their order."""
+"""hqflow.engine.runstats: the loop's counts, and result.extra's figures in their order."""
 from types import SimpleNamespace
 
 import hqflow as hq
 from hqflow.backends import get_backend
-from hqflow.runstats import RunStats
+from hqflow.engine.runstats import RunStats
 from hqflow.workloads import synthetic
 
 

@@ -1,14 +1,14 @@
-"""hqflow.scheduler_config: SchedulerConfig is built from flat fields (users, plans, saved JSON) and checked at
+"""hqflow.engine.scheduler_config: SchedulerConfig is built from flat fields (users, plans, saved JSON) and checked at
 construction."""
 import dataclasses
 
 import pytest
 
 import hqflow as hq
-from hqflow.collective import Compression
-from hqflow.executors import ExecutorKind
-from hqflow.placement import Placement
-from hqflow.scheduler_config import SchedulerConfig, configure
+from hqflow.engine.collective import Compression
+from hqflow.engine.executors import ExecutorKind
+from hqflow.engine.placement import Placement
+from hqflow.engine.scheduler_config import SchedulerConfig, configure
 from hqflow.workloads import synthetic
 
 
@@ -40,8 +40,8 @@ def test_saved_json_dicts_become_their_types():
     ({"max_retries": -1}, "max_retries must be an integer >= 0"),
     ({"learners": 2}, "learners=2 needs as many learner slots, but gpu_workers=1"),
     ({"learners": 2, "gpu_workers": 2, "executor": "sync"}, "learners > 1 runs replicas at once"),
-    ({"compression": "topk"}, "compression must be a hqflow.collective.Compression"),
-    ({"placement": "SPREAD"}, "placement must be a hqflow.placement.Placement"),
+    ({"compression": "topk"}, "compression must be a hqflow.engine.collective.Compression"),
+    ({"placement": "SPREAD"}, "placement must be a hqflow.engine.placement.Placement"),
     ({"ray_address": ""}, "ray_address must be a non-empty string or None"),
     ({"ray_address": "auto", "ray_num_cpus": 2}, "ray_num_cpus sizes a Ray that hqflow starts"),
     ({"checkpoint_every": True}, "checkpoint_every must be an integer >= 1"),

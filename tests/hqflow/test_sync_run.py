@@ -8,7 +8,7 @@ import pytest
 import hqflow as hq
 from hqflow.backends import BackendError, CircuitBatch
 from hqflow.backends.reference import ReferenceBackend
-from hqflow.fragments import FragmentError
+from hqflow.engine.fragments import FragmentError
 from hqflow.ir import Circuit, GraphError
 
 def run_sync(graph, stream, **kw):

@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from hqflow.lanes import Lane
-from hqflow.outcome import OK, TIMEOUT, Outcome
+from hqflow.common.lanes import Lane
+from hqflow.common.outcome import OK, TIMEOUT, Outcome
 from hqflow.trace import (
     Span,
     TraceError,
@@ -23,7 +23,7 @@ from hqflow.trace import (
     summary,
     utilization,
 )
-from hqflow.trace_export import draw_gantt, to_chrome_trace, write_chrome_trace
+from hqflow.trace.export import draw_gantt, to_chrome_trace, write_chrome_trace
 
 
 def cpu(start, end, slot=None, **kw):

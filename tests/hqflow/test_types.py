@@ -11,12 +11,12 @@ import pytest
 
 import hqflow as hq
 
-from hqflow.events import CallDone, TaskDone, Wake
-from hqflow.executors import ExecutorKind, LocalExecutor, SyncExecutor, make_executor
-from hqflow.lanes import Lane, member
-from hqflow.outcome import CANCELLED, OK, TIMEOUT, Outcome
-from hqflow.ports import PortRef, PortValues, port
-from hqflow.profile import Profile
+from hqflow.engine.events import CallDone, TaskDone, Wake
+from hqflow.engine.executors import ExecutorKind, LocalExecutor, SyncExecutor, make_executor
+from hqflow.common.lanes import Lane, member
+from hqflow.common.outcome import CANCELLED, OK, TIMEOUT, Outcome
+from hqflow.engine.ports import PortRef, PortValues, port
+from hqflow.plan.profile import Profile
 from hqflow.trace import Span, load_spans, outcome_counts, save_spans
 
 
@@ -124,7 +124,7 @@ def test_an_old_span_dict_without_a_lane_reads_as_the_resource_itself():
 
 # -- profiles of earlier versions ----------------------------------------------------------------
 
-OLD_PROFILE = {"format": "hqflow.profile", "version": 1, "overhead": 0.001, "rows": {"circuit": 4}, "backends": [
+OLD_PROFILE = {"format": "hqflow.plan.profile", "version": 1, "overhead": 0.001, "rows": {"circuit": 4}, "backends": [
     {"backend": "qpu:emulated-qpu#1", "pool": "qpu:q", "queue": 0.0, "per_job": 0.01, "per_row": 0.001,
      "per_shot": 0.0, "failure_rate": 0.0, "jobs": 5, "devices": 2}],
     "fragments": [{"fragment": "learn", "resource": "cpu", "seconds": 0.02, "spread": 0.0, "calls": 5}]}
@@ -235,7 +235,7 @@ def test_an_executor_is_named_by_users_and_typed_inside():
 
 
 def test_a_run_directory_s_saved_policy_loads_with_its_executor_s_name():
-    from hqflow.distribution import get_distribution
+    from hqflow.engine.distribution import get_distribution
 
     saved = json.loads(json.dumps({"distribution": "multi-learner", "distribution_options": {
         "learners": 2, "staleness": 0, "actors": 1, "executor": "local", "placement": {}, "compression": {}}}))

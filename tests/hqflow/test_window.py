@@ -1,4 +1,4 @@
-"""hqflow.window, by itself: the window's size, each step's values, and the loop-carried versions a
+"""hqflow.engine.window, by itself: the window's size, each step's values, and the loop-carried versions a
 consumer may take under bounded staleness (versions forgotten, checkpointed, restored, the final state)."""
 from types import SimpleNamespace
 
@@ -7,9 +7,9 @@ import pytest
 
 import hqflow as hq
 from hqflow.ir.graph import GraphError
-from hqflow.ports import PortRef
-from hqflow.scheduler_config import SchedulerConfig
-from hqflow.window import Values, Versions, Window
+from hqflow.engine.ports import PortRef
+from hqflow.engine.scheduler_config import SchedulerConfig
+from hqflow.engine.window import Values, Versions, Window
 
 
 def act(x, acc):

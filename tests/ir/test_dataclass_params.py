@@ -8,8 +8,8 @@ import pickle
 import pytest
 
 import hqflow as hq
-from hqflow.checkpoint import graph_digest
-from hqflow.config import check_fields
+from hqflow.engine.checkpoint import graph_digest
+from hqflow.common.config import check_fields
 from hqflow.ir import Graph, GraphError
 from hqflow.ir.nodes import Classical, Edge, json_constant
 
@@ -123,7 +123,7 @@ def test_a_class_that_cannot_be_rebuilt_is_a_one_line_error_naming_fragment_and_
     with pytest.raises(GraphError, match=rf"^fragment 'step': param 'cfg': cannot rebuild {__name__}:Config: "
                                          r"lr must be a number > 0, got -1.0$"):
         g.fragment("step").kwargs
-    # a run reports it as the fragment's failure (hqflow.fragments.call_fragment reads kwargs inside its try)
+    # a run reports it as the fragment's failure (hqflow.engine.fragments.call_fragment reads kwargs inside its try)
     with pytest.raises(hq.RunFailed, match=r"raised GraphError: fragment 'step': param 'cfg': cannot rebuild"):
         hq.run(Graph.from_json(json.dumps(doc)), [{"x": 1.0}], executor="sync")
     doc["fragments"][0]["params"]["cfg"]["__dataclass__"] = "no_such_module_xyz:Config"

@@ -24,7 +24,7 @@ from typing import ClassVar
 
 import torch
 from hqflow.backends import DEFAULT_BACKEND
-from hqflow.config import check_fields
+from hqflow.common.config import check_fields
 from hqflow.gradients import METHODS
 from hqflow.workloads.rl.envs import EnvSpec, get_spec
 
@@ -39,7 +39,7 @@ BOUNDS = {
     "clip_coef": (0, 10, "(]"), "ent_coef": (0, 100), "vf_coef": (0, 100), "max_grad_norm": (0, 1e6, "(]"),
     "shots": (1, 10**7), "spsa_samples": (1, 1000), "spsa_epsilon": (0, 3.2, "(]"),
 }
-"""The hyperparameters' ranges, checked at construction (``hqflow.config.check_fields``): a bad ``--set`` is
+"""The hyperparameters' ranges, checked at construction (``hqflow.common.config.check_fields``): a bad ``--set`` is
 refused before a run starts."""
 GRADIENTS = METHODS
 

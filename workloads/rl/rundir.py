@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from hqflow.cli_pool import SECRETS
-from hqflow.files import atomic_text, atomic_write
+from hqflow.backends import SECRETS
+from hqflow.common.files import atomic_text, atomic_write
 
 
 class RunDirError(ValueError):
@@ -148,7 +148,7 @@ class RunDir:
             self._line("metrics.jsonl", row)
 
     def ledger(self, resume: bool, start: tuple | None) -> str | None:
-        """``ledger.jsonl``, the run's spend written ahead of every job (``hqflow.ledger``): a resumed run goes on
+        """``ledger.jsonl``, the run's spend written ahead of every job (``hqflow.jobs.ledger``): a resumed run goes on
         with it (the jobs a killed process paid for count); a new run's, or one from before hqflow kept it, starts
         from ``start`` (spend, shots, currency): what the run paid before (a calibration), or the checkpoint's."""
         if self.path is None:
@@ -202,7 +202,7 @@ class RunDir:
     def finish(self, spans, returns: list, title: str) -> None:
         """spans.json, trace.json and learning_curve.png."""
         from hqflow.trace import save_spans
-        from hqflow.trace_export import write_chrome_trace
+        from hqflow.trace.export import write_chrome_trace
 
         if self.path is not None:
             save_spans(str(self.path / "spans.json"), spans)

@@ -32,12 +32,12 @@ from hqflow.backends import Usage, is_backend
 from hqflow.ir import Graph
 
 import hqflow as hq
-from hqflow.collective import reduce, replica
-from hqflow.distribution import get_distribution
-from hqflow.executors import ExecutorKind, make_backend
-from hqflow.scheduler import Scheduler
-from hqflow.window import Versions
-from hqflow import usage
+from hqflow.engine.collective import reduce, replica
+from hqflow.engine.distribution import get_distribution
+from hqflow.engine.executors import ExecutorKind, make_backend
+from hqflow.engine.scheduler import Scheduler
+from hqflow.engine.window import Versions
+from hqflow.jobs import usage
 from hqflow.torch import ReducedGradients, differentiates, seeded
 from hqflow.workloads.rl.algorithm import Algorithm, load_params
 from hqflow.workloads.rl.algorithm import params as _params
@@ -222,7 +222,7 @@ def rollout_carry(params, carry, step, algo, cfg, local=None):
 def learn(batch, params, opt, extra, step, algo, cfg, local=None):
     """The learner: one update from ``(params, opt, extra)`` and the actor's batch; its ``report``.
 
-    As one of several replicas (the ``multi-learner`` policy, ``hqflow.collective``), it
+    As one of several replicas (the ``multi-learner`` policy, ``hqflow.engine.collective``), it
     differentiates its share of every batched circuit call and the gradients are reduced at the end
     of each backward pass: every replica applies the whole batch's update, as one learner would.
     """
@@ -395,7 +395,7 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
     a ``Placement``); ``scheduler`` are ``SchedulerConfig`` fields (``max_retries``, ``budget``, ...).
     With ``resume``, the run's own config and algorithm; ``distribution`` (other than "auto") and ``backends``
     replace the run's for the resumed part (and are recorded for the next). ``resources``: a
-    ``hqflow.resources.ResourceWatcher`` whose file changes a job pool while the run goes on (not on Ray).
+    ``hqflow.cli.resources.ResourceWatcher`` whose file changes a job pool while the run goes on (not on Ray).
     ``tensorboard``: CleanRL's tags against environment steps (every episode of an update at the update's step).
     ``paid_before``: ``(spend, shots, currency)`` the run paid before it started (``--plan auto``'s calibration),
     where its ledger starts, so its budget counts it. ``init_from``: a run directory whose policy (at its last

@@ -66,7 +66,7 @@ def evaluate(run_dir, episodes: int = 10, seed: int = 10_000, backend=None, max_
     ``stopped`` is ``"budget"`` and the figures are the episodes completed). ``record``: a folder for one video per
     episode (gymnasium's ``RecordVideo``, which needs its ``other`` extra: ``pip install "gymnasium[other]"``).
     ``keep``: append the figures to the run directory's ``evaluations.jsonl``."""
-    from hqflow import usage
+    from hqflow.jobs import usage
 
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes must be a positive integer, got {episodes!r}")

@@ -7,7 +7,7 @@ import sys
 
 import hqflow as hq
 from hqflow.backends.emulated import EmulatedQPU
-from hqflow.distribution import Pipelined
+from hqflow.engine.distribution import Pipelined
 from hqflow.workloads.rl import reinforce, runner
 
 CFG = reinforce.Config(n_layers=1, batch_episodes=3, max_episodes=300, seed=7, backend="qpu", shots=100,

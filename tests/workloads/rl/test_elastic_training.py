@@ -1,4 +1,4 @@
-"""Elastic training: the pool follows a resources file while the run goes on (hqflow.resources). With exact
+"""Elastic training: the pool follows a resources file while the run goes on (hqflow.cli.resources). With exact
 backends at staleness 0 the run ends bit-identical to an undisturbed one; a bad file changes nothing."""
 import json
 import os
@@ -7,8 +7,8 @@ import threading
 import pytest
 import torch
 
-from hqflow.distribution import Pipelined
-from hqflow.resources import ResourceWatcher
+from hqflow.engine.distribution import Pipelined
+from hqflow.cli.resources import ResourceWatcher
 from hqflow.workloads.rl import reinforce, runner
 
 CFG = reinforce.Config(seed=1, backend="qpu", max_episodes=40, batch_episodes=4, n_layers=1, stop_when_solved=False)
@@ -109,7 +109,7 @@ def test_an_in_process_backend_has_no_pool_to_change(tmp_path):
 
 
 def test_ray_workers_keep_their_pool_so_resources_need_a_local_distribution(tmp_path):
-    from hqflow.distribution import RayActors
+    from hqflow.engine.distribution import RayActors
 
     path = tmp_path / "pool.json"
     _write(path, _member("a"))

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from hqflow.distribution import MultiLearner, get_distribution
+from hqflow.engine.distribution import MultiLearner, get_distribution
 from hqflow.workloads.rl import reinforce, runner
 
 EXACT = reinforce.Config(seed=3, max_episodes=200, batch_episodes=10, stop_when_solved=False, dtype="float64")
@@ -80,7 +80,7 @@ def test_the_policy_prints_and_validates():
 
 def _learner_pids() -> list[int]:
     import ray
-    from hqflow.executors import _WORKERS
+    from hqflow.engine.executors import _WORKERS
 
     return [ray.get(actor.pid.remote()) for key, actor in list(_WORKERS.items()) if key[3] == "gpu" and key[4] == 1]
 

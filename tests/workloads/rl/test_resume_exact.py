@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import hqflow as hq
-from hqflow.distribution import Pipelined
+from hqflow.engine.distribution import Pipelined
 from hqflow.workloads.rl import reinforce, runner
 
 CFG = reinforce.Config(n_layers=1, batch_episodes=3, max_episodes=18, seed=5, backend="qpu", shots=100,

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from hqflow.distribution import Pipelined, Sync, get_distribution
+from hqflow.engine.distribution import Pipelined, Sync, get_distribution
 from hqflow.workloads.rl import reinforce, runner
 
 SMALL = reinforce.Config(n_layers=2, batch_episodes=4, max_episodes=24, seed=3)
@@ -119,7 +119,7 @@ def test_killed_run_resumes_to_the_same_result(tmp_path):
     ([], "give an environment"),
 ])
 def test_bad_arguments_exit_2_with_one_line(argv, message, tmp_path, monkeypatch, capsys):
-    from hqflow.cli import main
+    from hqflow.cli.main import main
 
     monkeypatch.chdir(tmp_path)  # (in this process: the console script's own exit is tested by the Ctrl-C test)
     assert main(["train", *argv]) == 2
@@ -129,7 +129,7 @@ def test_bad_arguments_exit_2_with_one_line(argv, message, tmp_path, monkeypatch
 
 @pytest.mark.ray
 def test_ray_actors_staleness_0_equals_sync():
-    from hqflow.distribution import RayActors
+    from hqflow.engine.distribution import RayActors
 
     sync = runner.train("reinforce", SMALL, "sync")
     ray = runner.train("reinforce", SMALL, RayActors(staleness=0))
@@ -203,7 +203,7 @@ def test_every_algorithm_declares_the_runners_interface_and_its_solve_window_cou
 def test_a_killed_ray_worker_changes_nothing_at_staleness_0(kill_ray_process):
     """The learner's or an actor's process is SIGKILLed mid-run: Ray restarts it, the call is redone
     from the same inputs, and the run ends with sync's parameters exactly (no update lost or doubled)."""
-    from hqflow.distribution import RayActors
+    from hqflow.engine.distribution import RayActors
 
     cfg = reinforce.Config(n_layers=2, batch_episodes=4, max_episodes=200, seed=3)
     sync = runner.train("reinforce", cfg, "sync")

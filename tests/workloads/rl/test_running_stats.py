@@ -12,7 +12,7 @@ import pytest
 import torch
 from gymnasium.wrappers.utils import RunningMeanStd
 
-from hqflow.distribution import Pipelined
+from hqflow.engine.distribution import Pipelined
 from hqflow.workloads.rl import dqn, evaluate, load_policy, ppo, reinforce, runner
 from hqflow.workloads.rl.envs import (RUNNING_CLIP, BoxEncoder, ObsEncoder, ObsStats, RunningBoxEncoder, _encoder,
                                       get_spec, legacy_encoding)
@@ -115,7 +115,7 @@ def test_the_statistics_are_actor_state_and_count_every_observation():
 
 @pytest.mark.parametrize("distribution", ["pipelined", pytest.param("ray-actors", marks=pytest.mark.ray)])
 def test_identical_across_distributions(tmp_path, distribution):
-    from hqflow.distribution import RayActors
+    from hqflow.engine.distribution import RayActors
 
     sync = runner.train("reinforce", SMALL, "sync", run_dir=tmp_path / "sync")
     other = Pipelined(staleness=0) if distribution == "pipelined" else RayActors(staleness=0)

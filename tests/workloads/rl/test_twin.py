@@ -8,7 +8,7 @@ import torch
 
 import hqflow as hq
 from hqflow.backends import get_backend
-from hqflow.distribution import Pipelined, Sync
+from hqflow.engine.distribution import Pipelined, Sync
 from hqflow.gradients import param_shift
 from hqflow.ir import Circuit
 from hqflow.torch import QuantumLayer

@@ -27,7 +27,7 @@ from typing import Any
 
 from hqflow.ir.graph import Graph, GraphError
 
-from .files import atomic_write
+from ..common.files import atomic_write
 from .ports import PortRef
 from .scheduler_config import SchedulerConfig
 from .window import Values

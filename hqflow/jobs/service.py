@@ -53,11 +53,11 @@ from hqflow.backends import (Backend, BackendError, BatchResult, Capabilities, C
 from . import usage as meters
 
 from .dispatch import Member, Pool
-from .lanes import Lane
+from ..common.lanes import Lane
 from .ledger import BudgetExceeded, Ledger, ShotBudgetExceeded, plus
-from .outcome import CANCELLED, OK, TIMEOUT, Outcome
-from .threads import DaemonPool
-from .trace import Span
+from ..common.outcome import CANCELLED, OK, TIMEOUT, Outcome
+from ..common.threads import DaemonPool
+from ..trace import Span
 
 
 class RetriesExhausted(JobFailed):
@@ -168,7 +168,7 @@ class JobService:
         """``ledger``: the run's (shared with its Ray workers); without one, a ``Ledger(budget, shot_budget)``."""
         self.pools, self.max_retries = pools, max_retries
         self.job_timeout, self.rows_per_job = job_timeout, rows_per_job
-        self.now = now  # the run's clock (``hqflow.clock``): spans are timed by it
+        self.now = now  # the run's clock (``hqflow.common.clock``): spans are timed by it
         self.t0 = now() if t0 is None else t0
         self.run_id = run_id or uuid.uuid4().hex
         self.ledger = ledger if ledger is not None else Ledger(budget, shot_budget)
@@ -588,7 +588,7 @@ class JobClient:
 
     def submit(self, name: str, batch: CircuitBatch) -> cf.Future:
         """Run ``batch`` on pool ``name``; a ``Future`` of its ``BatchResult``. Under a usage meter
-        (``hqflow.usage.meter()``, bound where this is called) the job's usage, all its attempts, is recorded
+        (``hqflow.jobs.usage.meter()``, bound where this is called) the job's usage, all its attempts, is recorded
         into that meter before the future is done: the result's ``metadata["usage"]``, or a failed job's
         ``exception.usage``."""
         self._pool(name)

@@ -1,11 +1,11 @@
 """The scheduler's two clocks: the machine's, and a simulated one on which the cost model runs the same loop.
 
-The loop (``hqflow.scheduler``) reads time and waits for its next event only through a clock. On
+The loop (``hqflow.engine.scheduler``) reads time and waits for its next event only through a clock. On
 :class:`SimClock` whatever would happen later (a call ending, a job leaving a device) is an action
 registered with ``at(when, action)``; ``wait`` runs the actions in time order, moving ``now`` to each,
 until one puts an event in the queue. Actions at the same instant run in the order they were registered,
 so a simulated run is the same every time. The loop, job service and pools are the real ones; only what
-takes time is stood in for (``hqflow.costmodel``'s simulated executor and backends).
+takes time is stood in for (``hqflow.plan.costmodel``'s simulated executor and backends).
 """
 from __future__ import annotations
 

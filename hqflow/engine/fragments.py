@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,10 +17,8 @@ from hqflow.backends import BatchResult, CircuitBatch
 from hqflow.ir.graph import Fragment, resolve_fn
 from hqflow.ir.text import one_line
 
-from .gradients import param_shift, spsa
-from .jobs import JobClient, bound_client
-from .ports import PortValues
-from .trace import Span
+from ..gradients import param_shift, spsa
+from ..jobs.service import JobClient, bound_client
 
 
 class FragmentError(RuntimeError):
@@ -30,35 +27,6 @@ class FragmentError(RuntimeError):
 
     def __init__(self, message: object = ""):
         super().__init__(one_line(str(message)))
-
-
-@dataclass
-class RunResult:
-    outputs: list[dict[str, Any]]  # graph outputs, one dict per step
-    spans: list[Span]
-    state: PortValues
-    """the final value on each loop-carried edge, keyed by its source port (``hqflow.ports.PortRef``);
-    a lookup also takes the ``"src_frag.port"`` text"""
-    seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
-    steps: list[int] | None = None  # the step of each output; None: 0, 1, 2, ... (a whole run)
-
-    def column(self, name: str) -> list[Any]:
-        """One graph output across all steps."""
-        return [o[name] for o in self.outputs]
-
-
-class RunFailed(FragmentError):
-    """A run stopped by a failure (a fragment raised, a quantum job ran out of retries).
-
-    ``result`` is a ``RunResult`` of everything that completed before: the outputs of every finished
-    step (``result.steps`` says which), every span, and the newest value on each loop-carried edge.
-    ``__cause__`` is the failure.
-    """
-
-    def __init__(self, message: str, result: RunResult):
-        super().__init__(message)
-        self.result = result
 
 
 def step_seed(seed: int | None, step: int, index: int) -> int | None:

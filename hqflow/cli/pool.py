@@ -13,14 +13,12 @@ import os
 import sys
 import tempfile
 
+from hqflow.backends import SECRETS
 from hqflow.ir.text import one_line, shown
 
 
 class UsageError(Exception):
     """Bad usage or bad input: reported on one line, exit status 2."""
-
-
-SECRETS = ("key", "api_key", "connection_string", "credential", "password", "token", "secret")
 
 
 def warn_secrets(keys, flag: str) -> None:

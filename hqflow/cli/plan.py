@@ -18,13 +18,13 @@ import sys
 
 from hqflow.ir.text import shown
 
-from .cli_pool import UsageError, backend_pool, make_member
+from .pool import UsageError, backend_pool, make_member
 
 QUOTES = "'\""  # around a KeyError's message
 
 
 def _spans(result: dict):
-    from .trace import Span
+    from ..trace import Span
 
     return [s if isinstance(s, Span) else Span.from_dict(s) for s in result.get("spans", [])]
 
@@ -33,7 +33,7 @@ def _target(args):
     """``(workload module, its name, config, spans of a run directory or None)``."""
     from hqflow.workloads import WORKLOADS, get_workload
 
-    from .trace import TraceError, load_spans
+    from ..trace import TraceError, load_spans
 
     folder = name = args.workload  # a workload's name (argparse's type checked it), or a run directory
     spans, saved = None, {}
@@ -72,9 +72,9 @@ def make_plan(module, cfg, backends, spans=None, *, profile_path: str | None = N
     """The plan for ``cfg``, from the profile the module docstring says. ``calibrate``: the calibration
     run's steps (default 5), given to calibrate beside a saved profile or a run directory's ``spans`` too."""
     import hqflow as hq
-    from hqflow.costmodel import calibrate as fit
-    from hqflow.planner import calibration, rows_of
-    from hqflow.profile import profile
+    from hqflow.plan.costmodel import calibrate as fit
+    from hqflow.plan.planner import calibration, rows_of
+    from hqflow.plan.profile import profile
 
     graph = module.build_graph(cfg)
     prof = saved = saved_profile(profile_path)
@@ -103,7 +103,7 @@ def make_plan(module, cfg, backends, spans=None, *, profile_path: str | None = N
 def saved_profile(path: str | None):
     """The profile saved at ``path``, or None where there is none (yet). That one can be saved there,
     ``--profile``'s argparse type (``cli_pool.output``) checked before any calibration."""
-    from hqflow.profile import Profile, ProfileError
+    from hqflow.plan.profile import Profile, ProfileError
 
     if not path or not os.path.exists(path):
         return None
@@ -118,8 +118,8 @@ def fold(profile_path: str | None, spans, plan=None) -> None:
     under its name in the pool the ``plan`` it ran was made for (``planner.renamed``)."""
     if not profile_path or not spans:
         return
-    from hqflow.planner import renamed
-    from hqflow.profile import profile
+    from hqflow.plan.planner import renamed
+    from hqflow.plan.profile import profile
 
     saved = saved_profile(profile_path)
     fresh = profile(spans if plan is None else renamed(plan, spans), saved)
@@ -151,7 +151,7 @@ def cmd_plan(args) -> int:
         if not args.json:
             print(f"plan for {name}, {cfg.steps} steps\n{chosen}")
         if args.measure:
-            from .trace import makespan
+            from ..trace import makespan
 
             spans = _spans(module.run(cfg, backends=backends, plan=chosen))
             measured = makespan(spans)

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from hqflow.backends import backend_names, is_registered, threads
 from hqflow.ir.graph import CircuitCall, Graph, GraphError
 
-from .dispatch import Member, Pool
+from ..jobs.dispatch import Member, Pool
 from .events import Wake
-from .fragments import RunResult
-from .lanes import Lane
+from .result import RunResult
+from ..common.lanes import Lane
 from .scheduler_config import SchedulerConfig
 
 
@@ -57,7 +57,7 @@ class Elastic:
         return Member(handle, Lane("qpu", handle.name, index), devices, devices + self.prefetch, node=handle.node)
 
     def attach(self, service, window, events) -> None:
-        """The run's job service, its window (``hqflow.window``) and its event queue: changes go to them."""
+        """The run's job service, its window (``hqflow.engine.window``) and its event queue: changes go to them."""
         self.service, self.window, self.events = service, window, events
 
     def add_backend(self, pool: str, spec) -> int:
@@ -126,12 +126,12 @@ class RunHandle:
     """
 
     def __init__(self, scheduler, stream, initial_state=None, progress=None, on_change=None):
-        """``scheduler``: a ``hqflow.scheduler.Scheduler`` not yet run."""
+        """``scheduler``: a ``hqflow.engine.scheduler.Scheduler`` not yet run."""
         self.scheduler, self.elastic = scheduler, scheduler.elastic
         self._result, self._error, self._done = None, None, threading.Event()
         self._on_change = on_change
         self.plans: list = []
-        """the plans in force, the first first (``hqflow.planner.start`` re-plans on every change)"""
+        """the plans in force, the first first (``hqflow.plan.planner.start`` re-plans on every change)"""
         self._thread = threads.start(self._main, "hqflow-run", (stream, initial_state, progress))
 
     def _main(self, stream, initial_state, progress) -> None:

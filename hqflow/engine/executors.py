@@ -28,12 +28,12 @@ from hqflow.ir.graph import CircuitCall, Fragment, Graph, resolve_fn
 from hqflow.ir.text import one_line
 
 from .collective import RayRendezvous, Rendezvous, Replica, as_replica
-from .dispatch import Member, Pool
+from ..jobs.dispatch import Member, Pool
 from .fragments import call_fragment, execute_batch, execute_outputs
-from .jobs import JobClient, JobService, job_usage
-from .ledger import Ledger, RemoteLedger, plus
+from ..jobs.service import JobClient, JobService, job_usage
+from ..jobs.ledger import Ledger, RemoteLedger, plus
 from .placement import Placement
-from .threads import DaemonPool
+from ..common.threads import DaemonPool
 
 
 class ExecutorKind(str, Enum):
@@ -91,7 +91,7 @@ _NO_TRAFFIC = {"driver_to_workers": 0, "workers_to_driver": 0, "worker_to_worker
 
 class Executor:
     """What every executor shares: a circuit call's batch is built, and its outputs taken from its job's
-    result, on the scheduler's side (``hqflow.fragments``); values stay in this process."""
+    result, on the scheduler's side (``hqflow.engine.fragments``); values stay in this process."""
 
     def kept_ports(self, graph: Graph) -> dict[str, tuple[str, ...]]:
         """Per classical fragment, the output ports that may stay where they were made (none: values stay here)."""
@@ -104,7 +104,7 @@ class Executor:
     _new_rendezvous = Rendezvous
 
     def rendezvous(self) -> Rendezvous | RayRendezvous:
-        """Where this run's fragment replicas reduce (``hqflow.collective``), made at first use: in this
+        """Where this run's fragment replicas reduce (``hqflow.engine.collective``), made at first use: in this
         process, or in a Ray actor under ``ray``."""
         if self._rendezvous is None:
             self._rendezvous = self._new_rendezvous()

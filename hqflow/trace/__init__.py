@@ -4,7 +4,7 @@ Every executor records one ``Span`` per fragment call and per quantum job attemp
 a job that a classical fragment submitted through its job client). Busy time is the length of the
 *union* of the spans' intervals, so parallel spans on two lanes of one resource count once; failed,
 timed-out and cancelled spans count as busy (the worker was occupied). Chrome-trace export and the
-Gantt chart live in :mod:`hqflow.trace_export`.
+Gantt chart live in :mod:`hqflow.trace.export`.
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import math
 from collections import Counter
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 
-from .files import atomic_text
-from .lanes import Lane
-from .outcome import OK, Outcome
+from ..common.files import atomic_text
+from ..common.lanes import Lane
+from ..common.outcome import OK, Outcome
 
 SPANS_FORMAT = "hqflow.spans"
 SPANS_VERSION = 6  # 6: outcomes and lanes as objects, and ``compute``; every earlier version is read too
@@ -29,11 +29,11 @@ class Span:
 
     fragment: str
     kind: str
-    resource: Lane  # the pool: Lane("cpu"), Lane("gpu"), or a quantum pool's Lane("qpu", name) (``hqflow.lanes``)
+    resource: Lane  # the pool: Lane("cpu"), Lane("gpu"), or a quantum pool's Lane("qpu", name) (``hqflow.common.lanes``)
     step: int  # index of the micro-batch / iteration
     start: float  # seconds since the run began
     end: float
-    outcome: Outcome = OK  # ok, an error with its message, timeout, cancelled (``hqflow.outcome``)
+    outcome: Outcome = OK  # ok, an error with its message, timeout, cancelled (``hqflow.common.outcome``)
     version: int | None = None  # parameter version used (loop-carried inputs), if any
     lane: Lane | None = None  # the worker within the resource; None means the resource itself
     parent_lane: Lane | None = None
@@ -283,7 +283,7 @@ def format_table(spans: list[Span]) -> str:
 # --- persistence -----------------------------------------------------------
 
 def write_json_atomic(path: str, obj) -> None:
-    """Write ``obj`` as JSON to ``path`` atomically (``hqflow.files``)."""
+    """Write ``obj`` as JSON to ``path`` atomically (``hqflow.common.files``)."""
     atomic_text(path, json.dumps(obj, indent=1, default=float))
 
 

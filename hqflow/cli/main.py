@@ -17,13 +17,13 @@ import sys
 
 from hqflow.ir.text import one_line
 
-from . import __version__
-from .cli_cost import (OBJECTIVES, _amount, _at_least, add_cost_arguments, add_dry_run_arguments, add_frugal_arguments,
-                       cost_overrides, dry_run_tally)
-from .cli_plan import _spans, cmd_plan, fold, made, make_plan, with_options
-from .cli_pool import (UsageError, backend_pool, choice, key_value, make_folder, make_member, output, show_figures,
-                       warn_secrets)
-from .files import atomic_text
+from .. import __version__
+from .cost import (OBJECTIVES, _amount, _at_least, add_cost_arguments, add_dry_run_arguments, add_frugal_arguments,
+                   cost_overrides, dry_run_tally)
+from .plan import _spans, cmd_plan, fold, made, make_plan, with_options
+from .pool import (UsageError, backend_pool, choice, key_value, make_folder, make_member, output, show_figures,
+                   warn_secrets)
+from ..common.files import atomic_text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -174,7 +174,7 @@ def _add_train(sub) -> None:
     tr.add_argument("--backend-opt", metavar="[K:]KEY=VALUE", action="append", default=[],
                     help=_MEMBER_OPT + ", e.g. per_job=0.05 or 1:failure_rate=0.2")
     tr.add_argument("--pool", type=_replicas, default=None, help="a pool of N copies of --backend (default 1)")
-    tr.add_argument("--distribution", default="auto", type=choice(_names("hqflow.distribution", "DISTRIBUTIONS",
+    tr.add_argument("--distribution", default="auto", type=choice(_names("hqflow.engine.distribution", "DISTRIBUTIONS",
                     "auto"), "unknown distribution policy"), help="auto (default: sync in process, pipelined with "
                     "staleness 1 on a job backend), sync, pipelined, ray-actors or multi-learner")
     tr.add_argument("--staleness", type=_staleness, help="parameter versions an actor may lag behind (default 1)")
@@ -271,8 +271,8 @@ def _azure_targets(args, options: dict) -> None:
 def cmd_inspect(args) -> int:
     from hqflow.ir.graph import Graph, GraphError
 
-    from .pipeline import registry_backends
-    from .trace import read_text
+    from ..pipeline import registry_backends
+    from ..trace import read_text
 
     try:
         graph = Graph.from_json(read_text(args.graph, "a graph document (JSON)"))
@@ -365,7 +365,7 @@ def _run_options(args, module, cfg):
 
 def _write_run_dir(folder: str, workload: str, cfg, result: dict) -> None:
     """config.json, result.json and, if the result carries ``"spans"`` (span dicts), spans.json."""
-    from .trace import save_spans
+    from ..trace import save_spans
 
     config = dataclasses.asdict(cfg)
     atomic_text(os.path.join(folder, "config.json"), json.dumps(config, indent=2, default=float))
@@ -376,8 +376,8 @@ def _write_run_dir(folder: str, workload: str, cfg, result: dict) -> None:
 
 
 def cmd_trace(args) -> int:
-    from .trace import TraceError, format_table, load_spans
-    from .trace_export import draw_gantt, write_chrome_trace
+    from ..trace import TraceError, format_table, load_spans
+    from ..trace.export import draw_gantt, write_chrome_trace
 
     path = os.path.join(args.run, "spans.json") if os.path.isdir(args.run) else args.run
     if not os.path.exists(path):
@@ -399,7 +399,7 @@ def cmd_trace(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
-        from .cli_train import cmd_eval, cmd_train
+        from .train import cmd_eval, cmd_train
 
         commands = {"backends": cmd_backends, "inspect": cmd_inspect, "run": cmd_run, "trace": cmd_trace,
                     "train": cmd_train, "eval": cmd_eval, "plan": cmd_plan}
@@ -414,9 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as exc:
         from hqflow.backends import BackendError
 
-        from .cli_train import RunStopped
-        from .executors import RayFailure
-        from .fragments import FragmentError
+        from .train import RunStopped
+        from ..engine.executors import RayFailure
+        from ..engine.fragments import FragmentError
 
         if not isinstance(exc, (RunStopped, FragmentError, BackendError, RayFailure)):  # a failure, not a usage error
             raise  # a bug: its traceback
@@ -428,9 +428,3 @@ def main(argv: list[str] | None = None) -> int:
         threads.hurry()  # the exit does not wait for work still running
         print(f"hqflow: {str(exc) or 'interrupted'}", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":  # python -m hqflow.cli: run the imported module, so that cli_train shares its classes
-    from hqflow.cli import main as _main
-
-    sys.exit(_main())

@@ -6,9 +6,9 @@ import dataclasses
 from dataclasses import dataclass
 
 from .collective import Compression
-from .config import as_type, check_ints
+from ..common.config import as_type, check_ints
 from .executors import ExecutorKind
-from .ledger import check_budgets
+from ..jobs.ledger import check_budgets
 from .placement import Placement
 
 
@@ -22,11 +22,11 @@ class SchedulerConfig:
     """run seed; shot seeds derive from (seed, step, fragment)"""
     learners: int = 1
     """replicas of each ``learn`` fragment instance, each on a learner slot (``gpu_workers`` must be at
-    least this many); they reduce with ``hqflow.collective`` and rank 0's outputs are the instance's"""
+    least this many); they reduce with ``hqflow.engine.collective`` and rank 0's outputs are the instance's"""
     compression: Compression = Compression()
-    """how the learner replicas compress the gradient shares they reduce (``hqflow.collective.Compression``)"""
+    """how the learner replicas compress the gradient shares they reduce (``hqflow.engine.collective.Compression``)"""
 
-    # -- where classical work runs (``hqflow.executors``) ---------------------------------------
+    # -- where classical work runs (``hqflow.engine.executors``) ---------------------------------------
     executor: ExecutorKind = ExecutorKind.LOCAL
     """``sync`` (one thing at a time), ``local`` (threads) or ``ray``: an ``ExecutorKind``, or its name"""
     cpu_workers: int = 1
@@ -39,16 +39,16 @@ class SchedulerConfig:
     """a running Ray cluster for the ray executor to connect to (``"host:port"``, ``"ray://host:port"``
     or ``"auto"``); None: the Ray this process is connected to, or a local one it starts"""
     placement: Placement = Placement()
-    """where the ray executor puts its actors on a cluster's nodes (``hqflow.placement``)"""
+    """where the ray executor puts its actors on a cluster's nodes (``hqflow.engine.placement``)"""
 
-    # -- backend pools (``hqflow.elastic``) -----------------------------------------------------
+    # -- backend pools (``hqflow.engine.elastic``) -----------------------------------------------------
     max_in_flight: int = 1
     """device slots per backend, unless the backend says otherwise (``max_in_flight`` attribute)"""
     prefetch: int = 1
     """extra jobs submitted to each backend beyond its device slots, so its queue never runs dry
     and submission round-trips hide behind running jobs (0: submit only into free slots)"""
 
-    # -- the job service and the budget (``hqflow.jobs``, ``hqflow.ledger``) --------------------
+    # -- the job service and the budget (``hqflow.jobs.service``, ``hqflow.jobs.ledger``) --------------------
     rows_per_job: int | None = None
     """circuits per quantum job at most (None: only a backend's own limit cuts a step's batch); the parts run
     side by side over a pool's members. Exact values never change with the cut; with shots a part's seed is
@@ -69,15 +69,15 @@ class SchedulerConfig:
     stops with ``BudgetExceeded``, results kept. Exact jobs take no shots and are never refused"""
     ledger: str | None = None
     """a file the run's spend and shots are written to before each job is submitted, and read from at the start,
-    so the budgets hold across a killed run and its resumption (``hqflow.ledger``); None: ``RUN_DIR/ledger.jsonl``
+    so the budgets hold across a killed run and its resumption (``hqflow.jobs.ledger``); None: ``RUN_DIR/ledger.jsonl``
     with a ``run_dir``, else none"""
 
-    # -- the window of steps in flight (``hqflow.window``) --------------------------------------
+    # -- the window of steps in flight (``hqflow.engine.window``) --------------------------------------
     window: int | None = None
     """micro-batches admitted and not yet finished, at most (backpressure); None: twice the jobs
     all backends keep in flight, plus 2, and at least 8"""
 
-    # -- checkpoints (``hqflow.checkpoint``) ----------------------------------------------------
+    # -- checkpoints (``hqflow.engine.checkpoint``) ----------------------------------------------------
     run_dir: str | None = None
     """a folder for the run's checkpoints: loop-carried values and the stream position after each
     ``checkpoint_every`` finished steps, and every step's outputs"""

@@ -1,7 +1,7 @@
 """Predict a run's makespan, each resource's utilization and its spend, from a profile.
 
 ``predict(graph, steps, profile, config)`` runs the scheduler itself (its loop, window, dispatch, job
-service and pools) on a simulated clock (``hqflow.clock.SimClock``), where nothing is computed and
+service and pools) on a simulated clock (``hqflow.common.clock.SimClock``), where nothing is computed and
 everything takes the time the profile says. A classical call holds its slot for its profiled mean
 plus the scheduler's overhead (one that submits jobs itself alternates slices of its own work and
 jobs); a quantum job waits out its member's queue, then holds a device for ``per_job + per_row * rows
@@ -27,13 +27,13 @@ from hqflow.backends import Backend, BatchResult, Capabilities, CircuitBatch, Co
 from hqflow.ir.circuit import CircuitTemplate
 from hqflow.ir.graph import CircuitCall, Graph
 
-from .clock import SimClock
-from .executors import SyncExecutor
-from .fragments import RunResult
-from .lanes import Lane
-from .ports import PortRef
+from ..common.clock import SimClock
+from ..engine.executors import SyncExecutor
+from ..engine.result import RunResult
+from ..common.lanes import Lane
+from ..engine.ports import PortRef
 from .profile import BackendProfile, Profile
-from .scheduler import Scheduler, SchedulerConfig
+from ..engine.scheduler import Scheduler, SchedulerConfig
 
 
 REPLAYS = 8
@@ -260,7 +260,7 @@ def predict(graph: Graph, steps: int, profile: Profile, config: SchedulerConfig 
 
     ``rows``: circuits per step of each ``execute`` fragment (one number for all, or by fragment name);
     ``members``: the pool members to use, by pool name: their lanes in the profile, or their names
-    (``hqflow.lanes.member``; default: every profiled member of the pool).
+    (``hqflow.common.lanes.member``; default: every profiled member of the pool).
     """
     runs, chosen, nested, n_rows = _runs(graph, steps, profile, config, rows, members)
     makespan = sum(r[1] for r in runs) / len(runs)

@@ -28,12 +28,12 @@ import tempfile
 from hqflow.backends import BackendAccessError, BackendError
 from hqflow.ir.text import one_line
 
-from .cli_plan import QUOTES, fold, save_profile, saved_profile
-from .cli_cost import check_target, cost_overrides
-from .cli_pool import UsageError, backend_pool, key_value, make_folder, make_member, show_figures
-from .fragments import RunFailed
-from .jobs import BudgetExceeded
-from .ledger import ShotBudgetExceeded, money
+from .plan import QUOTES, fold, save_profile, saved_profile
+from .cost import check_target, cost_overrides
+from .pool import UsageError, backend_pool, key_value, make_folder, make_member, show_figures
+from ..engine.result import RunFailed
+from ..jobs.service import BudgetExceeded
+from ..jobs.ledger import ShotBudgetExceeded, money
 
 
 class RunStopped(RuntimeError):
@@ -97,7 +97,7 @@ def _placement(runner, name: str, pool: list | None, what: str):
 
 def _in_process(policy, watcher) -> None:
     """A resources file changes the pools of this process's job service; a Ray worker keeps its own."""
-    from .executors import ExecutorKind
+    from ..engine.executors import ExecutorKind
 
     if watcher is not None and not isinstance(policy, str) and policy.scheduler_config().executor is ExecutorKind.RAY:
         raise UsageError(f"--resources needs a distribution that runs in this process (sync or pipelined), not "
@@ -107,7 +107,7 @@ def _in_process(policy, watcher) -> None:
 def _resumed(args, meta: dict, cfg, runner, watcher):
     """The distribution and placement the resumed part runs with, and a warning line when they cannot keep an
     undisturbed run's result (or None)."""
-    from .torch import differentiates
+    from ..torch import differentiates
 
     saved = runner.resumed_distribution(meta)
     policy = _distribution(args, saved)
@@ -205,11 +205,11 @@ def _caused_by(exc: BaseException, kind: type) -> bool:
     return False
 
 
-def _planned(args, runner, algo, cfg, pool, watcher, distribution):
+def planned_lane(args, runner, algo, cfg, pool, watcher, distribution):
     """``(distribution, placement, scheduler options, config, plan)``: the members made once (``_placement``); with
     ``--plan auto`` as ``workloads.rl.planned`` plans it, the config first taking ``workloads.rl.frugal``'s settings within
     the bounds given to ``--objective cost``. Without ``--plan``: as given (its flags refused)."""
-    from .cli_cost import frugal_bounds
+    from .cost import frugal_bounds
 
     bounds = frugal_bounds(args)
     if args.plan and (distribution != "auto" or args.staleness is not None):
@@ -309,7 +309,7 @@ def _planning(args) -> bool:
 def _dry_run(args, runner) -> int:
     """--dry-run: ``--dry-run-updates`` updates on ``dry-run:<backend>`` in a scratch directory, and what the whole
     run would use (nothing is submitted; no run directory is kept)."""
-    from .cli_cost import dry_run_tally, projection
+    from .cost import dry_run_tally, projection
 
     if args.resume or args.plan or args.resources or args.run_dir or _planning(args):
         raise UsageError("--dry-run keeps no run: give ENV and its settings, not --resume, --plan (or --objective "
@@ -414,7 +414,7 @@ def _new_run(args, runner) -> _Run:
     if os.path.exists(os.path.join(run_dir, "config.json")):  # (before a --plan auto calibration spends)
         raise UsageError(f"{run_dir} already holds a run; use --resume {run_dir} (which also starts a run "
                          "stopped before its first checkpoint) or another --run-dir")
-    distribution, placement, scheduler, cfg, plan = _planned(args, runner, algo, cfg, pool, watcher, distribution)
+    distribution, placement, scheduler, cfg, plan = planned_lane(args, runner, algo, cfg, pool, watcher, distribution)
     try:
         make_folder(run_dir)
     except UsageError:
@@ -426,7 +426,7 @@ def _new_run(args, runner) -> _Run:
 def _distribution(args, saved=None):
     """``--distribution`` with ``--staleness``, ``--learners`` and ``--compression``: a new run's (``"auto"``: the
     runner's), or a resumed run's (its ``saved`` policy, or the one given)."""
-    from hqflow.distribution import get_distribution
+    from hqflow.engine.distribution import get_distribution
 
     options = {k: getattr(args, k) for k in ("staleness", "learners", "compression") if getattr(args, k) is not None}
     name = getattr(saved, "name", "auto") if args.distribution == "auto" else args.distribution

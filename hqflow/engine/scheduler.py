@@ -18,19 +18,20 @@ from hqflow.backends import BackendError, threads
 from hqflow.ir.graph import CircuitCall, Fragment, Graph, GraphError
 
 from .checkpoint import Checkpointer
-from .clock import REAL
+from ..common.clock import REAL
 from .collective import Replica
 from .elastic import Elastic, RunHandle
 from .events import CallDone, Event, TaskDone, Wake
 from .executors import make_executor
-from .fragments import FragmentError, RunFailed, RunResult, step_seed
-from .jobs import JobClient, JobService, Parent
-from .lanes import Lane
-from .outcome import OK, Outcome
+from .fragments import FragmentError, step_seed
+from .result import RunFailed, RunResult
+from ..jobs.service import JobClient, JobService, Parent
+from ..common.lanes import Lane
+from ..common.outcome import OK, Outcome
 from .ports import PortRef
 from .runstats import RunStats
 from .scheduler_config import SchedulerConfig, configure
-from .trace import Span
+from ..trace import Span
 from .window import Values, Window
 
 
@@ -40,7 +41,7 @@ class Scheduler:
     def __init__(self, graph: Graph, backends: Mapping[str, Any] | None = None, config: SchedulerConfig = SchedulerConfig(),
                  *, executor=None, clock=REAL):
         """``executor`` and ``clock``: where the work runs and whose time it takes (default: the config's
-        executor, the machine's clock; ``hqflow.costmodel`` gives simulated ones)."""
+        executor, the machine's clock; ``hqflow.plan.costmodel`` gives simulated ones)."""
         self.config, self.clock = config, clock
         self.executor = executor if executor is not None else make_executor(
             config.executor, config.cpu_workers, config.gpu_workers, config.ray_num_cpus, config.ray_address,
@@ -290,7 +291,7 @@ def run(graph: Graph, stream: Iterable[Mapping[str, Any]] | int, *, backends: Ma
 
     ``backends`` maps a fragment's backend name to a backend, a registry name,
     ``(name, options)``, or a list of those (a pool). ``initial_state`` gives loop-carried sources
-    their first value, by port (``hqflow.ports.PortRef`` or ``"frag.port"``; a run's ``result.state``
+    their first value, by port (``hqflow.engine.ports.PortRef`` or ``"frag.port"``; a run's ``result.state``
     continues it). ``options`` are ``SchedulerConfig`` fields (``executor="ray"``, ``window=4``, ...).
     """
     return Scheduler(graph, backends, configure(config, options)).run(stream, initial_state=initial_state, progress=progress)

@@ -19,7 +19,7 @@ from typing import Any
 
 from hqflow.backends import Capabilities
 
-from .lanes import Lane
+from ..common.lanes import Lane
 
 
 @dataclass
@@ -90,7 +90,7 @@ class Pool:
 
     def __init__(self, name: str, members: list[Member], alpha: float = 0.3, stale_after: int = 20,
                  breaker: int = 3, rest: float = 1.0, max_rest: float = 30.0, now=time.perf_counter):
-        """``now``: the clock the pool times jobs and rests by (the run's: ``hqflow.clock``)."""
+        """``now``: the clock the pool times jobs and rests by (the run's: ``hqflow.common.clock``)."""
         if not members:
             raise ValueError(f"backend pool {name!r} is empty")
         self.name, self.members, self.alpha = name, members, alpha

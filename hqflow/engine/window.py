@@ -19,7 +19,7 @@ from typing import Any
 
 from hqflow.ir.graph import Fragment, Graph, GraphError
 
-from .dispatch import Pool
+from ..jobs.dispatch import Pool
 from .fragments import as_port_value
 from .ports import PortRef, PortValues, port
 from .scheduler_config import SchedulerConfig

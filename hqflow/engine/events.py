@@ -1,7 +1,7 @@
 """What the scheduler's loop hears: one small frozen type per kind of event.
 
 Worker threads, Ray replies and backends' jobs put these in the run's event queue; the loop
-(``hqflow.scheduler``) takes them out through its clock and dispatches on their type.
+(``hqflow.engine.scheduler``) takes them out through its clock and dispatches on their type.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from hqflow.ir.graph import Fragment
 
-from .lanes import Lane
+from ..common.lanes import Lane
 
 
 @dataclass(frozen=True, eq=False)

@@ -9,8 +9,8 @@ import argparse
 
 from hqflow.ir.text import number, shown
 
-from .cli_pool import choice
-from .gradients import GRADIENTS, METHODS
+from .pool import choice
+from ..gradients import GRADIENTS, METHODS
 
 OBJECTIVES = ("time", "cost")
 
@@ -137,7 +137,7 @@ def add_frugal_arguments(parser: argparse.ArgumentParser) -> None:
 def frugal_bounds(args):
     """The ``hqflow.workloads.rl.frugal.Bounds`` the flags give (None: not ``--objective cost``); a bound without
     ``--plan auto --objective cost``, or beside the setting it bounds, is a usage error."""
-    from .cli_pool import UsageError
+    from .pool import UsageError
     from hqflow.workloads.rl.frugal import Bounds
 
     given = {"--gradients": args.gradients, "--shots-range": args.shots_range,
@@ -163,7 +163,7 @@ def check_target(members, algo: str, cfg, budget=None, dry_run: bool = False) ->
     from hqflow.backends import preflight
     from hqflow.workloads.rl import policies, runner
 
-    from .cli_pool import UsageError
+    from .pool import UsageError
 
     for refused, unpriced in (preflight(b, policies.policy_row(runner.algorithm(algo), cfg)) for b in members):
         if refused or (unpriced and (budget is not None or dry_run)):

@@ -1,16 +1,16 @@
 """The planner: how to run a graph, chosen by the cost model (Alpa's lesson: a plan is an optimization).
 
 ``plan(graph, steps, profile, ...)`` predicts each choice of the knobs a user would otherwise set by
-hand with ``hqflow.costmodel``: the staleness of the loop edges between fragments (at most the graph's
+hand with ``hqflow.plan.costmodel``: the staleness of the loop edges between fragments (at most the graph's
 own: a plan never lets parameters be older than the algorithm allows), ``prefetch``, ``rows_per_job``,
 ``cpu_workers`` (where a classical fragment without a loop onto itself can run several steps at once)
 and the subset of each pool's members to use. Shots are not searched: they change the estimator, which
 only the user may trade. The objective is ``"time"``, ``"cost"`` (the least spend, then the shortest),
 or time under ``budget``.
 
-``hq.run(graph, stream, plan=plan)`` runs a plan (``apply`` gives its graph, backends and config). A
-plan never changes the algorithm, only where and how much runs at once: at staleness 0 with exact
-backends it never changes the result.
+``hq.run(graph, stream, plan=plan)`` (``hqflow/run.py``) runs a plan: ``apply`` gives its graph, backends
+and config. A plan never changes the algorithm, only where and how much runs at once: at staleness 0 with
+exact backends it never changes the result.
 """
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from hqflow.ir.graph import CircuitCall, Graph
 
 from .costmodel import Prediction, calibrate, calibrate_cores, pool_names, predict
-from .lanes import Lane, member
-from .ledger import check_budgets
+from ..common.lanes import Lane, member
+from ..jobs.ledger import check_budgets
 from .profile import Profile, profile
-from .scheduler import RunHandle, SchedulerConfig, run as scheduler_run, start as scheduler_start
+from ..engine.scheduler import SchedulerConfig
 
 OBJECTIVES = ("time", "cost")
 PREFETCH = (0, 1, 2, 4)
@@ -166,7 +166,7 @@ def plan(graph: Graph, steps: int, profile: Profile, *, objective: str = "time",
 def replan(plan: Plan, graph: Graph, steps: int, members: Mapping[str, Sequence[Lane | str]],
            profile: Profile | None = None) -> Plan:
     """``plan`` made again for pools that changed: ``members`` are their members now (lanes or names, by
-    pool: ``hqflow.lanes.member``), ``steps`` the steps left. Staleness and worker slots stay (a run does not
+    pool: ``hqflow.common.lanes.member``), ``steps`` the steps left. Staleness and worker slots stay (a run does not
     change its algorithm mid-way); prefetch and rows per job are searched again. A member the profile does
     not know is taken to be like the pool's median member (the next profile measures it)."""
     members = {pool: [member(m) for m in names] for pool, names in members.items()}
@@ -260,51 +260,16 @@ def apply(plan: Plan, graph: Graph, backends: Mapping | None = None) -> tuple[Gr
     return with_staleness(graph, plan.staleness), out, plan.config
 
 
-def run(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping | None = None, **options):
-    """``hqflow.run``: the scheduler's ``run``, after applying ``plan`` if one is given (its knobs; any
-    other ``SchedulerConfig`` option given here wins)."""
-    if plan is None:
-        return scheduler_run(graph, stream, backends=backends, **options)
-    if "config" in options:
-        raise ValueError("give a plan or a config, not both: a plan carries its SchedulerConfig")
-    graph, chosen, config = apply(plan, graph, backends)
-    result = scheduler_run(graph, stream, backends=chosen, config=config, **options)  # options override the plan's
-    return dataclasses.replace(result, spans=renamed(plan, result.spans))
-
-
 def renamed(plan: Plan, spans: list) -> list:
     """``spans`` of a run of ``plan``, each member's lane as in the pool the plan was made for (``#k``), not by
     its place among the members ``apply`` kept: what a run measures is filed under the member that ran it."""
-    return [s if s.lane is None else dataclasses.replace(s, lane=_planned(plan, s.resource, s.lane)) for s in spans]
+    return [s if s.lane is None else dataclasses.replace(s, lane=planned_lane(plan, s.resource, s.lane)) for s in spans]
 
 
-def _planned(plan: Plan, pool: Lane, lane: Lane) -> Lane:
+def planned_lane(plan: Plan, pool: Lane, lane: Lane) -> Lane:
     """The lane in ``plan``'s profile of the member of pool ``pool`` that has ``lane`` in a run of the plan."""
     chosen, k = dict(plan.members).get(pool.name, ()) if pool.quantum else (), lane.member or 0
     return chosen[k].at(lane.slot) if k < len(chosen) and all(m.member is not None for m in chosen) else lane
 
 
-def start(graph: Graph, stream, *, plan: Plan | None = None, backends: Mapping | None = None, **options) -> RunHandle:
-    """``hqflow.start``: the scheduler's ``start``, after applying ``plan`` if one is given. With a plan, every
-    ``add_backend`` and ``remove_backend`` re-plans (:func:`replan`) for the pool now and the steps left and
-    applies its prefetch and rows per job at once; ``handle.plans`` lists the plans in force, first first."""
-    if plan is None:
-        return scheduler_start(graph, stream, backends=backends, **options)
-    if "config" in options:
-        raise ValueError("give a plan or a config, not both: a plan carries its SchedulerConfig")
-    planned, backends, config = apply(plan, graph, backends)
-
-    def changed(handle: RunHandle) -> None:  # (the members' lanes in the plan's profile; one that joined: its own)
-        members = {pool: [_planned(plan, Lane("qpu", pool), lane) for lane in now] for pool, now in
-                   handle.members().items()}
-        new = replan(handle.plans[-1], planned, max(1, plan.steps - handle.steps_done()), members)
-        handle.tune(prefetch=new.config.prefetch, rows_per_job=new.config.rows_per_job)
-        handle.plans.append(new)
-
-    handle = scheduler_start(planned, stream, backends=backends, config=config, on_change=changed, **options)
-    handle.plans.append(plan)
-    return handle
-
-
-__all__ = ["OBJECTIVES", "Plan", "apply", "calibration", "plan", "renamed", "replan", "rows_of", "run", "start",
-           "with_staleness"]
+__all__ = ["OBJECTIVES", "Plan", "apply", "calibration", "plan", "renamed", "replan", "rows_of", "with_staleness"]

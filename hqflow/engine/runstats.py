@@ -22,7 +22,7 @@ class RunStats:
 
     def extra(self, steps: int, service, pools: Mapping, moved: dict) -> dict:
         """``result.extra``, in this order: these counts, the ``steps`` taken from the stream, the job ``service``'s
-        counts and figures (``hqflow.jobs.JobService``: retries, failed and refused jobs, the service jobs, circuits
+        counts and figures (``hqflow.jobs.service.JobService``: retries, failed and refused jobs, the service jobs, circuits
         and shots its jobs used, spend and shot spend, budgets), each of the ``pools``' members' health, and the
         bytes the executor ``moved`` (Ray's object store)."""
         jobs = service.stats

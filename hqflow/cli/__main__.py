@@ -1,0 +1,6 @@
+"""``python -m hqflow.cli``."""
+import sys
+
+from .main import main
+
+sys.exit(main())
