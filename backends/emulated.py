@@ -21,7 +21,7 @@ at time ``t``:
    computation ends if that is later. Waiting sleeps; it burns no CPU. The result's metadata
    says the modelled ``device_seconds`` and the CPU seconds the computation took on this machine
    (``compute_seconds``, the thread's CPU time): a QPU that this machine stands in for shares its
-   CPU with the run's classical work, and the cost model (``hqflow.plan.costmodel``) counts that.
+   CPU with the run's classical work, and the cost model (``hqflow.planning.costmodel``) counts that.
 
 Faults: a failing job (``k in fail_jobs`` or with probability ``failure_rate``)
 takes its full latency, then raises ``JobFailed``. A hanging job (``k in

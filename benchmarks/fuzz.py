@@ -376,7 +376,7 @@ SWEPT = ("train", "run", "plan", "eval")
 def _cli_options() -> dict[str, list]:
     """Every subcommand's arguments, read from hqflow's own parser (so a new option is fuzzed without a word
     here): ``{command: [(option strings, or [] for a positional; dest; takes a value; choices)]}``."""
-    from hqflow.cli.main import _parser
+    from hqflow.cli import _parser
 
     commands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     return {name: [(a.option_strings, a.dest, a.nargs != 0, a.choices) for a in parser._actions
@@ -462,7 +462,7 @@ class _Hang(BaseException):  # raised by the alarm in a case past its time; no `
 
 
 class _Cli:
-    """Runs ``hqflow.cli.main`` in this process, in a scratch folder, with the work itself stubbed: a workload's
+    """Runs ``hqflow.cli`` in this process, in a scratch folder, with the work itself stubbed: a workload's
     run, a training, a plan (its calibration and search) and evaluation episodes return what a real small one
     returned (made once here; a saved ``--profile`` is still read). What is checked is what happens before the
     work: the work's own faults are its tests'."""
@@ -526,7 +526,7 @@ class _Cli:
         import io
         import signal
 
-        from hqflow.cli.main import main
+        from hqflow.cli import main
 
         def hang(*_):
             raise _Hang

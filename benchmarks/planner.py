@@ -7,8 +7,8 @@ budget. The graph is built at staleness 0 (exact); the user allows the planner s
 Per scenario:
 
 * a calibration run of ``--calibrate`` steps with every member, and half as many with the rows cut
-  in two, give the profile (``hqflow.plan.planner.calibration``, ``hqflow.plan.profile.profile`` and
-  ``hqflow.plan.costmodel.calibrate``);
+  in two, give the profile (``hqflow.planning.planner.calibration``, ``hqflow.planning.profile.profile`` and
+  ``hqflow.planning.costmodel.calibrate``);
 * ``hq.plan`` picks staleness (0..2), prefetch (0, 1), rows per job (the 8 rows whole, or cut over
   the pool's QPUs) and the pool's members;
 * every configuration of that same space is run (``--steps`` steps each) and the fastest one
@@ -64,7 +64,7 @@ import torch
 
 import hqflow as hq
 from hqflow.backends.emulated import EmulatedQPU
-from hqflow.plan.planner import calibration, rows_of, with_staleness
+from hqflow.planning.planner import calibration, rows_of, with_staleness
 from hqflow.workloads import synthetic
 
 PREFETCH = (0, 1)

@@ -1281,7 +1281,7 @@ def _learner(s: Session) -> None:
 def _learner_run(backend: str, episodes: int) -> dict:
     """One ``hqflow train cartpole`` in process; its per-update figures from metrics.jsonl (each line's
     ``seconds`` and ``env_steps`` count from the run's start)."""
-    from hqflow.cli.main import main as hqflow_main
+    from hqflow.cli import main as hqflow_main
 
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = os.path.join(tmp, "run")

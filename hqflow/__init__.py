@@ -23,7 +23,7 @@ _EXPORTS = {
     "BudgetExceeded": "jobs.service", "JobClient": "jobs.service", "RetriesExhausted": "jobs.service",
     "get_client": "jobs.service",
     "Pipeline": "pipeline",
-    "Plan": "plan.planner", "plan": "plan.planner",
+    "Plan": "planning.planner", "plan": "planning.planner",
     "RunHandle": "engine.elastic", "Scheduler": "engine.scheduler", "SchedulerConfig": "engine.scheduler_config",
     "Span": "trace",
 }
@@ -35,7 +35,7 @@ def run(graph, stream, *, plan=None, backends=None, **options):
     import dataclasses
 
     from .engine.scheduler import run as _run
-    from .plan.planner import apply, renamed
+    from .planning.planner import apply, renamed
 
     if plan is None:
         return _run(graph, stream, backends=backends, **options)
@@ -52,7 +52,7 @@ def start(graph, stream, *, plan=None, backends=None, **options):
     applies its prefetch and rows per job at once; ``handle.plans`` lists the plans in force, first first."""
     from .common.lanes import Lane
     from .engine.scheduler import start as _start
-    from .plan.planner import planned_lane, apply, replan
+    from .planning.planner import planned_lane, apply, replan
 
     if plan is None:
         return _start(graph, stream, backends=backends, **options)

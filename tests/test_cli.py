@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import hqflow as hq
-from hqflow.cli.main import main
+from hqflow.cli import main
 from hqflow.ir import Circuit
 
 
@@ -306,7 +306,7 @@ def test_a_backend_suffix_that_the_backend_does_not_take_is_refused(command, cap
 
 
 def test_ctrl_c_during_a_command_says_interrupted_not_an_empty_message(monkeypatch, capsys):
-    import hqflow.cli.main as cli
+    import hqflow.cli as cli
 
     def interrupted(args):
         raise KeyboardInterrupt  # what Ctrl-C raises: no message of its own
@@ -391,7 +391,7 @@ def test_a_misspelt_choice_gets_a_did_you_mean(argv, message, capsys):
 
 
 def test_choices_are_taken_in_any_case():
-    from hqflow.cli.main import _parser
+    from hqflow.cli import _parser
 
     args = _parser().parse_args(["train", "cartpole", "--algo", "PPO", "--distribution", "Multi-Learner", "--gradient",
                                  "SPSA", "--plan", "AUTO", "--objective", "Cost"])

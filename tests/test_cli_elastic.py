@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from hqflow.cli.main import main
+from hqflow.cli import main
 from hqflow.engine.distribution import MultiLearner
 from hqflow.workloads.rl import reinforce, runner
 

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from hqflow.cli.main import main
+from hqflow.cli import main
 
 WALK = textwrap.dedent('''
     import gymnasium as gym

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from hqflow.cli.main import main
-from hqflow.plan.profile import Profile
+from hqflow.cli import main
+from hqflow.planning.profile import Profile
 
 POOL = ["--backend", "emulated-qpu", "--pool", "2", "--backend-opt", "per_job=0.002",
         "--backend-opt", "per_circuit=0.00002"]

@@ -58,7 +58,7 @@ def test_backends_import_the_ir_only():
 # The rooms, lowest first: a module imports its own room and the rooms before it, never one after (no allowlist).
 # ``api`` is what users import at the top of the package: hqflow itself (hq.run), the pipeline builder and the
 # old public paths (hqflow.distribution, hqflow.placement, hqflow.trace_export).
-ROOMS = ("ir", "backends", "common", "trace", "jobs", "gradients", "engine", "torch", "plan", "api", "workloads", "cli")
+ROOMS = ("ir", "backends", "common", "trace", "jobs", "gradients", "engine", "torch", "planning", "api", "workloads", "cli")
 
 
 def room(module: str) -> str:
@@ -119,7 +119,7 @@ def test_the_ground_floors_load_alone():
 
     code = ("import sys, hqflow.ir, hqflow.backends; "
             "above = sorted(m for m in sys.modules if m.split('.')[:2] in (['hqflow', 'engine'], "
-            "['hqflow', 'plan'], ['hqflow', 'jobs'], ['hqflow', 'workloads'])); "
+            "['hqflow', 'planning'], ['hqflow', 'jobs'], ['hqflow', 'workloads'])); "
             "print(above)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -229,7 +229,7 @@ def cli_folder(tmp_path_factory):
 @SETTINGS
 @given(argv=argument_vectors())
 def test_command_lines_exit_0_or_2_with_one_line(cli_folder, argv):
-    from hqflow.cli.main import main
+    from hqflow.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -1,6 +1,6 @@
 """``python -m hqflow.cli``."""
 import sys
 
-from .main import main
+from . import main
 
 sys.exit(main())

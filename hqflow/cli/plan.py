@@ -72,9 +72,9 @@ def make_plan(module, cfg, backends, spans=None, *, profile_path: str | None = N
     """The plan for ``cfg``, from the profile the module docstring says. ``calibrate``: the calibration
     run's steps (default 5), given to calibrate beside a saved profile or a run directory's ``spans`` too."""
     import hqflow as hq
-    from hqflow.plan.costmodel import calibrate as fit
-    from hqflow.plan.planner import calibration, rows_of
-    from hqflow.plan.profile import profile
+    from hqflow.planning.costmodel import calibrate as fit
+    from hqflow.planning.planner import calibration, rows_of
+    from hqflow.planning.profile import profile
 
     graph = module.build_graph(cfg)
     prof = saved = saved_profile(profile_path)
@@ -103,7 +103,7 @@ def make_plan(module, cfg, backends, spans=None, *, profile_path: str | None = N
 def saved_profile(path: str | None):
     """The profile saved at ``path``, or None where there is none (yet). That one can be saved there,
     ``--profile``'s argparse type (``cli_pool.output``) checked before any calibration."""
-    from hqflow.plan.profile import Profile, ProfileError
+    from hqflow.planning.profile import Profile, ProfileError
 
     if not path or not os.path.exists(path):
         return None
@@ -118,8 +118,8 @@ def fold(profile_path: str | None, spans, plan=None) -> None:
     under its name in the pool the ``plan`` it ran was made for (``planner.renamed``)."""
     if not profile_path or not spans:
         return
-    from hqflow.plan.planner import renamed
-    from hqflow.plan.profile import profile
+    from hqflow.planning.planner import renamed
+    from hqflow.planning.profile import profile
 
     saved = saved_profile(profile_path)
     fresh = profile(spans if plan is None else renamed(plan, spans), saved)

@@ -5,7 +5,7 @@ The loop (``hqflow.engine.scheduler``) reads time and waits for its next event o
 registered with ``at(when, action)``; ``wait`` runs the actions in time order, moving ``now`` to each,
 until one puts an event in the queue. Actions at the same instant run in the order they were registered,
 so a simulated run is the same every time. The loop, job service and pools are the real ones; only what
-takes time is stood in for (``hqflow.plan.costmodel``'s simulated executor and backends).
+takes time is stood in for (``hqflow.planning.costmodel``'s simulated executor and backends).
 """
 from __future__ import annotations
 

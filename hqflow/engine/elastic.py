@@ -131,7 +131,7 @@ class RunHandle:
         self._result, self._error, self._done = None, None, threading.Event()
         self._on_change = on_change
         self.plans: list = []
-        """the plans in force, the first first (``hqflow.plan.planner.start`` re-plans on every change)"""
+        """the plans in force, the first first (``hqflow.planning.planner.start`` re-plans on every change)"""
         self._thread = threads.start(self._main, "hqflow-run", (stream, initial_state, progress))
 
     def _main(self, stream, initial_state, progress) -> None:

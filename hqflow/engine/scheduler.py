@@ -41,7 +41,7 @@ class Scheduler:
     def __init__(self, graph: Graph, backends: Mapping[str, Any] | None = None, config: SchedulerConfig = SchedulerConfig(),
                  *, executor=None, clock=REAL):
         """``executor`` and ``clock``: where the work runs and whose time it takes (default: the config's
-        executor, the machine's clock; ``hqflow.plan.costmodel`` gives simulated ones)."""
+        executor, the machine's clock; ``hqflow.planning.costmodel`` gives simulated ones)."""
         self.config, self.clock = config, clock
         self.executor = executor if executor is not None else make_executor(
             config.executor, config.cpu_workers, config.gpu_workers, config.ray_num_cpus, config.ray_address,

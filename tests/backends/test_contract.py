@@ -202,7 +202,7 @@ def test_the_differentiable_program_is_declared_by_the_capability():
 @pytest.mark.parametrize("name", ["mine", "duck"])
 @pytest.mark.parametrize("pool", [[], ["--pool", "2"]])
 def test_hqflow_train_through_a_registered_factory(registered, tmp_path, name, pool):
-    from hqflow.cli.main import main
+    from hqflow.cli import main
 
     run = tmp_path / "run"
     assert main(["train", "cartpole", "--backend", name, *pool, "--set", "n_layers=1", "--set", "batch_episodes=2",
@@ -221,7 +221,7 @@ def test_ray(registered, tmp_path):
     res = _run({"qpu": [("mine", {}), ("duck", {})]}, "ray", steps=6, ray_num_cpus=2)
     _same(res, _run({"qpu": "reference"}, steps=6))
     assert {s.row.name for s in res.spans if s.kind == "execute"} == {"mine", "duck"}
-    from hqflow.cli.main import main
+    from hqflow.cli import main
 
     assert main(["train", "cartpole", "--backend", "mine", "--distribution", "ray-actors", "--set", "n_layers=1",
                  "--set", "batch_episodes=2", "--episodes", "4", "--no-tensorboard",

@@ -10,7 +10,7 @@ from hqflow.backends import BackendError, CircuitBatch, get_backend
 from hqflow.backends.azure.cost import load_prices
 from hqflow.backends.compiled.density import FUSE, DensityProgram
 from hqflow.backends.noise import NoiseModel, depolarizing, load_table, noise_model, table_problems
-from hqflow.cli.main import main
+from hqflow.cli import main
 from hqflow.gradients import param_shift
 from hqflow.ir import Circuit
 from hqflow.ir.random import random_template

@@ -12,7 +12,7 @@ import pytest
 from hqflow.backends import BackendError, CircuitBatch, Job, JobCancelled, JobFailed, get_backend
 from hqflow.backends.emulated import EmulatedQPU, FaultModel, LatencyModel
 from hqflow.backends.reference import ReferenceBackend
-from hqflow.cli.main import main
+from hqflow.cli import main
 from hqflow.ir import Circuit
 from hqflow.ir.random import random_template
 

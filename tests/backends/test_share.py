@@ -11,7 +11,7 @@ import pytest
 from hqflow.backends import BackendError, CircuitBatch, JobCancelled, JobFailed, RequestRefused, get_backend
 from hqflow.backends import share
 from hqflow.backends.reference import ReferenceBackend
-from hqflow.cli.main import main
+from hqflow.cli import main
 from hqflow.ir import Circuit
 from hqflow.ir.random import random_template
 

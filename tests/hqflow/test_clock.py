@@ -7,7 +7,7 @@ import hqflow as hq
 from hqflow.plan import costmodel
 from hqflow.common.clock import REAL, SimClock
 from hqflow.common.lanes import Lane
-from hqflow.plan.profile import BackendProfile, FragmentProfile, Profile
+from hqflow.planning.profile import BackendProfile, FragmentProfile, Profile
 from hqflow.engine.scheduler import Scheduler
 from hqflow.engine.window import Window
 from hqflow.workloads import synthetic

@@ -3,7 +3,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from hqflow.cli.main import main
+from hqflow.cli import main
 from hqflow.common.config import check_fields
 
 

@@ -1,4 +1,4 @@
-"""The cost model (hqflow.plan.costmodel): exact on loops whose schedule is known by hand, and calibrated from
+"""The cost model (hqflow.planning.costmodel): exact on loops whose schedule is known by hand, and calibrated from
 measured spans by arithmetic the tests check with figures they choose (how close a calibrated prediction
 comes to a real run is measured by benchmarks/planner.py, whatever the machine's load)."""
 import dataclasses
@@ -8,9 +8,9 @@ import pytest
 
 import hqflow as hq
 from hqflow.backends.emulated import EmulatedQPU
-from hqflow.plan.costmodel import calibrate, calibrate_cores, predict, simulate
+from hqflow.planning.costmodel import calibrate, calibrate_cores, predict, simulate
 from hqflow.common.lanes import Lane
-from hqflow.plan.profile import BackendProfile, FragmentProfile, Profile, profile
+from hqflow.planning.profile import BackendProfile, FragmentProfile, Profile, profile
 from hqflow.workloads import synthetic
 
 

@@ -139,7 +139,7 @@ def test_bad_changes_are_one_line_errors():
 
 def test_a_planned_run_replans_when_its_pool_changes_and_keeps_its_result():
     from hqflow.common.lanes import Lane
-    from hqflow.plan.profile import BackendProfile, FragmentProfile, Profile
+    from hqflow.planning.profile import BackendProfile, FragmentProfile, Profile
 
     cfg = synthetic.Config(staleness=0, backend="qpu", batch=12)
     graph, stream = synthetic.build_graph(cfg), synthetic.stream(40, cfg)

@@ -1,4 +1,4 @@
-"""The planner (hqflow.plan.planner): it picks the known optimum on small cases, honours the objective,
+"""The planner (hqflow.planning.planner): it picks the known optimum on small cases, honours the objective,
 the budget and the staleness the algorithm allows, prints a table, and applying a plan at
 staleness 0 changes no result."""
 import dataclasses
@@ -9,8 +9,8 @@ import pytest
 import hqflow as hq
 from hqflow.backends import get_backend
 from hqflow.common.lanes import Lane
-from hqflow.plan.planner import apply, calibration, with_staleness
-from hqflow.plan.profile import BackendProfile, FragmentProfile, Profile, profile
+from hqflow.planning.planner import apply, calibration, with_staleness
+from hqflow.planning.profile import BackendProfile, FragmentProfile, Profile, profile
 from hqflow.trace import Span
 from hqflow.workloads import synthetic
 

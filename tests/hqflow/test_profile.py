@@ -1,4 +1,4 @@
-"""Profiles fitted from spans (hqflow.plan.profile): exact on spans made from a known model, close on an
+"""Profiles fitted from spans (hqflow.planning.profile): exact on spans made from a known model, close on an
 emulated QPU's measured jobs, saved and loaded, merged; damaged files are one-line errors."""
 import json
 
@@ -8,7 +8,7 @@ import hqflow as hq
 from hqflow.backends.emulated import EmulatedQPU
 from hqflow.common.lanes import Lane
 from hqflow.common.outcome import OK, Outcome
-from hqflow.plan.profile import BackendProfile, Profile, ProfileError, profile
+from hqflow.planning.profile import BackendProfile, Profile, ProfileError, profile
 from hqflow.trace import Span
 from hqflow.workloads import synthetic
 
@@ -63,10 +63,10 @@ def test_profiles_save_load_and_merge(tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     ("", "is not JSON"),
-    ("[]", "not an hqflow.plan.profile document"),
-    (json.dumps({"format": "hqflow.plan.profile", "version": 9}), "unsupported hqflow.plan.profile version 9"),
-    (json.dumps({"format": "hqflow.plan.profile", "version": 1, "backends": [{"backend": "qpu:q"}]}), "missing"),
-    (json.dumps({"format": "hqflow.plan.profile", "version": 1, "fragments": [
+    ("[]", "not an hqflow.planning.profile document"),
+    (json.dumps({"format": "hqflow.planning.profile", "version": 9}), "unsupported hqflow.planning.profile version 9"),
+    (json.dumps({"format": "hqflow.planning.profile", "version": 1, "backends": [{"backend": "qpu:q"}]}), "missing"),
+    (json.dumps({"format": "hqflow.planning.profile", "version": 1, "fragments": [
         {"fragment": "f", "resource": "cpu", "seconds": -1.0, "spread": 0.0, "calls": 1}]}), "seconds must be >= 0"),
 ])
 def test_a_damaged_profile_is_a_one_line_error(tmp_path, content, message):
@@ -108,7 +108,7 @@ def test_circuits_per_step_are_measured_saved_and_merged(tmp_path):
 def test_a_fit_whose_intercept_alone_comes_out_negative_goes_through_the_origin():
     import numpy as np
 
-    from hqflow.plan.profile import _fit
+    from hqflow.planning.profile import _fit
 
     rows = np.array([2.0, 4.0, 8.0])
     X = np.column_stack([np.ones(3), rows, np.zeros(3)])
@@ -126,7 +126,7 @@ def test_a_backend_profile_takes_member_names_as_a_user_writes_them():
 def test_a_version_1_profile_loads_with_its_computation_unknown_and_merges_as_such(tmp_path):
     import json
 
-    old = {"format": "hqflow.plan.profile", "version": 1, "overhead": 0.001, "rows": {},
+    old = {"format": "hqflow.planning.profile", "version": 1, "overhead": 0.001, "rows": {},
            "backends": [{"backend": "qpu:q", "pool": "qpu:qpu", "queue": 0.0, "per_job": 0.01, "per_row": 0.0,
                          "per_shot": 0.0, "failure_rate": 0.0, "jobs": 90}], "fragments": []}
     path = tmp_path / "old.json"

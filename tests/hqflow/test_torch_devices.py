@@ -143,7 +143,7 @@ def test_hqflow_train_cartpole_on_compiled_cuda_runs_as_on_the_cpu(algo, flags, 
     complex64 on either device rounds a probability differently only in its 7th digit); its policy evaluates
     greedily on CUDA as on the CPU."""
     _cuda()
-    from hqflow.cli.main import main
+    from hqflow.cli import main
     from hqflow.workloads.rl.trained import evaluate
 
     monkeypatch.chdir(tmp_path)

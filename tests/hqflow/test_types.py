@@ -16,7 +16,7 @@ from hqflow.engine.executors import ExecutorKind, LocalExecutor, SyncExecutor, m
 from hqflow.common.lanes import Lane, member
 from hqflow.common.outcome import CANCELLED, OK, TIMEOUT, Outcome
 from hqflow.engine.ports import PortRef, PortValues, port
-from hqflow.plan.profile import Profile
+from hqflow.planning.profile import Profile
 from hqflow.trace import Span, load_spans, outcome_counts, save_spans
 
 
@@ -124,7 +124,7 @@ def test_an_old_span_dict_without_a_lane_reads_as_the_resource_itself():
 
 # -- profiles of earlier versions ----------------------------------------------------------------
 
-OLD_PROFILE = {"format": "hqflow.plan.profile", "version": 1, "overhead": 0.001, "rows": {"circuit": 4}, "backends": [
+OLD_PROFILE = {"format": "hqflow.planning.profile", "version": 1, "overhead": 0.001, "rows": {"circuit": 4}, "backends": [
     {"backend": "qpu:emulated-qpu#1", "pool": "qpu:q", "queue": 0.0, "per_job": 0.01, "per_row": 0.001,
      "per_shot": 0.0, "failure_rate": 0.0, "jobs": 5, "devices": 2}],
     "fragments": [{"fragment": "learn", "resource": "cpu", "seconds": 0.02, "spread": 0.0, "calls": 5}]}

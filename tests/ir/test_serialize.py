@@ -432,7 +432,7 @@ def test_a_graph_built_with_a_lone_surrogate_in_a_name_does_not_validate():
     (lambda d: d["edges"][0].__setitem__("max_staleness", 10**400), "digits is out of range"),
 ])
 def test_hqflow_inspect_says_so_in_one_line(mutate, words, tmp_path, capsys):
-    from hqflow.cli.main import main
+    from hqflow.cli import main
 
     doc = json.loads(training_graph().to_json())
     mutate(doc)

@@ -11,7 +11,7 @@ import pytest
 from hqflow.backends import get_backend
 from hqflow.backends.emulated import EmulatedQPU
 from hqflow.backends.reference import ReferenceBackend
-from hqflow.cli.main import main
+from hqflow.cli import main
 from hqflow.engine.fragments import execute_batch
 from hqflow.ir import CircuitCall
 from hqflow.workloads import WORKLOADS, classifier, qaoa, vqe

@@ -1,5 +1,5 @@
 """A training as the cost model plans it (``hqflow train --plan auto``): ``plan_training`` calibrates the
-default distribution on the run's own members (or takes a saved profile), plans with ``hqflow.plan.planner``
+default distribution on the run's own members (or takes a saved profile), plans with ``hqflow.planning.planner``
 within what a budget leaves, and gives the distribution, scheduler options and members to train with.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import hqflow as hq
 from hqflow.engine.distribution import get_distribution
-from hqflow.plan.planner import apply, calibration, with_staleness
+from hqflow.planning.planner import apply, calibration, with_staleness
 from hqflow.workloads.rl import runner
 
 

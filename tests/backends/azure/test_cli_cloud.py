@@ -2,7 +2,7 @@
 process, against the loopback job service (fixtures in conftest.py)."""
 import json
 
-from hqflow.cli.main import main
+from hqflow.cli import main
 
 
 def _opts(workspace, *keys):

@@ -18,7 +18,7 @@ from hqflow.backends.azure import packing
 from hqflow.backends.azure.cost import PRICES, job_cost, list_price, load_prices, price_entry
 from hqflow.backends.base import BatchResult, Capabilities, LocalBackend
 from hqflow.backends.reference import ReferenceBackend
-from hqflow.cli.main import main
+from hqflow.cli import main
 from hqflow.ir import Circuit
 
 MINIMUMS = {"ionq.qpu.aria-1": (97.5, 12.4166), "ionq.qpu.forte-1": (168.195, 25.7899),

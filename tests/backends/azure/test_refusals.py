@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from hqflow.backends import BackendAccessError, BackendError, get_backend
-from hqflow.cli.main import main
+from hqflow.cli import main
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from hqflow.cli.main import main
+from hqflow.cli import main
 from hqflow.workloads.rl import evaluate, runner
 from hqflow.workloads.rl.reinforce import Config
 from hqflow.workloads.rl.rundir import RunDirError

@@ -8,7 +8,7 @@ import pytest
 import torch
 from hqflow.backends.azure import cost
 
-from hqflow.cli.main import main
+from hqflow.cli import main
 from hqflow.engine.distribution import Pipelined
 from hqflow.workloads.rl import dqn, ppo, reinforce, runner
 from hqflow.workloads.rl.policies import pqc_template

@@ -10,10 +10,10 @@ import pytest
 import hqflow as hq
 from hqflow.backends import Backend, BackendError, Capabilities, CircuitBatch, Cost, FutureJob
 from hqflow.backends.emulated import EmulatedQPU
-from hqflow.plan.costmodel import predict
+from hqflow.planning.costmodel import predict
 from hqflow.workloads.rl.frugal import Bounds, choose
 from hqflow.ir.circuit import CircuitTemplate
-from hqflow.plan.profile import profile
+from hqflow.planning.profile import profile
 from hqflow.workloads import synthetic
 
 ONE = CircuitBatch.make(CircuitTemplate(1, ()), np.zeros((1, 0)), np.zeros(0))

@@ -81,7 +81,7 @@ def test_exhausted_retries_keep_the_checkpoint_and_resume(tmp_path):
 
 
 def test_cli_backend_options_and_a_failing_pool(tmp_path, capsys):
-    from hqflow.cli.main import main
+    from hqflow.cli import main
 
     run = str(tmp_path / "r")
     code = main(["train", "cartpole", "--backend", "emulated-qpu", "--backend-opt", "wrapped=compiled",

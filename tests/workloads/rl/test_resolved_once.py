@@ -3,7 +3,7 @@ backend once, and a job pool's members once each (issue 24's "resolved once").""
 import pytest
 from hqflow.backends import get_backend, register_backend
 
-from hqflow.cli.main import main
+from hqflow.cli import main
 
 MADE = []
 

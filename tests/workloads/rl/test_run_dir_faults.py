@@ -6,7 +6,7 @@ import shutil
 import pytest
 import torch
 
-from hqflow.cli.main import main
+from hqflow.cli import main
 
 ARGS = ["--set", "n_layers=1", "--set", "batch_episodes=5", "--no-tensorboard"]
 

@@ -119,7 +119,7 @@ def test_killed_run_resumes_to_the_same_result(tmp_path):
     ([], "give an environment"),
 ])
 def test_bad_arguments_exit_2_with_one_line(argv, message, tmp_path, monkeypatch, capsys):
-    from hqflow.cli.main import main
+    from hqflow.cli import main
 
     monkeypatch.chdir(tmp_path)  # (in this process: the console script's own exit is tested by the Ctrl-C test)
     assert main(["train", *argv]) == 2

@@ -1,7 +1,7 @@
 """The planner: how to run a graph, chosen by the cost model (Alpa's lesson: a plan is an optimization).
 
 ``plan(graph, steps, profile, ...)`` predicts each choice of the knobs a user would otherwise set by
-hand with ``hqflow.plan.costmodel``: the staleness of the loop edges between fragments (at most the graph's
+hand with ``hqflow.planning.costmodel``: the staleness of the loop edges between fragments (at most the graph's
 own: a plan never lets parameters be older than the algorithm allows), ``prefetch``, ``rows_per_job``,
 ``cpu_workers`` (where a classical fragment without a loop onto itself can run several steps at once)
 and the subset of each pool's members to use. Shots are not searched: they change the estimator, which

@@ -23,7 +23,7 @@ from ..common.files import atomic_text
 from ..common.lanes import Lane, member
 from ..trace import Span
 
-PROFILE_FORMAT = "hqflow.plan.profile"
+PROFILE_FORMAT = "hqflow.planning.profile"
 PROFILE_VERSION = 2  # 2 added ``cores`` and a backend's ``compute_per_*``; 1 is read too
 
 
@@ -114,12 +114,12 @@ class Profile:
     backends: tuple[BackendProfile, ...] = ()
     fragments: tuple[FragmentProfile, ...] = ()
     overhead: float = 0.0
-    """seconds the scheduler adds to each job and call it dispatches (``hqflow.plan.costmodel.calibrate``)"""
+    """seconds the scheduler adds to each job and call it dispatches (``hqflow.planning.costmodel.calibrate``)"""
     rows: tuple[tuple[str, int], ...] = ()
     """circuits per step of each ``execute`` fragment measured (its jobs' rows summed; the median step)"""
     cores: float | None = None
     """how many of this machine's CPUs the run's own work (classical calls, jobs' computation) gets at once,
-    as a calibration run measured it (``hqflow.plan.costmodel.calibrate_cores``); None: as many as it asks for"""
+    as a calibration run measured it (``hqflow.planning.costmodel.calibrate_cores``); None: as many as it asks for"""
 
     def backend(self, name: str | Lane) -> BackendProfile:
         """The profile of the pool member ``name``: its lane, or its name (``qpu:<backend name>``, with
