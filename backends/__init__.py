@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from hqflow.ir.text import one_line, shown
 
@@ -110,6 +110,24 @@ def get_backend(name: str, /, **options) -> Backend:
     return as_backend(factory(**options))
 
 
+def backend_spec(spec) -> tuple[str, dict]:
+    """``(name, options)`` of a backend name or ``(name, options)`` spec."""
+    if isinstance(spec, str):
+        return spec, {}
+    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], str) and isinstance(spec[1], Mapping):
+        return spec[0], dict(spec[1])
+    raise ValueError(f"a backend spec is a backend, a name, or (name, options); got {spec!r}")
+
+
+def make_backend(spec) -> Backend:
+    """The backend a spec stands for: the instance itself (``as_backend``: a ``Backend``), or one made from a
+    name or (name, options). The one place a spec becomes a backend."""
+    if is_backend(spec):
+        return as_backend(spec)
+    name, options = backend_spec(spec)
+    return get_backend(name, **options)
+
+
 def _bad_options(factory, options: dict) -> str | None:
     """What is wrong with ``options`` for ``factory``: each unknown key named, with the nearest known one
     ("did you mean") or, with none near, the keys it takes; or what else binding says (None: they bind)."""
@@ -193,6 +211,8 @@ __all__ = [
     "backend_names",
     "get_backend",
     "is_backend",
+    "make_backend",
+    "backend_spec",
     "preflight",
     "register_backend",
     "registration",

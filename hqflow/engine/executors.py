@@ -19,11 +19,11 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Mapping
 from enum import Enum
 from typing import Any
 
-from hqflow.backends import Backend, FutureJob, as_backend, get_backend, is_backend, register_backend, registration
+from hqflow.backends import (Backend, FutureJob, as_backend, backend_spec, get_backend, is_backend, make_backend,
+                             register_backend, registration)
 from hqflow.ir.graph import CircuitCall, Fragment, Graph, resolve_fn
 from hqflow.ir.text import one_line
 
@@ -67,23 +67,6 @@ class ExecutorKind(str, Enum):
 
     def __repr__(self) -> str:
         return repr(self.value)  # a config or a policy prints as it did with names
-
-
-def _spec(spec: Any) -> tuple[str, dict]:
-    if isinstance(spec, str):
-        return spec, {}
-    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], str) and isinstance(spec[1], Mapping):
-        return spec[0], dict(spec[1])
-    raise ValueError(f"a backend spec is a backend, a name, or (name, options); got {spec!r}")
-
-
-def make_backend(spec: Any) -> Backend:
-    """The backend a spec stands for: the instance itself (``as_backend``: a ``Backend``), or one made from a
-    name or (name, options)."""
-    if is_backend(spec):
-        return as_backend(spec)
-    name, options = _spec(spec)
-    return get_backend(name, **options)
 
 
 _NO_TRAFFIC = {"driver_to_workers": 0, "workers_to_driver": 0, "worker_to_worker": 0}
@@ -404,7 +387,7 @@ class _RayHandle(Backend):
         if is_backend(spec):
             raise ValueError(f"the ray executor makes its backends inside Ray actors; give "
                              f"{as_backend(spec).name!r} as a name or (name, options), not as an instance")
-        name, options = _spec(spec)
+        name, options = backend_spec(spec)
         entry = registration(name)  # passed only where needed: a subclass of the actor may take (name, options)
         extra = {} if entry is None else {"registration": entry}
         slots = int(options.get("max_in_flight", default_in_flight))

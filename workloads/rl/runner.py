@@ -34,7 +34,8 @@ from hqflow.ir import Graph
 import hqflow as hq
 from hqflow.engine.collective import reduce, replica
 from hqflow.engine.distribution import get_distribution
-from hqflow.engine.executors import ExecutorKind, make_backend
+from hqflow.backends import make_backend
+from hqflow.engine.executors import ExecutorKind
 from hqflow.engine.scheduler import Scheduler
 from hqflow.engine.window import Versions
 from hqflow.jobs import usage
@@ -85,7 +86,7 @@ class Placement:
     @classmethod
     def of(cls, name: str, backends: Mapping | None = None, make=None) -> Placement:
         """``name``'s pool in ``backends`` (or the registry backend ``name``), each member made once with
-        ``make(spec, index)`` (``executors.make_backend`` by default; an in-process one only once per process)."""
+        ``make(spec, index)`` (``hqflow.backends.make_backend`` by default; an in-process one only once per process)."""
         specs = (backends or {}).get(name, name)
         specs = tuple(specs if isinstance(specs, list) else [specs])
         key = _key(specs[0]) if len(specs) == 1 else None
