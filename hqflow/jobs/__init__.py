@@ -1,0 +1,1 @@
+"""The job service: circuits become jobs on pools of backends, with dispatch, retries, budgets and usage."""
