@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import hqflow as hq
-from hqflow.jobs import usage
+from hqflow.jobs import accounting as usage
 from hqflow.backends import Backend, BackendError, Capabilities, CircuitBatch, FutureJob, Usage, register_backend
 from hqflow.backends.azure.cost import Cost
 from hqflow.backends.dryrun import DryRunBackend
@@ -15,7 +15,9 @@ from hqflow.backends.emulated import EmulatedQPU
 from hqflow.backends.reference import ReferenceBackend
 from hqflow.jobs.dispatch import Member, Pool
 from hqflow.ir import Circuit
-from hqflow.jobs.service import JobClient, JobService, Parent, RetriesExhausted, attempt_usage
+from hqflow.jobs.accounting import attempt_usage
+from hqflow.jobs.client import JobClient
+from hqflow.jobs.service import JobService, JobSettings, Parent, RetriesExhausted
 
 
 def _template():
@@ -34,7 +36,7 @@ def _batch(rows=64, shots=None):
 
 
 def _service(backend, capacity=4, **options) -> JobService:
-    return JobService({"qpu": Pool("qpu", [Member(backend, "qpu:test", 1, capacity)])}, **options)
+    return JobService({"qpu": Pool("qpu", [Member(backend, "qpu:test", 1, capacity)])}, JobSettings(**options))
 
 
 def _parent():

@@ -13,7 +13,7 @@ from hqflow.backends import (Backend, BackendError, Capabilities, CircuitBatch, 
                              get_backend)
 from hqflow.backends.base import BackendAccessError
 from hqflow.jobs.dispatch import Member, Pool
-from hqflow.jobs.service import JobService, Parent, RetriesExhausted
+from hqflow.jobs.service import JobService, JobSettings, Parent, RetriesExhausted
 from hqflow.ir import Circuit
 from hqflow.trace import load_spans, overlap_seconds, save_spans
 
@@ -284,7 +284,7 @@ class _QueuedBackend(Backend):  # a member handle: the job service asks it what 
 
 
 def _service(backend, **options) -> JobService:
-    return JobService({"qpu": Pool("qpu", [Member(backend, "qpu:queued", 1, 1)])}, **options)
+    return JobService({"qpu": Pool("qpu", [Member(backend, "qpu:queued", 1, 1)])}, JobSettings(**options))
 
 
 def test_a_queued_job_is_waited_for_and_timed_out_on_its_running_time():
@@ -399,8 +399,8 @@ def test_a_worker_call_leaves_no_thread_behind_and_returns_its_jobs_counts(monke
 
     handle = SyncExecutor().backend(_qpu("bad", fail_jobs=(0,)), 1)
     spec = {"run": "threads", "names": ("qpu",), "parent": Parent("actor", 0, Lane("cpu", slot=0), submitted=True),
-            "pools": {"qpu": [(handle, Lane("qpu", "bad"), 1, 2, None)]}, "max_retries": 3, "job_timeout": 3600.0,
-            "rows_per_job": None, "ledger": Ledger()}
+            "pools": {"qpu": [(handle, Lane("qpu", "bad"), 1, 2, None)]},
+            "settings": JobSettings(max_retries=3, job_timeout=3600.0), "ledger": Ledger()}
     fragment = _graph(actor).fragment("actor")
     monkeypatch.setattr(executors, "_node", lambda: "here")  # (Ray's node id, which would start Ray here)
     worker, before, failed = _Worker(), threading.active_count(), []
