@@ -4,10 +4,9 @@ The loop (``hqflow.engine.scheduler``) reads time and waits for its next event o
 :class:`SimClock` whatever would happen later (a call ending, a job leaving a device) is an action
 registered with ``at(when, action)``; ``wait`` runs the actions in time order, moving ``now`` to each,
 until one puts an event in the queue. Actions at the same instant run in the order they were registered,
-so a simulated run is the same every time. A component that acts at times of its own (the job service's
-timeouts) asks its clock for ``alarms(name)``: ``at(when, action)`` and ``close()``, on a thread of their own
-(``Alarms``) on the machine's clock, in ``wait`` on a simulated one. The loop, job service and pools are the real ones; only what
-takes time is stood in for (``hqflow.planning.costmodel``'s simulated executor and backends).
+so a simulated run is the same every time. The loop, job service and pools are the real ones; only what
+takes time is stood in for (``hqflow.planning.costmodel``'s simulated executor and backends). What acts at
+times of its own (the job service's timeouts) asks the clock for ``alarms(name)``: ``at`` and ``close``.
 """
 from __future__ import annotations
 
@@ -87,11 +86,10 @@ class SimClock:
         heapq.heappush(self._actions, (max(when, self._now), next(self._order), action))
 
     def alarms(self, name: str) -> SimClock:
-        """Actions at simulated times are this clock's own (``at``), run in ``wait``."""
-        return self
+        return self  # its own actions, run in ``wait``
 
     def close(self) -> None:
-        """Nothing to end: the actions run in ``wait``, on the caller's thread."""
+        """Nothing to end: alarms run in ``wait``, on the caller's thread."""
 
     def wait(self, events: queue.Queue):
         """The next event: the actions due first run until one of them puts an event in ``events``."""

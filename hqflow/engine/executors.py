@@ -193,12 +193,6 @@ def _remote_service(spec: dict, t0: float, record) -> JobService:
     return JobService(pools, spec["settings"], ledger=spec["ledger"], t0=t0, record=record, run_id=spec["run"])
 
 
-def _absorb(service: JobService, stats: dict, usage) -> None:
-    """A worker's job counts and usage join the driver's service's: what a run reports is all it did."""
-    with service._lock:
-        service.books.absorb(stats, usage)
-
-
 def _by_value(fragment: Fragment):
     """The function of a fragment defined in the driver's ``__main__`` (a script), which no worker
     can import: Ray sends it by value (cloudpickle pickles ``__main__`` functions whole). None otherwise."""
@@ -224,7 +218,7 @@ class _Worker:
         keep = {port: out.pop(port) for port in kept if port in out}
         moved = {"workers_to_driver": _size(out),
                  "taken": sum(_size(payload[port]) for (_, port), payload in zip(taken, payloads))}
-        jobs = service and (service.stats, service.usage)  # for the driver's figures (``_absorb``)
+        jobs = service and (service.stats, service.usage)  # for the driver's figures (``Books.absorb``)
         return (out, [s if s.node else dataclasses.replace(s, node=node) for s in spans], node, moved, jobs), keep
 
     def ready(self) -> bool:
@@ -602,8 +596,8 @@ class RayExecutor(Executor):
 
         def unpack(result):
             out, spans, node, moved, jobs = result
-            if jobs:
-                _absorb(client._service, *jobs)
+            if jobs:  # a worker's job counts and usage join the driver's service's: what a run reports is all it did
+                client._service.books.absorb(*jobs)
             self.traffic["workers_to_driver"] += moved["workers_to_driver"]
             self.traffic["worker_to_worker"] += moved["taken"]  # each call that takes a kept value
             out.update({port: RemoteValue(payload, port) for port in kept})

@@ -1,25 +1,14 @@
-"""Usage, counted in one place: what quantum jobs used on their services (a ``Usage``: service jobs, circuits,
-shots, list-price cost, failed service jobs), charged before a job is submitted, settled when it ends and
-withdrawn when it never runs. The job service, the ledger, the usage meter, a workload's record and the spans
-read what this module counts; nothing else adds usage up.
+"""Usage, counted in one place: what quantum jobs used on their services (a ``Usage``), charged before a job is
+submitted, settled when it ends, withdrawn when it never runs. The job service, the ledger, the meter, a
+workload's record and the spans read or call what is here; nothing else adds usage up.
 
-* **A job's usage** (``attempt_usage``, ``job_usage``): the ``Usage`` its result (or ``JobFailed``) reports
-  under ``metadata["usage"]``; else its backend's prediction (``usage(batch)``, priced at the job's cost
-  estimate) with each figure the metadata's older keys report in its place.
-* **Totals** (``plus``, ``Tally``): a report priced in another currency than the total's adds its counts, not
-  its cost (the ledger refuses a second currency before submission, so only a backend's own report can differ).
-* **The meter** (``meter()``): what a piece of work used, measured where its jobs are submitted::
-
-      with accounting.meter() as m:   # around a fragment's work (its threads inherit the meter: contextvars)
-          ...                         # jobs submitted here are recorded when they end
-      m.total                         # a ``Usage``
-
-  Jobs through the scheduler are recorded once, by the job service, when their request is settled; a
-  ``QuantumLayer`` on a backend object records its own (``record_job``). A thread started without the
-  caller's context records nothing.
-* **A job service's books** (``Books``): each attempt charged to the run's ledger (its estimated cost, and its
-  predicted shots under a shot budget) or refused past a budget, then settled at what it reports; the usage of
-  each request and of the run; the run's counts of jobs, retries, failures and timeouts (``stats``).
+* a job's usage: the ``Usage`` its result (or ``JobFailed``) reports under ``metadata["usage"]``, else its
+  backend's prediction with each figure the metadata's older keys report in its place (``attempt_usage``);
+* totals (``plus``): a report in another currency than the total's adds its counts, not its cost;
+* the meter: ``with accounting.meter() as m:`` records the jobs submitted in the block (and its threads that
+  inherit the context) as they end; ``m.total`` is a ``Usage``;
+* a job service's ``Books``: each attempt charged to the run's ledger (or refused past a budget) and settled at
+  what it reports, the usage of each request and of the run, and the run's counts (``stats``).
 """
 from __future__ import annotations
 
@@ -116,12 +105,9 @@ class Tally:
         self._lock = threading.Lock()
         self.total = total
 
-    def add(self, used: Usage | None) -> Usage:
-        """Add ``used`` (None: nothing); the new total."""
+    def add(self, used: Usage) -> None:
         with self._lock:
-            if used is not None:
-                self.total = plus(self.total, used)
-            return self.total
+            self.total = plus(self.total, used)
 
 
 _METER: contextvars.ContextVar[Tally | None] = contextvars.ContextVar("hqflow_usage_meter", default=None)
@@ -146,7 +132,7 @@ def current() -> Tally | None:
 def record(used: Usage | None, into: Tally | None = None) -> None:
     """Add ``used`` to ``into`` (default: the current meter); nothing without one."""
     m = into if into is not None else _METER.get()
-    if m is not None:
+    if m is not None and used is not None:
         m.add(used)
 
 
@@ -159,16 +145,13 @@ def record_job(backend: Backend, batch: CircuitBatch, meta: dict) -> None:
 
 
 class Books:
-    """A job service's accounts (see the module docstring). An attempt (the service's) carries ``handle`` (its
-    member's backend), ``batch``, ``job`` (None until submitted), and what was charged for it: ``estimate`` and
-    ``currency`` (its cost, counted as spend until it reports its own), ``shots`` (charged to the shot budget,
-    until it reports its own) and ``predicted`` (its backend's ``usage``, asked once)."""
+    """A job service's accounts over its attempts (``hqflow.jobs.attempts.Attempt``)."""
 
     def __init__(self, ledger):
         self.ledger = ledger
         self.usage = Usage()  # the run's: every request's, every attempt
         self.counts = dict.fromkeys(COUNTS, 0)
-        self._lock = threading.Lock()  # a request is handed on once
+        self.lock = threading.RLock()  # the service's too
 
     @property
     def stats(self) -> dict:
@@ -177,9 +160,10 @@ class Books:
 
     def absorb(self, stats: dict, usage: Usage) -> None:
         """Another service's ``stats`` and ``usage`` (a Ray worker's, for one call) join these."""
-        for k in COUNTS:
-            self.counts[k] = (max if k == "max_job_queue" else sum)((self.counts[k], stats[k]))
-        self.usage = plus(self.usage, usage)
+        with self.lock:
+            for k in COUNTS:
+                self.counts[k] = (max if k == "max_job_queue" else sum)((self.counts[k], stats[k]))
+            self.usage = plus(self.usage, usage)
 
     # -- charged before submission ---------------------------------------------------------------------------
     def charge(self, att, part: CircuitBatch) -> None:
@@ -240,8 +224,8 @@ class Books:
 
     # -- settled when it ends --------------------------------------------------------------------------------
     def spend(self, request, used: Usage) -> None:
-        """Add an ended attempt's usage to its request's (``request.usage``) and the run's (the caller holds the
-        service's lock)."""
+        """Add an ended attempt's usage to its request's (``request.usage``) and the run's (the caller holds
+        ``lock``)."""
         request.usage, self.usage = plus(request.usage, used), plus(self.usage, used)
 
     def settle(self, att, actual, used: Usage, meta: dict | None = None) -> None:
@@ -260,7 +244,7 @@ class Books:
     def hand_on(self, request, result=None, error: BaseException | None = None) -> None:
         """Hand the request's result or error on, once, with its usage (``metadata["usage"]``, ``error.usage``),
         recorded first into the meter bound where it was submitted (``request.meter``)."""
-        with self._lock:
+        with self.lock:
             if request.handed:
                 return
             request.handed = True

@@ -36,7 +36,7 @@ class Request:
     pool: Pool
     parts: list[CircuitBatch]
     parent: Parent
-    meter: Any = None  # the usage meter bound where it was submitted (``accounting.meter``)
+    meter: Any = None  # the usage meter of its client (``accounting.meter``), or None
 
     def __post_init__(self):
         n = self.left = len(self.parts)

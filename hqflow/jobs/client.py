@@ -11,6 +11,7 @@ from hqflow.backends import Backend, BackendError, Capabilities, CircuitBatch, F
 
 from ..common.outcome import OK, Outcome
 from ..trace import Span
+from . import accounting
 from .dispatch import Pool
 from .service import JobService, Parent
 
@@ -35,7 +36,7 @@ class JobClient:
         recorded into that meter before the future is done: the result's ``metadata["usage"]``, or a failed
         job's ``exception.usage``."""
         self._pool(name)
-        return self._service.submit(name, batch, self.parent)
+        return self._service.submit(name, batch, self.parent, accounting.current())
 
     def capabilities(self, name: str) -> Capabilities:
         return self._pool(name).capabilities

@@ -1,8 +1,7 @@
 """Every quantum job of a run goes through here: pools, retries, timeouts, budget and spans.
 
 ``JobService.submit(pool, batch, parent) -> Future[BatchResult]`` is the one path for circuit jobs, an
-``execute`` fragment's or one a classical fragment submits through its ``JobClient`` (``get_client()``,
-``hqflow.jobs.client``):
+``execute`` fragment's or one a classical fragment submits through its ``JobClient`` (``hqflow.jobs.client``):
 
 * the batch is split to the pool's smallest per-job limit (and ``rows_per_job``), and re-joined;
 * each part goes, in arrival order (a retried part first), to the member ``Pool.choose`` picks, with its
@@ -13,12 +12,9 @@
 * ``job_timeout`` counts from when the job leaves its service's queue (``Job.started()``), on the run's clock
   (``hqflow.common.clock``: the machine's, or the cost model's simulated one);
 * with a budget or a shot budget (the run's ``Ledger``), a part whose estimated cost or predicted shots would
-  take the spend past it fails with :class:`BudgetExceeded`, not retried; a part of no shots is never refused
-  (what is charged, and settled when the job reports its own: ``hqflow.jobs.accounting``);
-* every attempt's usage adds up per request and per run, counted by ``hqflow.jobs.accounting``: the result's
-  ``metadata["usage"]`` is the request's total over all its attempts (retries included); a request that fails
-  for good raises an exception whose attribute ``usage`` holds it; ``usage`` holds the run's total, and
-  ``stats`` its figures beside the counts of jobs, retries, failures and timeouts;
+  take the spend past it fails with :class:`BudgetExceeded`, not retried (a part of no shots is never refused);
+* what every attempt used adds up per request (the result's ``metadata["usage"]``, or a failed request's
+  ``exception.usage``) and per run (``usage``, ``stats``), counted by ``hqflow.jobs.accounting``;
 * every attempt is a ``Span`` on its device slot's lane;
 * closing the service cancels every job in flight and every failed attempt's job (which ends service
   jobs it left running for a retry to reuse).
@@ -40,14 +36,14 @@ from dataclasses import dataclass
 from hqflow.backends import BackendError, BatchResult, CircuitBatch, JobFailed, as_job
 
 from ..common.clock import REAL
-from ..common.outcome import CANCELLED, OK, Outcome
+from ..common.config import check_ints
+from ..common.outcome import CANCELLED, OK, TIMEOUT, Outcome
 from ..common.threads import DaemonPool
 from . import accounting
 from .accounting import BudgetExceeded, Books
 from .attempts import Attempt, Parent, Request
 from .dispatch import Member, Pool
 from .ledger import Ledger
-from .timeouts import Watchdog
 
 
 class RetriesExhausted(JobFailed):
@@ -67,10 +63,7 @@ class JobSettings:
     """circuits per quantum job at most (None: only a backend's own limit cuts a batch)"""
 
     def __post_init__(self):
-        for name, low in (("rows_per_job", 1), ("max_retries", 0)):
-            value = getattr(self, name)
-            if not (value is None and name == "rows_per_job") and (not isinstance(value, int) or value < low):
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        check_ints(self, max_retries=0, **({} if self.rows_per_job is None else {"rows_per_job": 1}))
         if self.job_timeout is not None and self.job_timeout <= 0:
             raise ValueError(f"job_timeout must be positive or None, got {self.job_timeout!r}")
 
@@ -93,13 +86,13 @@ class JobService:
         self.books = Books(ledger if ledger is not None else Ledger())
         self.ledger = self.books.ledger
         self.record = record if record is not None else (lambda span: None)
-        self._lock = threading.RLock()
+        self._lock = self.books.lock
         self._waiting: deque[tuple[Request, int]] = deque()
         self._live: dict[int, Attempt] = {}
         self._tokens = itertools.count()
         self._spent: list = []  # jobs of failed attempts: cancelled at close, for what they left running
         self._closed = False
-        self._watchdog = Watchdog(self)
+        self._watchdog = _Watchdog(self)
 
     usage = property(lambda self: self.books.usage, doc="what the run's jobs used, every attempt")
     stats = property(lambda self: self.books.stats, doc="the run's counts of jobs, retries, failures, timeouts and "
@@ -114,14 +107,15 @@ class JobService:
             raise BackendError(f"no backend pool named {name!r}; pools: {', '.join(sorted(self.pools)) or 'none'}")
         return self.pools[name]
 
-    def submit(self, pool: str, batch: CircuitBatch, parent: Parent) -> cf.Future:
-        """Run ``batch`` on pool ``pool``; the future holds its ``BatchResult`` (parts re-joined)."""
+    def submit(self, pool: str, batch: CircuitBatch, parent: Parent, meter=None) -> cf.Future:
+        """Run ``batch`` on pool ``pool``; the future holds its ``BatchResult`` (parts re-joined). ``meter``: the
+        usage meter (``accounting.meter()``) to record what it used into before the future is done."""
         p = self._pool(pool)
         if not p.any_fits(batch.template.n_qubits):
             raise BackendError(f"no backend in pool {pool!r} fits circuit {batch.template.name!r} "
                                f"({batch.template.n_qubits} qubits)")
         limit = min((x for x in (p.max_rows(), self.settings.rows_per_job) if x), default=None)
-        req = Request(p, batch.split(limit) if limit else [batch], parent, accounting.current())
+        req = Request(p, batch.split(limit) if limit else [batch], parent, meter)
         with self._lock:
             if self._closed:
                 raise BackendError("the run has ended; no more jobs are taken")
@@ -326,6 +320,49 @@ class JobService:
         self._cancelled([att for att in live if att.job is not None])  # those still being submitted: by _pump
         for req in [a.request for a in live] + [r for r, _ in waiting]:
             self.books.hand_on(req, error=BackendError("the run ended before this job finished"))
+
+
+class _Watchdog:
+    """A service's timeouts, on its run's clock (``clock.alarms``): an attempt still in its service's queue is
+    asked again a tick later (``job_timeout / 20``, within 0.05 s and 1 s); one out of it is cancelled and retried
+    ``job_timeout`` after it was first seen out."""
+
+    def __init__(self, service):
+        self.service, self.alarms = service, service.clock.alarms("hqflow-job-timeouts")  # (no thread until used)
+
+    def arm(self, when: float, token: int) -> None:
+        """Look at the attempt ``token`` again at ``when`` (the caller holds the service's lock)."""
+        self.alarms.at(when, lambda: self._look(token))
+
+    def close(self) -> None:
+        self.alarms.close()
+
+    def _look(self, token: int) -> None:
+        s = self.service
+        timeout, now = s.settings.job_timeout, s.clock.now()
+        with s._lock:
+            att = s._live.get(token)
+        if att is None or att.job is None:
+            return
+        if att.running is None:
+            try:
+                started = bool(att.job.started())
+            except Exception:  # noqa: BLE001 - a job that cannot say is timed from now
+                started = True
+            tick = min(max(timeout / 20, 0.05), 1.0)
+            with s._lock:
+                if token in s._live and started:  # first seen out of the queue: from submission when at once
+                    att.running = att.start if now - att.start < tick else now
+                    self.arm(att.running + timeout, token)
+                elif token in s._live:
+                    self.arm(now + tick, token)
+            return
+        with s._lock:
+            if token not in s._live:
+                return
+            s.books.counts["timeouts"] += 1
+        s._failed(token, TIMEOUT)  # first: its cancellation's callback then finds nothing
+        att.job.cancel()  # and ends what it has on its service
 
 
 _DEFERRED: list[DaemonPool] = []

@@ -5,6 +5,7 @@ import concurrent.futures as cf
 import dataclasses
 import pickle
 import queue
+import threading
 
 import numpy as np
 import pytest
@@ -190,3 +191,20 @@ def test_job_settings_are_checked_where_they_are_declared(bad, message):
         JobSettings(**bad)
     with pytest.raises(ValueError, match=message):
         hq.SchedulerConfig(**bad)
+
+
+def test_alarms_on_the_machines_clock_run_in_time_order_on_one_thread_that_close_ends():
+    from hqflow.common.clock import REAL
+
+    alarms, seen, second = REAL.alarms("test-alarms"), [], threading.Event()
+    now = REAL.now()
+    alarms.at(now + 3600.0, lambda: seen.append("an hour later"))  # never: closed before
+    alarms.at(now, lambda: (seen.append("second"), second.set()))
+    alarms.at(now - 1.0, lambda: seen.append("first"))  # already due: first
+    assert second.wait(60) and seen == ["first", "second"]
+    thread = alarms._thread
+    alarms.close()
+    thread.join(60)
+    assert not thread.is_alive() and seen == ["first", "second"]
+    alarms.at(now, lambda: seen.append("after close"))  # dropped
+    assert seen == ["first", "second"] and alarms._thread is thread
