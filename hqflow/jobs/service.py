@@ -28,7 +28,7 @@ import concurrent.futures as cf
 import contextlib
 import dataclasses
 import itertools
-import threading
+import math
 import uuid
 from collections import deque
 from dataclasses import dataclass
@@ -38,7 +38,6 @@ from hqflow.backends import BackendError, BatchResult, CircuitBatch, JobFailed, 
 from ..common.clock import REAL
 from ..common.config import check_ints
 from ..common.outcome import CANCELLED, OK, TIMEOUT, Outcome
-from ..common.threads import DaemonPool
 from . import accounting
 from .accounting import BudgetExceeded, Books
 from .attempts import Attempt, Parent, Request
@@ -92,6 +91,7 @@ class JobService:
         self._tokens = itertools.count()
         self._spent: list = []  # jobs of failed attempts: cancelled at close, for what they left running
         self._closed = False
+        self._alarms = clock.alarms("hqflow-jobs")  # timeouts (``_Watchdog``), Ray's completions (no thread till used)
         self._watchdog = _Watchdog(self)
 
     usage = property(lambda self: self.books.usage, doc="what the run's jobs used, every attempt")
@@ -170,9 +170,9 @@ class JobService:
             if gone:  # closed or withdrawn while it was submitted: it reached the backend, so cancel and count it
                 self._cancelled([att])
                 continue
-            blocking = self.ledger.blocking  # Ray: never block Ray's callback thread
-            job.add_done_callback(lambda _, token=token: (_deferred().submit(self._done, token) if blocking
-                                                          else self._done(token)))
+            blocking = self.ledger.blocking  # Ray: never block Ray's callback thread; the service's alarms' takes it
+            job.add_done_callback(lambda _, token=token: (self._alarms.at(-math.inf, lambda: self._done(token))
+                                                          if blocking else self._done(token)))
 
     def _refuse(self, token: int, exc: BudgetExceeded) -> None:
         with self._lock:
@@ -186,66 +186,58 @@ class JobService:
     def _done(self, token: int) -> None:
         with self._lock:
             att = self._live.get(token)
-            if att is None or att.job is None:  # given up on (timed out): its late result is dropped
-                return
+        if att is None or att.job is None:  # given up on (timed out): its late result is dropped
+            return
         try:
             result: BatchResult = att.job.result(timeout=0)
         except Exception as exc:
             self._failed(token, Outcome.error(exc), exc)
             return
-        used = self.books.used(att, result.metadata)
-        finish = None
-        with self._lock:
-            if self._live.pop(token, None) is None:
-                return
-            req = att.request
-            self.books.spend(req, used)
-            self.record(att.span(OK, self.t0, self.clock.now(), result.metadata))
-            req.pool.finish(att.member, att.slot, True, att.batch.size)
-            req.results[att.part] = result
-            req.left -= 1
-            if req.left == 0:
-                finish = req.results[0] if len(req.results) == 1 else BatchResult.concat(req.results)
-        self.books.settle(att, result.metadata.get("cost"), used, result.metadata)  # the attempt is this thread's now
-        if finish is not None:
-            self.books.hand_on(req, finish)
-        self._pump()
+        self._end(token, att, OK, result.metadata, result)
 
     def _failed(self, token: int, outcome: Outcome, error: BaseException | None = None) -> None:
-        """An attempt failed (``error``, or timed out): retry it, or fail its request when it ran out of
-        retries or its error is not worth another try (``BackendError.retryable``)."""
         meta = error.metadata if isinstance(error, JobFailed) else None
-        meta = meta if isinstance(meta, dict) else {}
         with self._lock:
             att = self._live.get(token)
-        if att is None:
-            return
-        used = self.books.used(att, meta, failed=True)  # outside the lock: a Ray backend is asked remotely
-        give_up = None
+        if att is not None:
+            self._end(token, att, outcome, meta if isinstance(meta, dict) else {}, error=error)
+
+    def _end(self, token: int, att: Attempt, outcome: Outcome, meta: dict, result=None, error=None) -> None:
+        """An attempt ended with ``result``, or failed (``error``, or timed out): it is retried, or its request
+        fails when it ran out of retries or its error is not worth another try (``BackendError.retryable``)."""
+        ok = result is not None
+        used = self.books.used(att, meta, failed=not ok)  # outside the lock: a Ray backend is asked remotely
+        finish = give_up = None
         with self._lock:
             if self._live.pop(token, None) is None:
                 return
             req, j = att.request, att.part
             self.books.spend(req, used)
-            self.record(att.span(outcome, self.t0, self.clock.now(), {"service_jobs": meta.get("service_jobs")}))
-            req.pool.finish(att.member, att.slot, False, att.batch.size)
-            self.books.counts["failed_jobs"] += 1
-            if att.job is not None and error is not None:  # (a timed-out one is cancelled by the watchdog)
-                self._spent.append(att.job)
-            req.attempts[j] += 1
-            req.avoid[j].add(att.member)
-            if isinstance(error, BackendError) and not error.retryable:
-                give_up = error
-            elif req.attempts[j] - req.withdrawn[j] > self.settings.max_retries:
-                give_up = RetriesExhausted(f"quantum job failed {req.attempts[j]} times on pool {req.pool.name!r}; "
-                                           f"last: {outcome}")
+            self.record(att.span(outcome, self.t0, self.clock.now(), meta if ok else {"service_jobs": meta.get("service_jobs")}))
+            req.pool.finish(att.member, att.slot, ok, att.batch.size)
+            if ok:
+                req.results[j], req.left = result, req.left - 1
+                if req.left == 0:
+                    finish = req.results[0] if len(req.results) == 1 else BatchResult.concat(req.results)
             else:
-                self.books.counts["retries"] += 1
-                self._waiting.appendleft((req, j))
-        # its cost as the job reports it; one that never reached the service (refused at submission) cost nothing
-        self.books.settle(att, meta.get("cost") if att.job is not None or accounting.reports(meta) else 0.0, used, meta)
-        if give_up is not None:
-            self.books.hand_on(req, error=give_up)
+                self.books.counts["failed_jobs"] += 1
+                if att.job is not None and error is not None:  # (a timed-out one is cancelled by the watchdog)
+                    self._spent.append(att.job)
+                req.attempts[j] += 1
+                req.avoid[j].add(att.member)
+                if isinstance(error, BackendError) and not error.retryable:
+                    give_up = error
+                elif req.attempts[j] - req.withdrawn[j] > self.settings.max_retries:
+                    give_up = RetriesExhausted(f"quantum job failed {req.attempts[j]} times on pool "
+                                               f"{req.pool.name!r}; last: {outcome}")
+                else:
+                    self.books.counts["retries"] += 1
+                    self._waiting.appendleft((req, j))
+        # its cost as its job reports it; a failed one that never reached the service (refused at submission): none
+        self.books.settle(att, meta.get("cost") if ok or att.job is not None or accounting.reports(meta) else 0.0,
+                          used, meta)  # (the attempt is this thread's now)
+        if finish is not None or give_up is not None:
+            self.books.hand_on(req, finish, give_up)
         self._pump()
 
     # -- elastic pools ------------------------------------------------------------------
@@ -313,7 +305,7 @@ class JobService:
             live, self._live = list(self._live.values()), {}
             waiting, self._waiting = list(self._waiting), deque()
             spent, self._spent = self._spent, []
-            self._watchdog.close()
+            self._alarms.close()
         for job in spent:
             with contextlib.suppress(Exception):  # best effort: the run is over either way
                 job.cancel()
@@ -328,14 +320,11 @@ class _Watchdog:
     ``job_timeout`` after it was first seen out."""
 
     def __init__(self, service):
-        self.service, self.alarms = service, service.clock.alarms("hqflow-job-timeouts")  # (no thread until used)
+        self.service = service
 
     def arm(self, when: float, token: int) -> None:
         """Look at the attempt ``token`` again at ``when`` (the caller holds the service's lock)."""
-        self.alarms.at(when, lambda: self._look(token))
-
-    def close(self) -> None:
-        self.alarms.close()
+        self.service._alarms.at(when, lambda: self._look(token))
 
     def _look(self, token: int) -> None:
         s = self.service
@@ -363,16 +352,3 @@ class _Watchdog:
             s.books.counts["timeouts"] += 1
         s._failed(token, TIMEOUT)  # first: its cancellation's callback then finds nothing
         att.job.cancel()  # and ends what it has on its service
-
-
-_DEFERRED: list[DaemonPool] = []
-_DEFERRED_LOCK = threading.Lock()
-
-
-def _deferred() -> DaemonPool:
-    """One thread per process for job completions whose handling makes blocking Ray calls: a Ray future's
-    callback runs on the thread that delivers Ray's replies, and a ``ray.get`` there would wait on itself."""
-    with _DEFERRED_LOCK:
-        if not _DEFERRED:
-            _DEFERRED.append(DaemonPool(1, "hqflow-job-done"))
-        return _DEFERRED[0]

@@ -9,9 +9,8 @@ jobs); a quantum job waits out its member's queue, then holds a device for ``per
 ``REPLAYS`` runs with seeded failures are averaged. So a rule changed in the scheduler changes the
 prediction with it. What the jobs use on their services is counted by the simulated job service from each
 job's ``usage``: its rows as circuits, its shots (a fragment's own jobs: the profile's shots per circuit),
-and its service jobs as the profile fitted them (else one a job). A ``job_timeout`` times jobs out on the simulated
-clock as on the real one (cancelled and retried, the config's ``max_retries`` times: a run that would run out of
-them is a ``ValueError``); without one, retries never run out. Not modelled: budgets (``spend`` is predicted).
+and its service jobs as the profile fitted them (else one a job). ``job_timeout`` times jobs out as in a run (one
+that runs out of retries raises ``RunFailed``); without it retries never run out. Budgets: ``spend`` is predicted.
 """
 from __future__ import annotations
 
@@ -30,7 +29,7 @@ from hqflow.ir.graph import CircuitCall, Graph
 
 from ..common.clock import SimClock
 from ..engine.executors import SyncExecutor
-from ..engine.result import RunFailed, RunResult
+from ..engine.result import RunResult
 from ..common.lanes import Lane
 from ..engine.ports import PortRef
 from .profile import BackendProfile, Profile
@@ -310,10 +309,7 @@ def _simulate(graph: Graph, steps: int, profile: Profile, config: SchedulerConfi
     executor = _SimExecutor(profile, clock, host, n_rows, nested)
     stream = ({p.name: None for p in graph.inputs} for _ in range(steps))  # the values matter to no one
     unset = {PortRef(*e.src): 0.0 for e in graph.edges if e.loop and e.init is None}  # given at run time
-    try:
-        result = Scheduler(graph, pools, cfg, executor=executor, clock=clock).run(stream, initial_state=unset)
-    except RunFailed as exc:
-        raise ValueError(f"the run is predicted to fail: {exc}") from None
+    result = Scheduler(graph, pools, cfg, executor=executor, clock=clock).run(stream, initial_state=unset)
     makespan = result.seconds
     slots = {"cpu": config.cpu_workers, "gpu": config.gpu_workers}
     used = {"cpu": 0.0, "gpu": 0.0}

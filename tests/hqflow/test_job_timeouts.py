@@ -138,7 +138,7 @@ def test_the_cost_model_times_jobs_out_as_a_run_would():
     assert predict(graph, 1, prof, timed, rows=2).makespan == pytest.approx(plain.makespan + 0.05)
     run = simulate(graph, 1, prof, timed, rows=2)
     assert run.extra["timeouts"] == 1 and [str(s.outcome) for s in run.spans if s.kind == "execute"].count("timeout") == 1
-    with pytest.raises(ValueError, match="predicted to fail.*timeout"):  # every attempt takes longer than that
+    with pytest.raises(hq.RunFailed, match="failed 3 times.*timeout"):  # every attempt takes longer than that
         predict(graph, 1, prof, dataclasses.replace(cut, job_timeout=0.03, max_retries=2), rows=2)
 
 
