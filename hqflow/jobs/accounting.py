@@ -145,7 +145,7 @@ def record_job(backend: Backend, batch: CircuitBatch, meta: dict) -> None:
 
 
 class Books:
-    """A job service's accounts over its attempts (``hqflow.jobs.attempts.Attempt``)."""
+    """A job service's accounts over its attempts (``hqflow.jobs.dispatch.Attempt``)."""
 
     def __init__(self, ledger):
         self.ledger = ledger

@@ -12,8 +12,8 @@ from hqflow.backends import Backend, BackendError, Capabilities, CircuitBatch, F
 from ..common.outcome import OK, Outcome
 from ..trace import Span
 from . import accounting
-from .dispatch import Pool
-from .service import JobService, Parent
+from .dispatch import Parent, Pool
+from .service import JobService
 
 
 class JobClient:

@@ -40,8 +40,7 @@ from ..common.config import check_ints
 from ..common.outcome import CANCELLED, OK, TIMEOUT, Outcome
 from . import accounting
 from .accounting import BudgetExceeded, Books
-from .attempts import Attempt, Parent, Request
-from .dispatch import Member, Pool
+from .dispatch import Attempt, Member, Parent, Pool, Request
 from .ledger import Ledger
 
 
