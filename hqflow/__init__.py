@@ -20,8 +20,8 @@ __version__ = "0.1.0"
 # ``import hqflow.backends`` loads neither the scheduler nor the planner.
 _EXPORTS = {
     "FragmentError": "engine.fragments", "RunFailed": "engine.result", "RunResult": "engine.result",
-    "BudgetExceeded": "jobs.service", "JobClient": "jobs.service", "RetriesExhausted": "jobs.service",
-    "get_client": "jobs.service",
+    "BudgetExceeded": "jobs.service", "JobClient": "jobs.client", "RetriesExhausted": "jobs.service",
+    "get_client": "jobs.client",
     "Pipeline": "pipeline",
     "Plan": "planning.planner", "plan": "planning.planner",
     "RunHandle": "engine.elastic", "Scheduler": "engine.scheduler", "SchedulerConfig": "engine.scheduler_config",

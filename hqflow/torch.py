@@ -51,15 +51,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from hqflow.backends import CircuitBatch, Usage, as_backend, get_backend, is_backend
+from hqflow.backends import CircuitBatch, as_backend, get_backend, is_backend
 from hqflow.ir import CircuitTemplate
 from hqflow.ir.circuit import MAX_SHOTS
 from hqflow.ir.text import shown
 
-from .jobs import usage
+from .jobs import accounting
 from .engine.collective import Compression, reduce, replica
 from .gradients import METHODS, Spsa, param_shift, spsa
-from .jobs.service import pool_backend
+from .jobs.client import pool_backend
 
 
 
@@ -241,14 +241,13 @@ def _resolve(backend):
 
 
 def _submit(layer: QuantumLayer, batch: CircuitBatch):
-    """Run ``batch`` on the layer's job backend; a job that does not go through a pool (whose job client
+    """Run ``batch`` on the layer's job backend; a job that does not go through a pool (whose job service
     records it) is recorded on the current usage meter."""
     pool = pool_backend(layer.backend)
     backend = pool if pool is not None else layer.job_backend()
     result = backend.submit(batch).result()
-    if pool is None and usage.current() is not None:
-        used = result.metadata.get("usage")
-        usage.record(used if isinstance(used, Usage) else as_backend(backend).usage(batch))
+    if pool is None:
+        accounting.record_job(as_backend(backend), batch, result.metadata)
     return result
 
 

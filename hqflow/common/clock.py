@@ -5,13 +5,15 @@ The loop (``hqflow.engine.scheduler``) reads time and waits for its next event o
 registered with ``at(when, action)``; ``wait`` runs the actions in time order, moving ``now`` to each,
 until one puts an event in the queue. Actions at the same instant run in the order they were registered,
 so a simulated run is the same every time. The loop, job service and pools are the real ones; only what
-takes time is stood in for (``hqflow.planning.costmodel``'s simulated executor and backends).
+takes time is stood in for (``hqflow.planning.costmodel``'s simulated executor and backends). What acts at
+times of its own (the job service's timeouts) asks the clock for ``alarms(name)``: ``at`` and ``close``.
 """
 from __future__ import annotations
 
 import heapq
 import itertools
 import queue
+import threading
 import time
 from collections.abc import Callable
 
@@ -24,6 +26,45 @@ class RealClock:
 
     def wait(self, events: queue.Queue):
         return events.get()
+
+    def alarms(self, name: str) -> Alarms:
+        return Alarms(name)
+
+
+class Alarms:
+    """Actions at times of the machine's clock, run in time order on one daemon thread (``name``) that the first
+    ``at`` starts and ``close`` ends (dropping the actions not yet due)."""
+
+    def __init__(self, name: str):
+        self.name, self._due, self._order = name, [], itertools.count()
+        self._wake = threading.Condition()
+        self._closed, self._thread = False, None
+
+    def at(self, when: float, action: Callable[[], None]) -> None:
+        with self._wake:
+            if self._closed:
+                return
+            heapq.heappush(self._due, (when, next(self._order), action))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+            self._wake.notify()
+
+    def close(self) -> None:
+        with self._wake:
+            self._closed = True
+            self._due.clear()
+            self._wake.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._closed and (not self._due or self._due[0][0] > time.perf_counter()):
+                    self._wake.wait(self._due[0][0] - time.perf_counter() if self._due else None)
+                if self._closed:
+                    return
+                action = heapq.heappop(self._due)[2]
+            action()
 
 
 REAL = RealClock()
@@ -43,6 +84,12 @@ class SimClock:
     def at(self, when: float, action: Callable[[], None]) -> None:
         """Run ``action()`` when the clock reaches ``when`` (at once, in turn, if that is not later than now)."""
         heapq.heappush(self._actions, (max(when, self._now), next(self._order), action))
+
+    def alarms(self, name: str) -> SimClock:
+        return self  # its own actions, run in ``wait``
+
+    def close(self) -> None:
+        """Nothing to end: alarms run in ``wait``, on the caller's thread."""
 
     def wait(self, events: queue.Queue):
         """The next event: the actions due first run until one of them puts an event in ``events``."""

@@ -30,8 +30,10 @@ from hqflow.ir.text import one_line
 from .collective import RayRendezvous, Rendezvous, Replica, as_replica
 from ..jobs.dispatch import Member, Pool
 from .fragments import call_fragment, execute_batch, execute_outputs
-from ..jobs.service import JobClient, JobService, job_usage
-from ..jobs.ledger import Ledger, RemoteLedger, plus
+from ..jobs.accounting import job_usage
+from ..jobs.client import JobClient
+from ..jobs.service import JobService
+from ..jobs.ledger import Ledger, RemoteLedger
 from .placement import Placement
 from ..common.threads import DaemonPool
 
@@ -188,15 +190,7 @@ def _remote_service(spec: dict, t0: float, record) -> JobService:
             _REMOTE_POOLS[key] = Pool(name, [Member(handle, lane, devices, capacity, node=node)
                                              for handle, lane, devices, capacity, node in members])
         pools[name] = _REMOTE_POOLS[key]
-    return JobService(pools, max_retries=spec["max_retries"], job_timeout=spec["job_timeout"], ledger=spec["ledger"],
-                      rows_per_job=spec.get("rows_per_job"), t0=t0, record=record, run_id=spec["run"])
-
-
-def _absorb(service: JobService, stats: dict, usage) -> None:
-    """A worker's job counts and usage join the driver's service's: what a run reports is all it did."""
-    with service._lock:
-        service.stats.update({k: (max if k == "max_job_queue" else sum)((service.stats[k], v)) for k, v in stats.items()})
-        service.usage = plus(service.usage, usage)
+    return JobService(pools, spec["settings"], ledger=spec["ledger"], t0=t0, record=record, run_id=spec["run"])
 
 
 def _by_value(fragment: Fragment):
@@ -224,7 +218,7 @@ class _Worker:
         keep = {port: out.pop(port) for port in kept if port in out}
         moved = {"workers_to_driver": _size(out),
                  "taken": sum(_size(payload[port]) for (_, port), payload in zip(taken, payloads))}
-        jobs = service and (service.stats, service.usage)  # for the driver's figures (``_absorb``)
+        jobs = service and (service.stats, service.usage)  # for the driver's figures (``Books.absorb``)
         return (out, [s if s.node else dataclasses.replace(s, node=node) for s in spans], node, moved, jobs), keep
 
     def ready(self) -> bool:
@@ -602,8 +596,8 @@ class RayExecutor(Executor):
 
         def unpack(result):
             out, spans, node, moved, jobs = result
-            if jobs:
-                _absorb(client._service, *jobs)
+            if jobs:  # a worker's job counts and usage join the driver's service's: what a run reports is all it did
+                client._service.books.absorb(*jobs)
             self.traffic["workers_to_driver"] += moved["workers_to_driver"]
             self.traffic["worker_to_worker"] += moved["taken"]  # each call that takes a kept value
             out.update({port: RemoteValue(payload, port) for port in kept})
@@ -624,8 +618,7 @@ class RayExecutor(Executor):
         pools = {name: [(m.handle, m.lane, m.devices, m.capacity, m.node) for m in service.pools[name].members]
                  for name in client.names}
         return {"run": service.run_id, "names": client.names, "parent": client.parent, "pools": pools,
-                "max_retries": service.max_retries, "job_timeout": service.job_timeout,
-                "rows_per_job": service.rows_per_job, "ledger": service.ledger}
+                "settings": service.settings, "ledger": service.ledger}  # the settings as they are, pickled
 
     def backend(self, spec: Any, default_in_flight: int) -> _RayHandle:
         node = None

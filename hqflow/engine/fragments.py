@@ -18,7 +18,7 @@ from hqflow.ir.graph import Fragment, resolve_fn
 from hqflow.ir.text import one_line
 
 from ..gradients import param_shift, spsa
-from ..jobs.service import JobClient, bound_client
+from ..jobs.client import JobClient, bound_client
 
 
 class FragmentError(RuntimeError):

@@ -25,7 +25,8 @@ from .events import CallDone, Event, TaskDone, Wake
 from .executors import make_executor
 from .fragments import FragmentError, step_seed
 from .result import RunFailed, RunResult
-from ..jobs.service import JobClient, JobService, Parent
+from ..jobs.client import JobClient
+from ..jobs.service import JobService, Parent
 from ..common.lanes import Lane
 from ..common.outcome import OK, Outcome
 from .ports import PortRef
@@ -125,11 +126,10 @@ class Scheduler:
         self.busy = {"cpu": set(), "gpu": set()}  # taken worker slots
         self.spans: list[Span] = []
         c = self.config
-        self.service = JobService(self.pools, max_retries=c.max_retries, job_timeout=c.job_timeout,
-                                  rows_per_job=c.rows_per_job, t0=self.t0, record=self.spans.append,
+        self.service = JobService(self.pools, c.jobs, clock=self.clock, t0=self.t0, record=self.spans.append,
                                   run_id=c.run_id or self.checkpoints.run_id,
                                   ledger=self.executor.ledger(c.budget, c.shot_budget, c.ledger or (
-                                      c.run_dir and f"{c.run_dir}/ledger.jsonl")), now=self.clock.now)
+                                      c.run_dir and f"{c.run_dir}/ledger.jsonl")))
         self.stats = RunStats(self.config.executor.value)
         self.values = Values(self.graph, initial_state, start)
         self.window = Window(self.config, self.pools)

@@ -9,6 +9,7 @@ from .collective import Compression
 from ..common.config import as_type, check_ints
 from .executors import ExecutorKind
 from ..jobs.ledger import check_budgets
+from ..jobs.service import JobSettings
 from .placement import Placement
 
 
@@ -89,19 +90,16 @@ class SchedulerConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "executor", ExecutorKind.of(self.executor))  # a name, from users and JSON
-        lows = dict(cpu_workers=1, gpu_workers=1, max_in_flight=1, window=1, learners=1, rows_per_job=1, prefetch=0,
-                    max_retries=0)
+        lows = dict(cpu_workers=1, gpu_workers=1, max_in_flight=1, window=1, learners=1, prefetch=0)
         for name, low in lows.items():
             value = getattr(self, name)
-            if not (value is None and name in ("window", "rows_per_job")) and (not isinstance(value, int) or value < low):
+            if not (value is None and name == "window") and (not isinstance(value, int) or value < low):
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         as_type(self, "compression", Compression)
         if self.learners > self.gpu_workers:
             raise ValueError(f"learners={self.learners} needs as many learner slots, but gpu_workers={self.gpu_workers}")
         if self.learners > 1 and self.executor.one_at_a_time:
             raise ValueError("learners > 1 runs replicas at once: use the local or ray executor, not sync")
-        if self.job_timeout is not None and self.job_timeout <= 0:
-            raise ValueError(f"job_timeout must be positive or None, got {self.job_timeout!r}")
         as_type(self, "placement", Placement)
         if self.ray_address is not None and (not isinstance(self.ray_address, str) or not self.ray_address):
             raise ValueError(f"ray_address must be a non-empty string or None, got {self.ray_address!r}")
@@ -111,6 +109,12 @@ class SchedulerConfig:
         if self.resume and self.run_dir is None:
             raise ValueError("resume=True needs the run_dir of the run to continue")
         check_budgets(self.budget, self.shot_budget)
+        JobSettings.of(self)  # (checked there)
+
+    @property
+    def jobs(self) -> JobSettings:
+        """The job service's settings (``hqflow.jobs.service.JobSettings``): its fields of the same names."""
+        return JobSettings.of(self)
 
 
 def configure(config: SchedulerConfig | None, options: dict) -> SchedulerConfig:

@@ -14,19 +14,12 @@ actor that every job service, the driver's and the workers', charges through ``R
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import threading
 
-from hqflow.backends import BackendError, Usage
+from hqflow.backends import Usage
 
-
-class BudgetExceeded(BackendError):
-    """A job would have taken the run's spend past its budget; it was not submitted."""
-
-
-class ShotBudgetExceeded(BudgetExceeded):
-    """A job would have taken the run's shots past its shot budget; it was not submitted."""
+from .accounting import BudgetExceeded, ShotBudgetExceeded, plus  # noqa: F401 - the budgets' errors, here too
 
 
 def check_budgets(budget, shot_budget=None) -> None:
@@ -129,15 +122,6 @@ class Ledger:
             if self._file is not None:
                 self._file.close()
                 self._file = None
-
-
-def plus(total: Usage, used: Usage) -> Usage:
-    """``total + used``; a report priced in another currency than the total's adds its counts, not its cost
-    (the ledger refuses a second currency before submission, so only a backend's own report can differ)."""
-    try:
-        return total + used
-    except BackendError:
-        return total + dataclasses.replace(used, cost=0.0, currency=None)
 
 
 def money(amount: float, currency: str | None) -> str:

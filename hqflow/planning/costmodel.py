@@ -9,8 +9,8 @@ jobs); a quantum job waits out its member's queue, then holds a device for ``per
 ``REPLAYS`` runs with seeded failures are averaged. So a rule changed in the scheduler changes the
 prediction with it. What the jobs use on their services is counted by the simulated job service from each
 job's ``usage``: its rows as circuits, its shots (a fragment's own jobs: the profile's shots per circuit),
-and its service jobs as the profile fitted them (else one a job). Not modelled: ``job_timeout``, budgets
-(``spend`` is predicted instead) and running out of retries.
+and its service jobs as the profile fitted them (else one a job). ``job_timeout`` times jobs out as in a run (one
+that runs out of retries raises ``RunFailed``); without it retries never run out. Budgets: ``spend`` is predicted.
 """
 from __future__ import annotations
 
@@ -304,8 +304,8 @@ def _simulate(graph: Graph, steps: int, profile: Profile, config: SchedulerConfi
     idle = BackendProfile(Lane("qpu", "unused"), Lane("qpu", "unused"), 0.0, 0.0, 0.0, 0.0, 0.0)
     pools = {name: members.get(name) or [_SimBackend(idle, clock, host, 0.0, None)]  # pools the profile saw no job of
              for f in graph.fragments for name in ((f.backend,) if isinstance(f, CircuitCall) else f.job_backends)}
-    cfg = replace(config, job_timeout=None, max_retries=1 << 30, budget=None, shot_budget=None, ledger=None, run_dir=None,
-                  resume=False)
+    retries = config.max_retries if config.job_timeout else 1 << 30
+    cfg = replace(config, max_retries=retries, budget=None, shot_budget=None, ledger=None, run_dir=None, resume=False)
     executor = _SimExecutor(profile, clock, host, n_rows, nested)
     stream = ({p.name: None for p in graph.inputs} for _ in range(steps))  # the values matter to no one
     unset = {PortRef(*e.src): 0.0 for e in graph.edges if e.loop and e.init is None}  # given at run time

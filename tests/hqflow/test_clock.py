@@ -4,7 +4,7 @@ import queue
 import pytest
 
 import hqflow as hq
-from hqflow.plan import costmodel
+from hqflow.planning import costmodel
 from hqflow.common.clock import REAL, SimClock
 from hqflow.common.lanes import Lane
 from hqflow.planning.profile import BackendProfile, FragmentProfile, Profile

@@ -1,13 +1,15 @@
 """What jobs use on their service, counted by the job service: per attempt (the job's report, else its
 backend's prediction), per request (``metadata["usage"]``, or a failed request's ``exception.usage``), per
 run (``stats``), and by a fragment's ``JobClient`` into its usage meter; pools' service limits; the dry run's."""
+import ast
 import concurrent.futures as cf
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import hqflow as hq
-from hqflow.jobs import usage
+from hqflow.jobs import accounting as usage
 from hqflow.backends import Backend, BackendError, Capabilities, CircuitBatch, FutureJob, Usage, register_backend
 from hqflow.backends.azure.cost import Cost
 from hqflow.backends.dryrun import DryRunBackend
@@ -15,7 +17,9 @@ from hqflow.backends.emulated import EmulatedQPU
 from hqflow.backends.reference import ReferenceBackend
 from hqflow.jobs.dispatch import Member, Pool
 from hqflow.ir import Circuit
-from hqflow.jobs.service import JobClient, JobService, Parent, RetriesExhausted, attempt_usage
+from hqflow.jobs.accounting import attempt_usage
+from hqflow.jobs.client import JobClient
+from hqflow.jobs.service import JobService, JobSettings, Parent, RetriesExhausted
 
 
 def _template():
@@ -34,7 +38,7 @@ def _batch(rows=64, shots=None):
 
 
 def _service(backend, capacity=4, **options) -> JobService:
-    return JobService({"qpu": Pool("qpu", [Member(backend, "qpu:test", 1, capacity)])}, **options)
+    return JobService({"qpu": Pool("qpu", [Member(backend, "qpu:test", 1, capacity)])}, JobSettings(**options))
 
 
 def _parent():
@@ -281,3 +285,57 @@ def test_the_dry_run_forwards_its_targets_service_limits_and_usage():
     assert dry.usage(_batch(3)) == Usage(3, 3, 1_500)  # the target's default shots
     assert dry.usage(_batch(3, shots=20)) == Usage(3, 3, 60)
     dry.close()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+_USAGES = {"usage", "used", "paid"}  # names that hold a ``Usage`` in the core and the workloads
+_FIGURES = {"service_jobs", "circuits", "failed_service_jobs"}  # its figures with names no other quantity has
+
+
+def _usage_like(node) -> bool:
+    """A ``Usage`` or one of its figures: ``Usage(...)``/``Usage.of(...)``, ``getattr`` of one, or a name, attribute,
+    ``["key"]`` or ``.get("key")`` called one of ``_USAGES`` or ``_FIGURES``."""
+    if isinstance(node, ast.Call):
+        f = node.func
+        if (isinstance(f, ast.Name) and f.id == "Usage") or (isinstance(f, ast.Attribute) and f.attr == "of"
+                                                              and getattr(f.value, "id", None) == "Usage"):
+            return True
+        if isinstance(f, ast.Name) and f.id == "getattr" and node.args:
+            return _usage_like(node.args[0])
+        key = node.args[0] if isinstance(f, ast.Attribute) and f.attr == "get" and node.args else None
+    else:
+        key = node.slice if isinstance(node, ast.Subscript) else None
+    name = getattr(node, "id", None) or getattr(node, "attr", None) or getattr(key, "value", None)
+    return name in _USAGES | _FIGURES
+
+
+def _counting(tree) -> list[str]:
+    """Where ``tree`` counts usage: a ``+`` or ``-`` (or ``+=``, ``-=``) with a ``Usage`` or one of its figures on
+    either side, or a ``Usage(...)`` made of sums (an argument that is a ``+``/``-``/``sum(...)``)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Add, ast.Sub)):
+            hit = _usage_like(node.target) or _usage_like(node.value)
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+            hit = _usage_like(node.left) or _usage_like(node.right)
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Usage":
+            hit = any(isinstance(a, ast.BinOp) or getattr(getattr(a, "func", None), "id", None) == "sum"
+                      for a in [*node.args, *(k.value for k in node.keywords)])
+        else:
+            continue
+        if hit:
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_usage_is_counted_in_one_module():
+    """Issue 36: usage was counted in five places (the job service and its stats, the ledger, the meter and the
+    job client feeding it, the RL record, a worker's counts). Now only ``hqflow.jobs.accounting`` adds usage up
+    (``_counting`` says what that is); the ledger, the meter, the RL record and the spans read it or call it
+    (``plus``, ``Tally``, ``across``, ``Books``). The backends, which report what their own jobs used, are not
+    scanned."""
+    accounting = ROOT / "hqflow" / "jobs" / "accounting.py"
+    assert _counting(ast.parse(accounting.read_text()))  # the rule finds the counting where it is
+    outside = {str(p.relative_to(ROOT)): _counting(ast.parse(p.read_text()))
+               for folder in ("hqflow", "workloads") for p in sorted((ROOT / folder).rglob("*.py")) if p != accounting}
+    assert {path: hits for path, hits in outside.items() if hits} == {}

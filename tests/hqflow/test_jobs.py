@@ -2,6 +2,7 @@
 spans with their parent); pools explore and rest failing members; a failed run keeps its results."""
 import concurrent.futures as cf
 import json
+import queue
 import threading
 import time
 
@@ -12,8 +13,9 @@ import hqflow as hq
 from hqflow.backends import (Backend, BackendError, Capabilities, CircuitBatch, FutureJob, JobFailed, LocalBackend,
                              get_backend)
 from hqflow.backends.base import BackendAccessError
+from hqflow.common.clock import SimClock
 from hqflow.jobs.dispatch import Member, Pool
-from hqflow.jobs.service import JobService, Parent, RetriesExhausted
+from hqflow.jobs.service import JobService, JobSettings, Parent, RetriesExhausted
 from hqflow.ir import Circuit
 from hqflow.trace import load_spans, overlap_seconds, save_spans
 
@@ -283,20 +285,31 @@ class _QueuedBackend(Backend):  # a member handle: the job service asks it what 
         return self.jobs[-1]
 
 
+def _advance(clock: SimClock, when: float) -> None:
+    """Run the simulated clock's actions up to ``when``."""
+    events = queue.Queue()
+    clock.at(when, lambda: events.put(when))
+    clock.wait(events)
+
+
 def _service(backend, **options) -> JobService:
-    return JobService({"qpu": Pool("qpu", [Member(backend, "qpu:queued", 1, 1)])}, **options)
+    return JobService({"qpu": Pool("qpu", [Member(backend, "qpu:queued", 1, 1)])}, JobSettings(**options))
 
 
 def test_a_queued_job_is_waited_for_and_timed_out_on_its_running_time():
     """22.21: job_timeout counted from submission, so a long queue timed every attempt out."""
-    backend = _QueuedBackend()
-    service = _service(backend, job_timeout=0.2, max_retries=0)
+    backend, clock = _QueuedBackend(), SimClock()  # the run's clock, simulated: nothing here waits
+    service = JobService({"qpu": Pool("qpu", [Member(backend, "qpu:queued", 1, 1)], now=clock.now)},
+                         JobSettings(job_timeout=0.2, max_retries=0), clock=clock)
     future = service.submit("qpu", CircuitBatch.make(TEMPLATE, [[0.1]], [0.2]), Parent("actor", 0, "cpu/0"))
     job = backend.jobs[0]
-    time.sleep(1.0)  # five timeouts long, in the queue: not hung
+    _advance(clock, 1.0)  # five timeouts long, in the queue: not hung
     assert service.stats["timeouts"] == 0 and not job.cancelled.is_set() and not future.done()
     job.out.set()  # it runs now, and never ends
-    assert job.cancelled.wait(60)  # timed out on its running time, and cancelled
+    _advance(clock, 1.19)  # seen out of the queue within a tick (0.05 s): not yet past its 0.2 s
+    assert not job.cancelled.is_set() and not future.done()
+    _advance(clock, 1.3)
+    assert job.cancelled.is_set()  # timed out on its running time, and cancelled
     with pytest.raises(RetriesExhausted, match="timeout"):
         future.result(60)
     assert service.stats["timeouts"] == 1 and len(backend.jobs) == 1
@@ -399,8 +412,8 @@ def test_a_worker_call_leaves_no_thread_behind_and_returns_its_jobs_counts(monke
 
     handle = SyncExecutor().backend(_qpu("bad", fail_jobs=(0,)), 1)
     spec = {"run": "threads", "names": ("qpu",), "parent": Parent("actor", 0, Lane("cpu", slot=0), submitted=True),
-            "pools": {"qpu": [(handle, Lane("qpu", "bad"), 1, 2, None)]}, "max_retries": 3, "job_timeout": 3600.0,
-            "rows_per_job": None, "ledger": Ledger()}
+            "pools": {"qpu": [(handle, Lane("qpu", "bad"), 1, 2, None)]},
+            "settings": JobSettings(max_retries=3, job_timeout=3600.0), "ledger": Ledger()}
     fragment = _graph(actor).fragment("actor")
     monkeypatch.setattr(executors, "_node", lambda: "here")  # (Ray's node id, which would start Ray here)
     worker, before, failed = _Worker(), threading.active_count(), []

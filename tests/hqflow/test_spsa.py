@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import hqflow as hq
-from hqflow.jobs import usage
+from hqflow.jobs import accounting as usage
 from hqflow.backends import BackendError, CircuitBatch, get_backend
 from hqflow.backends.base import row_seeds
 from hqflow.backends.reference import ReferenceBackend

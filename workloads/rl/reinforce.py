@@ -38,7 +38,7 @@ from hqflow.workloads.rl.algorithm import Algorithm
 from hqflow.workloads.rl.envs import EnvSpec, FreshEnvs, ObsEncoder, reset_finished, vector_env
 from hqflow.workloads.rl.policies import SoftmaxPQC, twin_offsets
 
-from hqflow.jobs.service import current_client
+from hqflow.jobs.client import current_client
 from hqflow.torch import seeded_part
 
 NORMALIZE = ("batch", "episode", "none")

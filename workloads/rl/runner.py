@@ -38,7 +38,7 @@ from hqflow.backends import make_backend
 from hqflow.engine.executors import ExecutorKind
 from hqflow.engine.scheduler import Scheduler
 from hqflow.engine.window import Versions
-from hqflow.jobs import usage
+from hqflow.jobs import accounting
 from hqflow.torch import ReducedGradients, differentiates, seeded
 from hqflow.workloads.rl.algorithm import Algorithm, load_params
 from hqflow.workloads.rl.algorithm import params as _params
@@ -206,7 +206,7 @@ def rollout(params, step, algo, cfg, local=None):
     """The actor: run the environments with ``params``; what its jobs used."""
     policy, _, envs = _scratch(algo, cfg, local, "actor")
     load_params(policy, params)
-    with usage.meter() as used, seeded(cfg.seed, int(step), "act"):  # shot seeds: a function of (seed, step)
+    with accounting.meter() as used, seeded(cfg.seed, int(step), "act"):  # shot seeds: a function of (seed, step)
         batch = algorithm(algo).act(policy, envs, cfg, int(step), None)[0]
     return {"batch": batch, "usage": used.total}
 
@@ -215,7 +215,7 @@ def rollout_carry(params, carry, step, algo, cfg, local=None):
     """The actor of an algorithm that carries state between updates (``init_carry``)."""
     policy, _, envs = _scratch(algo, cfg, local, "actor")
     load_params(policy, params)
-    with usage.meter() as used, seeded(cfg.seed, int(step), "act"):
+    with accounting.meter() as used, seeded(cfg.seed, int(step), "act"):
         batch, carry = algorithm(algo).act(policy, envs, cfg, int(step), carry["value"])
     return {"batch": batch, "carry": {"value": carry}, "usage": used.total}
 
@@ -241,7 +241,7 @@ def learn(batch, params, opt, extra, step, algo, cfg, local=None):
     sharded = shard_rows(policy, *((rep.rank, rep.size) if rep is not None else (None,)))
     try:
         with ReducedGradients(policy, sharded) if rep is not None else contextlib.nullcontext(), \
-                usage.meter() as used, seeded(cfg.seed, int(step), "learn"), \
+                accounting.meter() as used, seeded(cfg.seed, int(step), "learn"), \
                 learning_on_twin(policy, cfg.gradient == "twin"):  # every replica: the same seeds; a twin: no QPU
             metrics, value = mod.learn(policy, optimizer, batch, cfg, extra["value"], int(step))
     finally:
@@ -251,17 +251,14 @@ def learn(batch, params, opt, extra, step, algo, cfg, local=None):
               "env_steps_taken": int(batch.n_steps if batch.steps_taken < 0 else batch.steps_taken),
               "circuit_evals": int(batch.circuit_evals) + int(metrics.get("circuit_evals", 0)),  # + the learner's
               "loss": float(metrics["loss"]), "losses": {k: float(v) for k, v in metrics["losses"].items()},
-              "usage": used.total if rep is None else _every_replicas(used.total)}
+              "usage": used.total if rep is None else accounting.across(used.total, _summed)}
     return {"params": _params(policy), "opt": copy.deepcopy(optimizer.state_dict()),
             "extra": {"value": value, "episodes": extra["episodes"] + len(batch.episode_returns)}, "report": report}
 
 
-def _every_replicas(used: Usage) -> Usage:
-    """What the jobs of every learner replica used (each submitted its share of the batch): summed in rank order."""
-    counts, cost = reduce([np.array([used.service_jobs, used.circuits, used.shots, used.failed_service_jobs]),
-                           np.array([used.cost])], "sum", key="usage")
-    jobs, circuits, shots, failed = (int(c) for c in counts)
-    return Usage(jobs, circuits, shots, float(cost[0]), used.currency, failed)
+def _summed(arrays: list) -> list:
+    """Arrays summed over every learner replica, in rank order (what each one's jobs used: its share of the batch)."""
+    return reduce(arrays, "sum", key="usage")
 
 
 def build_graph(algo: str, cfg, staleness: int = 0, job_backends: tuple[str, ...] = (),
@@ -576,7 +573,7 @@ class _Tally:
                "lengths": report["lengths"], f"mean_return_{n}": float(np.mean(window)) if window else None,
                "loss": None if report["loss"] != report["loss"] else report["loss"],  # NaN (no gradient step) -> null
                "losses": report["losses"], "env_steps": self.env_steps, "seconds": round(self.elapsed(), 4)}
-        self._used(out.get("usage", Usage()) + report.get("usage", Usage()), row)
+        self._used(accounting.plus(out.get("usage", Usage()), report.get("usage", Usage())), row)
         self.metrics.append(row)  # checkpoints hold every row: a resume rewrites metrics.jsonl from them
         rd.log(row, _scalars(row, n), self.env_steps)
         if (self.update + 1) % checkpoint_every == 0:
@@ -589,7 +586,7 @@ class _Tally:
 
     def _used(self, used: Usage, row: dict) -> None:
         """An update's usage into the totals, and (once the run has used a service) into its row."""
-        total = Usage(**self.usage) + used
+        total = accounting.plus(Usage(**self.usage), used)
         self.usage = total.as_dict()
         if total.circuits:  # the update's jobs and the updates' so far: what the metrics row says, whatever the timing
             row.update(service_jobs=used.service_jobs, circuits=used.circuits, shots=used.shots,

@@ -66,7 +66,7 @@ def evaluate(run_dir, episodes: int = 10, seed: int = 10_000, backend=None, max_
     ``stopped`` is ``"budget"`` and the figures are the episodes completed). ``record``: a folder for one video per
     episode (gymnasium's ``RecordVideo``, which needs its ``other`` extra: ``pip install "gymnasium[other]"``).
     ``keep``: append the figures to the run directory's ``evaluations.jsonl``."""
-    from hqflow.jobs import usage
+    from hqflow.jobs import accounting
 
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes must be a positive integer, got {episodes!r}")
@@ -76,7 +76,7 @@ def evaluate(run_dir, episodes: int = 10, seed: int = 10_000, backend=None, max_
     obs = [env.reset(seed=int(seed) + k)[0] for k, env in enumerate(envs)]
     totals, steps, alive, stopped = np.zeros(episodes), 0, list(range(episodes)), None
     try:
-        with usage.meter() as used:
+        with accounting.meter() as used:
             while alive and (max_steps is None or steps < max_steps):
                 if budget is not None and used.total.cost + priced(len(alive)) > budget:
                     stopped = "budget"
