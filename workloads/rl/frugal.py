@@ -27,13 +27,6 @@ from hqflow.backends import BackendError, CircuitBatch, as_backend
 from hqflow.gradients import GRADIENTS, GradientMethod
 
 
-def _check_range(name: str, bound) -> None:
-    ok = (isinstance(bound, tuple) and len(bound) == 2 and all(isinstance(x, int) and not isinstance(x, bool)
-                                                               for x in bound) and 1 <= bound[0] <= bound[1])
-    if not ok:
-        raise ValueError(f"{name} must be (lo, hi) with 1 <= lo <= hi integers, got {bound!r}")
-
-
 @dataclass(frozen=True)
 class Bounds:
     """What the user offers to trade: the gradients allowed, a shots range, an SPSA samples range (None: keep)."""
@@ -45,9 +38,10 @@ class Bounds:
     def __post_init__(self):
         if self.gradients is not None and (not self.gradients or set(self.gradients) - set(GRADIENTS)):
             raise ValueError(f"gradients must be some of {', '.join(GRADIENTS)}, got {self.gradients!r}")
-        for name in ("shots", "spsa_samples"):
-            if getattr(self, name) is not None:
-                _check_range(name, getattr(self, name))
+        for name, bound in (("shots", self.shots), ("spsa_samples", self.spsa_samples)):
+            if bound is not None and not (isinstance(bound, tuple) and len(bound) == 2 and all(
+                    isinstance(x, int) and not isinstance(x, bool) for x in bound) and 1 <= bound[0] <= bound[1]):
+                raise ValueError(f"{name} must be (lo, hi) with 1 <= lo <= hi integers, got {bound!r}")
 
 
 @dataclass(frozen=True)
@@ -66,7 +60,6 @@ class Frugal:
     cost_per_state: float | None = None
     """list price, one circuit a job (an upper bound where the backend packs); None where unpriced"""
     currency: str | None = None
-    rows_per_job: None = None
     groups: int = 1
 
     def settings(self) -> dict:
@@ -191,9 +184,8 @@ def policy_config(mod, cfg, backend, bounds: Bounds, say=lambda text: print(text
     return cfg
 
 
-def check_target(members, mod, cfg, needs_price: str | None = None,
-                 warn=lambda text: print(f"hqflow: warning: {text}; its jobs' cost is reported as unknown",
-                                         file=sys.stderr)) -> None:
+def check_target(members, mod, cfg, needs_price: str | None = None, warn=lambda text: print(
+        f"hqflow: warning: {text}; its jobs' cost is reported as unknown", file=sys.stderr)) -> None:
     """Before a run of ``mod`` (an algorithm's module) with ``cfg``: a one-line ``ValueError`` where a member
     refuses the policy circuit's shots, or has no price where ``needs_price`` (what needs one: ``"--budget"``)
     is given; ``warn`` gets each member without a price otherwise."""

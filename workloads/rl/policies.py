@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 import torch
-from hqflow.backends import CircuitBatch, is_backend
+from hqflow.backends import CircuitBatch
 from hqflow.ir import Circuit, CircuitTemplate
 from torch import nn
 
@@ -90,10 +90,6 @@ class _PQC(Acting, QuantumLayer):
                  circuit: dict | None = None):
         if encoding not in ENCODINGS:
             raise ValueError(f"unknown encoding {encoding!r}; known: {', '.join(ENCODINGS)}")
-        if not isinstance(backend, str) and not is_backend(backend) and not (
-                isinstance(backend, tuple) and len(backend) == 2 and isinstance(backend[0], str)):
-            raise ValueError(f"backend must be a backend name, (name, options) or a backend object, "
-                             f"got {type(backend).__name__}")
         template = pqc_template(n_qubits, n_layers, observables)
         gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
         weights = torch.rand(template.n_weights, generator=gen, dtype=dtype) * math.pi

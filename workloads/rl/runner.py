@@ -203,22 +203,14 @@ def _scratch(algo: str, cfg, local: str | None, role: str):
     return cache[key]
 
 
-def rollout(params, step, algo, cfg, local=None):
-    """The actor: run the environments with ``params``; what its jobs used."""
+def rollout(params, step, algo, cfg, local=None, carry=None):
+    """The actor: run the environments with ``params`` (and the ``carry`` of an algorithm that keeps state between
+    updates, ``init_carry``: then an input port); what its jobs used."""
     policy, _, envs = _scratch(algo, cfg, local, "actor")
     load_params(policy, params)
     with usage.meter() as used, seeded(cfg.seed, int(step), "act"):  # shot seeds: a function of (seed, step)
-        batch = algorithm(algo).act(policy, envs, cfg, int(step), None)[0]
-    return {"batch": batch, "usage": used.total}
-
-
-def rollout_carry(params, carry, step, algo, cfg, local=None):
-    """The actor of an algorithm that carries state between updates (``init_carry``)."""
-    policy, _, envs = _scratch(algo, cfg, local, "actor")
-    load_params(policy, params)
-    with usage.meter() as used, seeded(cfg.seed, int(step), "act"):
-        batch, carry = algorithm(algo).act(policy, envs, cfg, int(step), carry["value"])
-    return {"batch": batch, "carry": {"value": carry}, "usage": used.total}
+        batch, kept = algorithm(algo).act(policy, envs, cfg, int(step), None if carry is None else carry["value"])
+    return {"batch": batch, "usage": used.total} | ({} if carry is None else {"carry": {"value": kept}})
 
 
 def learn(batch, params, opt, extra, step, algo, cfg, local=None):
@@ -273,8 +265,8 @@ def build_graph(algo: str, cfg, staleness: int = 0, job_backends: tuple[str, ...
     params = {"algo": algo, "cfg": cfg, "local": local}
     pipe = hq.Pipeline(f"{algo}_{cfg.env}")
     pipe.input("step", "scalar")
-    pipe.preprocess(rollout_carry if carries else rollout, name="rollout", params=params, job_backends=job_backends,
-                    outputs={"batch": "any", "usage": "any"} | ({"carry": "any"} if carries else {}))
+    pipe.preprocess(rollout, name="rollout", params=params, job_backends=job_backends, inputs={"carry": "any"} if
+                    carries else None, outputs={"batch": "any", "usage": "any"} | ({"carry": "any"} if carries else {}))
     pipe.learn(learn, outputs={"params": "any", "opt": "any", "extra": "any", "report": "any"},
                resource="gpu", params=params, job_backends=job_backends)
     pipe.loop("learn.params", "rollout.params", max_staleness=staleness)
