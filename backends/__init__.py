@@ -162,7 +162,7 @@ def registration(name: str) -> tuple | None:
 
 
 def _capabilities(name: str) -> Capabilities:
-    backend = get_backend(name)
+    backend = make_backend(name)
     try:
         return backend.capabilities
     finally:

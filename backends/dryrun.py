@@ -81,14 +81,14 @@ class DryRunBackend(Backend):
 
     def __init__(self, target: str | None = None, tally: Tally | None = None, simulator: str = "compiled",
                  **options):
-        from . import get_backend
+        from . import make_backend
 
         if not target:
             raise BackendError("dry-run needs a backend: dry-run:<backend>, e.g. dry-run:azure:ionq.simulator")
-        self.inner = get_backend(target, **options)
+        self.inner = make_backend((target, options))
         self.tally = tally if tally is not None else Tally()
         self.name = f"dry-run:{self.inner.name}"
-        self._sim = get_backend(simulator)
+        self._sim = make_backend(simulator)
         self._shots = getattr(self.inner, "shots", None)  # the real backend's shots for a batch without any
 
     @property

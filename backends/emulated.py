@@ -77,7 +77,7 @@ import numpy as np
 from hqflow.ir.circuit import MAX_SHOTS
 from hqflow.ir.text import number, shown
 
-from . import get_backend, threads
+from . import make_backend, threads
 from . import share as shared
 from .base import (
     Backend,
@@ -272,7 +272,7 @@ class EmulatedQPU(Backend):
                                    f"at its default or be 'compiled' or 'density', got {shown(getattr(wrapped, 'name', wrapped))}")
             wrapped, wrapped_options = "density", {**(wrapped_options or {}), "noise": noise}
         if isinstance(wrapped, str):
-            wrapped = get_backend(wrapped, **(wrapped_options or {}))
+            wrapped = make_backend((wrapped, wrapped_options or {}))
         elif not hasattr(wrapped, "capabilities"):  # a backend, or a simulator with run_checked
             raise BackendError(f"emulated-qpu: wrapped must be a backend's name or a backend, got {shown(wrapped)}")
         elif wrapped_options:

@@ -4,7 +4,8 @@
 the unshifted and every shifted row, and a function that turns its ``BatchResult`` into a ``Gradient``
 with ``jacobian[b, o, j] = d values[b, o] / d weights[j]`` (and, with ``wrt="inputs"``/``"both"``,
 ``input_jacobian[b, o, i] = d values[b, o] / d inputs[b, i]``). ``spsa`` does the same with a few random
-simultaneous perturbations.
+simultaneous perturbations. The method is a ``GradientMethod`` (``"param-shift"``, ``"spsa"``, ``"twin"``: a config
+or a graph may hold the name), and ``estimate(method, ...)`` is the one dispatch on it.
 
 How: every occurrence of a weight or input becomes its own column (``angle_k = scale_k * symbol +
 offset_k``), so shifting occurrence ``k`` by ``±s`` (the gate's two- or four-term rule) is another row, and
@@ -25,9 +26,10 @@ import numpy as np
 from hqflow.backends.base import BackendError, BatchResult, CircuitBatch, row_seeds
 from hqflow.ir.circuit import Angle, CircuitTemplate, DerivedInputError, Op
 from hqflow.ir.gates import GATES, SHIFT_RULES
+from hqflow.ir.nodes import GradientMethod
 
-GRADIENTS = ("param-shift", "spsa")  # the estimators a circuit's gradient can come from, by name
-METHODS = (*GRADIENTS, "twin")  # and a local twin's gradient beside the backend's values (``QuantumLayer``)
+METHODS = tuple(GradientMethod)  # every method (``QuantumLayer``'s ``gradient=``)
+GRADIENTS = (GradientMethod.PARAM_SHIFT, GradientMethod.SPSA)  # those whose rows a job runs (``estimate``)
 
 
 class Gradient(NamedTuple):
@@ -280,6 +282,25 @@ def spsa(
         return Gradient(values[:rows], w_jac, None if stderr is None else stderr[:rows], x_jac)
 
     return batch, postprocess
+
+
+def estimate(method: GradientMethod | str, template: CircuitTemplate, inputs=None, weights=None, *,
+             settings: Spsa | None = None, **options) -> tuple[CircuitBatch, Callable[[BatchResult], Gradient]]:
+    """The batch and postprocessing of ``method``'s estimate: ``param_shift``, or ``spsa`` with ``settings``'
+    samples, epsilon and centre (None: ``spsa``'s defaults); ``options``: their shared keywords (``wrt``,
+    ``shots``, ``seed``, ``per_row``). The one dispatch on a gradient method."""
+    method = gradient_method(method, GRADIENTS)
+    if method is GradientMethod.PARAM_SHIFT:
+        return param_shift(template, inputs, weights, **options)
+    return spsa(template, inputs, weights, **({} if settings is None else dataclasses.asdict(settings)), **options)
+
+
+def gradient_method(name, known=METHODS) -> GradientMethod:
+    """``name`` (a method, or its name as configs and the command line write it) as one of the ``known`` methods;
+    anything else a one-line ``ValueError`` naming them."""
+    if name not in known:
+        raise ValueError(f"unknown gradient {name!r}; known: {', '.join(known)}")
+    return GradientMethod(name)
 
 
 def _check_spsa(wrt, samples, epsilon) -> None:

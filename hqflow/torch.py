@@ -51,14 +51,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from hqflow.backends import CircuitBatch, as_backend, get_backend, is_backend
+from hqflow.backends import CircuitBatch, as_backend, make_backend
 from hqflow.ir import CircuitTemplate
 from hqflow.ir.circuit import MAX_SHOTS
 from hqflow.ir.text import shown
 
 from .jobs import accounting
 from .engine.collective import Compression, reduce, replica
-from .gradients import METHODS, Spsa, param_shift, spsa
+from .gradients import METHODS, GradientMethod, Spsa, estimate
 from .jobs.client import pool_backend
 
 
@@ -113,7 +113,7 @@ class QuantumLayer(nn.Module):
 
     def __init__(self, template: CircuitTemplate, backend="compiled", *, weights=None, seed: int | None = None,
                  shots: int | None = None, dtype: torch.dtype = torch.float32, gradient_in_forward: bool = False,
-                 gradient: str = "param-shift", spsa: Spsa | None = None, twin="compiled"):
+                 gradient: GradientMethod | str = GradientMethod.PARAM_SHIFT, spsa: Spsa | None = None, twin="compiled"):
         super().__init__()
         if not isinstance(template, CircuitTemplate):
             raise TypeError(f"template must be a CircuitTemplate (hqflow.ir.Circuit(...).build(), from_qiskit, "
@@ -125,12 +125,14 @@ class QuantumLayer(nn.Module):
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         if gradient not in METHODS:
-            raise ValueError(f"gradient must be 'param-shift', 'spsa' or 'twin', got {shown(gradient)}")
+            *some, last = map(repr, METHODS)
+            raise ValueError(f"gradient must be {', '.join(some)} or {last}, got {shown(gradient)}")
         if spsa is not None and not isinstance(spsa, Spsa):
             raise TypeError(f"spsa must be a hqflow.gradients.Spsa or None, got {type(spsa).__name__}")
         self.template, self.backend, self.shots, self.seed = template, backend, shots, seed
-        self.gradient_in_forward, self.gradient, self.spsa = gradient_in_forward, gradient, spsa or Spsa()
-        self.twin = _resolve(twin) if gradient == "twin" else None
+        self.gradient_in_forward, self.gradient = gradient_in_forward, GradientMethod(gradient)
+        self.spsa = spsa or Spsa()
+        self.twin = make_backend(twin) if self.gradient is GradientMethod.TWIN else None
         if self.twin is not None and not differentiates(self.twin):
             raise ValueError(f"gradient='twin' needs a twin that differentiates in process (compiled, density), "
                              f"got {shown(self.twin.name)}")
@@ -141,7 +143,7 @@ class QuantumLayer(nn.Module):
         if weights.shape != (template.n_weights,):
             raise ValueError(f"weights must have shape [{template.n_weights}], got {list(weights.shape)}")
         self.weights = nn.Parameter(weights)
-        self._backend = None if isinstance(backend, str) else _resolve(backend)
+        self._backend = None if isinstance(backend, str) else make_backend(backend)
         self._programs: dict = {}
         self._jobs = 0  # jobs submitted: each shot job gets its own seed from (seed, count)
 
@@ -160,7 +162,7 @@ class QuantumLayer(nn.Module):
         return (f"{self.template.name!r}, qubits={self.template.n_qubits}, inputs={self.template.n_inputs}, "
                 f"weights={self.template.n_weights}, observables={len(self.template.observables)}, "
                 f"backend={name!r}" + (f", shots={self.shots}" if self.shots else "")
-                + (f", gradient='spsa', {self.spsa}" if self.gradient == "spsa" else ""))
+                + (f", gradient={self.gradient!r}, {self.spsa}" if self.gradient is GradientMethod.SPSA else ""))
 
     def job_backend(self):
         """Where this layer's jobs go now: the running fragment's pool of that name, else the backend."""
@@ -168,7 +170,7 @@ class QuantumLayer(nn.Module):
         if pool is not None:
             return pool
         if self._backend is None:
-            self._backend = _resolve(self.backend)
+            self._backend = make_backend(self.backend)
         return self._backend
 
     def forward(self, x: torch.Tensor | None = None) -> torch.Tensor:
@@ -212,7 +214,7 @@ class QuantumLayer(nn.Module):
 
     def _program(self, backend):
         """The backend's differentiable torch program (exact values, parameter shift's gradient), or None."""
-        if self.shots is not None or self.gradient != "param-shift" or not differentiates(backend):
+        if self.shots is not None or self.gradient is not GradientMethod.PARAM_SHIFT or not differentiates(backend):
             return None
         return self._compiled(backend)
 
@@ -230,16 +232,6 @@ def differentiates(backend) -> bool:
     return as_backend(backend).capabilities.gradient == "autograd"
 
 
-def _resolve(backend):
-    if is_backend(backend):
-        return as_backend(backend)
-    if isinstance(backend, tuple) and len(backend) == 2:
-        return get_backend(backend[0], **dict(backend[1]))
-    if isinstance(backend, str):
-        return get_backend(backend)
-    raise TypeError(f"backend must be a name, a backend object or (name, options), got {type(backend).__name__}")
-
-
 def _submit(layer: QuantumLayer, batch: CircuitBatch):
     """Run ``batch`` on the layer's job backend; a job that does not go through a pool (whose job service
     records it) is recorded on the current usage meter."""
@@ -254,12 +246,8 @@ def _submit(layer: QuantumLayer, batch: CircuitBatch):
 def _gradient_batch(layer: QuantumLayer, xs: np.ndarray, ws: np.ndarray, wrt: str, seed: int | None):
     """The batch (and its postprocessing) of the layer's gradient method at ``(xs, ws)``; inside ``seeded``,
     row-seeded."""
-    per_row = _SEEDED.get() is not None
-    if layer.gradient == "spsa":
-        s = layer.spsa
-        return spsa(layer.template, xs, ws, wrt=wrt, samples=s.samples, epsilon=s.epsilon, center=s.center,
-                    shots=layer.shots, seed=seed, per_row=per_row)
-    return param_shift(layer.template, xs, ws, wrt=wrt, shots=layer.shots, seed=seed, per_row=per_row)
+    return estimate(layer.gradient, layer.template, xs, ws, settings=layer.spsa, wrt=wrt, shots=layer.shots, seed=seed,
+                    per_row=_SEEDED.get() is not None)
 
 
 @torch.compiler.disable  # a job runs outside the graph: torch.compile breaks the graph here

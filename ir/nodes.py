@@ -29,6 +29,7 @@ import json
 import numbers
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from enum import Enum
 from functools import cached_property
 from typing import Any, Protocol
 
@@ -39,7 +40,27 @@ KINDS = ("preprocess", "prepare", "execute", "postprocess", "learn")
 CLASSICAL_KINDS = tuple(k for k in KINDS if k != "execute")
 RESOURCES = ("cpu", "gpu", "qpu")
 PORT_TYPES = ("any", "array", "tensor", "scalar", "int", "bool", "str", "list", "dict", "object")
-GRADIENTS = (None, "param-shift", "spsa")
+
+
+class GradientMethod(str, Enum):
+    """How a circuit's gradient is had: the one place its names are written. A method equals, prints and saves
+    to JSON as its name, so graphs, configs and run directories that hold names keep working."""
+
+    PARAM_SHIFT = "param-shift"
+    """the exact shift rule: 1 + 2 x parameters circuits per row"""
+    SPSA = "spsa"
+    """simultaneous random perturbations: 2 x samples circuits per row, whatever the parameters; an estimate"""
+    TWIN = "twin"
+    """the backend's values, a local twin's gradient (``hqflow.torch.QuantumLayer`` only: no rows of its own)"""
+
+    def __str__(self) -> str:  # and so format()
+        return self.value
+
+    def __repr__(self) -> str:
+        return repr(self.value)  # a config prints as it did with names
+
+
+GRADIENTS = (None, GradientMethod.PARAM_SHIFT, GradientMethod.SPSA)  # a CircuitCall's (a twin is a layer's)
 SPSA_MAX_SAMPLES, SPSA_MAX_EPSILON = 1000, 3.2  # the bounds of an execute fragment's SPSA settings
 DATACLASS = "__dataclass__"  # the tag of a frozen dataclass held as a param (see json_constant)
 
@@ -177,8 +198,8 @@ class CircuitCall(Fragment):
 def _spsa_settings(value: Any, gradient: str | None, name: str) -> tuple[int, float]:
     """``value`` as ``(samples, epsilon)``, or a one-line ``GraphError`` that names the problem."""
     where = f"fragment {name!r}"
-    if gradient != "spsa":
-        raise GraphError(f"{where}: spsa settings {value!r} are for gradient='spsa', not {gradient!r}")
+    if gradient != GradientMethod.SPSA:
+        raise GraphError(f"{where}: spsa settings {value!r} are for gradient={GradientMethod.SPSA!r}, not {gradient!r}")
     if not isinstance(value, (tuple, list)) or len(value) != 2:
         raise GraphError(f"{where}: spsa must be (samples, epsilon), got {value!r}")
     k, eps = value

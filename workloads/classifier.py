@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from hqflow.backends import DEFAULT_BACKEND
+from hqflow.gradients import GradientMethod
 from hqflow.ir import Circuit, CircuitTemplate, Graph
 from hqflow.workloads import estimator
 from hqflow.workloads.optim import adam_init, adam_step
@@ -50,7 +51,7 @@ class Config:
     """seed for the data, the initial weights and the mini-batches"""
     backend: str = DEFAULT_BACKEND
     """backend that runs the classifier circuit"""
-    gradient: str = "param-shift"
+    gradient: str = GradientMethod.PARAM_SHIFT
     """the circuit's gradient: "param-shift" (exact; 1 + 2 x angles circuits per point) or "spsa" (an
     estimate; 1 + 2 x spsa_samples circuits per point, whatever the number of weights)"""
     spsa_samples: int = 2

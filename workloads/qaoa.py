@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 import networkx as nx
 import numpy as np
 from hqflow.backends import DEFAULT_BACKEND
+from hqflow.gradients import GradientMethod
 from hqflow.ir import Circuit, CircuitTemplate, Graph
 from hqflow.trace import after
 from hqflow.workloads import estimator
@@ -58,7 +59,7 @@ class Config:
     """seed for the random graph and for sampling"""
     backend: str = DEFAULT_BACKEND
     """backend that runs the circuits"""
-    gradient: str = "param-shift"
+    gradient: str = GradientMethod.PARAM_SHIFT
     """the cost's gradient: "param-shift" (exact; 1 + 2 x angles circuits a step) or "spsa" (an estimate;
     1 + 2 x spsa_samples circuits a step, whatever the depth)"""
     spsa_samples: int = 2

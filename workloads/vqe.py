@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from hqflow.backends import DEFAULT_BACKEND
+from hqflow.gradients import GradientMethod
 from hqflow.ir import Circuit, CircuitTemplate, Graph, Observable, PauliTerm
 from hqflow.trace import after
 from hqflow.workloads import estimator
@@ -53,7 +54,7 @@ class Config:
     """seed for the executor (only matters with shots)"""
     backend: str = DEFAULT_BACKEND
     """backend that runs the energy circuit"""
-    gradient: str = "param-shift"
+    gradient: str = GradientMethod.PARAM_SHIFT
     """the energy's gradient: "param-shift" (exact; 17 circuits a step) or "spsa" (an estimate;
     1 + 2 x spsa_samples circuits a step)"""
     spsa_samples: int = 2

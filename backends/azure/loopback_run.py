@@ -119,7 +119,7 @@ _DENSITY_LOCK = threading.Lock()
 def density(noise: str):
     """hqflow's ``density`` backend under the local noise model of target ``noise`` (made once); ``BadInput`` where
     that backend is not installed or has no model for the target."""
-    from hqflow.backends import BackendError, get_backend, is_registered
+    from hqflow.backends import BackendError, is_registered, make_backend
 
     with _DENSITY_LOCK:
         if noise not in _DENSITY:
@@ -128,7 +128,7 @@ def density(noise: str):
                                            "is not installed")
             else:
                 try:
-                    _DENSITY[noise] = get_backend("density", noise=noise)
+                    _DENSITY[noise] = make_backend(("density", {"noise": noise}))
                 except (BackendError, TypeError, ValueError) as exc:
                     _DENSITY[noise] = BadInput(f"this service has no noise model for {noise}: {exc}")
         got = _DENSITY[noise]

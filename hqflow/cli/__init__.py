@@ -24,6 +24,7 @@ from .plan import _spans, cmd_plan, fold, made, make_plan, with_options
 from .pool import (UsageError, backend_pool, choice, key_value, make_folder, make_member, output, show_figures,
                    warn_secrets)
 from ..common.files import atomic_text
+from ..gradients import GradientMethod
 
 
 class _Parser(argparse.ArgumentParser):
@@ -227,13 +228,13 @@ def _names(module: str, table: str, *first: str):
 
 
 def cmd_backends(args) -> int:
-    from hqflow.backends import backend_names, get_backend
+    from hqflow.backends import backend_names, make_backend
 
     azure = dict(key_value(item, "--azure-opt", parse=str) for item in args.azure_opt)  # values as text
     warn_secrets(azure, "--azure-opt")
     for name in backend_names():
         try:
-            backend = get_backend(name)
+            backend = make_backend(name)
             caps = backend.capabilities
             backend.close()  # made only to ask
         except Exception as exc:  # a missing plugin or device shows as unavailable
@@ -332,7 +333,7 @@ def _run_config(args, module):
     except (TypeError, ValueError) as exc:
         raise UsageError(f"workload {args.workload!r}: {exc}") from None
     spsa_only = [flag[f] for f in ("spsa_samples", "spsa_epsilon") if f in given]
-    if spsa_only and getattr(cfg, "gradient", None) != "spsa":
+    if spsa_only and getattr(cfg, "gradient", None) != GradientMethod.SPSA:
         raise UsageError(f"{spsa_only[0]} goes with --gradient spsa")
     return cfg
 

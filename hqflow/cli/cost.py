@@ -91,27 +91,6 @@ def dry_run_tally():
     return tally
 
 
-def projection(out: dict, cfg, longest: int | None, circuits_per_step: float) -> dict:
-    """What a dry run's updates say of the whole run: per episode, over ``cfg.max_episodes`` at the dry run's
-    episode lengths, and the bound where every episode lasts ``longest`` steps."""
-    used, episodes = out["usage"], max(1, len(out["returns"]))
-    per = {"list_cost" if k == "cost" else k: v / episodes for k, v in used.items()
-           if k not in ("currency", "failed_service_jobs")}
-    steps = out["env_steps"] / episodes
-    figures = {"dry_run_updates": out["updates"], "dry_run_episodes": len(out["returns"]),
-               "mean_episode_length": round(steps, 1), "circuits_per_env_step": round(circuits_per_step, 2)}
-    for k, v in per.items():
-        figures[f"{k}_per_episode"] = round(v, 4)
-    for k, v in per.items():
-        figures[f"{k}_for_{cfg.max_episodes}_episodes"] = round(v * cfg.max_episodes, 2)
-    if longest:
-        scale = longest / max(steps, 1e-9)  # a learning policy's episodes grow: the bound at the longest
-        for k, v in per.items():
-            figures[f"{k}_bound_at_{longest}_steps"] = round(v * scale * cfg.max_episodes, 2)
-    figures["currency"] = used["currency"]
-    return figures
-
-
 _range = _typed(lambda text: tuple(int(x) for x in text.split(":")), "LO:HI with 1 <= LO <= HI",
                 lambda bound: len(bound) == 2 and 1 <= bound[0] <= bound[1])
 _gradients = _typed(lambda text: tuple(dict.fromkeys(n.strip().lower() for n in text.split(","))),
@@ -158,15 +137,12 @@ def frugal_bounds(args):
 
 def check_target(members, algo: str, cfg, budget=None, dry_run: bool = False) -> None:
     """At a run's start, one line: shots a member refuses, or no price where --budget or --dry-run needs one."""
-    import sys
-
-    from hqflow.backends import preflight
-    from hqflow.workloads.rl import policies, runner
+    from hqflow.workloads.rl import frugal, runner
 
     from .pool import UsageError
 
-    for refused, unpriced in (preflight(b, policies.policy_row(runner.algorithm(algo), cfg)) for b in members):
-        if refused or (unpriced and (budget is not None or dry_run)):
-            raise UsageError(refused or f"{'--dry-run' if dry_run else '--budget'} needs a price: {unpriced}")
-        if unpriced:
-            print(f"hqflow: warning: {unpriced}; its jobs' cost is reported as unknown", file=sys.stderr)
+    try:
+        frugal.check_target(members, runner.algorithm(algo), cfg,
+                            "--dry-run" if dry_run else None if budget is None else "--budget")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None

@@ -140,11 +140,11 @@ def backend_pool(args, name: str | None = None, always: bool = False, check: boo
 
 def make_member(spec, member: int = 0):
     """The backend of a pool spec's member (a name, or ``(name, options)``); a bad name or option is a usage error."""
-    from hqflow.backends import BackendError, get_backend
+    from hqflow.backends import BackendError, backend_spec, make_backend
 
-    name, options = (spec, {}) if isinstance(spec, str) else spec
+    name, options = backend_spec(spec)
     try:
-        return get_backend(name, **options)
+        return make_backend(spec)
     except (BackendError, TypeError, ValueError) as exc:
         what = f"--backend-opt for {name!r} (member {member})" if options else "--backend"
         raise UsageError(f"{what}: {exc}") from None

@@ -29,7 +29,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 
-from hqflow.backends import BackendError, get_backend, threads
+from hqflow.backends import BackendError, make_backend, threads
 
 
 POLL = 0.5
@@ -73,7 +73,7 @@ def parse(text: str, where: str = "the resources file") -> dict[str, list[Spec]]
         for k, spec in enumerate(specs):
             try:
                 backend, options = member(spec)
-                made = get_backend(backend, **options)
+                made = make_backend((backend, options))
             except ResourceError as exc:
                 raise ResourceError(f"{where}: pool {name!r}, member {k}: {exc}") from None
             except (BackendError, TypeError, ValueError) as exc:

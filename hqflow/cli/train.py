@@ -32,6 +32,7 @@ from .plan import QUOTES, fold, save_profile, saved_profile
 from .cost import check_target, cost_overrides
 from .pool import UsageError, backend_pool, key_value, make_folder, make_member, show_figures
 from ..engine.result import RunFailed
+from ..gradients import GradientMethod
 from ..jobs.service import BudgetExceeded
 from ..jobs.ledger import ShotBudgetExceeded, money
 
@@ -309,7 +310,9 @@ def _planning(args) -> bool:
 def _dry_run(args, runner) -> int:
     """--dry-run: ``--dry-run-updates`` updates on ``dry-run:<backend>`` in a scratch directory, and what the whole
     run would use (nothing is submitted; no run directory is kept)."""
-    from .cost import dry_run_tally, projection
+    from hqflow.workloads.rl.frugal import projection
+
+    from .cost import dry_run_tally
 
     if args.resume or args.plan or args.resources or args.run_dir or _planning(args):
         raise UsageError("--dry-run keeps no run: give ENV and its settings, not --resume, --plan (or --objective "
@@ -467,8 +470,8 @@ def _train(args, run: _Run, runner) -> dict:
     cfg, run_dir = run.cfg, run.run_dir
     if not args.resume and not run.placement.in_process:  # jobs: say what a step costs
         circuits, parameters = runner.circuits_per_env_step(run.algo, cfg)
-        how = (f"SPSA with {cfg.spsa_samples} directions" if cfg.gradient == "spsa" else "a local twin: no circuit"
-               if cfg.gradient == "twin" else f"parameter shift over the policy circuit's {parameters} parameters")
+        how = {GradientMethod.SPSA: f"SPSA with {cfg.spsa_samples} directions", GradientMethod.TWIN: "a local twin: no "
+               "circuit"}.get(cfg.gradient, f"parameter shift over the policy circuit's {parameters} parameters")
         print(f"hqflow: an environment step runs about {circuits:.4g} circuits on {cfg.backend} (acting, and "
               f"{run.algo}'s gradients by {how}); on a cloud target that takes one circuit per job (IonQ, "
               "Quantinuum) each is a service job per measurement group", file=sys.stderr)

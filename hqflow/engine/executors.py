@@ -22,7 +22,7 @@ import time
 from enum import Enum
 from typing import Any
 
-from hqflow.backends import (Backend, FutureJob, as_backend, backend_spec, get_backend, is_backend, make_backend,
+from hqflow.backends import (Backend, FutureJob, as_backend, backend_spec, is_backend, make_backend,
                              register_backend, registration)
 from hqflow.ir.graph import CircuitCall, Fragment, Graph, resolve_fn
 from hqflow.ir.text import one_line
@@ -331,7 +331,7 @@ class _BackendActor:
         if registration is not None:  # a backend registered in the driver beyond the built-ins
             prefix, factory, suffix = registration
             register_backend(prefix, factory, listed=False, suffix=suffix)
-        self.backend = get_backend(name, **options)
+        self.backend = make_backend((name, options))
 
     def describe(self):
         b = self.backend

@@ -17,7 +17,7 @@ from hqflow.backends import BatchResult, CircuitBatch
 from hqflow.ir.graph import Fragment, resolve_fn
 from hqflow.ir.text import one_line
 
-from ..gradients import param_shift, spsa
+from ..gradients import Spsa, estimate
 from ..jobs.client import JobClient, bound_client
 
 
@@ -80,12 +80,10 @@ def _check_outputs(f: Fragment, result: Any) -> dict[str, Any]:
 def execute_batch(f: Fragment, args: Mapping[str, Any], seed: int | None):
     """The one batch an ``execute`` fragment submits, and its postprocessing (``None`` without gradient)."""
     inputs, weights = args.get("inputs"), args.get("weights")
-    if f.gradient == "param-shift":
-        return param_shift(f.circuit, inputs, weights, seed=seed)
-    if f.gradient == "spsa":  # the centre row gives the values port; spsa=None: spsa()'s defaults
-        settings = {} if f.spsa is None else {"samples": f.spsa[0], "epsilon": f.spsa[1]}
-        return spsa(f.circuit, inputs, weights, wrt="weights", center=True, seed=seed, **settings)
-    return CircuitBatch.make(f.circuit, inputs, weights, seed=seed), None
+    if f.gradient is None:
+        return CircuitBatch.make(f.circuit, inputs, weights, seed=seed), None
+    settings = None if f.spsa is None else Spsa(*f.spsa, center=True)  # the centre row gives the values port
+    return estimate(f.gradient, f.circuit, inputs, weights, settings=settings, seed=seed)
 
 
 def execute_outputs(f: Fragment, result: BatchResult, post) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from typing import ClassVar
 import torch
 from hqflow.backends import DEFAULT_BACKEND
 from hqflow.common.config import check_fields
-from hqflow.gradients import METHODS
+from hqflow.gradients import GradientMethod, gradient_method
 from hqflow.workloads.rl.envs import EnvSpec, get_spec
 
 BOUNDS = {
@@ -41,7 +41,6 @@ BOUNDS = {
 }
 """The hyperparameters' ranges, checked at construction (``hqflow.common.config.check_fields``): a bad ``--set`` is
 refused before a run starts."""
-GRADIENTS = METHODS
 
 
 @dataclass(frozen=True)
@@ -84,7 +83,7 @@ class Config:
     shots: int | None = None
     """shots per circuit: each value an estimate from this many samples (None: exact values where the backend
     has them; a cloud target's own default where it has not)"""
-    gradient: str = "param-shift"
+    gradient: str = GradientMethod.PARAM_SHIFT
     """the policy circuit's gradient: "param-shift" (exact rule: 1 + 2 x parameters circuits per row; on an
     in-process simulator with exact values, autograd), "spsa" (``spsa_samples`` random directions shared by all
     rows: 2 x spsa_samples circuits per row, whatever the parameter count; an estimate) or "twin" (the backend only
@@ -112,9 +111,8 @@ class Config:
             raise ValueError(f"{self.env} has continuous actions (a Box of {spec.n_actions}); train it with --algo ppo")
         if self.encoding is not None and self.encoding not in ENCODINGS:
             raise ValueError(f"unknown encoding {self.encoding!r}; known: {', '.join(ENCODINGS)}")
-        if self.gradient not in GRADIENTS:
-            raise ValueError(f"unknown gradient {self.gradient!r}; known: {', '.join(GRADIENTS)}")
-        if self.twin_noise is not None and self.gradient != "twin":
+        object.__setattr__(self, "gradient", gradient_method(self.gradient))
+        if self.twin_noise is not None and self.gradient is not GradientMethod.TWIN:
             raise ValueError("twin_noise goes with gradient twin (--twin-noise with --gradient twin)")
         self.check(spec)
 
@@ -141,7 +139,7 @@ def circuit_options(cfg: Config) -> dict:
 
     twin = "compiled" if cfg.twin_noise is None else ("density", {"noise": cfg.twin_noise})
     return {"shots": cfg.shots, "gradient": cfg.gradient, "twin": twin,
-            "spsa": Spsa(cfg.spsa_samples, cfg.spsa_epsilon) if cfg.gradient == "spsa" else None}
+            "spsa": Spsa(cfg.spsa_samples, cfg.spsa_epsilon) if cfg.gradient is GradientMethod.SPSA else None}
 
 
 def params(module: torch.nn.Module) -> dict[str, torch.Tensor]:

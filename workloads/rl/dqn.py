@@ -31,6 +31,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 import torch.nn.functional as F
+from hqflow.gradients import GradientMethod
 from hqflow.workloads.rl import algorithm
 from hqflow.workloads.rl.algorithm import Algorithm, params, setting
 from hqflow.workloads.rl.envs import EnvSpec, FreshEnvs, ObsEncoder
@@ -234,6 +235,6 @@ ALGORITHM = Algorithm("dqn", Config, make_policy, make_optimizer, make_envs, act
                       lambda cfg: cfg.episodes_per_update,
                       # at most one circuit to act (greedy steps), and every train_every steps a gradient step:
                       # Q(s) with its gradient and the target's Q(s') for batch_size transitions
-                      lambda cfg, rows: 1 + (cfg.gradient != "twin") * cfg.batch_size * (rows + 1) / setting(
+                      lambda cfg, rows: 1 + (cfg.gradient is not GradientMethod.TWIN) * cfg.batch_size * (rows + 1) / setting(
                           cfg, "train_every"),  # (a twin's learner runs no circuit: Q and Q_target on the twin)
                       init_extra=init_extra)

@@ -1,4 +1,6 @@
-"""The estimator's settings for ``--objective cost``, chosen in closed form within the user's bounds.
+"""What an RL training costs on a paid target: the estimator's settings for ``--objective cost``, chosen in closed
+form within the user's bounds (``choose``, ``policy_config``); the target checked before a run (``check_target``);
+and what a dry run's updates say of the whole run (``projection``).
 
 ``choose(backend, one_row, parameters, bounds, ...)`` reads only the backend protocol (``capabilities``,
 ``usage``, ``estimate_cost``, ``priced``) and the policy circuit: its parameter count P (inputs and weights) and
@@ -22,14 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from hqflow.backends import BackendError, CircuitBatch, as_backend
-from hqflow.gradients import GRADIENTS
-
-
-def _check_range(name: str, bound) -> None:
-    ok = (isinstance(bound, tuple) and len(bound) == 2 and all(isinstance(x, int) and not isinstance(x, bool)
-                                                               for x in bound) and 1 <= bound[0] <= bound[1])
-    if not ok:
-        raise ValueError(f"{name} must be (lo, hi) with 1 <= lo <= hi integers, got {bound!r}")
+from hqflow.gradients import GRADIENTS, GradientMethod
 
 
 @dataclass(frozen=True)
@@ -43,9 +38,10 @@ class Bounds:
     def __post_init__(self):
         if self.gradients is not None and (not self.gradients or set(self.gradients) - set(GRADIENTS)):
             raise ValueError(f"gradients must be some of {', '.join(GRADIENTS)}, got {self.gradients!r}")
-        for name in ("shots", "spsa_samples"):
-            if getattr(self, name) is not None:
-                _check_range(name, getattr(self, name))
+        for name, bound in (("shots", self.shots), ("spsa_samples", self.spsa_samples)):
+            if bound is not None and not (isinstance(bound, tuple) and len(bound) == 2 and all(
+                    isinstance(x, int) and not isinstance(x, bool) for x in bound) and 1 <= bound[0] <= bound[1]):
+                raise ValueError(f"{name} must be (lo, hi) with 1 <= lo <= hi integers, got {bound!r}")
 
 
 @dataclass(frozen=True)
@@ -64,7 +60,6 @@ class Frugal:
     cost_per_state: float | None = None
     """list price, one circuit a job (an upper bound where the backend packs); None where unpriced"""
     currency: str | None = None
-    rows_per_job: None = None
     groups: int = 1
 
     def settings(self) -> dict:
@@ -83,16 +78,17 @@ class Frugal:
 def _gradient(parameters: int, bounds: Bounds, gradient: str, k: int) -> tuple[str, int, str, str]:
     """``(gradient, k, why the gradient, why k)``."""
     low = k if bounds.spsa_samples is None else bounds.spsa_samples[0]
-    offered = {"param-shift": 1 + 2 * parameters, "spsa": 2 * low}
+    shift, spsa = GradientMethod.PARAM_SHIFT, GradientMethod.SPSA
+    offered = {shift: 1 + 2 * parameters, spsa: 2 * low}
     if bounds.gradients is None:
         chosen, why = gradient, f"{gradient}: as configured (no gradients offered)"
     else:
         chosen = min((g for g in GRADIENTS if g in bounds.gradients), key=offered.get)  # a tie: parameter shift
-        how = f"1 + 2 x {parameters} parameters" if chosen == "param-shift" else f"2 x {low} directions"
+        how = f"1 + 2 x {parameters} parameters" if chosen is shift else f"2 x {low} directions"
         others = "".join(f", against {g}'s {offered[g]}" for g in bounds.gradients if g != chosen)
         why = f"{chosen}: {offered[chosen]} circuits per state ({how}){others}"
-    if chosen != "spsa" or bounds.spsa_samples is None:
-        return chosen, k, why, f"{k}: as configured" + ("" if chosen == "spsa" else f" (unused by {chosen})")
+    if chosen != spsa or bounds.spsa_samples is None:
+        return chosen, k, why, f"{k}: as configured" + ("" if chosen == spsa else f" (unused by {chosen})")
     return chosen, low, why, f"{low}: the fewest in the range"
 
 
@@ -131,7 +127,7 @@ def _shots(backend, one_row: CircuitBatch, bounds: Bounds, shots: int | None) ->
                   f"fewer save nothing, more cost more)")
 
 
-def choose(backend, one_row: CircuitBatch, parameters: int, bounds: Bounds = Bounds(), *, gradient: str = "param-shift",
+def choose(backend, one_row: CircuitBatch, parameters: int, bounds: Bounds = Bounds(), *, gradient: str = GradientMethod.PARAM_SHIFT,
            shots: int | None = None, spsa_samples: int = 2,
            circuits_per_state: Callable[[int], float] = lambda rows: 1 + rows) -> Frugal:
     """The settings the module docstring says, from ``gradient``, ``shots`` and ``spsa_samples`` as configured.
@@ -145,7 +141,7 @@ def choose(backend, one_row: CircuitBatch, parameters: int, bounds: Bounds = Bou
     chosen, k, why_gradient, why_k = _gradient(parameters, bounds, gradient, spsa_samples)
     n, why_shots = _shots(backend, one_row, bounds, shots)
     caps, used = backend.capabilities, backend.usage(replace(one_row, shots=n))
-    rows = circuits_per_state(2 * k if chosen == "spsa" else 1 + 2 * parameters)
+    rows = circuits_per_state(2 * k if chosen == GradientMethod.SPSA else 1 + 2 * parameters)
     try:
         cost = _price(backend, one_row, n)
     except BackendError:  # (said in the shots' reason where a range was offered)
@@ -164,9 +160,9 @@ def policy_config(mod, cfg, backend, bounds: Bounds, say=lambda text: print(text
     """``cfg`` (of the algorithm module ``mod``) with the settings ``choose`` makes for ``backend`` (the pool's first
     member) within ``bounds``; ``say`` gets each choice, its reason and the predicted use per state and episode.
     A ``ValueError`` (one line) where nothing can be chosen."""
-    from hqflow.workloads.rl.policies import policy_row
+    from hqflow.workloads.rl.policies import policy_rows
 
-    one = policy_row(mod, cfg)
+    one = policy_rows(mod.make_policy(cfg))
     try:
         chosen = choose(backend, one, one.template.n_inputs + one.template.n_weights, bounds, gradient=cfg.gradient,
                         shots=cfg.shots, spsa_samples=cfg.spsa_samples,
@@ -188,6 +184,43 @@ def policy_config(mod, cfg, backend, bounds: Bounds, say=lambda text: print(text
     return cfg
 
 
+def check_target(members, mod, cfg, needs_price: str | None = None, warn=lambda text: print(
+        f"hqflow: warning: {text}; its jobs' cost is reported as unknown", file=sys.stderr)) -> None:
+    """Before a run of ``mod`` (an algorithm's module) with ``cfg``: a one-line ``ValueError`` where a member
+    refuses the policy circuit's shots, or has no price where ``needs_price`` (what needs one: ``"--budget"``)
+    is given; ``warn`` gets each member without a price otherwise."""
+    from hqflow.backends import preflight
+    from hqflow.workloads.rl.policies import policy_rows
+
+    for refused, unpriced in (preflight(b, policy_rows(mod.make_policy(cfg))) for b in members):
+        if refused or (unpriced and needs_price):
+            raise ValueError(refused or f"{needs_price} needs a price: {unpriced}")
+        if unpriced:
+            warn(unpriced)
+
+
+def projection(out: dict, cfg, longest: int | None, circuits_per_step: float) -> dict:
+    """What a dry run's updates (``runner.train``'s ``out``) say of the whole run: per episode, over
+    ``cfg.max_episodes`` at the dry run's episode lengths, and the bound where every episode lasts ``longest``
+    steps."""
+    used, episodes = out["usage"], max(1, len(out["returns"]))
+    per = {"list_cost" if k == "cost" else k: v / episodes for k, v in used.items()
+           if k not in ("currency", "failed_service_jobs")}
+    steps = out["env_steps"] / episodes
+    figures = {"dry_run_updates": out["updates"], "dry_run_episodes": len(out["returns"]),
+               "mean_episode_length": round(steps, 1), "circuits_per_env_step": round(circuits_per_step, 2)}
+    for k, v in per.items():
+        figures[f"{k}_per_episode"] = round(v, 4)
+    for k, v in per.items():
+        figures[f"{k}_for_{cfg.max_episodes}_episodes"] = round(v * cfg.max_episodes, 2)
+    if longest:
+        scale = longest / max(steps, 1e-9)  # a learning policy's episodes grow: the bound at the longest
+        for k, v in per.items():
+            figures[f"{k}_bound_at_{longest}_steps"] = round(v * scale * cfg.max_episodes, 2)
+    figures["currency"] = used["currency"]
+    return figures
+
+
 def _use(used: dict) -> str:
     """Predicted use as text: circuits, shots, service jobs and list price where known."""
     def n(x: float) -> str:
@@ -201,4 +234,4 @@ def _use(used: dict) -> str:
     return text
 
 
-__all__ = ["GRADIENTS", "Bounds", "Frugal", "choose", "policy_config"]
+__all__ = ["GRADIENTS", "Bounds", "Frugal", "check_target", "choose", "policy_config", "projection"]

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 import torch
-from hqflow.backends import CircuitBatch, is_backend
+from hqflow.backends import CircuitBatch
 from hqflow.ir import Circuit, CircuitTemplate
 from torch import nn
 
@@ -90,10 +90,6 @@ class _PQC(Acting, QuantumLayer):
                  circuit: dict | None = None):
         if encoding not in ENCODINGS:
             raise ValueError(f"unknown encoding {encoding!r}; known: {', '.join(ENCODINGS)}")
-        if not isinstance(backend, str) and not is_backend(backend) and not (
-                isinstance(backend, tuple) and len(backend) == 2 and isinstance(backend[0], str)):
-            raise ValueError(f"backend must be a backend name, (name, options) or a backend object, "
-                             f"got {type(backend).__name__}")
         template = pqc_template(n_qubits, n_layers, observables)
         gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
         weights = torch.rand(template.n_weights, generator=gen, dtype=dtype) * math.pi
@@ -270,12 +266,13 @@ def twin_offsets(policy: nn.Module, states, values: torch.Tensor) -> np.ndarray 
     return (values - m.twin_values(m.angles(states))).double().cpu().numpy()
 
 
-def policy_row(algo, cfg) -> CircuitBatch:
-    """One row (zeros) of the policy circuit that ``algo`` (an algorithm's module) makes for ``cfg``, at its shots:
-    what a backend is asked to price or take before a run (no backend made)."""
-    t = circuits(algo.make_policy(cfg))[0].template
-    return CircuitBatch.make(t, np.zeros((1, t.n_inputs)), np.zeros(t.n_weights), shots=cfg.shots)
+def policy_rows(policy: nn.Module, n: int = 1) -> CircuitBatch:
+    """``n`` rows (zeros) of ``policy``'s circuit at its shots: what a backend is asked to price or take (a policy
+    made without a backend, ``make_policy(cfg)``, makes none)."""
+    m = circuits(policy)[0]
+    return CircuitBatch.make(m.template, np.zeros((n, m.template.n_inputs)), np.zeros(m.template.n_weights),
+                             shots=m.shots)
 
 
 __all__ = ["ENCODINGS", "GaussianPQC", "QValuePQC", "SoftmaxPQC", "circuits", "learning_on_twin", "pqc_template",
-           "policy_row", "shard_rows", "twin_offsets"]
+           "policy_rows", "shard_rows", "twin_offsets"]

@@ -293,10 +293,6 @@ def clipped_objective(new_log_probs: torch.Tensor, old_log_probs: torch.Tensor, 
     return torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean()
 
 
-def _rows(offsets, mb):
-    return None if offsets is None else offsets[mb]
-
-
 def learn(policy: ActorCritic, optimizer, batch: Batch, cfg: Config, extra, step: int) -> tuple[dict, None]:
     """GAE, then the minibatch steps (drawn from ``(cfg.seed, step, 1)``); the metrics are the means over the steps."""
     advantages, returns = _advantages(batch, cfg)
@@ -311,11 +307,12 @@ def learn(policy: ActorCritic, optimizer, batch: Batch, cfg: Config, extra, step
     for _ in range(setting(cfg, "update_epochs")):
         for mb in np.array_split(rng.permutation(len(actions)), cfg.num_minibatches):
             mb = torch.from_numpy(mb)
+            offset = None if offsets is None else offsets[mb]
             if policy.continuous:
-                d, values = policy.actor.dist(states[mb], _rows(offsets, mb)), policy.value(states[mb])
+                d, values = policy.actor.dist(states[mb], offset), policy.value(states[mb])
                 new_log_probs, entropy = d.log_prob(actions[mb].to(dtype)), d.entropy().mean()
             else:
-                log_probs, values = policy(states[mb], _rows(offsets, mb))
+                log_probs, values = policy(states[mb], offset)
                 new_log_probs = log_probs.gather(1, actions[mb, None])[:, 0]
                 entropy = -(log_probs.exp() * log_probs).sum(dim=1).mean()
             adv = advantages[mb]

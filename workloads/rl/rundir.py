@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from hqflow.backends import SECRETS
+from hqflow.backends import SECRETS, backend_spec
 from hqflow.common.files import atomic_text, atomic_write
 
 
@@ -26,16 +26,11 @@ def json_pools(backends) -> dict | None:
     None for pools of backend objects."""
     if not backends:
         return None
-    out = {}
-    for name, specs in backends.items():
-        specs = specs if isinstance(specs, list) else [specs]
-        if not all(isinstance(s, str) or (isinstance(s, tuple) and len(s) == 2) for s in specs):
-            return None  # backend objects: not storable
-        out[name] = [[s, {}] if isinstance(s, str) else [s[0], {k: v for k, v in s[1].items() if k not in SECRETS}]
-                     for s in specs]
     try:
+        out = {name: [[spec, {k: v for k, v in options.items() if k not in SECRETS}] for spec, options in
+                      map(backend_spec, specs if isinstance(specs, list) else [specs])] for name, specs in backends.items()}
         json.dumps(out)
-    except TypeError:
+    except (TypeError, ValueError):  # backend objects, or options JSON cannot hold: not storable
         return None
     return out
 

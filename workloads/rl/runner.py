@@ -34,16 +34,17 @@ from hqflow.ir import Graph
 import hqflow as hq
 from hqflow.engine.collective import reduce, replica
 from hqflow.engine.distribution import get_distribution
-from hqflow.backends import make_backend
+from hqflow.backends import backend_spec, make_backend
 from hqflow.engine.executors import ExecutorKind
 from hqflow.engine.scheduler import Scheduler
 from hqflow.engine.window import Versions
+from hqflow.gradients import GradientMethod
 from hqflow.jobs import accounting
 from hqflow.torch import ReducedGradients, differentiates, seeded
 from hqflow.workloads.rl.algorithm import Algorithm, load_params
 from hqflow.workloads.rl.algorithm import params as _params
 from hqflow.workloads.rl.envs import EnvImportError
-from hqflow.workloads.rl.policies import learning_on_twin, shard_rows
+from hqflow.workloads.rl.policies import circuits, learning_on_twin, shard_rows
 from hqflow.workloads.rl.rundir import RunDir, RunDirError, json_pools
 
 ALGORITHMS = {"reinforce": "hqflow.workloads.rl.reinforce", "dqn": "hqflow.workloads.rl.dqn",
@@ -134,7 +135,7 @@ class Placement:
 def _key(spec, member=None) -> str | None:
     if is_backend(spec):
         return None if member is None else f"object:{id(member)}"
-    return json.dumps([spec, {}] if isinstance(spec, str) else [spec[0], dict(spec[1])], sort_keys=True)
+    return json.dumps(backend_spec(spec), sort_keys=True)
 
 
 @_frozen
@@ -202,22 +203,14 @@ def _scratch(algo: str, cfg, local: str | None, role: str):
     return cache[key]
 
 
-def rollout(params, step, algo, cfg, local=None):
-    """The actor: run the environments with ``params``; what its jobs used."""
+def rollout(params, step, algo, cfg, local=None, carry=None):
+    """The actor: run the environments with ``params`` (and the ``carry`` of an algorithm that keeps state between
+    updates, ``init_carry``: then an input port); what its jobs used."""
     policy, _, envs = _scratch(algo, cfg, local, "actor")
     load_params(policy, params)
     with accounting.meter() as used, seeded(cfg.seed, int(step), "act"):  # shot seeds: a function of (seed, step)
-        batch = algorithm(algo).act(policy, envs, cfg, int(step), None)[0]
-    return {"batch": batch, "usage": used.total}
-
-
-def rollout_carry(params, carry, step, algo, cfg, local=None):
-    """The actor of an algorithm that carries state between updates (``init_carry``)."""
-    policy, _, envs = _scratch(algo, cfg, local, "actor")
-    load_params(policy, params)
-    with accounting.meter() as used, seeded(cfg.seed, int(step), "act"):
-        batch, carry = algorithm(algo).act(policy, envs, cfg, int(step), carry["value"])
-    return {"batch": batch, "carry": {"value": carry}, "usage": used.total}
+        batch, kept = algorithm(algo).act(policy, envs, cfg, int(step), None if carry is None else carry["value"])
+    return {"batch": batch, "usage": used.total} | ({} if carry is None else {"carry": {"value": kept}})
 
 
 def learn(batch, params, opt, extra, step, algo, cfg, local=None):
@@ -242,7 +235,7 @@ def learn(batch, params, opt, extra, step, algo, cfg, local=None):
     try:
         with ReducedGradients(policy, sharded) if rep is not None else contextlib.nullcontext(), \
                 accounting.meter() as used, seeded(cfg.seed, int(step), "learn"), \
-                learning_on_twin(policy, cfg.gradient == "twin"):  # every replica: the same seeds; a twin: no QPU
+                learning_on_twin(policy, cfg.gradient is GradientMethod.TWIN):  # every replica: the same seeds; a twin: no QPU
             metrics, value = mod.learn(policy, optimizer, batch, cfg, extra["value"], int(step))
     finally:
         shard_rows(policy, None)
@@ -269,8 +262,8 @@ def build_graph(algo: str, cfg, staleness: int = 0, job_backends: tuple[str, ...
     params = {"algo": algo, "cfg": cfg, "local": local}
     pipe = hq.Pipeline(f"{algo}_{cfg.env}")
     pipe.input("step", "scalar")
-    pipe.preprocess(rollout_carry if carries else rollout, name="rollout", params=params, job_backends=job_backends,
-                    outputs={"batch": "any", "usage": "any"} | ({"carry": "any"} if carries else {}))
+    pipe.preprocess(rollout, name="rollout", params=params, job_backends=job_backends, inputs={"carry": "any"} if
+                    carries else None, outputs={"batch": "any", "usage": "any"} | ({"carry": "any"} if carries else {}))
     pipe.learn(learn, outputs={"params": "any", "opt": "any", "extra": "any", "report": "any"},
                resource="gpu", params=params, job_backends=job_backends)
     pipe.loop("learn.params", "rollout.params", max_staleness=staleness)
@@ -301,14 +294,14 @@ def circuits_per_env_step(algo: str, cfg) -> tuple[float, int]:
     """``(circuits, parameters)``: what an environment step costs in circuits where the policy's circuit runs
     as jobs (each one service job per measurement group on a cloud target), from the policy's template and
     the algorithm (``Algorithm.circuits_per_step``), and the circuit's parameters (inputs and weights)."""
-    from hqflow.gradients import param_shift
-    from hqflow.workloads.rl.policies import _PQC
+    from hqflow.gradients import estimate
+    from hqflow.workloads.rl.algorithm import circuit_options
 
     mod = algorithm(algo)
-    template = next(m.template for m in mod.make_policy(cfg).modules() if isinstance(m, _PQC))  # (no backend made)
-    rows = 2 * cfg.spsa_samples if cfg.gradient == "spsa" else 0 if cfg.gradient == "twin" else param_shift(
-        template, np.zeros((1, template.n_inputs)), np.zeros(template.n_weights), wrt="both")[0].size
-    return mod.circuits_per_step(cfg, rows), template.n_inputs + template.n_weights
+    t = circuits(mod.make_policy(cfg))[0].template  # (no backend made)
+    rows = 0 if cfg.gradient is GradientMethod.TWIN else estimate(cfg.gradient, t, np.zeros((1, t.n_inputs)), np.zeros(
+        t.n_weights), settings=circuit_options(cfg)["spsa"], wrt="both")[0].size  # the layer's rows for one row
+    return mod.circuits_per_step(cfg, rows), t.n_inputs + t.n_weights
 
 
 # --- a run directory's run ----------------------------------------------------------------

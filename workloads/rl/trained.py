@@ -24,9 +24,11 @@ import json
 from pathlib import Path
 
 import numpy as np
+from hqflow.backends import as_backend
 from torch import nn
 
 from hqflow.workloads.rl.envs import get_spec, legacy_encoding
+from hqflow.workloads.rl.policies import circuits, policy_rows
 
 
 def load_policy(run_dir, backend=None, shots: int | None = None) -> nn.Module:
@@ -71,7 +73,9 @@ def evaluate(run_dir, episodes: int = 10, seed: int = 10_000, backend=None, max_
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes must be a positive integer, got {episodes!r}")
     policy = load_policy(run_dir, backend, shots)
-    spec, priced = policy.env_spec, _pricer(policy)
+    spec, backend_ = policy.env_spec, as_backend(circuits(policy)[0].job_backend())
+    priced = (lambda rows: backend_.estimate_cost(policy_rows(policy, rows)).amount) if backend_.priced else (
+        lambda rows: 0.0)  # a step of that many rows at list price (0 where unpriced)
     envs = [_recording(spec, record, k) if record else spec.make() for k in range(episodes)]
     obs = [env.reset(seed=int(seed) + k)[0] for k, env in enumerate(envs)]
     totals, steps, alive, stopped = np.zeros(episodes), 0, list(range(episodes)), None
@@ -114,34 +118,12 @@ def price_evaluation(run_dir, episodes: int = 10, backend=None, shots: int | Non
     limit = max_steps or policy.env_spec.max_episode_steps()
     if limit is None:
         raise ValueError(f"{policy.env_spec.name} has no time limit: give --max-steps to bound the evaluation's price")
-    backend_ = _backend(policy)
+    backend_ = as_backend(circuits(policy)[0].job_backend())
     if not backend_.priced:
         raise ValueError(f"{backend_.name} does not price its jobs: its evaluation costs nothing to price")
-    cost = backend_.estimate_cost(_rows(policy, episodes))
+    cost = backend_.estimate_cost(policy_rows(policy, episodes))
     return {"episodes": episodes, "max_steps": int(limit), "per_step": cost.amount, "at_most": cost.amount * limit,
-            "currency": cost.currency, "circuits_per_step": backend_.usage(_rows(policy, episodes)).circuits}
-
-
-def _backend(policy):
-    from hqflow.backends import as_backend
-    from hqflow.workloads.rl.policies import circuits
-
-    return as_backend(circuits(policy)[0].job_backend())
-
-
-def _rows(policy, n: int):
-    from hqflow.backends import CircuitBatch
-    from hqflow.workloads.rl.policies import circuits
-
-    m = circuits(policy)[0]
-    t = m.template
-    return CircuitBatch.make(t, np.zeros((n, t.n_inputs)), np.zeros(t.n_weights), shots=m.shots)
-
-
-def _pricer(policy):
-    """``price(rows)``: the list price of a step of ``rows`` rows on the policy's backend (0 where it is unpriced)."""
-    backend = _backend(policy)
-    return (lambda rows: backend.estimate_cost(_rows(policy, rows)).amount) if backend.priced else (lambda rows: 0.0)
+            "currency": cost.currency, "circuits_per_step": backend_.usage(policy_rows(policy, episodes)).circuits}
 
 
 def _shown(backend):
