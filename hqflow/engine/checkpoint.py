@@ -4,9 +4,10 @@ trainer's ``checkpoint.pt`` is this format too, with the trainer's own record in
 A run's steps finish out of order, but its *prefix* (the steps before the first unfinished one) only grows. When
 it does, the newly finished steps' outputs are appended to ``outputs.pkl`` and, after every ``checkpoint_every``-th
 step and when the run ends, fails or is interrupted, ``state.pkl`` is replaced (atomically) by the loop-carried
-values after the prefix, its length (the stream position) and the run's identity. A resumed run skips that many stream items, starts every loop edge from the
-saved value and numbers its steps on from there, so shot seeds and job ids are those of an uninterrupted run:
-at every ``max_staleness`` the result is identical (``window.Values``: the version a step takes never depends on timing).
+values after the prefix, its length (the stream position) and the run's identity. A resumed run skips that many
+stream items, starts every loop edge from the saved value and numbers its steps on from there, so shot seeds and
+job ids are those of an uninterrupted run: at every ``max_staleness`` the result is identical (``window.Values``:
+the version a step takes never depends on timing).
 
 * ``state.pkl``: ``{"version", "graph", "seed", "run_id", "steps", "state", "item", "record"}``, its ``state`` a
   list of ``[port, Versions]`` pairs, each port as an object (``PortRef.to_dict``), with the versions the next
@@ -66,16 +67,14 @@ def item_digest(item: Any) -> str | None:
         return None
 
 
-
 class Record:
-    """A workload's own record in its checkpoints (``Scheduler.run(..., record=)``: the RL trainer's returns,
-    metrics and counters). Each step that joins the finished prefix is ``add``-ed, in step order, with or without
-    a run directory; False says the run ended before that step (its budget of episodes spent), so the prefix, and
-    the checkpoint, stop there. A checkpoint keeps ``saved()``; the workload reads it back with :func:`load`. A run
-    with a record keeps its checkpoint in ``file`` and no outputs file (the record holds what it needs of them),
-    and checks itself that a resume is the same run: its graph may change (another distribution)."""
+    """A workload's own record in its checkpoints (``run(..., record=)``; the RL trainer's returns, metrics, counters):
+    each step that joins the finished prefix is ``add``-ed in step order (False: the run ended before it, and so do
+    the prefix and the checkpoint), and a checkpoint keeps ``saved()``. The workload reads its checkpoint with
+    :func:`load` and gives it back as ``resumed``; its run keeps it in ``file``, and no outputs (the record holds
+    what it needs of them); it checks that a resume is the same run, so its graph may change (another distribution)."""
 
-    file = "checkpoint.pt"
+    file, resumed = "checkpoint.pt", None
 
     def add(self, step: int, outputs: dict) -> bool:
         return True
@@ -104,15 +103,6 @@ def load(path: Path) -> dict:
     return {"record": None, **saved}
 
 
-def save(path: Path, saved: dict) -> None:
-    """A checkpoint as :func:`load` reads it (``graph``, ``seed``, ``run_id``, ``steps``, ``state``, ``item``,
-    ``record``), written atomically in this version."""
-    state = None if saved["state"] is None else [[ref.to_dict(), value] for ref, value in saved["state"].items()]
-    blob = pickle.dumps({k: saved[k] for k in ("graph", "seed", "run_id", "steps", "item", "record")}
-                        | {"version": VERSION, "state": state}, protocol=4)
-    atomic_write(path, lambda p: Path(p).write_bytes(blob))
-
-
 class Checkpointer:
     """A run's checkpoint files while it goes on: its stream items' fingerprints, the steps that join the
     finished prefix recorded in order (and ``add``-ed to the workload's ``record``), and the loop values saved
@@ -123,7 +113,7 @@ class Checkpointer:
         self.digests: dict[int, str | None] = {}  # step -> its stream item's fingerprint
         self.prefix, self.record, self.ended = 0, record, False  # prefix: steps before the first unfinished one
         self.saved: dict = {"steps": 0, "state": None, "item": None, "outputs": [], "seed": config.seed,
-                            "run_id": None, "record": None, "graph": None}
+                            "run_id": None}
         self.path, self._out = None if config.run_dir is None else Path(config.run_dir), None
         if self.path is None:
             return
@@ -140,7 +130,7 @@ class Checkpointer:
         elif exists:
             raise CheckpointError(f"{self.path} holds a run's checkpoint: pass resume=True to continue it, "
                                   "or give an empty directory")
-        self.saved_steps, self.last = self.saved["steps"], dict(self.saved, graph=self.graph_digest)
+        self.saved_steps = self.saved["steps"]
         if self.outputs_file is not None:
             self._out = open(self.outputs_file, "ab")
 
@@ -150,7 +140,7 @@ class Checkpointer:
         return self.saved["run_id"]
 
     def _load(self, seed: int | None) -> None:
-        saved = load(self.state_file)
+        saved = self.record.resumed if self.record is not None and self.record.resumed else load(self.state_file)
         if saved["graph"] != self.graph_digest:
             raise CheckpointError(f"{self.path} is the checkpoint of another graph; resume it with the graph it ran")
         if saved["seed"] != seed:
@@ -178,16 +168,16 @@ class Checkpointer:
             os.truncate(self.outputs_file, end)
         return outputs
 
-    def _save(self, values: Values, run_id: str | None) -> None:
-        """The loop-carried values after the prefix (its outputs recorded first), and the record as it stands."""
+    def _save(self, steps: int, state: dict[PortRef, Any], item: str | None, run_id: str | None) -> None:
+        """The loop-carried values after ``steps`` finished steps (their outputs recorded first), the record's now."""
         if self._out is not None:
             os.fsync(self._out.fileno())
-        if self.prefix != self.saved_steps:  # never None: Values.forget keeps every version from the oldest
-            # unfinished step on, and a record that ends the run saves at once
-            self.last = dict(self.last, run_id=run_id, steps=self.prefix, state=values.at(self.prefix),
-                             item=self.digests.get(self.prefix - 1))
-        save(self.state_file, dict(self.last, record=None if self.record is None else self.record.saved()))
-        self.saved_steps = self.prefix
+        data = {"version": VERSION, "graph": self.graph_digest, "seed": self.saved["seed"], "run_id": run_id,
+                "steps": steps, "state": [[ref.to_dict(), value] for ref, value in state.items()], "item": item,
+                "record": None if self.record is None else self.record.saved()}
+        blob = pickle.dumps(data, protocol=4)
+        atomic_write(self.state_file, lambda p: Path(p).write_bytes(blob))
+        self.saved_steps = steps
 
     def restore(self, items, values: Values, outputs: dict) -> int:
         """Continue a checkpointed run: skip its steps in ``items``, restore its loop ``values`` and its
@@ -230,9 +220,10 @@ class Checkpointer:
             del self.digests[k]
 
     def stop(self, values: Values, run_id: str | None) -> None:
-        """The run ends here (done, failed or interrupted): save the finished prefix, and the record as it stands."""
-        if self.path is not None and (self.prefix != self.saved_steps or self.record is not None and self.prefix):
-            self._save(values, run_id)
+        """The run ends here (done, failed or interrupted): save the finished prefix."""
+        if self.path is not None and self.prefix != self.saved_steps:  # never None: Values.forget keeps every
+            # version from the oldest unfinished step on (a record that ends the run saves at once)
+            self._save(self.prefix, values.at(self.prefix), self.digests.get(self.prefix - 1), run_id)
 
     def close(self) -> None:
         if self._out is not None:

@@ -96,20 +96,18 @@ class Scheduler:
                 if exhausted and not self.admitted:
                     break
                 self._wait_and_handle(progress)
-            self.checkpoints.stop(self.values, self.service.run_id)
         except (FragmentError, BackendError) as exc:
             failure = exc
-            self.checkpoints.stop(self.values, self.service.run_id)  # resumable from the last finished step
         except KeyboardInterrupt:
             threads.hurry()  # the exit does not wait for the fragment still running
-            self.checkpoints.stop(self.values, self.service.run_id)
             if self.checkpoints.path is None:
                 raise
             raise KeyboardInterrupt(f"run interrupted after {self.checkpoints.prefix} steps; continue it with "
                                     f"run_dir={str(self.checkpoints.path)!r}, resume=True") from None
         else:
             failure = None
-        finally:
+        finally:  # a run that ends, fails or is interrupted goes on from its last finished step
+            self.checkpoints.stop(self.values, self.service.run_id)
             self._close()
         if failure is not None:
             raise RunFailed(str(failure), self._result(next_step)) from failure

@@ -21,8 +21,7 @@ from hqflow.engine.ports import PortRef
 from hqflow.engine.window import Versions
 
 
-class RunDirError(ValueError):
-    """A run directory that cannot be resumed: damaged, or not a run; the message names the file."""
+RunDirError = checkpoint.CheckpointError  # a run directory that cannot be resumed: damaged, or not a run (one line)
 
 
 def json_pools(backends) -> dict | None:
@@ -75,21 +74,21 @@ class RunDir:
 
     def read_checkpoint(self, meta: dict, seed: int) -> dict | None:
         """``checkpoint.pt`` (None if there is none yet): its record (``update``, ``returns``, ...), its newest loop
-        values by name as ``"state"`` and the engine's checkpoint as ``"saved"``; one that hqflow wrote before it kept
-        the engine's format (``torch.save`` of the record, ``"state"`` and the older parameters, ``"stale"``) is read
-        as one. Damaged: a ``RunDirError`` naming it."""
+        values by name as ``"state"`` and the engine's checkpoint as ``"saved"`` (one of an earlier hqflow's format
+        too: ``_legacy``). Damaged: a ``RunDirError`` naming it."""
         path = self.path / "checkpoint.pt"
         if not path.exists():
             return None
         try:
             saved = checkpoint.load(path)
-        except checkpoint.CheckpointError:
+        except RunDirError:
             saved = _legacy(path, meta, seed)
-        state, record = saved["state"], saved["record"]
-        if not (isinstance(state, dict) and isinstance(record, dict) and isinstance(record.get("update"), int)):
+        if not (isinstance(saved["state"], dict) and isinstance(saved["record"], dict)
+                and isinstance(saved["record"].get("update"), int)):
             raise RunDirError(f"{path} is damaged: it holds no training state")
-        newest = {str(ref): v.values[max(v.values)] if isinstance(v, Versions) else v for ref, v in state.items()}
-        return {**record, "state": newest, "saved": saved}
+        newest = {str(ref): v.values[max(v.values)] if isinstance(v, Versions) else v
+                  for ref, v in saved["state"].items()}
+        return {**saved["record"], "state": newest, "saved": saved}
 
     def rows(self, last_update: int) -> list[dict]:
         """The rows of ``metrics.jsonl`` up to ``last_update``, for a checkpoint that does not hold them (written
@@ -217,7 +216,8 @@ class RunDir:
 
 
 def _legacy(path: Path, meta: dict, seed: int) -> dict:
-    """A checkpoint.pt of hqflow before it kept the engine's format, as the engine's."""
+    """A checkpoint.pt of hqflow before it kept the engine's format (``torch.save`` of the trainer's record, its
+    ``"state"`` by name and the older parameters, ``"stale"``), as the engine's."""
     import torch
 
     try:
@@ -227,15 +227,15 @@ def _legacy(path: Path, meta: dict, seed: int) -> dict:
     except Exception as exc:  # noqa: BLE001 - torch.load raises EOFError, UnpicklingError, RuntimeError, ...
         raise RunDirError(f"{path} is damaged ({type(exc).__name__}): truncated, or not a checkpoint") from None
     if not (isinstance(data, dict) and isinstance(data.get("state"), dict) and isinstance(data.get("update"), int)):
-        raise RunDirError(f"{path} is damaged: it holds no training state")
+        return {"state": None, "record": None}  # (named damaged by read_checkpoint)
     state, steps = {PortRef.parse(k): v for k, v in data.pop("state").items()}, data["update"] + 1
     extra = state.get(PortRef("learn", "extra"))
     if isinstance(extra, dict) and "episodes" not in extra:  # from before the learner counted them
         extra["episodes"] = len(data.get("returns", ()))
     params = PortRef("learn", "params")  # with the older versions that rollouts at staleness > 0 take
     state[params] = Versions({**data.pop("stale", {}), steps: state[params]})
-    return {"graph": None, "seed": seed, "run_id": meta.get("run_id"), "steps": steps,
-            "state": state, "item": None, "record": data}
+    return {"graph": None, "seed": seed, "run_id": meta.get("run_id"), "steps": steps, "state": state, "item": None,
+            "record": data}
 
 
 def plot_learning_curve(returns, path, title: str, window: int = 10) -> None:

@@ -344,13 +344,12 @@ def complete(name: str, cfg, ckpt: dict) -> bool:
                                                                   ckpt.get("solved_at") is not None)
 
 
-def check_resume(run_dir, algo: str, cfg, ckpt: dict) -> None:
-    """What ``train(resume=True)`` reads besides ``load_run``: the checkpoint's parameters against the
-    config, and ``metrics.jsonl`` where the checkpoint does not hold the rows (``RunDirError``)."""
+def check_resume(run_dir, algo: str, cfg, ckpt: dict) -> list[dict]:
+    """What ``train(resume=True)`` reads besides ``load_run``: the checkpoint's parameters against the config, and
+    ``metrics.jsonl`` where the checkpoint does not hold the rows (``RunDirError``); returns the run's rows."""
     rd = RunDir(run_dir)
     _check_state(ckpt["state"], initial_state(algo, cfg), rd.path / "checkpoint.pt")
-    if "metrics" not in ckpt:
-        rd.rows(ckpt["update"])
+    return ckpt["metrics"] if "metrics" in ckpt else rd.rows(ckpt["update"])
 
 
 def init_params(run_dir, algo: str, cfg) -> dict:
@@ -440,10 +439,9 @@ def _train(run: Setup, rd: RunDir, ckpt, resume, distribution, progress, resourc
     init = rd.initial(init) if ckpt is None else None  # (a resume before the first checkpoint: init.pt again)
     if init is not None:
         state["learn.params"] = init
-    if ckpt is not None:  # (one written before hqflow kept the engine's format: in it now, as the engine reads it)
-        _check_state(ckpt["state"], state, rd.path / "checkpoint.pt")
-        checkpoint.save(rd.path / "checkpoint.pt", ckpt["saved"])
-    tally = _Tally.of(ckpt or {}, run, rd, (ckpt or {"state": state})["state"]["learn.params"])
+    if ckpt is not None:  # (a killed run may have logged updates past its checkpoint: they will be redone)
+        ckpt["metrics"] = check_resume(rd.path, run.name, cfg, ckpt)
+    tally = _Tally.of(ckpt or {"state": state}, run, rd)
     # the budgets are the whole run's: the ledger's file holds what every process of the run paid
     scheduler.setdefault("ledger", rd.ledger(resume, (tally.spend, tally.usage["shots"], tally.usage["currency"])
                                              if resume else paid_before))
@@ -452,12 +450,8 @@ def _train(run: Setup, rd: RunDir, ckpt, resume, distribution, progress, resourc
             "backends": json_pools(pools)}
     if ckpt is None:
         scheduler.setdefault("run_id", uuid.uuid4().hex)  # job ids derive from it; --resume reuses it
-    # a killed run may have logged updates past its checkpoint: they will be redone
-    if ckpt is not None and "metrics" not in ckpt:  # a checkpoint from before hqflow kept the rows in it
-        tally.metrics = rd.rows(tally.update)
     rd.start({"algo": run.name, "run_id": scheduler["run_id"], **part, "config": dataclasses.asdict(cfg)}, part,
-             tally.metrics,
-             tally.update + 1, fresh=ckpt is None)
+             tally.metrics, tally.update + 1, fresh=ckpt is None)
     config = dataclasses.replace(policy.scheduler_config(seed=cfg.seed), **scheduler, resume=ckpt is not None,
                                  run_dir=None if rd.path is None else str(rd.path))
     threads = torch.get_num_threads()
@@ -500,13 +494,13 @@ class _Tally(checkpoint.Record):
     metrics: list = dataclasses.field(default_factory=list)
 
     @classmethod
-    def of(cls, ckpt: dict, run: Setup, rd: RunDir, params: dict) -> _Tally:
+    def of(cls, ckpt: dict, run: Setup, rd: RunDir) -> _Tally:
         tally = cls(**{f.name: ckpt[f.name] for f in dataclasses.fields(cls) if f.name in ckpt}
                     | {"returns": list(ckpt.get("returns", []))})
         tally.run, tally.window = run, run.algo.solve_window(run.cfg)  # episodes the criterion averages
-        tally.threshold, tally.params, tally.sched, tally.t0 = run.algo.solved_threshold(run.cfg), params, None, \
-            time.perf_counter()
-        tally.rd, tally.shown = rd, tally.update
+        tally.threshold, tally.params, tally.sched, tally.t0 = run.algo.solved_threshold(run.cfg), \
+            ckpt["state"]["learn.params"], None, time.perf_counter()
+        tally.rd, tally.shown, tally.resumed = rd, tally.update, ckpt.get("saved")  # (the engine goes on from it)
         return tally
 
     def spent(self) -> tuple[float, str | None]:
