@@ -22,7 +22,7 @@ FAILING = ["--backend-opt", "fail_jobs=" + json.dumps(list(range(60, 3000)))]  #
 
 
 def _ckpt(run):
-    return torch.load(run / "checkpoint.pt", weights_only=False)
+    return runner.load_run(run)[1]
 
 
 def _same_run(a, b):

@@ -1,16 +1,18 @@
-"""Checkpoints of a run: ``hq.run(..., run_dir=DIR)`` survives a kill and resumes with ``resume=True``.
+"""Checkpoints of a run: ``hq.run(..., run_dir=DIR)`` survives a kill and resumes with ``resume=True``; the RL
+trainer's ``checkpoint.pt`` is this format too, with the trainer's own record in it (``Record``).
 
 A run's steps finish out of order, but its *prefix* (the steps before the first unfinished one) only grows. When
-it does, the newly finished steps' outputs are appended to ``outputs.pkl`` and, every ``checkpoint_every`` steps,
-``state.pkl`` is replaced (atomically) by the loop-carried values after the prefix, its length (the stream
-position) and the run's identity. A resumed run skips that many stream items, starts every loop edge from the
-saved value and numbers its steps on from there, so shot seeds and job ids are those of an uninterrupted run:
-at every ``max_staleness`` the result is identical (``window.Values``: the version a step takes never depends on timing).
+it does, the newly finished steps' outputs are appended to ``outputs.pkl`` and, after every ``checkpoint_every``-th
+step and when the run ends, fails or is interrupted, ``state.pkl`` is replaced (atomically) by the loop-carried
+values after the prefix, its length (the stream position) and the run's identity. A resumed run skips that many
+stream items, starts every loop edge from the saved value and numbers its steps on from there, so shot seeds and
+job ids are those of an uninterrupted run: at every ``max_staleness`` the result is identical (``window.Values``:
+the version a step takes never depends on timing).
 
-* ``state.pkl``: ``{"version", "graph", "seed", "run_id", "steps", "state", "item"}``, its ``state`` a list of
-  ``[port, Versions]`` pairs, each port as an object (``PortRef.to_dict``), with the versions the next steps
-  take at their ``max_staleness``; version 2, a value per port, and version 1, keyed by the ``"frag.port"``
-  text, are still read;
+* ``state.pkl``: ``{"version", "graph", "seed", "run_id", "steps", "state", "item", "record"}``, its ``state`` a
+  list of ``[port, Versions]`` pairs, each port as an object (``PortRef.to_dict``), with the versions the next
+  steps take at their ``max_staleness``, and its ``record`` the workload's (None without one); version 3, without
+  a record, version 2, a value per port, and version 1, keyed by the ``"frag.port"`` text, are still read;
 * ``outputs.pkl``: one pickle per finished step, ``(step, outputs)``, in step order (a frame cut short by a kill
   is dropped on resume).
 
@@ -32,7 +34,7 @@ from .ports import PortRef
 from .scheduler_config import SchedulerConfig
 from .window import Values
 
-VERSION = 3
+VERSION = 4
 
 
 class CheckpointError(GraphError):
@@ -65,21 +67,59 @@ def item_digest(item: Any) -> str | None:
         return None
 
 
+class Record:
+    """A workload's own record in its checkpoints (``run(..., record=)``; the RL trainer's returns, metrics, counters):
+    each step that joins the finished prefix is ``add``-ed in step order (False: the run ended before it, and so do
+    the prefix and the checkpoint), and a checkpoint keeps ``saved()``. The workload reads its checkpoint with
+    :func:`load` and gives it back as ``resumed``; its run keeps it in ``file``, and no outputs (the record holds
+    what it needs of them); it checks that a resume is the same run, so its graph may change (another distribution)."""
+
+    file, resumed = "checkpoint.pt", None
+
+    def add(self, step: int, outputs: dict) -> bool:
+        return True
+
+    def saved(self) -> Any:
+        return None
+
+
+def load(path: Path) -> dict:
+    """A checkpoint file of any version, its ``state`` by port; a one-line ``CheckpointError`` if it is not one."""
+    try:
+        saved = pickle.loads(path.read_bytes())
+    except OSError as exc:
+        raise CheckpointError(f"cannot read {path}: {exc.strerror}") from None
+    except Exception:  # noqa: BLE001 - truncated or not a pickle
+        raise CheckpointError(f"{path} is damaged: not a checkpoint") from None
+    if not isinstance(saved, dict) or saved.get("version") not in range(1, VERSION + 1) \
+            or not isinstance(saved.get("steps"), int):
+        raise CheckpointError(f"{path} is damaged: not a checkpoint of this hqflow")
+    try:  # loop values by port: [port, value] pairs since version 2, version 1's keyed by "frag.port" text
+        if saved["state"] is not None:
+            saved["state"] = {PortRef.parse(k): v for k, v in saved["state"].items()} if saved["version"] == 1 \
+                else {PortRef.from_dict(ref): value for ref, value in saved["state"]}
+    except (AttributeError, TypeError, ValueError):
+        raise CheckpointError(f"{path} is damaged: its loop values are not by port") from None
+    return {"record": None, **saved}
+
+
 class Checkpointer:
     """A run's checkpoint files while it goes on: its stream items' fingerprints, the steps that join the
-    finished prefix recorded in order, and the loop values saved every ``checkpoint_every`` of them (and at
-    the end). Without a ``run_dir`` (``path`` None) it records nothing."""
+    finished prefix recorded in order (and ``add``-ed to the workload's ``record``), and the loop values saved
+    after every ``checkpoint_every``-th of them and when the run stops. Without a ``run_dir`` (``path`` None) it
+    writes nothing."""
 
-    def __init__(self, config: SchedulerConfig, graph: Graph):
+    def __init__(self, config: SchedulerConfig, graph: Graph, record: Record | None = None):
         self.digests: dict[int, str | None] = {}  # step -> its stream item's fingerprint
-        self.prefix = 0  # steps before the first unfinished one
+        self.prefix, self.record, self.ended = 0, record, False  # prefix: steps before the first unfinished one
         self.saved: dict = {"steps": 0, "state": None, "item": None, "outputs": [], "seed": config.seed,
                             "run_id": None}
-        self.path = None if config.run_dir is None else Path(config.run_dir)
+        self.path, self._out = None if config.run_dir is None else Path(config.run_dir), None
         if self.path is None:
             return
-        self.every, self.graph_digest = config.checkpoint_every, graph_digest(graph)
-        self.state_file, self.outputs_file = self.path / "state.pkl", self.path / "outputs.pkl"
+        self.every, self.graph_digest = config.checkpoint_every, None if record else graph_digest(graph)
+        self.state_file, self.outputs_file = self.path / (record.file if record else "state.pkl"), \
+            None if record else self.path / "outputs.pkl"
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             exists = self.state_file.exists()
@@ -91,7 +131,8 @@ class Checkpointer:
             raise CheckpointError(f"{self.path} holds a run's checkpoint: pass resume=True to continue it, "
                                   "or give an empty directory")
         self.saved_steps = self.saved["steps"]
-        self._out = open(self.outputs_file, "ab")
+        if self.outputs_file is not None:
+            self._out = open(self.outputs_file, "ab")
 
     @property
     def run_id(self) -> str | None:
@@ -99,26 +140,12 @@ class Checkpointer:
         return self.saved["run_id"]
 
     def _load(self, seed: int | None) -> None:
-        try:
-            saved = pickle.loads(self.state_file.read_bytes())
-        except OSError as exc:
-            raise CheckpointError(f"cannot read {self.state_file}: {exc.strerror}") from None
-        except Exception:  # noqa: BLE001 - truncated or not a pickle
-            raise CheckpointError(f"{self.state_file} is damaged: not a checkpoint") from None
-        if not isinstance(saved, dict) or saved.get("version") not in (1, 2, VERSION) \
-                or not isinstance(saved.get("steps"), int):
-            raise CheckpointError(f"{self.state_file} is damaged: not a checkpoint of this hqflow")
-        try:  # loop values by port: version 2's [port, value] pairs, version 1's keyed by "frag.port" text
-            if saved["state"] is not None:
-                saved["state"] = {PortRef.parse(k): v for k, v in saved["state"].items()} if saved["version"] == 1 \
-                    else {PortRef.from_dict(ref): value for ref, value in saved["state"]}
-        except (AttributeError, TypeError, ValueError):
-            raise CheckpointError(f"{self.state_file} is damaged: its loop values are not by port") from None
+        saved = self.record.resumed if self.record is not None and self.record.resumed else load(self.state_file)
         if saved["graph"] != self.graph_digest:
             raise CheckpointError(f"{self.path} is the checkpoint of another graph; resume it with the graph it ran")
         if saved["seed"] != seed:
             raise CheckpointError(f"{self.path} ran with seed={saved['seed']!r}; resume it with that seed, not {seed!r}")
-        saved["outputs"] = self._read_outputs(saved["steps"])
+        saved["outputs"] = [] if self.outputs_file is None else self._read_outputs(saved["steps"])
         self.saved = saved
 
     def _read_outputs(self, steps: int) -> list:
@@ -142,10 +169,12 @@ class Checkpointer:
         return outputs
 
     def _save(self, steps: int, state: dict[PortRef, Any], item: str | None, run_id: str | None) -> None:
-        """The loop-carried values after ``steps`` finished steps (their outputs recorded first)."""
-        os.fsync(self._out.fileno())
+        """The loop-carried values after ``steps`` finished steps (their outputs recorded first), the record's now."""
+        if self._out is not None:
+            os.fsync(self._out.fileno())
         data = {"version": VERSION, "graph": self.graph_digest, "seed": self.saved["seed"], "run_id": run_id,
-                "steps": steps, "state": [[ref.to_dict(), value] for ref, value in state.items()], "item": item}
+                "steps": steps, "state": [[ref.to_dict(), value] for ref, value in state.items()], "item": item,
+                "record": None if self.record is None else self.record.saved()}
         blob = pickle.dumps(data, protocol=4)
         atomic_write(self.state_file, lambda p: Path(p).write_bytes(blob))
         self.saved_steps = steps
@@ -174,22 +203,28 @@ class Checkpointer:
         if self.path is not None:
             self.digests[step] = item_digest(item)
 
-    def finished(self, outputs: dict[int, dict], values: Values, run_id: str, final: bool = False) -> None:
+    def finished(self, outputs: dict[int, dict], values: Values, run_id: str) -> None:
         """Record the steps that joined the finished prefix; save the loop values when a save is due."""
-        if self.path is None:
-            return
-        while self.prefix in outputs:  # appended in step order
-            pickle.dump((self.prefix, outputs[self.prefix]), self._out, protocol=4)
-            self._out.flush()
+        ended = False
+        while self.prefix in outputs and not self.ended and (self.path or self.record) is not None:
+            if self.record is not None and not self.record.add(self.prefix, outputs[self.prefix]):
+                self.ended = ended = True  # the run ended before this step: saved now, while its versions are kept
+                break
+            if self._out is not None:  # appended in step order
+                pickle.dump((self.prefix, outputs[self.prefix]), self._out, protocol=4)
+                self._out.flush()
             self.prefix += 1
-        due = final or self.prefix - self.saved_steps >= self.every
-        if due and self.prefix != self.saved_steps:
-            # never None: Values.forget keeps every version from the oldest unfinished step on
-            self._save(self.prefix, values.at(self.prefix), self.digests.get(self.prefix - 1), run_id)
+        if self.path is not None and (ended or self.prefix // self.every > self.saved_steps // self.every):
+            self.stop(values, run_id)
         for k in [k for k in self.digests if k < self.prefix - 1]:
             del self.digests[k]
 
-    def close(self) -> None:
-        if self.path is not None:
-            self._out.close()
+    def stop(self, values: Values, run_id: str | None) -> None:
+        """The run ends here (done, failed or interrupted): save the finished prefix."""
+        if self.path is not None and self.prefix != self.saved_steps:  # never None: Values.forget keeps every
+            # version from the oldest unfinished step on (a record that ends the run saves at once)
+            self._save(self.prefix, values.at(self.prefix), self.digests.get(self.prefix - 1), run_id)
 
+    def close(self) -> None:
+        if self._out is not None:
+            self._out.close()

@@ -66,19 +66,18 @@ class Scheduler:
 
     # -- the loop -------------------------------------------------------------------
     def run(self, stream: Iterable[Mapping[str, Any]] | int, *, initial_state: Mapping[PortRef | str, Any] | None = None,
-            progress=None, start: int = 0) -> RunResult:
-        """``start``: the first stream item's step number, for a run that goes on from another's state (shot seeds
-        and job ids go on from there; ``initial_state`` holds version ``start``, with older ones in a ``Versions``)."""
+            progress=None, record=None) -> RunResult:
+        """``record``: the workload's own record, kept in the run's checkpoints (``checkpoint.Record``)."""
         if isinstance(stream, int):
             if stream < 0:
                 raise ValueError(f"number of steps must be >= 0, got {stream}")
             stream = ({} for _ in range(stream))
         items, self.checkpoints, self.service = iter(stream), None, None
         try:
-            self.checkpoints = Checkpointer(self.config, self.graph)
-            self._reset(initial_state, start)
+            self.checkpoints = Checkpointer(self.config, self.graph, record)
+            self._reset(initial_state)
             self.started.set()  # a RunHandle may change the pools from here on
-            next_step = self.stats.completed = self.checkpoints.restore(items, self.values, self.outputs) or start
+            next_step = self.stats.completed = self.checkpoints.restore(items, self.values, self.outputs)
         except BaseException:
             self._close()
             raise
@@ -98,7 +97,6 @@ class Scheduler:
                 if exhausted and not self.admitted:
                     break
                 self._wait_and_handle(progress)
-            self.checkpoints.finished(self.outputs, self.values, self.service.run_id, final=True)
         except (FragmentError, BackendError) as exc:
             failure = exc
         except KeyboardInterrupt:
@@ -109,13 +107,14 @@ class Scheduler:
                                     f"run_dir={str(self.checkpoints.path)!r}, resume=True") from None
         else:
             failure = None
-        finally:
+        finally:  # a run that ends, fails or is interrupted goes on from its last finished step
+            self.checkpoints.stop(self.values, self.service.run_id)
             self._close()
         if failure is not None:
             raise RunFailed(str(failure), self._result(next_step)) from failure
         return self._result(next_step)
 
-    def _reset(self, initial_state, start: int) -> None:
+    def _reset(self, initial_state) -> None:
         """A fresh run's state; its job service, window and event queue are the elastic changes' from now on."""
         self.t0 = self.clock.now()
         self.events: queue.Queue[Event] = queue.Queue()
@@ -131,7 +130,7 @@ class Scheduler:
                                   ledger=self.executor.ledger(c.budget, c.shot_budget, c.ledger or (
                                       c.run_dir and f"{c.run_dir}/ledger.jsonl")))
         self.stats = RunStats(self.config.executor.value)
-        self.values = Values(self.graph, initial_state, start)
+        self.values = Values(self.graph, initial_state)
         self.window = Window(self.config, self.pools)
         self.elastic.attach(self.service, self.window, self.events)
 
@@ -286,15 +285,17 @@ def start(graph: Graph, stream: Iterable[Mapping[str, Any]] | int, *, backends: 
 
 def run(graph: Graph, stream: Iterable[Mapping[str, Any]] | int, *, backends: Mapping[str, Any] | None = None,
         initial_state: Mapping[PortRef | str, Any] | None = None, progress=None, config: SchedulerConfig | None = None,
-        **options) -> RunResult:
+        record=None, **options) -> RunResult:
     """Run ``graph`` over ``stream`` with the overlap scheduler.
 
     ``backends`` maps a fragment's backend name to a backend, a registry name,
     ``(name, options)``, or a list of those (a pool). ``initial_state`` gives loop-carried sources
     their first value, by port (``hqflow.engine.ports.PortRef`` or ``"frag.port"``; a run's ``result.state``
-    continues it). ``options`` are ``SchedulerConfig`` fields (``executor="ray"``, ``window=4``, ...).
+    continues it). ``options`` are ``SchedulerConfig`` fields (``executor="ray"``, ``window=4``, ...); ``record``: the
+    workload's own record, kept in the checkpoints of a ``run_dir`` (``hqflow.engine.checkpoint.Record``).
     """
-    return Scheduler(graph, backends, configure(config, options)).run(stream, initial_state=initial_state, progress=progress)
+    return Scheduler(graph, backends, configure(config, options)).run(stream, initial_state=initial_state,
+                                                                      progress=progress, record=record)
 
 
 __all__ = ["RunHandle", "Scheduler", "SchedulerConfig", "run", "start"]

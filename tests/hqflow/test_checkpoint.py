@@ -13,7 +13,10 @@ import numpy as np
 import pytest
 
 import hqflow as hq
-from hqflow.engine.checkpoint import CheckpointError
+from hqflow.engine import checkpoint
+from hqflow.engine.checkpoint import CheckpointError, Record
+from hqflow.engine.ports import PortRef
+from hqflow.engine.window import Versions
 from hqflow.workloads import synthetic
 
 CFG = synthetic.Config(staleness=0, backend="qpu", matrix=96, repeats=300)  # a learner step of tens of ms
@@ -185,7 +188,7 @@ def test_the_finished_prefix_is_recorded_in_order_and_the_values_saved_when_due(
         ckpt.finished(outputs, values, "run-1")
     assert ckpt.prefix == 3 and _steps_saved(tmp_path / "run") == 2  # every 2 steps: the save after step 1
     assert sorted(ckpt.digests) == [2, 3]  # the fingerprints a later save needs: the prefix's last step's on
-    ckpt.finished(outputs, values, "run-1", final=True)  # the end is always saved
+    ckpt.stop(values, "run-1")  # the end is always saved
     assert _steps_saved(tmp_path / "run") == 3
     ckpt.close()
 
@@ -220,3 +223,37 @@ def test_at_staleness_k_step_i_takes_version_i_minus_k_and_a_run_killed_anywhere
     assert taken == {i: max(0, i - staleness) for i in range(STEPS)}
     for name in copies.values():
         _same(_clean(cfg, run_dir=str(tmp_path / name), checkpoint_every=2, resume=True), clean)
+
+
+class _Sums(Record):
+    """A workload's record: the totals of the steps it took, up to ``limit`` of them (then the run has ended)."""
+
+    def __init__(self, limit, saved=()):
+        self.limit, self.sums = limit, list(saved)
+
+    def add(self, step, outputs):
+        if len(self.sums) == self.limit:
+            return False
+        self.sums.append(outputs["acc"])
+        return True
+
+    def saved(self):
+        return list(self.sums)
+
+
+def test_a_workload_s_record_is_checkpointed_and_ends_the_prefix_where_it_ends_the_run(tmp_path):
+    """Steps past the record's end still run (admitted before it), but the checkpoint stops at its end: its loop
+    values are those after the record's last step, and a resume goes on from there (the graph may differ)."""
+    run_dir, items = tmp_path / "run", [{"y": float(k)} for k in range(6)]
+    record = _Sums(2)
+    ran = hq.run(_loop_graph(), items, run_dir=str(run_dir), record=record, seed=1, checkpoint_every=5)
+    assert len(ran.outputs) == 6 and record.sums == [0.0, 1.0]
+    saved = checkpoint.load(run_dir / "checkpoint.pt")
+    assert (saved["steps"], saved["record"], saved["graph"]) == (2, [0.0, 1.0], None)
+    assert saved["state"] == {PortRef("_total", "acc"): Versions({2: 1.0})}
+    assert not (run_dir / "outputs.pkl").exists() and not (run_dir / "state.pkl").exists()
+    record = _Sums(4, saved["record"])
+    hq.run(_loop_graph(), items, run_dir=str(run_dir), record=record, seed=1, resume=True)
+    assert record.sums == [0.0, 1.0, 3.0, 6.0] and checkpoint.load(run_dir / "checkpoint.pt")["steps"] == 4
+    with pytest.raises(CheckpointError, match="holds a run's checkpoint"):
+        hq.run(_loop_graph(), items, run_dir=str(run_dir), record=_Sums(4), seed=1)

@@ -192,10 +192,10 @@ def test_a_run_s_state_is_keyed_by_port_and_initial_state_takes_either_key():
     assert hq.run(graph, 1, executor="sync", initial_state={"count.n": 20}).state["count.n"] == 21
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_a_checkpoint_of_an_earlier_version_keyed_by_text_resumes_to_the_uninterrupted_result(tmp_path, version):
     """Version 1 keyed its values by "frag.port" text, version 2 by port objects; both held a value per port
-    (version 3: the versions the next steps take, a ``Versions``)."""
+    (version 3: the versions the next steps take, a ``Versions``; version 4: a workload's record too)."""
     from hqflow.workloads import synthetic
 
     cfg = synthetic.Config(staleness=0, backend="qpu")
@@ -207,10 +207,12 @@ def test_a_checkpoint_of_an_earlier_version_keyed_by_text_resumes_to_the_uninter
 
     run(3, run_dir=str(run_dir))
     saved = pickle.loads((run_dir / "state.pkl").read_bytes())
-    assert saved["version"] == 3 and saved["state"][0][0] == {"fragment": "learn", "port": "weights"}
+    assert saved["version"] == 4 and saved["state"][0][0] == {"fragment": "learn", "port": "weights"}
+    assert saved["record"] is None
     values = [(ref, kept.values[saved["steps"]]) for ref, kept in saved["state"]]
-    old = dict(saved, version=version, state={str(PortRef.from_dict(ref)): value for ref, value in values}
-               if version == 1 else [[ref, value] for ref, value in values])
+    old = {k: v for k, v in saved.items() if k != "record"} | {"version": version, "state": saved["state"]
+          if version == 3 else {str(PortRef.from_dict(ref)): value for ref, value in values}
+          if version == 1 else [[ref, value] for ref, value in values]}
     (run_dir / "state.pkl").write_bytes(pickle.dumps(old, protocol=4))  # as that version wrote it
     resumed, clean = run(6, run_dir=str(run_dir), resume=True), run(6)
     assert resumed.outputs == clean.outputs and min(s.step for s in resumed.spans) == 3

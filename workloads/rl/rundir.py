@@ -2,9 +2,10 @@
 
 ``config.json`` (algorithm, config, distribution, pools without secrets, run id: the latest settings, which a
 resume takes), ``metrics.jsonl`` (a row per update; a resume rewrites it from the checkpoint, which holds every
-row), ``checkpoint.pt``, ``ledger.jsonl`` (what every process of the run paid, written before each job), ``resources.jsonl`` (a line per part of the run, ``"start"`` or ``"resume"``, and per
-pool change, ``"change"``), ``tensorboard/``, ``spans.json`` and ``trace.json`` (open it in Perfetto), and
-``learning_curve.png``.
+row), ``checkpoint.pt`` (the engine's, ``hqflow.engine.checkpoint``, with the run's record), ``ledger.jsonl`` (what
+every process of the run paid, written before each job), ``resources.jsonl`` (a line per part of the run,
+``"start"`` or ``"resume"``, and per pool change, ``"change"``), ``tensorboard/``, ``spans.json`` and ``trace.json``
+(open it in Perfetto), and ``learning_curve.png``.
 """
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ from pathlib import Path
 import numpy as np
 from hqflow.backends import SECRETS, backend_spec
 from hqflow.common.files import atomic_text, atomic_write
+from hqflow.engine import checkpoint
+from hqflow.engine.ports import PortRef
+from hqflow.engine.window import Versions
 
 
-class RunDirError(ValueError):
-    """A run directory that cannot be resumed: damaged, or not a run; the message names the file."""
+RunDirError = checkpoint.CheckpointError  # a run directory that cannot be resumed: damaged, or not a run (one line)
 
 
 def json_pools(backends) -> dict | None:
@@ -64,22 +67,23 @@ class RunDir:
         self.meta = meta
         return meta
 
-    def read_checkpoint(self) -> dict | None:
-        """``checkpoint.pt`` (None if there is none yet); damaged: a ``RunDirError`` naming it."""
-        import torch
-
+    def read_checkpoint(self, meta: dict, seed: int) -> dict | None:
+        """``checkpoint.pt`` (None if there is none yet): its record (``update``, ``returns``, ...), its newest loop
+        values by name as ``"state"`` and the engine's checkpoint as ``"saved"`` (one of an earlier hqflow's format
+        too: ``_legacy``). Damaged: a ``RunDirError`` naming it."""
         path = self.path / "checkpoint.pt"
         if not path.exists():
             return None
         try:
-            data = torch.load(path, weights_only=False)
-        except OSError as exc:
-            raise RunDirError(f"cannot read {path}: {exc.strerror}") from None
-        except Exception as exc:  # noqa: BLE001 - torch.load raises EOFError, UnpicklingError, RuntimeError, ...
-            raise RunDirError(f"{path} is damaged ({type(exc).__name__}): truncated, or not a checkpoint") from None
-        if not (isinstance(data, dict) and isinstance(data.get("state"), dict) and isinstance(data.get("update"), int)):
+            saved = checkpoint.load(path)
+        except RunDirError:
+            saved = _legacy(path, meta, seed)
+        if not (isinstance(saved["state"], dict) and isinstance(saved["record"], dict)
+                and isinstance(saved["record"].get("update"), int)):
             raise RunDirError(f"{path} is damaged: it holds no training state")
-        return data
+        newest = {str(ref): v.values[max(v.values)] if isinstance(v, Versions) else v
+                  for ref, v in saved["state"].items()}
+        return {**saved["record"], "state": newest, "saved": saved}
 
     def rows(self, last_update: int) -> list[dict]:
         """The rows of ``metrics.jsonl`` up to ``last_update``, for a checkpoint that does not hold them (written
@@ -172,13 +176,6 @@ class RunDir:
                 raise RunDirError(f"{path} is damaged ({type(exc).__name__}): truncated, or not parameters") from None
         return params
 
-    def save(self, data: dict) -> None:
-        """checkpoint.pt."""
-        import torch
-
-        if self.path is not None:
-            atomic_write(self.path / "checkpoint.pt", lambda p: torch.save(data, p))
-
     def changed(self, change: dict, update: int) -> None:
         """A pool change while the run goes on: config.json's pools (a later resume takes them), and a line of
         resources.jsonl."""
@@ -211,6 +208,29 @@ class RunDir:
     def _line(self, name: str, entry: dict) -> None:
         with open(self.path / name, "a") as fh:
             fh.write(json.dumps(entry) + "\n")
+
+
+def _legacy(path: Path, meta: dict, seed: int) -> dict:
+    """A checkpoint.pt of hqflow before it kept the engine's format (``torch.save`` of the trainer's record, its
+    ``"state"`` by name and the older parameters, ``"stale"``), as the engine's."""
+    import torch
+
+    try:
+        data = torch.load(path, weights_only=False)
+    except OSError as exc:
+        raise RunDirError(f"cannot read {path}: {exc.strerror}") from None
+    except Exception as exc:  # noqa: BLE001 - torch.load raises EOFError, UnpicklingError, RuntimeError, ...
+        raise RunDirError(f"{path} is damaged ({type(exc).__name__}): truncated, or not a checkpoint") from None
+    if not (isinstance(data, dict) and isinstance(data.get("state"), dict) and isinstance(data.get("update"), int)):
+        return {"state": None, "record": None}  # (named damaged by read_checkpoint)
+    state, steps = {PortRef.parse(k): v for k, v in data.pop("state").items()}, data["update"] + 1
+    extra = state.get(PortRef("learn", "extra"))
+    if isinstance(extra, dict) and "episodes" not in extra:  # from before the learner counted them
+        extra["episodes"] = len(data.get("returns", ()))
+    params = PortRef("learn", "params")  # with the older versions that rollouts at staleness > 0 take
+    state[params] = Versions({**data.pop("stale", {}), steps: state[params]})
+    return {"graph": None, "seed": seed, "run_id": meta.get("run_id"), "steps": steps, "state": state, "item": None,
+            "record": data}
 
 
 def plot_learning_curve(returns, path, title: str, window: int = 10) -> None:

@@ -11,8 +11,9 @@ and makes the backend's members once (``Placement``: an in-process backend once 
 the frozen config itself. On a job backend both fragments declare it in ``job_backends``, so every circuit
 job goes through the scheduler's pool: dispatch over several QPUs, retries with failover, timeouts, spans.
 Fragments are pure functions of their inputs (parameters and optimizer state travel on loop edges), so a
-checkpoint is their latest values and a resumed run continues bit for bit, under another distribution or
-pool too (Tenplex-style: at staleness 0 on exact backends of the same kind, to the same result).
+checkpoint (the engine's, ``hqflow.engine.checkpoint``, with the run's record in it: ``_Tally``) is their latest
+values and a resumed run continues bit for bit, under another distribution or pool too (Tenplex-style: at
+staleness 0 on exact backends of the same kind, to the same result).
 """
 from __future__ import annotations
 
@@ -35,9 +36,9 @@ import hqflow as hq
 from hqflow.engine.collective import reduce, replica
 from hqflow.engine.distribution import get_distribution
 from hqflow.backends import backend_spec, make_backend
+from hqflow.engine import checkpoint
 from hqflow.engine.executors import ExecutorKind
 from hqflow.engine.scheduler import Scheduler
-from hqflow.engine.window import Versions
 from hqflow.gradients import GradientMethod
 from hqflow.jobs import accounting
 from hqflow.torch import ReducedGradients, differentiates, seeded
@@ -312,18 +313,14 @@ def load_run(run_dir) -> tuple[dict, dict | None]:
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     meta = rd.read_meta()
     try:
-        algorithm(meta.get("algo")).Config(**meta["config"])
+        seed = algorithm(meta.get("algo")).Config(**meta["config"]).seed
         if "distribution" in meta:  # (hqflow eval needs none)
             resumed_distribution(meta)
     except EnvImportError as exc:  # the config is sound: its environment's module is not importable here
         raise RunDirError(f"{rd.path}: {exc}") from None
     except (ValueError, TypeError, ImportError) as exc:
         raise RunDirError(f"{rd.path / 'config.json'} is damaged: {' '.join(str(exc).split())}") from None
-    data = rd.read_checkpoint()
-    extra = data["state"].get("learn.extra") if data else None
-    if isinstance(extra, dict) and "episodes" not in extra:  # a checkpoint from before the learner counted them
-        extra["episodes"] = len(data.get("returns", ()))
-    return meta, data
+    return meta, rd.read_checkpoint(meta, seed)
 
 
 def resumed_distribution(meta: dict):
@@ -337,13 +334,12 @@ def complete(name: str, cfg, ckpt: dict) -> bool:
                                                                   ckpt.get("solved_at") is not None)
 
 
-def check_resume(run_dir, algo: str, cfg, ckpt: dict) -> None:
-    """What ``train(resume=True)`` reads besides ``load_run``: the checkpoint's parameters against the
-    config, and ``metrics.jsonl`` where the checkpoint does not hold the rows (``RunDirError``)."""
+def check_resume(run_dir, algo: str, cfg, ckpt: dict) -> list[dict]:
+    """What ``train(resume=True)`` reads besides ``load_run``: the checkpoint's parameters against the config, and
+    ``metrics.jsonl`` where the checkpoint does not hold the rows (``RunDirError``); returns the run's rows."""
     rd = RunDir(run_dir)
     _check_state(ckpt["state"], initial_state(algo, cfg), rd.path / "checkpoint.pt")
-    if "metrics" not in ckpt:
-        rd.rows(ckpt["update"])
+    return ckpt["metrics"] if "metrics" in ckpt else rd.rows(ckpt["update"])
 
 
 def init_params(run_dir, algo: str, cfg) -> dict:
@@ -412,15 +408,15 @@ def train(algo: str = "reinforce", cfg=None, distribution="auto", run_dir=None, 
     init = None if resume or init_from is None else init_params(init_from, algo, cfg)
     run = setup(algo, cfg, backends, fresh=ckpt is None)
     try:
-        return _train(run, rd, ckpt, resume, distribution, checkpoint_every, progress, resources, scheduler,
-                      paid_before, init)
+        return _train(run, rd, ckpt, resume, distribution, progress, resources, paid_before, init,
+                      dict(scheduler, checkpoint_every=checkpoint_every))
     finally:
         if not isinstance(backends, Placement):
             run.placement.close()
 
 
-def _train(run: Setup, rd: RunDir, ckpt, resume, distribution, checkpoint_every, progress, resources, scheduler,
-           paid_before=None, init=None) -> dict:
+def _train(run: Setup, rd: RunDir, ckpt, resume, distribution, progress, resources, paid_before, init,
+           scheduler) -> dict:
     cfg, placement = run.cfg, run.placement
     policy = run.default_distribution() if distribution in (None, "auto") else get_distribution(distribution)
     if resources is not None and placement.in_process:
@@ -433,10 +429,9 @@ def _train(run: Setup, rd: RunDir, ckpt, resume, distribution, checkpoint_every,
     init = rd.initial(init) if ckpt is None else None  # (a resume before the first checkpoint: init.pt again)
     if init is not None:
         state["learn.params"] = init
-    if ckpt is not None:
-        _check_state(ckpt["state"], state, rd.path / "checkpoint.pt")
-        state = ckpt["state"]
-    tally = _Tally.of(ckpt or {}, run, state)
+    if ckpt is not None:  # (a killed run may have logged updates past its checkpoint: they will be redone)
+        ckpt["metrics"] = check_resume(rd.path, run.name, cfg, ckpt)
+    tally = _Tally.of(ckpt or {"state": state}, run, rd)
     # the budgets are the whole run's: the ledger's file holds what every process of the run paid
     scheduler.setdefault("ledger", rd.ledger(resume, (tally.spend, tally.usage["shots"], tally.usage["currency"])
                                              if resume else paid_before))
@@ -445,11 +440,10 @@ def _train(run: Setup, rd: RunDir, ckpt, resume, distribution, checkpoint_every,
             "backends": json_pools(pools)}
     if ckpt is None:
         scheduler.setdefault("run_id", uuid.uuid4().hex)  # job ids derive from it; --resume reuses it
-    # a killed run may have logged updates past its checkpoint: they will be redone
-    rows = tally.metrics if ckpt is None or "metrics" in ckpt else rd.rows(tally.update)
-    rd.start({"algo": run.name, "run_id": scheduler["run_id"], **part, "config": dataclasses.asdict(cfg)}, part, rows,
-             tally.update + 1, fresh=ckpt is None)
-    config = dataclasses.replace(policy.scheduler_config(seed=cfg.seed), **scheduler)
+    rd.start({"algo": run.name, "run_id": scheduler["run_id"], **part, "config": dataclasses.asdict(cfg)}, part,
+             tally.metrics, tally.update + 1, fresh=ckpt is None)
+    config = dataclasses.replace(policy.scheduler_config(seed=cfg.seed), **scheduler, resume=ckpt is not None,
+                                 run_dir=None if rd.path is None else str(rd.path))
     threads = torch.get_num_threads()
     torch.set_num_threads(cfg.threads)
     try:
@@ -458,14 +452,10 @@ def _train(run: Setup, rd: RunDir, ckpt, resume, distribution, checkpoint_every,
         if resources is not None:
             resources.attach(sched, {placement.name: list(placement.specs)},
                              lambda change: rd.changed(change, tally.update + 1))
-        tally.keep = policy.staleness  # the older parameters the next rollouts take, kept in the checkpoint
-        result = sched.run(tally.stream(), initial_state=tally.initial(), start=tally.update + 1,
-                           progress=lambda _n, out: tally.add(out, rd, checkpoint_every, progress))
-    except hq.RunFailed as exc:
-        _finish(run, rd, tally, exc.result.spans)  # the last completed update stays resumable
-        raise
-    except KeyboardInterrupt:
-        rd.save(tally.checkpoint())  # Ctrl-C: the last completed update stays resumable too
+        result = sched.run(tally.stream(), initial_state=state, record=tally,  # checkpointed with the run's record
+                           progress=None if progress is None else lambda _n, _out: tally.show(progress))
+    except hq.RunFailed as exc:  # (the last completed update is checkpointed, as at Ctrl-C)
+        rd.finish(exc.result.spans, tally.returns, f"{run.name} on {cfg.env}")
         raise
     finally:
         if resources is not None:
@@ -473,18 +463,14 @@ def _train(run: Setup, rd: RunDir, ckpt, resume, distribution, checkpoint_every,
         torch.set_num_threads(threads)
         rd.close()
     out = tally.summary(run, policy.name, result)
-    _finish(run, rd, tally, result.spans)
+    rd.finish(result.spans, tally.returns, f"{run.name} on {cfg.env}")
     return out
 
 
-def _finish(run: Setup, rd: RunDir, tally, spans) -> None:
-    rd.save(tally.checkpoint())
-    rd.finish(spans, tally.returns, f"{run.name} on {run.cfg.env}")
-
-
 @dataclasses.dataclass
-class _Tally:
-    """The run's record so far, kept in the checkpoint (a resume goes on from it), and what updates it."""
+class _Tally(checkpoint.Record):
+    """The run's record so far, kept in the checkpoint (a resume goes on from it), and what updates it: each
+    update that is part of the run (``add``)."""
 
     returns: list
     env_steps: int = 0
@@ -496,17 +482,15 @@ class _Tally:
     spend: float = 0.0
     usage: dict = dataclasses.field(default_factory=lambda: Usage().as_dict())  # the jobs' totals (Usage)
     metrics: list = dataclasses.field(default_factory=list)
-    stale: dict = dataclasses.field(default_factory=dict)  # version -> the learner's parameters that rollouts
-    # after the checkpoint still take at staleness > 0 (version v: after update v - 1)
 
     @classmethod
-    def of(cls, ckpt: dict, run: Setup, state: dict) -> _Tally:
+    def of(cls, ckpt: dict, run: Setup, rd: RunDir) -> _Tally:
         tally = cls(**{f.name: ckpt[f.name] for f in dataclasses.fields(cls) if f.name in ckpt}
                     | {"returns": list(ckpt.get("returns", []))})
         tally.run, tally.window = run, run.algo.solve_window(run.cfg)  # episodes the criterion averages
-        tally.threshold, tally.state, tally.sched, tally.t0 = run.algo.solved_threshold(run.cfg), state, None, \
-            time.perf_counter()
-        tally.keep = 0
+        tally.threshold, tally.params, tally.sched, tally.t0 = run.algo.solved_threshold(run.cfg), \
+            ckpt["state"]["learn.params"], None, time.perf_counter()
+        tally.rd, tally.shown, tally.resumed = rd, tally.update, ckpt.get("saved")  # (the engine goes on from it)
         return tally
 
     def spent(self) -> tuple[float, str | None]:
@@ -526,39 +510,28 @@ class _Tally:
         cfg = self.run.cfg
         return (self.solved_at is not None and cfg.stop_when_solved) or len(self.returns) >= cfg.max_episodes
 
-    def initial(self) -> dict:
-        """The loop's state to start from: the checkpoint's, the parameters with the older versions it kept."""
-        if not self.stale:
-            return self.state
-        return dict(self.state, **{"learn.params": Versions({**self.stale, self.update + 1:
-                                                                  self.state["learn.params"]})})
-
-    def stream(self):
-        for k in range(self.update + 1, self.run.updates):
-            if self.finished():
+    def stream(self):  # (a resumed run's first updates: skipped by the engine)
+        for k in range(self.run.updates):
+            if k > self.update and self.finished():
                 return
             yield {"step": k}
 
-    def checkpoint(self) -> dict:
+    def saved(self) -> dict:
         record = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return dict(record, state=self.state, seconds=self.elapsed(), spend=self.spent()[0])
+        return dict(record, seconds=self.elapsed(), spend=self.spent()[0])
 
-    def add(self, out: dict, rd: RunDir, checkpoint_every: int, progress) -> None:
-        """An update's outputs: the record, its row of metrics (and TensorBoard), a checkpoint, progress."""
+    def add(self, step: int, out: dict) -> bool:
+        """An update's outputs: the record and its row of metrics (and TensorBoard); False for an update
+        admitted before the run stopped (not part of it)."""
         if self.finished():
-            return  # an update admitted before the stop: not part of the run
+            return False
         report = out["report"]
         self.update += 1
         self.returns += report["returns"]
         self.env_steps += report["env_steps"]
         self.env_steps_taken += report["env_steps_taken"]
         self.circuit_evals += report["circuit_evals"]
-        newest = self.update + 1  # the version this update's parameters are
-        self.stale = {v: p for v, p in ({**self.stale, newest - 1: self.state["learn.params"]}).items()
-                      if newest - self.keep <= v < newest}
-        self.state = {"learn.params": out["params"], "learn.opt": out["opt"], "learn.extra": out["extra"]}
-        if "carry" in out:
-            self.state["rollout.carry"] = out["carry"]
+        self.params = out["params"]
         window, n = self.returns[-self.window:], self.window
         if self.solved_at is None and len(window) == n and np.mean(window) >= self.threshold:
             self.solved_at = len(self.returns)
@@ -568,12 +541,15 @@ class _Tally:
                "losses": report["losses"], "env_steps": self.env_steps, "seconds": round(self.elapsed(), 4)}
         self._used(accounting.plus(out.get("usage", Usage()), report.get("usage", Usage())), row)
         self.metrics.append(row)  # checkpoints hold every row: a resume rewrites metrics.jsonl from them
-        rd.log(row, _scalars(row, n), self.env_steps)
-        if (self.update + 1) % checkpoint_every == 0:
-            rd.save(self.checkpoint())
-        if progress is not None:  # the run's own clock ("seconds"), which the summary reports too
-            shown = {"reward": row[f"mean_return_{n}"] or 0.0, "seconds": row["seconds"], "row": row}  # (not shown)
-            if row.get("spend") is not None:
+        self.rd.log(row, _scalars(row, n), self.env_steps)
+        return True
+
+    def show(self, progress) -> None:
+        """The last update's progress, once (the run's own clock, "seconds", which the summary reports too)."""
+        if self.shown != self.update:
+            self.shown, row = self.update, self.metrics[-1]
+            shown = {"reward": row[f"mean_return_{self.window}"] or 0.0, "seconds": row["seconds"], "row": row}
+            if row.get("spend") is not None:  # ("row": not shown)
                 shown["spend"] = row["spend"]
             progress(len(self.returns), shown)
 
@@ -598,7 +574,7 @@ class _Tally:
                 "seconds": seconds, "env_steps": self.env_steps, "env_steps_per_s": self.env_steps / seconds,
                 "env_steps_taken": self.env_steps_taken, "env_steps_taken_per_s": self.env_steps_taken / seconds,
                 "circuit_evals": self.circuit_evals, "circuit_evals_per_s": self.circuit_evals / seconds,
-                "params": self.state["learn.params"], "spans": result.spans, "stats": result.extra,
+                "params": self.params, "spans": result.spans, "stats": result.extra,
                 "spend": spend, "currency": currency, "usage": self.usage, "paid": paid,
                 "usage_per_episode": {k: v / max(1, len(self.returns)) for k, v in self.usage.items()
                                       if k != "currency"}}

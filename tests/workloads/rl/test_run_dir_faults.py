@@ -1,12 +1,17 @@
-"""Damaged and interrupted run directories: one line naming the file (exit 2), or a resume that loses nothing."""
+"""Damaged and interrupted run directories: one line naming the file (exit 2), or a resume that loses nothing; and
+run directories written before checkpoint.pt was the engine's format resume bit for bit."""
+import hashlib
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
 
 from hqflow.cli import main
+from hqflow.engine.ports import PortRef
+from hqflow.workloads.rl import runner
 
 ARGS = ["--set", "n_layers=1", "--set", "batch_episodes=5", "--no-tensorboard"]
 
@@ -23,6 +28,16 @@ def _copy(finished, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(finished, run)
     return run
+
+
+def _legacy(run) -> dict:
+    """The run's checkpoint as hqflow wrote checkpoint.pt before it kept the engine's format: ``torch.save`` of the
+    trainer's record, ``"state"`` (the newest loop values by name) and ``"stale"`` (the older parameters that
+    rollouts at staleness > 0 take). The tests below edit it and save it back so."""
+    ck = runner.load_run(run)[1]
+    saved = ck.pop("saved")
+    ck["stale"] = {v: p for v, p in saved["state"][PortRef("learn", "params")].values.items() if v < saved["steps"]}
+    return ck
 
 
 def _err(capsys):
@@ -44,7 +59,7 @@ def _err(capsys):
 ])
 def test_a_damaged_file_is_named_in_one_line(name, damage, message, finished, tmp_path, capsys):
     run = _copy(finished, tmp_path)
-    ck = torch.load(run / "checkpoint.pt", weights_only=False)
+    ck = _legacy(run)
     ck["update"] = 0  # not complete: the resume reads everything
     torch.save(ck, run / "checkpoint.pt")
     damage(run / name)
@@ -54,7 +69,7 @@ def test_a_damaged_file_is_named_in_one_line(name, damage, message, finished, tm
 
 def test_parameters_of_the_wrong_shape_are_named(finished, tmp_path, capsys):
     run = _copy(finished, tmp_path)
-    ck = torch.load(run / "checkpoint.pt", weights_only=False)
+    ck = _legacy(run)
     ck["update"] = 0
     key = next(iter(ck["state"]["learn.params"]))
     ck["state"]["learn.params"][key] = torch.zeros(7, 3)
@@ -65,7 +80,7 @@ def test_parameters_of_the_wrong_shape_are_named(finished, tmp_path, capsys):
 
 def test_metrics_are_rewritten_from_the_checkpoint_on_resume(finished, tmp_path, capsys):
     run = _copy(finished, tmp_path)
-    ck = torch.load(run / "checkpoint.pt", weights_only=False)
+    ck = _legacy(run)
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["update"] for r in ck["metrics"]] == [r["update"] for r in rows]
     ck2 = dict(ck, update=1, metrics=ck["metrics"][:2], returns=sum((r["returns"] for r in ck["metrics"][:2]), []))
@@ -78,7 +93,7 @@ def test_metrics_are_rewritten_from_the_checkpoint_on_resume(finished, tmp_path,
 
 def test_a_half_written_last_line_is_dropped_and_a_short_file_is_refused(finished, tmp_path, capsys):
     run = _copy(finished, tmp_path)
-    ck = torch.load(run / "checkpoint.pt", weights_only=False)
+    ck = _legacy(run)
     lines = (run / "metrics.jsonl").read_text().splitlines()
     old = {k: v for k, v in ck.items() if k != "metrics"}  # a checkpoint from before rows were kept in it
     old.update(update=1, returns=ck["returns"][:json.loads(lines[1])["episodes"]])  # as it stood after update 1
@@ -114,7 +129,7 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_the_start(finishe
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes to read-only directories")
 def test_a_read_only_run_directory_is_a_one_line_error(finished, tmp_path, capsys):
     run = _copy(finished, tmp_path)
-    ck = torch.load(run / "checkpoint.pt", weights_only=False)
+    ck = _legacy(run)
     torch.save(dict(ck, update=0, metrics=ck["metrics"][:1]), run / "checkpoint.pt")
     os.chmod(run, 0o500)
     try:
@@ -128,3 +143,24 @@ def test_an_unsolved_run_says_so_in_words(tmp_path, capsys):
     assert main(["train", "cartpole", "--episodes", "5", "--run-dir", str(tmp_path / "r"), *ARGS]) == 0
     out = capsys.readouterr().out
     assert "episodes_to_solve      not within 5 episodes" in out and "None" not in out
+
+
+def test_a_run_directory_written_before_the_engine_s_format_resumes_bit_for_bit(tmp_path):
+    """legacy_run/: a run directory that hqflow wrote before checkpoint.pt was the engine's format (at 158859d:
+    ``runner.train("reinforce", reinforce.Config(seed=4, n_layers=1, batch_episodes=1, max_episodes=6,
+    stop_when_solved=False, autoreset=True), Pipelined(staleness=1), run_dir=..., checkpoint_every=2)`` stopped by
+    Ctrl-C after update 2; its checkpoint pickles envs.EnvSpec, envs.ScaledEncoder and reinforce.Carry and keeps
+    the parameters of update 1 for the next rollout). Resumed, it ends as that hqflow's uninterrupted run did
+    (``expected.json``), in the engine's format."""
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "legacy_run", run)
+    expected = json.loads((run / "expected.json").read_text())
+    before = runner.load_run(run)[1]
+    assert before["update"] == 2 and before["saved"]["state"][PortRef("learn", "params")].values.keys() == {2, 3}
+    out = runner.train(run_dir=run, resume=True, tensorboard=False)
+    params = hashlib.sha256(b"".join(out["params"][k].detach().numpy().tobytes() for k in sorted(out["params"])))
+    assert (out["returns"], out["updates"], params.hexdigest()) == (expected["returns"], expected["updates"],
+                                                                    expected["params"])
+    after = runner.load_run(run)[1]
+    assert after["update"] == 5 and after["returns"] == expected["returns"] and after["saved"]["version"] == 4
+    assert [json.loads(line)["update"] for line in (run / "metrics.jsonl").read_text().splitlines()] == list(range(6))

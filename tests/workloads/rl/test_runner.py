@@ -59,7 +59,7 @@ def test_run_directory_contents(tmp_path):
     assert [r["update"] for r in rows] == list(range(6))
     assert sum(len(r["returns"]) for r in rows) == len(out["returns"])
     assert json.loads((run / "trace.json").read_text())["traceEvents"]
-    ckpt = torch.load(run / "checkpoint.pt", weights_only=False)
+    ckpt = runner.load_run(run)[1]
     assert ckpt["update"] == 5 and _same_params(ckpt["state"]["learn.params"], out["params"])
 
 
@@ -79,19 +79,18 @@ def test_killed_run_resumes_to_the_same_result(tmp_path):
     ckpt = tmp_path / "killed" / "checkpoint.pt"
     deadline = time.time() + 120
     while time.time() < deadline:
-        if ckpt.exists() and torch.load(ckpt, weights_only=False)["update"] >= 3:
+        if ckpt.exists() and runner.load_run(ckpt.parent)[1]["update"] >= 3:
             break
         time.sleep(0.05)
     victim.send_signal(signal.SIGKILL)
     assert victim.wait(timeout=30) == -signal.SIGKILL  # killed mid-run, not finished
-    at_kill = torch.load(ckpt, weights_only=False)["update"]
+    at_kill = runner.load_run(ckpt.parent)[1]["update"]
     assert at_kill < 29  # 30 updates in all
 
     resumed = _cli("--resume", str(tmp_path / "killed"))
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
 
-    a = torch.load(tmp_path / "clean" / "checkpoint.pt", weights_only=False)
-    b = torch.load(ckpt, weights_only=False)
+    a, b = runner.load_run(tmp_path / "clean")[1], runner.load_run(ckpt.parent)[1]
     assert a["update"] == b["update"] == 29
     assert a["returns"] == b["returns"] and len(a["returns"]) == 300
     assert _same_params(a["state"]["learn.params"], b["state"]["learn.params"])

@@ -22,7 +22,7 @@ SMALL = reinforce.Config(env="CartPole-v1", obs_encoding="running", n_layers=2, 
 
 
 def _stats(run_dir) -> ObsStats:
-    return torch.load(run_dir / "checkpoint.pt", weights_only=False)["state"]["rollout.carry"]["value"]["obs_stats"]
+    return runner.load_run(run_dir)[1]["state"]["rollout.carry"]["value"]["obs_stats"]
 
 
 def _same_stats(a: ObsStats, b: ObsStats) -> bool:
@@ -143,7 +143,7 @@ def test_resume_continues_bit_exactly(tmp_path, algo, cfg):
 
     with pytest.raises(BaseException):
         runner.train(algo, cfg, "sync", run_dir=tmp_path / "cut", checkpoint_every=1, progress=stop_after_two)
-    assert torch.load(tmp_path / "cut" / "checkpoint.pt", weights_only=False)["update"] < clean["updates"] - 1
+    assert runner.load_run(tmp_path / "cut")[1]["update"] < clean["updates"] - 1
     resumed = runner.train(algo, run_dir=tmp_path / "cut", resume=True)
     assert resumed["returns"] == clean["returns"]
     assert all(torch.equal(resumed["params"][k], clean["params"][k]) for k in clean["params"])
