@@ -97,7 +97,7 @@ def _placement(runner, name: str, pool: list | None, what: str):
 
 def _in_process(policy, watcher) -> None:
     """A resources file changes the pools of this process's job service; a Ray worker keeps its own."""
-    from ..engine.executors import ExecutorKind
+    from ..engine.scheduler_config import ExecutorKind
 
     if watcher is not None and not isinstance(policy, str) and policy.scheduler_config().executor is ExecutorKind.RAY:
         raise UsageError(f"--resources needs a distribution that runs in this process (sync or pipelined), not "

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from hqflow.engine.collective import Compression
 from hqflow.common.config import as_type, check_ints
-from hqflow.engine.executors import ExecutorKind
+from hqflow.engine.scheduler_config import ExecutorKind
 from hqflow.engine.placement import Placement
 from hqflow.engine.scheduler_config import SchedulerConfig
 

@@ -4,12 +4,45 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from enum import Enum
 
 from .collective import Compression
 from ..common.config import as_type, check_ints
-from .executors import ExecutorKind
 from ..jobs.ledger import check_budgets
 from .placement import Placement
+
+
+class ExecutorKind(str, Enum):
+    """Which executor a run uses (``SchedulerConfig.executor``). A kind equals, prints and saves to JSON as
+    its name, so configs written with names keep working; the scheduler asks its properties."""
+
+    SYNC = "sync"
+    LOCAL = "local"
+    RAY = "ray"
+
+    @staticmethod
+    def of(kind: ExecutorKind | str) -> ExecutorKind:
+        """The kind ``kind`` names (``ValueError`` for none)."""
+        try:
+            return ExecutorKind(kind)
+        except (TypeError, ValueError):
+            raise ValueError(f"executor must be 'sync', 'local' or 'ray', got {kind!r}") from None
+
+    @property
+    def one_at_a_time(self) -> bool:
+        """The reference: one fragment call or job at a time, in graph order, on the scheduler's thread."""
+        return self is ExecutorKind.SYNC
+
+    @property
+    def resizable(self) -> bool:
+        """Its classical worker slots can change mid-run (``RunHandle.set_workers``)."""
+        return self is ExecutorKind.LOCAL
+
+    def __str__(self) -> str:  # and so format(): Enum's defers to an overridden __str__
+        return self.value
+
+    def __repr__(self) -> str:
+        return repr(self.value)  # a config or a policy prints as it did with names
 
 
 @dataclass(frozen=True)

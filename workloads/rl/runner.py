@@ -35,7 +35,7 @@ import hqflow as hq
 from hqflow.engine.collective import reduce, replica
 from hqflow.engine.distribution import get_distribution
 from hqflow.backends import make_backend
-from hqflow.engine.executors import ExecutorKind
+from hqflow.engine.scheduler_config import ExecutorKind
 from hqflow.engine.scheduler import Scheduler
 from hqflow.engine.window import Versions
 from hqflow.jobs import usage

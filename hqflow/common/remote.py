@@ -1,0 +1,57 @@
+"""Ray, folded: a Ray call's error as the user should see it (``failure``), and its answer waited for
+(``get``) or as a ``concurrent.futures.Future`` (``future``). Ray is imported only when one is called."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import re
+
+from hqflow.ir.text import one_line
+
+
+class RayFailure(RuntimeError):
+    """A Ray actor died or could not be reached (the folded form of Ray's own error)."""
+
+
+def failure(exc: BaseException) -> BaseException:
+    """A Ray exception as what the user should see: a call's own error as itself, anything else
+    (a dead or unreachable actor) as one line without Ray's colour codes and tracebacks."""
+    import ray.exceptions as rex
+
+    if isinstance(exc, rex.RayTaskError) and isinstance(exc.cause, BaseException):
+        return exc.cause
+    if isinstance(exc, rex.RayError):
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+        first = text.splitlines()[0] if text else ""
+        return RayFailure(one_line(f"{type(exc).__name__}: {first[:300]}"))
+    return exc
+
+
+def future(ref, then=None, lost=None) -> cf.Future:
+    """A future of a Ray call whose failure is :func:`failure`'s, and whose result is ``then(result)``;
+    ``lost()`` runs first when the failure is the actor's process (it died, or is starting again)."""
+    import ray.exceptions as rex
+
+    out: cf.Future = cf.Future()
+
+    def copy(fut: cf.Future) -> None:
+        if fut.cancelled():
+            out.cancel()
+        elif fut.exception() is not None:
+            if lost is not None and isinstance(fut.exception(), (rex.ActorUnavailableError, rex.RayActorError)):
+                lost()
+            out.set_exception(failure(fut.exception()))
+        else:
+            out.set_result(fut.result() if then is None else then(fut.result()))
+
+    ref.future().add_done_callback(copy)
+    return out
+
+
+def get(ref):
+    """``ray.get`` with Ray's error folded."""
+    import ray
+
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayError as exc:
+        raise failure(exc) from None

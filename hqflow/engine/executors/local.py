@@ -1,0 +1,119 @@
+"""The executors in this process: ``sync`` runs fragment work inline on the scheduler's thread (the
+reference), ``local`` on a thread pool per classical resource (the default); and ``Executor``, what every
+executor shares."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+from typing import Any
+
+from hqflow.backends import Backend, is_backend, make_backend
+from hqflow.ir.graph import Fragment, Graph
+
+from ..collective import Rendezvous, Replica, as_replica
+from ..fragments import call_fragment, execute_batch, execute_outputs
+from ..scheduler_config import ExecutorKind
+from ...common.threads import DaemonPool
+from ...jobs.ledger import Ledger
+from ...jobs.service import JobClient
+
+_NO_TRAFFIC = {"driver_to_workers": 0, "workers_to_driver": 0, "worker_to_worker": 0}
+
+
+class Executor:
+    """What every executor shares: a circuit call's batch is built, and its outputs taken from its job's
+    result, on the scheduler's side (``hqflow.engine.fragments``); values stay in this process."""
+
+    def kept_ports(self, graph: Graph) -> dict[str, tuple[str, ...]]:
+        """Per classical fragment, the output ports that may stay where they were made (none: values stay here)."""
+        return {}
+
+    circuit_batch = staticmethod(execute_batch)  # (fragment, args, seed) -> (the call's one batch, postprocessing)
+    circuit_outputs = staticmethod(execute_outputs)  # (fragment, result, post) -> the call's output ports
+
+    _rendezvous = None
+    _new_rendezvous = Rendezvous
+
+    def rendezvous(self) -> Rendezvous:
+        """Where this run's fragment replicas reduce (``hqflow.engine.collective``), made at first use: in this
+        process, or in a Ray actor under ``ray``."""
+        if self._rendezvous is None:
+            self._rendezvous = self._new_rendezvous()
+        return self._rendezvous
+
+
+class _LocalHandle(Backend):
+    """A backend in this process."""
+
+    node = None  # in this process
+
+    def __init__(self, backend: Backend, default_in_flight: int, owned: bool = False):
+        self.backend, self.owned = backend, owned  # owned: made here from a name, so closed with the run
+        self.name = backend.name
+        self.capabilities = backend.capabilities
+        self.max_in_flight = backend.max_in_flight or default_in_flight
+        self.priced, self.estimate_cost = backend.priced, backend.estimate_cost  # priced backends (cloud QPUs)
+        self.submit, self.usage = backend.submit, backend.usage
+
+    def close(self) -> None:
+        if self.owned:
+            with contextlib.suppress(Exception):
+                self.backend.close()  # ends what the backend opened for the run (an Azure session, its threads)
+
+
+class SyncExecutor(Executor):
+    """Runs every task inline; the scheduler runs one thing at a time with it."""
+
+    kind = ExecutorKind.SYNC
+
+    def __init__(self):
+        self.handles: list[_LocalHandle] = []
+
+    def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None,
+               replica: Replica | None = None, kept: tuple = ()) -> cf.Future:
+        fut: cf.Future = cf.Future()
+        try:
+            fut.set_result(_local_call(fragment, args, client, replica))
+        except Exception as exc:
+            fut.set_exception(exc)
+        return fut
+
+    def moved(self) -> dict:
+        """Bytes this run moved between processes (none: everything ran in this one)."""
+        return dict(_NO_TRAFFIC, reduce=0)
+
+    def backend(self, spec: Any, default_in_flight: int) -> _LocalHandle:
+        handle = _LocalHandle(make_backend(spec), default_in_flight, owned=not is_backend(spec))
+        self.handles.append(handle)
+        return handle
+
+    ledger = staticmethod(Ledger)  # (budget, shot_budget, path) -> the run's spend and budgets, here with its jobs
+
+    def close(self) -> None:
+        for handle in self.handles:
+            handle.close()
+        self.handles.clear()
+
+
+class LocalExecutor(SyncExecutor):
+    """A thread pool per classical resource: ``cpu`` with ``cpu_workers``, ``gpu`` with ``gpu_workers``."""
+
+    kind = ExecutorKind.LOCAL
+
+    def __init__(self, cpu_workers: int = 1, gpu_workers: int = 1):
+        super().__init__()
+        self.pools = {"cpu": DaemonPool(cpu_workers, "hqflow-cpu"), "gpu": DaemonPool(gpu_workers, "hqflow-gpu")}
+
+    def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None,
+               replica: Replica | None = None, kept: tuple = ()) -> cf.Future:
+        return self.pools[resource].submit(_local_call, fragment, args, client, replica)
+
+    def close(self) -> None:
+        for pool in self.pools.values():
+            pool.shutdown()
+        super().close()
+
+
+def _local_call(fragment: Fragment, args: dict, client: JobClient | None, replica: Replica | None = None):
+    with as_replica(replica):
+        return call_fragment(fragment, args, client), [], None
