@@ -55,3 +55,40 @@ def get(ref):
         return ray.get(ref)
     except ray.exceptions.RayError as exc:
         raise failure(exc) from None
+
+
+def this_node() -> str:
+    """This process's Ray node id."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
+class Remote:
+    """An object of ``cls`` in a Ray actor of its own, reached from any process through this proxy (picklable:
+    Ray's actor handle travels with it). ``call`` waits for a method's answer, ``send`` does not; Ray's errors
+    are folded (``failure``). ``node``: the Ray node id to start it on (None: where Ray puts it); ``options``:
+    Ray's actor options (it reserves no CPU unless they say so)."""
+
+    def __init__(self, cls, *args, node: str | None = None, **options):
+        import ray
+
+        if node is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
+        self.actor = ray.remote(**{"num_cpus": 0, **options})(cls).remote(*args)
+
+    def call(self, method: str, *args):
+        """The actor's ``method(*args)``, its answer waited for."""
+        return get(getattr(self.actor, method).remote(*args))
+
+    def send(self, method: str, *args):
+        """The actor's ``method(*args)``, not waited for (its object reference)."""
+        return getattr(self.actor, method).remote(*args)
+
+    def stop(self) -> None:
+        """End the actor."""
+        import ray
+
+        ray.kill(self.actor)

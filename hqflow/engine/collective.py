@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from ..common.remote import Remote
+
 OPS = ("sum", "first")
 TIMEOUT = 600.0
 """seconds a rank waits for its peers before the reduction fails"""
@@ -230,38 +232,20 @@ def reduce(arrays: list, ops: list[str] | str = "sum", key: str = "") -> list:
     return rep.comm.reduce(f"{rep.group}/{key}", rep.rank, rep.size, arrays, ops)
 
 
-class RayRendezvous:
+class RayRendezvous(Remote):
     """A :class:`Rendezvous` in a Ray actor, as the ranks in worker processes reach it (picklable)."""
 
-    def __init__(self, actor):
-        self.actor = actor
-
-    @classmethod
-    def start(cls) -> RayRendezvous:
-        import ray
-
-        return cls(ray.remote(num_cpus=0, max_concurrency=256)(Rendezvous).remote())
+    def __init__(self):
+        super().__init__(Rendezvous, max_concurrency=256)
 
     def reduce(self, group, rank, size, arrays, ops, timeout: float = TIMEOUT):
-        import ray
-
-        try:
-            return ray.get(self.actor.reduce.remote(group, rank, size, arrays, ops, timeout))
-        except ray.exceptions.RayTaskError as exc:
-            raise CollectiveError(str(exc.cause) if exc.cause else str(exc).splitlines()[0]) from None
+        return self.call("reduce", group, rank, size, arrays, ops, timeout)  # its CollectiveError as itself
 
     def abort(self, prefix: str, why: str) -> None:
-        self.actor.abort.remote(prefix, why)
+        self.send("abort", prefix, why)
 
     def forget(self, prefix: str) -> None:
-        self.actor.forget.remote(prefix)
+        self.send("forget", prefix)
 
     def traffic(self) -> int:
-        import ray
-
-        return ray.get(self.actor.traffic.remote())
-
-    def stop(self) -> None:
-        import ray
-
-        ray.kill(self.actor)
+        return self.call("traffic")

@@ -398,7 +398,7 @@ def test_a_worker_call_leaves_no_thread_behind_and_returns_its_jobs_counts(monke
     from hqflow.common.lanes import Lane
     from hqflow.jobs.ledger import Ledger
 
-    handle = SyncExecutor().backend(_qpu("bad", fail_jobs=(0,)), 1)
+    handle, _ = SyncExecutor().backend(_qpu("bad", fail_jobs=(0,)), 1)
     spec = {"run": "threads", "names": ("qpu",), "parent": Parent("actor", 0, Lane("cpu", slot=0), submitted=True),
             "pools": {"qpu": [(handle, Lane("qpu", "bad"), 1, 2, None)]}, "max_retries": 3, "job_timeout": 3600.0,
             "rows_per_job": None, "ledger": Ledger()}

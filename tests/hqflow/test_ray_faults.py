@@ -81,7 +81,7 @@ def test_a_job_sent_while_a_lost_backend_starts_again_waits_for_it(tmp_path):
 
     from hqflow.engine.executors.ray import _RayHandle
 
-    handle = _RayHandle(ray.remote(num_cpus=0)(SlowSecondStart), ("emulated-qpu", {"per_job": 0.5}), 1)
+    handle = _RayHandle(SlowSecondStart, ("emulated-qpu", {"per_job": 0.5}), 1)
     template = Circuit(1).rx(0.3, 0).build(observables=["Z0"])
     batch = CircuitBatch.make(template, np.zeros((1, 0)), np.zeros(0))
     first = ray.get(handle.actor.pid.remote())

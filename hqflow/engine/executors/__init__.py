@@ -5,8 +5,10 @@
 The scheduler's one loop (and the cost model's simulated executor) drives each through
 ``submit(fragment, args, resource, client, replica, kept) -> Future[(outputs, spans, node)]`` for classical
 fragments (``spans``: jobs the run's own job service did not see, timed from the call's start; ``node``: the
-Ray node, or None in this process) and ``backend(spec, default_in_flight) -> handle`` for quantum backends.
-A backend spec is a backend instance (``sync``/``local`` only), a registry name, or ``(name, options)``.
+Ray node, or None in this process) and ``backend(spec, default_in_flight) -> (backend, node)`` for quantum
+backends: a ``Backend`` (the instance, one made from its spec, or a proxy of one in a Ray actor) and the Ray
+node it runs on. A backend spec is a backend instance (``sync``/``local`` only), a registry name, or
+``(name, options)``.
 """
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from hqflow.ir.graph import Fragment
 
 from ..collective import Replica, as_replica
 from ..fragments import call_fragment
+from ...common.remote import this_node
 from ...jobs.dispatch import Member, Pool
 from ...jobs.service import JobClient, JobService, job_usage
 
@@ -71,9 +72,7 @@ class _Worker:
 
     def node_id(self) -> str:
         """This worker's whole Ray node id (what node affinity takes)."""
-        import ray
-
-        return ray.get_runtime_context().get_node_id()
+        return this_node()
 
 
 def _size(value) -> int:
@@ -85,9 +84,7 @@ def _size(value) -> int:
 
 def _node() -> str:
     """This Ray process's node: the first 8 hex digits of its id (what spans carry)."""
-    import ray
-
-    return ray.get_runtime_context().get_node_id()[:8]
+    return this_node()[:8]
 
 class _BackendActor:
     """Holds one backend inside a Ray actor; ``run`` blocks until its job is done."""

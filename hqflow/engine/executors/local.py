@@ -42,32 +42,13 @@ class Executor:
         return self._rendezvous
 
 
-class _LocalHandle(Backend):
-    """A backend in this process."""
-
-    node = None  # in this process
-
-    def __init__(self, backend: Backend, default_in_flight: int, owned: bool = False):
-        self.backend, self.owned = backend, owned  # owned: made here from a name, so closed with the run
-        self.name = backend.name
-        self.capabilities = backend.capabilities
-        self.max_in_flight = backend.max_in_flight or default_in_flight
-        self.priced, self.estimate_cost = backend.priced, backend.estimate_cost  # priced backends (cloud QPUs)
-        self.submit, self.usage = backend.submit, backend.usage
-
-    def close(self) -> None:
-        if self.owned:
-            with contextlib.suppress(Exception):
-                self.backend.close()  # ends what the backend opened for the run (an Azure session, its threads)
-
-
 class SyncExecutor(Executor):
     """Runs every task inline; the scheduler runs one thing at a time with it."""
 
     kind = ExecutorKind.SYNC
 
     def __init__(self):
-        self.handles: list[_LocalHandle] = []
+        self.owned: list[Backend] = []  # backends made here from a name: closed with the run
 
     def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None,
                replica: Replica | None = None, kept: tuple = ()) -> cf.Future:
@@ -82,17 +63,20 @@ class SyncExecutor(Executor):
         """Bytes this run moved between processes (none: everything ran in this one)."""
         return dict(_NO_TRAFFIC, reduce=0)
 
-    def backend(self, spec: Any, default_in_flight: int) -> _LocalHandle:
-        handle = _LocalHandle(make_backend(spec), default_in_flight, owned=not is_backend(spec))
-        self.handles.append(handle)
-        return handle
+    def backend(self, spec: Any, default_in_flight: int) -> tuple[Backend, None]:
+        """The backend ``spec`` stands for, in this process (no Ray node)."""
+        backend = make_backend(spec)
+        if not is_backend(spec):
+            self.owned.append(backend)
+        return backend, None
 
     ledger = staticmethod(Ledger)  # (budget, shot_budget, path) -> the run's spend and budgets, here with its jobs
 
     def close(self) -> None:
-        for handle in self.handles:
-            handle.close()
-        self.handles.clear()
+        for backend in self.owned:
+            with contextlib.suppress(Exception):
+                backend.close()  # ends what the backend opened for the run (an Azure session, its threads)
+        self.owned.clear()
 
 
 class LocalExecutor(SyncExecutor):

@@ -20,7 +20,7 @@ from .actors import _BackendActor, _size, _Worker
 from ..collective import RayRendezvous, Replica
 from ..scheduler_config import ExecutorKind
 from ..placement import Placement
-from ...common.remote import RayFailure, future, get
+from ...common.remote import RayFailure, Remote, future, get
 from ...jobs.ledger import RemoteLedger, plus
 from ...jobs.service import JobClient, JobService
 
@@ -76,28 +76,24 @@ class _RayJob(FutureJob):
         return True
 
 
-class _RayHandle(Backend):
-    """A backend in a Ray actor that Ray restarts when its process dies: the job it held fails and is
-    retried. Ray fails a call made while the process starts again (seconds on a busy machine), so after a
+class _RayHandle(Remote, Backend):
+    """A backend in a Ray actor, as a ``Backend`` here (picklable: worker actors' job services submit to it
+    too). Ray restarts the actor when its process dies: the job it held fails and is retried. Ray fails a call made while the process starts again (seconds on a busy machine), so after a
     loss each job waits for the actor to answer, and retries are not used up on a process still starting."""
 
     def __init__(self, actor_cls, spec: Any, default_in_flight: int, node: str | None = None):
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         if is_backend(spec):
             raise ValueError(f"the ray executor makes its backends inside Ray actors; give "
                              f"{as_backend(spec).name!r} as a name or (name, options), not as an instance")
         name, options = backend_spec(spec)
         entry = registration(name)  # passed only where needed: a subclass of the actor may take (name, options)
-        extra = {} if entry is None else {"registration": entry}
         slots = int(options.get("max_in_flight", default_in_flight))
+        # slots for the jobs, and two more so that pricing and closing never wait behind them; with a node,
         # beside the worker actors that use it (Placement.backends="with-actors")
-        near = {} if node is None else {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}
-        # slots for the jobs, and two more so that pricing and closing never wait behind them
-        self.actor = actor_cls.options(max_concurrency=max(slots, 1) + 2, max_restarts=-1, **near).remote(name, options, **extra)
-        self.name, self.capabilities, own, self.priced, self.node = get(self.actor.describe.remote())
-        self.max_in_flight = own or default_in_flight
-        self._lock, self.restarts = threading.Lock(), 0
+        super().__init__(actor_cls, name, options, *(() if entry is None else (entry,)), node=node,
+                         max_concurrency=max(slots, 1) + 2, max_restarts=-1)
+        self.name, self.capabilities, self.max_in_flight, self.priced, self.node = self.call("describe")
+        self._lock = threading.Lock()
         self._back, self._lost = None, False  # after a loss or a restart: a call that returns once the actor answers
 
     def __getstate__(self):  # sent to worker actors inside their job clients' pools
@@ -110,19 +106,19 @@ class _RayHandle(Backend):
 
     def estimate_cost(self, batch):
         """The backend's ``estimate_cost`` (asked only where it is ``priced``)."""
-        return get(self.actor.estimate_cost.remote(batch))
+        return self.call("estimate_cost", batch)
 
     def usage(self, batch):
         """The backend's ``usage`` (asked where a job reports none: one that failed or was cancelled, and
         before each job under a shot budget)."""
-        return get(self.actor.usage.remote(batch))
+        return self.call("usage", batch)
 
     def submit(self, batch) -> FutureJob:
         with self._lock:
             if self._lost:
                 self._lost, self._back = False, self.actor.describe.options(max_task_retries=-1).remote()
             back = self._back  # an argument Ray resolves before it sends the call: the actor is up again
-        return _RayJob(self, self.actor.run.remote(batch) if back is None else self.actor.run.remote(batch, back))
+        return _RayJob(self, self.send("run", batch) if back is None else self.send("run", batch, back))
 
     def lost(self) -> None:
         """A job failed with the actor's process: the next jobs wait until it answers again. (Called on
@@ -139,7 +135,6 @@ class _RayHandle(Backend):
                 return  # still starting
             ray.kill(self.actor, no_restart=False)
             self._lost, self._back = False, self.actor.describe.options(max_task_retries=-1).remote()
-            self.restarts += 1
 
 
 class RayExecutor(Executor):
@@ -149,7 +144,7 @@ class RayExecutor(Executor):
     warm actor costs about a millisecond, a fresh task several, and the learner keeps its process (and GPU)."""
 
     kind = ExecutorKind.RAY
-    _new_rendezvous = staticmethod(RayRendezvous.start)
+    _new_rendezvous = RayRendezvous
 
     def kept_ports(self, graph: Graph) -> dict[str, tuple[str, ...]]:
         """Per classical fragment, the output ports that only other classical fragments read, in the same
@@ -193,7 +188,6 @@ class RayExecutor(Executor):
             finally:
                 auth_log.setLevel(level)
         self._ray = ray
-        self._actor = ray.remote(num_cpus=0)(_BackendActor)
         cluster = ray.cluster_resources()
         gpus = cluster.get("GPU", 0) > 0
         if cpu_workers > cluster.get("CPU", 0):
@@ -327,14 +321,15 @@ class RayExecutor(Executor):
                 "max_retries": service.max_retries, "job_timeout": service.job_timeout,
                 "rows_per_job": service.rows_per_job, "ledger": service.ledger}
 
-    def backend(self, spec: Any, default_in_flight: int) -> _RayHandle:
+    def backend(self, spec: Any, default_in_flight: int) -> tuple[_RayHandle, str]:
+        """A proxy of backend ``spec`` made in a Ray actor of its own, and the node that actor runs on."""
         node = None
         if self.placement.backends == "with-actors":  # round-robin over the cpu worker actors' nodes
             workers = self._idle["cpu"]
             node = get(workers[len(self._backends) % len(workers)].node_id.remote())
-        handle = _RayHandle(self._actor, spec, default_in_flight, node)
+        handle = _RayHandle(_BackendActor, spec, default_in_flight, node)
         self._backends.append(handle)
-        return handle
+        return handle, handle.node
 
     def moved(self) -> dict:
         """Bytes this run moved between processes: arguments the driver sent, outputs it read, outputs
@@ -343,7 +338,7 @@ class RayExecutor(Executor):
 
     def ledger(self, budget: float | None, shot_budget: int | None = None, path=None) -> RemoteLedger:
         """The run's spend and budgets in an actor: the workers' job services charge it too."""
-        ledger = RemoteLedger.start(budget, shot_budget, path)
+        ledger = RemoteLedger(budget, shot_budget, path)
         self._ledgers.append(ledger)
         return ledger
 
@@ -359,8 +354,8 @@ class RayExecutor(Executor):
             self._ray.kill(actor, no_restart=True)
         for handle in self._backends:
             with contextlib.suppress(Exception):  # best effort: the actor may be gone already
-                self._ray.get(handle.actor.close.remote(), timeout=10)  # closes an Azure session
-            self._ray.kill(handle.actor)
+                self._ray.get(handle.send("close"), timeout=10)  # closes an Azure session
+            handle.stop()
         for ledger in self._ledgers:
             ledger.stop()
         if self._rendezvous is not None:
