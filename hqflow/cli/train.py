@@ -124,7 +124,7 @@ def _resumed(args, meta: dict, cfg, runner, watcher):
     why = []
     if policy.staleness and policy != saved:
         why.append(f"staleness {policy.staleness} lets actors use older parameters, as timing has it")
-    if getattr(policy, "compression", None) is not None and policy.compression.kind != "none":
+    if policy.compression.kind != "none":
         why.append(f"compression {policy.compression.kind} is not exact")
     if policy.name == "multi-learner" and policy.learners > 1 and policy != saved and cfg.dtype != "float64":
         why.append("multi-learner sums gradients in another order, which float32 roundoff shows")

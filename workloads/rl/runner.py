@@ -451,7 +451,7 @@ def _train(run: Setup, rd: RunDir, ckpt, resume, distribution, checkpoint_every,
     scheduler.setdefault("ledger", rd.ledger(resume, (tally.spend, tally.usage["shots"], tally.usage["currency"])
                                              if resume else paid_before))
     pools = None if placement.specs == (placement.name,) else {placement.name: list(placement.specs)}
-    part = {"distribution": policy.name, "distribution_options": dataclasses.asdict(policy),  # a placement
+    part = {"distribution": policy.name, "distribution_options": policy.options(),  # a placement
             "backends": json_pools(pools)}
     if ckpt is None:
         scheduler.setdefault("run_id", uuid.uuid4().hex)  # job ids derive from it; --resume reuses it
