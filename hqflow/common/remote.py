@@ -1,5 +1,6 @@
-"""Ray, folded: a Ray call's error as the user should see it (``failure``), and its answer waited for
-(``get``) or as a ``concurrent.futures.Future`` (``future``). Ray is imported only when one is called."""
+"""One Ray proxy helper, ``Remote``: an object in a Ray actor, called from any process as if it were there.
+Ray's errors are folded into what the user should see (``failure``), whether a call's answer is waited for
+(``get``) or taken as a ``concurrent.futures.Future`` (``future``). Ray is imported only when one is used."""
 from __future__ import annotations
 
 import concurrent.futures as cf
@@ -47,12 +48,12 @@ def future(ref, then=None, lost=None) -> cf.Future:
     return out
 
 
-def get(ref):
+def get(ref, timeout: float | None = None):
     """``ray.get`` with Ray's error folded."""
     import ray
 
     try:
-        return ray.get(ref)
+        return ray.get(ref, timeout=timeout)
     except ray.exceptions.RayError as exc:
         raise failure(exc) from None
 

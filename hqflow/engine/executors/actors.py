@@ -9,7 +9,7 @@ import os
 import pickle
 import time
 
-from hqflow.backends import get_backend, register_backend
+from hqflow.backends import make_backend, register_backend
 from hqflow.ir.graph import Fragment
 
 from ..collective import Replica, as_replica
@@ -93,7 +93,7 @@ class _BackendActor:
         if registration is not None:  # a backend registered in the driver beyond the built-ins
             prefix, factory, suffix = registration
             register_backend(prefix, factory, listed=False, suffix=suffix)
-        self.backend = get_backend(name, **options)
+        self.backend = make_backend((name, options))
 
     def describe(self):
         b = self.backend

@@ -24,6 +24,7 @@ from ...common.remote import RayFailure, Remote, future, get
 from ...jobs.ledger import RemoteLedger, plus
 from ...jobs.service import JobClient, JobService
 
+
 def _absorb(service: JobService, stats: dict, usage) -> None:
     """A worker's job counts and usage join the driver's service's: what a run reports is all it did."""
     with service._lock:
@@ -119,6 +120,12 @@ class _RayHandle(Remote, Backend):
                 self._lost, self._back = False, self.actor.describe.options(max_task_retries=-1).remote()
             back = self._back  # an argument Ray resolves before it sends the call: the actor is up again
         return _RayJob(self, self.send("run", batch) if back is None else self.send("run", batch, back))
+
+    def stop(self) -> None:
+        """Close the backend (its Azure session, say: best effort, the actor may be gone), then end the actor."""
+        with contextlib.suppress(Exception):
+            get(self.send("close"), timeout=10)
+        super().stop()
 
     def lost(self) -> None:
         """A job failed with the actor's process: the next jobs wait until it answers again. (Called on
@@ -352,14 +359,8 @@ class RayExecutor(Executor):
             for key in [key for key, cached in _WORKERS.items() if cached is actor]:
                 del _WORKERS[key]
             self._ray.kill(actor, no_restart=True)
-        for handle in self._backends:
-            with contextlib.suppress(Exception):  # best effort: the actor may be gone already
-                self._ray.get(handle.send("close"), timeout=10)  # closes an Azure session
-            handle.stop()
-        for ledger in self._ledgers:
-            ledger.stop()
-        if self._rendezvous is not None:
-            self._rendezvous.stop()
+        for remote in [*self._backends, *self._ledgers, *([self._rendezvous] if self._rendezvous else [])]:
+            remote.stop()
         self._backends, self._ledgers, self._rendezvous = [], [], None
 
 
