@@ -69,7 +69,14 @@ class Remote:
     """An object of ``cls`` in a Ray actor of its own, reached from any process through this proxy (picklable:
     Ray's actor handle travels with it). ``call`` waits for a method's answer, ``send`` does not; Ray's errors
     are folded (``failure``). ``node``: the Ray node id to start it on (None: where Ray puts it); ``options``:
-    Ray's actor options (it reserves no CPU unless they say so)."""
+    Ray's actor options (it reserves no CPU unless they say so). A subclass names the object's methods it has
+    as its own: each of ``calls`` a ``call``, each of ``sends`` a ``send`` (``Remote, calls=("charge", ...)``)."""
+
+    def __init_subclass__(cls, calls: tuple[str, ...] = (), sends: tuple[str, ...] = (), **kwargs):
+        super().__init_subclass__(**kwargs)
+        for names, how in ((calls, cls.call), (sends, cls.send)):
+            for name in names:
+                setattr(cls, name, lambda self, *args, _name=name, _how=how: _how(self, _name, *args))
 
     def __init__(self, cls, *args, node: str | None = None, **options):
         import ray

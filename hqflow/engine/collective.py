@@ -232,20 +232,9 @@ def reduce(arrays: list, ops: list[str] | str = "sum", key: str = "") -> list:
     return rep.comm.reduce(f"{rep.group}/{key}", rep.rank, rep.size, arrays, ops)
 
 
-class RayRendezvous(Remote):
-    """A :class:`Rendezvous` in a Ray actor, as the ranks in worker processes reach it (picklable)."""
+class RayRendezvous(Remote, calls=("reduce", "traffic"), sends=("abort", "forget")):
+    """A :class:`Rendezvous` in a Ray actor, as the ranks in worker processes reach it (picklable); a
+    reduction's ``CollectiveError`` is raised as itself."""
 
     def __init__(self):
         super().__init__(Rendezvous, max_concurrency=256)
-
-    def reduce(self, group, rank, size, arrays, ops, timeout: float = TIMEOUT):
-        return self.call("reduce", group, rank, size, arrays, ops, timeout)  # its CollectiveError as itself
-
-    def abort(self, prefix: str, why: str) -> None:
-        self.send("abort", prefix, why)
-
-    def forget(self, prefix: str) -> None:
-        self.send("forget", prefix)
-
-    def traffic(self) -> int:
-        return self.call("traffic")

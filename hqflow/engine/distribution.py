@@ -50,15 +50,12 @@ class Distribution:
 
     def options(self) -> dict[str, Any]:
         """Its preset's options, as a run directory's ``config.json`` keeps them (``distribution_options``)."""
-        return {k: _saved(getattr(self, k)) for k in DISTRIBUTIONS[self.name].options}
+        return {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v := getattr(self, k)) else v
+                for k in DISTRIBUTIONS[self.name].options}
 
     def __repr__(self) -> str:
         preset = DISTRIBUTIONS[self.name]
         return f"{preset.title}({', '.join(f'{k}={getattr(self, k)!r}' for k in preset.options)})"
-
-
-def _saved(value):
-    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,9 @@ class ExecutorKind(str, Enum):
     LOCAL = "local"
     RAY = "ray"
 
-    @staticmethod
-    def of(kind: ExecutorKind | str) -> ExecutorKind:
-        """The kind ``kind`` names (``ValueError`` for none)."""
-        try:
-            return ExecutorKind(kind)
-        except (TypeError, ValueError):
-            raise ValueError(f"executor must be 'sync', 'local' or 'ray', got {kind!r}") from None
+    @classmethod
+    def _missing_(cls, kind):  # ExecutorKind(name): a name that is none of them is a one-line ValueError
+        raise ValueError(f"executor must be 'sync', 'local' or 'ray', got {kind!r}")
 
     @property
     def one_at_a_time(self) -> bool:
@@ -121,7 +117,7 @@ class SchedulerConfig:
     outputs and loop values restored (the same graph, stream and seed; any executor and backends)"""
 
     def __post_init__(self):
-        object.__setattr__(self, "executor", ExecutorKind.of(self.executor))  # a name, from users and JSON
+        object.__setattr__(self, "executor", ExecutorKind(self.executor))  # a name, from users and JSON
         lows = dict(cpu_workers=1, gpu_workers=1, max_in_flight=1, window=1, learners=1, rows_per_job=1, prefetch=0,
                     max_retries=0)
         for name, low in lows.items():

@@ -150,7 +150,7 @@ def money(amount: float, currency: str | None) -> str:
     return f"{amount:,.2f}" + (f" {currency}" if currency else "")
 
 
-class RemoteLedger(Remote):
+class RemoteLedger(Remote, calls=("charge", "settle", "charge_shots")):
     """The same calls on a ``Ledger`` inside a Ray actor on this node (its file is this process's run
     directory's), picklable: it travels to the workers. Its calls block on Ray (``blocking``), so the job
     service handles completions off Ray's callback thread."""
@@ -160,17 +160,7 @@ class RemoteLedger(Remote):
     def __init__(self, budget: float | None, shot_budget: int | None = None, path=None):
         check_budgets(budget, shot_budget)  # a bad budget fails here, in the caller
         super().__init__(Ledger, budget, shot_budget, path, node=this_node())
-        self.budget, self.shot_budget = budget, shot_budget
-        self._final: dict | None = None  # the figures when the run's ledger was stopped
-
-    def charge(self, amount: float, currency: str, what: str) -> str | None:
-        return self.call("charge", amount, currency, what)
-
-    def settle(self, used: Usage, spend: float = 0.0, shots: int = 0) -> None:
-        self.call("settle", used, spend, shots)
-
-    def charge_shots(self, shots: int, what: str) -> str | None:
-        return self.call("charge_shots", shots, what)
+        self.budget, self.shot_budget, self._final = budget, shot_budget, None  # _final: the figures once stopped
 
     def figures(self) -> dict:
         return dict(self._final) if self._final is not None else self.call("figures")

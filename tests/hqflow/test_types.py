@@ -11,10 +11,11 @@ import pytest
 import hqflow as hq
 
 from hqflow.engine.events import CallDone, TaskDone, Wake
-from hqflow.engine.executors import ExecutorKind, LocalExecutor, SyncExecutor, make_executor
+from hqflow.engine.executors import ExecutorKind, LocalExecutor, SyncExecutor
 from hqflow.common.lanes import Lane, member
 from hqflow.common.outcome import CANCELLED, OK, TIMEOUT, Outcome
 from hqflow.engine.ports import PortRef, PortValues, port
+from hqflow.engine.scheduler import make_executor
 from hqflow.planning.profile import Profile
 from hqflow.trace import Span, load_spans, outcome_counts, save_spans
 
@@ -228,8 +229,8 @@ def test_an_executor_is_named_by_users_and_typed_inside():
     with pytest.raises(ValueError, match="executor must be 'sync', 'local' or 'ray', got 'threads'"):
         hq.SchedulerConfig(executor="threads")
     for kind, cls in (("sync", SyncExecutor), (ExecutorKind.LOCAL, LocalExecutor)):
-        executor = make_executor(kind)
-        assert type(executor) is cls and executor.kind is ExecutorKind.of(kind)
+        executor = make_executor(hq.SchedulerConfig(executor=kind))
+        assert type(executor) is cls and executor.kind is ExecutorKind(kind)
         executor.close()
 
 

@@ -86,6 +86,7 @@ def _node() -> str:
     """This Ray process's node: the first 8 hex digits of its id (what spans carry)."""
     return this_node()[:8]
 
+
 class _BackendActor:
     """Holds one backend inside a Ray actor; ``run`` blocks until its job is done."""
 

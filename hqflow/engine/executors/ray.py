@@ -15,7 +15,7 @@ from hqflow.backends import Backend, FutureJob, as_backend, backend_spec, is_bac
 from hqflow.ir.graph import CircuitCall, Fragment, Graph, resolve_fn
 from hqflow.ir.text import one_line
 
-from .local import _NO_TRAFFIC, Executor
+from . import _NO_TRAFFIC, Executor
 from .actors import _BackendActor, _size, _Worker
 from ..collective import RayRendezvous, Replica
 from ..scheduler_config import ExecutorKind
@@ -57,7 +57,6 @@ _WORKERS: dict[tuple, Any] = {}
 # ... and the placement groups of packed ones: (namespace, job id, placement) -> (group, bundles).
 _GROUPS: dict[tuple, tuple] = {}
 
-
 _WORKER_RETRIES = 3  # calls redone on a worker actor that Ray restarted after its process died
 _READY_TIMEOUT = 120.0  # seconds for worker actors to answer before the run starts
 
@@ -77,10 +76,11 @@ class _RayJob(FutureJob):
         return True
 
 
-class _RayHandle(Remote, Backend):
+class _RayHandle(Remote, Backend, calls=("estimate_cost", "usage")):
     """A backend in a Ray actor, as a ``Backend`` here (picklable: worker actors' job services submit to it
-    too). Ray restarts the actor when its process dies: the job it held fails and is retried. Ray fails a call made while the process starts again (seconds on a busy machine), so after a
-    loss each job waits for the actor to answer, and retries are not used up on a process still starting."""
+    too). Ray restarts the actor when its process dies: the job it held fails and is retried. Ray fails a call
+    made while the process starts again (seconds on a busy machine), so after a loss each job waits for the
+    actor to answer, and retries are not used up on a process still starting."""
 
     def __init__(self, actor_cls, spec: Any, default_in_flight: int, node: str | None = None):
         if is_backend(spec):
@@ -104,15 +104,6 @@ class _RayHandle(Remote, Backend):
         self.__dict__.update(state, _lock=threading.Lock(), _back=None, _lost=False)
 
     priced = False  # set from the actor's backend: what the job service asks before estimate_cost
-
-    def estimate_cost(self, batch):
-        """The backend's ``estimate_cost`` (asked only where it is ``priced``)."""
-        return self.call("estimate_cost", batch)
-
-    def usage(self, batch):
-        """The backend's ``usage`` (asked where a job reports none: one that failed or was cancelled, and
-        before each job under a shot budget)."""
-        return self.call("usage", batch)
 
     def submit(self, batch) -> FutureJob:
         with self._lock:
