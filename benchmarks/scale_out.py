@@ -150,7 +150,7 @@ def part_learners(address: str, updates: int = 20) -> dict:
     print(f"  sync {sync['seconds']:5.2f} s, multi-learner {undisturbed['seconds']:5.2f} s, {undisturbed['updates']} "
           f"updates: largest parameter difference {diff:.2e}", flush=True)
 
-    from hqflow.engine.executors import _WORKERS
+    from hqflow.engine.executors.ray import _WORKERS
 
     learner = next(a for key, a in _WORKERS.items() if key[2:] == (PLACE, "gpu", 1))
     pid = ray.get(learner.pid.remote())

@@ -416,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         from hqflow.backends import BackendError
 
         from .train import RunStopped
-        from ..engine.executors import RayFailure
+        from ..common.remote import RayFailure
         from ..engine.fragments import FragmentError
 
         if not isinstance(exc, (RunStopped, FragmentError, BackendError, RayFailure)):  # a failure, not a usage error

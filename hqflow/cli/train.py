@@ -98,7 +98,7 @@ def _placement(runner, name: str, pool: list | None, what: str):
 
 def _in_process(policy, watcher) -> None:
     """A resources file changes the pools of this process's job service; a Ray worker keeps its own."""
-    from ..engine.executors import ExecutorKind
+    from ..engine.scheduler_config import ExecutorKind
 
     if watcher is not None and not isinstance(policy, str) and policy.scheduler_config().executor is ExecutorKind.RAY:
         raise UsageError(f"--resources needs a distribution that runs in this process (sync or pipelined), not "
@@ -125,7 +125,7 @@ def _resumed(args, meta: dict, cfg, runner, watcher):
     why = []
     if policy.staleness and policy != saved:
         why.append(f"staleness {policy.staleness} lets actors use older parameters, as timing has it")
-    if getattr(policy, "compression", None) is not None and policy.compression.kind != "none":
+    if policy.compression.kind != "none":
         why.append(f"compression {policy.compression.kind} is not exact")
     if policy.name == "multi-learner" and policy.learners > 1 and policy != saved and cfg.dtype != "float64":
         why.append("multi-learner sums gradients in another order, which float32 roundoff shows")

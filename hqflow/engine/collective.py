@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from ..common.remote import Remote
+
 OPS = ("sum", "first")
 TIMEOUT = 600.0
 """seconds a rank waits for its peers before the reduction fails"""
@@ -230,38 +232,9 @@ def reduce(arrays: list, ops: list[str] | str = "sum", key: str = "") -> list:
     return rep.comm.reduce(f"{rep.group}/{key}", rep.rank, rep.size, arrays, ops)
 
 
-class RayRendezvous:
-    """A :class:`Rendezvous` in a Ray actor, as the ranks in worker processes reach it (picklable)."""
+class RayRendezvous(Remote, calls=("reduce", "traffic"), sends=("abort", "forget")):
+    """A :class:`Rendezvous` in a Ray actor, as the ranks in worker processes reach it (picklable); a
+    reduction's ``CollectiveError`` is raised as itself."""
 
-    def __init__(self, actor):
-        self.actor = actor
-
-    @classmethod
-    def start(cls) -> RayRendezvous:
-        import ray
-
-        return cls(ray.remote(num_cpus=0, max_concurrency=256)(Rendezvous).remote())
-
-    def reduce(self, group, rank, size, arrays, ops, timeout: float = TIMEOUT):
-        import ray
-
-        try:
-            return ray.get(self.actor.reduce.remote(group, rank, size, arrays, ops, timeout))
-        except ray.exceptions.RayTaskError as exc:
-            raise CollectiveError(str(exc.cause) if exc.cause else str(exc).splitlines()[0]) from None
-
-    def abort(self, prefix: str, why: str) -> None:
-        self.actor.abort.remote(prefix, why)
-
-    def forget(self, prefix: str) -> None:
-        self.actor.forget.remote(prefix)
-
-    def traffic(self) -> int:
-        import ray
-
-        return ray.get(self.actor.traffic.remote())
-
-    def stop(self) -> None:
-        import ray
-
-        ray.kill(self.actor)
+    def __init__(self):
+        super().__init__(Rendezvous, max_concurrency=256)

@@ -51,10 +51,10 @@ class Elastic:
             self.pools[name] = Pool(name, [self._member(s, j if many else None) for j, s in enumerate(specs)], now=now)
 
     def _member(self, spec, index: int | None) -> Member:
-        """The executor's handle of backend ``spec`` as member ``index`` of its pool (None: the only one)."""
-        handle = self.executor.backend(spec, self.config.max_in_flight)
-        devices = handle.max_in_flight
-        return Member(handle, Lane("qpu", handle.name, index), devices, devices + self.prefetch, node=handle.node)
+        """Backend ``spec``, made by the executor, as member ``index`` of its pool (None: the only one)."""
+        backend, node = self.executor.backend(spec, self.config.max_in_flight)
+        devices = backend.max_in_flight or self.config.max_in_flight
+        return Member(backend, Lane("qpu", backend.name, index), devices, devices + self.prefetch, node=node)
 
     def attach(self, service, window, events) -> None:
         """The run's job service, its window (``hqflow.engine.window``) and its event queue: changes go to them."""

@@ -22,7 +22,7 @@ from ..common.clock import REAL
 from .collective import Replica
 from .elastic import Elastic, RunHandle
 from .events import CallDone, Event, TaskDone, Wake
-from .executors import make_executor
+from .executors import LocalExecutor, SyncExecutor
 from .fragments import FragmentError, step_seed
 from .result import RunFailed, RunResult
 from ..jobs.client import JobClient
@@ -31,7 +31,7 @@ from ..common.lanes import Lane
 from ..common.outcome import OK, Outcome
 from .ports import PortRef
 from .runstats import RunStats
-from .scheduler_config import SchedulerConfig, configure
+from .scheduler_config import ExecutorKind, SchedulerConfig, configure
 from ..trace import Span
 from .window import Values, Window
 
@@ -44,9 +44,7 @@ class Scheduler:
         """``executor`` and ``clock``: where the work runs and whose time it takes (default: the config's
         executor, the machine's clock; ``hqflow.planning.costmodel`` gives simulated ones)."""
         self.config, self.clock = config, clock
-        self.executor = executor if executor is not None else make_executor(
-            config.executor, config.cpu_workers, config.gpu_workers, config.ray_num_cpus, config.ray_address,
-            config.placement)
+        self.executor = executor if executor is not None else make_executor(config)
         try:
             self.elastic = Elastic(graph, dict(backends or {}), self.executor, config, clock.now)
             self.pools, self.slots = self.elastic.pools, self.elastic.slots
@@ -299,3 +297,13 @@ def run(graph: Graph, stream: Iterable[Mapping[str, Any]] | int, *, backends: Ma
 
 
 __all__ = ["RunHandle", "Scheduler", "SchedulerConfig", "run", "start"]
+
+
+def make_executor(config: SchedulerConfig):
+    """The executor ``config`` names (``executor``), with its worker slots; the Ray one is imported only here."""
+    c = config
+    if c.executor is ExecutorKind.RAY:
+        from .executors.ray import RayExecutor
+
+        return RayExecutor(c.ray_num_cpus, c.cpu_workers, c.gpu_workers, c.ray_address, c.placement)
+    return LocalExecutor(c.cpu_workers, c.gpu_workers) if c.executor is ExecutorKind.LOCAL else SyncExecutor()

@@ -4,13 +4,42 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from enum import Enum
 
 from .collective import Compression
 from ..common.config import as_type, check_ints
-from .executors import ExecutorKind
 from ..jobs.ledger import check_budgets
 from ..jobs.service import JobSettings
 from .placement import Placement
+
+
+class ExecutorKind(str, Enum):
+    """Which executor a run uses (``SchedulerConfig.executor``). A kind equals, prints and saves to JSON as
+    its name, so configs written with names keep working; the scheduler asks its properties."""
+
+    SYNC = "sync"
+    LOCAL = "local"
+    RAY = "ray"
+
+    @classmethod
+    def _missing_(cls, kind):  # ExecutorKind(name): a name that is none of them is a one-line ValueError
+        raise ValueError(f"executor must be 'sync', 'local' or 'ray', got {kind!r}")
+
+    @property
+    def one_at_a_time(self) -> bool:
+        """The reference: one fragment call or job at a time, in graph order, on the scheduler's thread."""
+        return self is ExecutorKind.SYNC
+
+    @property
+    def resizable(self) -> bool:
+        """Its classical worker slots can change mid-run (``RunHandle.set_workers``)."""
+        return self is ExecutorKind.LOCAL
+
+    def __str__(self) -> str:  # and so format(): Enum's defers to an overridden __str__
+        return self.value
+
+    def __repr__(self) -> str:
+        return repr(self.value)  # a config or a policy prints as it did with names
 
 
 @dataclass(frozen=True)
@@ -89,7 +118,7 @@ class SchedulerConfig:
     outputs and loop values restored (the same graph, stream and seed; any executor and backends)"""
 
     def __post_init__(self):
-        object.__setattr__(self, "executor", ExecutorKind.of(self.executor))  # a name, from users and JSON
+        object.__setattr__(self, "executor", ExecutorKind(self.executor))  # a name, from users and JSON
         lows = dict(cpu_workers=1, gpu_workers=1, max_in_flight=1, window=1, learners=1, prefetch=0)
         for name, low in lows.items():
             value = getattr(self, name)

@@ -19,6 +19,7 @@ import threading
 
 from hqflow.backends import Usage
 
+from ..common.remote import Remote, this_node
 from .accounting import BudgetExceeded, ShotBudgetExceeded, plus  # noqa: F401 - the budgets' errors, here too
 
 
@@ -132,48 +133,27 @@ def money(amount: float, currency: str | None) -> str:
     return f"{amount:,.2f}" + (f" {currency}" if currency else "")
 
 
-class RemoteLedger:
-    """The same calls on a ``Ledger`` inside a Ray actor (picklable: it travels to the workers). Its calls
-    block on Ray (``blocking``), so the job service handles completions off Ray's callback thread."""
+class RemoteLedger(Remote, calls=("charge", "settle", "charge_shots")):
+    """The same calls on a ``Ledger`` inside a Ray actor on this node (its file is this process's run
+    directory's), picklable: it travels to the workers. Its calls block on Ray (``blocking``), so the job
+    service handles completions off Ray's callback thread."""
 
     blocking = True
 
-    def __init__(self, actor, budget: float | None, shot_budget: int | None = None, path=None):
-        self.actor, self.budget, self.shot_budget = actor, budget, shot_budget
-        self._final: dict | None = None  # the figures when the run's ledger was stopped
-
-    @classmethod
-    def start(cls, budget: float | None, shot_budget: int | None = None, path=None) -> RemoteLedger:
-        """The ledger's actor, on this node (its file is this process's run directory's)."""
-        import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
+    def __init__(self, budget: float | None, shot_budget: int | None = None, path=None):
         check_budgets(budget, shot_budget)  # a bad budget fails here, in the caller
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        actor = ray.remote(num_cpus=0, scheduling_strategy=here)(Ledger).remote(budget, shot_budget, path)
-        return cls(actor, budget, shot_budget, path)
-
-    def _call(self, method: str, *args):
-        import ray
-
-        return ray.get(getattr(self.actor, method).remote(*args))
-
-    def __getattr__(self, name: str):  # charge, settle and charge_shots: the Ledger's, called in its actor
-        if name not in ("charge", "settle", "charge_shots"):
-            raise AttributeError(name)
-        return lambda *args: self._call(name, *args)
+        super().__init__(Ledger, budget, shot_budget, path, node=this_node())
+        self.budget, self.shot_budget, self._final = budget, shot_budget, None  # _final: the figures once stopped
 
     def figures(self) -> dict:
-        return dict(self._final) if self._final is not None else self._call("figures")
+        return dict(self._final) if self._final is not None else self.call("figures")
 
     def close(self) -> None:
         """Nothing: the executor that started the actor stops it (``stop``), its file with it."""
 
     def stop(self) -> None:
         """Keep the final figures and end the actor (at the end of the run)."""
-        import ray
-
         if self._final is None:
             self._final = self.figures()
-            self._call("close")
-            ray.kill(self.actor)
+            self.call("close")
+            super().stop()

@@ -405,17 +405,18 @@ def test_a_worker_call_leaves_no_thread_behind_and_returns_its_jobs_counts(monke
     """A Ray worker's call (its code path, in this process) builds a job service for its fragment's jobs: with
     ``job_timeout`` its timeout watchdog is a thread, which ends with the call; the call hands back the service's
     counts and usage, for the driver's statistics."""
-    import hqflow.engine.executors as executors
-    from hqflow.engine.executors import SyncExecutor, _Worker
+    import hqflow.engine.executors.actors as actors
+    from hqflow.engine.executors import SyncExecutor
+    from hqflow.engine.executors.actors import _Worker
     from hqflow.common.lanes import Lane
     from hqflow.jobs.ledger import Ledger
 
-    handle = SyncExecutor().backend(_qpu("bad", fail_jobs=(0,)), 1)
+    handle, _ = SyncExecutor().backend(_qpu("bad", fail_jobs=(0,)), 1)
     spec = {"run": "threads", "names": ("qpu",), "parent": Parent("actor", 0, Lane("cpu", slot=0), submitted=True),
             "pools": {"qpu": [(handle, Lane("qpu", "bad"), 1, 2, None)]},
             "settings": JobSettings(max_retries=3, job_timeout=3600.0), "ledger": Ledger()}
     fragment = _graph(actor).fragment("actor")
-    monkeypatch.setattr(executors, "_node", lambda: "here")  # (Ray's node id, which would start Ray here)
+    monkeypatch.setattr(actors, "_node", lambda: "here")  # (Ray's node id, which would start Ray here)
     worker, before, failed = _Worker(), threading.active_count(), []
     for step in range(12):
         (out, spans, _, _, (stats, usage)), _ = worker.call(fragment, {"step": step}, spec)

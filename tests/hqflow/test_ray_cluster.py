@@ -92,7 +92,7 @@ def test_hqflow_train_connects_to_a_cluster(cluster, tmp_path):
 
 
 def test_placement_spreads_the_actors_and_puts_the_learner_where_its_label_is(cluster):
-    from hqflow.engine.executors import _WORKERS
+    from hqflow.engine.executors.ray import _WORKERS
     from hqflow.engine.placement import Placement
 
     placement = Placement(actors="spread", learner="learner")
@@ -112,7 +112,7 @@ def test_placement_spreads_the_actors_and_puts_the_learner_where_its_label_is(cl
 def test_pack_keeps_the_actors_together_and_backends_go_with_them(cluster):
     from ray.util.placement_group import placement_group_table
 
-    from hqflow.engine.executors import _GROUPS, _WORKERS
+    from hqflow.engine.executors.ray import _GROUPS, _WORKERS
     from hqflow.engine.placement import Placement
 
     placement = Placement(actors="pack", backends="with-actors")

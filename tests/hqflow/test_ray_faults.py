@@ -62,7 +62,8 @@ def test_a_job_sent_while_a_lost_backend_starts_again_waits_for_it(tmp_path):
     import time
 
     from hqflow.backends import CircuitBatch
-    from hqflow.engine.executors import RayExecutor, _BackendActor
+    from hqflow.engine.executors.actors import _BackendActor
+    from hqflow.engine.executors.ray import RayExecutor
     from hqflow.ir import Circuit
 
     RayExecutor(num_cpus=2)  # this process's Ray
@@ -78,9 +79,9 @@ def test_a_job_sent_while_a_lost_backend_starts_again_waits_for_it(tmp_path):
         def pid(self):
             return os.getpid()
 
-    from hqflow.engine.executors import _RayHandle
+    from hqflow.engine.executors.ray import _RayHandle
 
-    handle = _RayHandle(ray.remote(num_cpus=0)(SlowSecondStart), ("emulated-qpu", {"per_job": 0.5}), 1)
+    handle = _RayHandle(SlowSecondStart, ("emulated-qpu", {"per_job": 0.5}), 1)
     template = Circuit(1).rx(0.3, 0).build(observables=["Z0"])
     batch = CircuitBatch.make(template, np.zeros((1, 0)), np.zeros(0))
     first = ray.get(handle.actor.pid.remote())
@@ -108,7 +109,7 @@ def _dead(actor, wait: float = 120.0) -> None:
 
 
 def test_a_dead_cached_worker_is_replaced_by_the_next_run():
-    from hqflow.engine.executors import _WORKERS
+    from hqflow.engine.executors.ray import _WORKERS
 
     ref = _reference(FAST)
     _on_ray(FAST, steps=1)

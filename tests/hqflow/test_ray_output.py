@@ -11,7 +11,7 @@ pytestmark = pytest.mark.ray
 
 SCRIPT = """
 import os
-from hqflow.engine.executors import RayExecutor
+from hqflow.engine.executors.ray import RayExecutor
 import ray
 RayExecutor(num_cpus=1)
 print("worker niceness", ray.get(ray.remote(num_cpus=0)(lambda: os.nice(0)).remote()), "of", os.nice(0))

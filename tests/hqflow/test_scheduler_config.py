@@ -6,7 +6,7 @@ import pytest
 
 import hqflow as hq
 from hqflow.engine.collective import Compression
-from hqflow.engine.executors import ExecutorKind
+from hqflow.engine.scheduler_config import ExecutorKind
 from hqflow.engine.placement import Placement
 from hqflow.engine.scheduler_config import SchedulerConfig, configure
 from hqflow.workloads import synthetic

@@ -2,7 +2,6 @@
 scheduler's events. Each
 round-trips through its data form, prints exactly the text earlier versions printed, and files of
 earlier versions, which hold that text, still load."""
-import dataclasses
 import json
 import pickle
 
@@ -12,10 +11,11 @@ import pytest
 import hqflow as hq
 
 from hqflow.engine.events import CallDone, TaskDone, Wake
-from hqflow.engine.executors import ExecutorKind, LocalExecutor, SyncExecutor, make_executor
+from hqflow.engine.executors import ExecutorKind, LocalExecutor, SyncExecutor
 from hqflow.common.lanes import Lane, member
 from hqflow.common.outcome import CANCELLED, OK, TIMEOUT, Outcome
 from hqflow.engine.ports import PortRef, PortValues, port
+from hqflow.engine.scheduler import make_executor
 from hqflow.planning.profile import Profile
 from hqflow.trace import Span, load_spans, outcome_counts, save_spans
 
@@ -231,8 +231,8 @@ def test_an_executor_is_named_by_users_and_typed_inside():
     with pytest.raises(ValueError, match="executor must be 'sync', 'local' or 'ray', got 'threads'"):
         hq.SchedulerConfig(executor="threads")
     for kind, cls in (("sync", SyncExecutor), (ExecutorKind.LOCAL, LocalExecutor)):
-        executor = make_executor(kind)
-        assert type(executor) is cls and executor.kind is ExecutorKind.of(kind)
+        executor = make_executor(hq.SchedulerConfig(executor=kind))
+        assert type(executor) is cls and executor.kind is ExecutorKind(kind)
         executor.close()
 
 
@@ -243,8 +243,38 @@ def test_a_run_directory_s_saved_policy_loads_with_its_executor_s_name():
         "learners": 2, "staleness": 0, "actors": 1, "executor": "local", "placement": {}, "compression": {}}}))
     policy = get_distribution(saved["distribution"], **saved["distribution_options"])
     assert policy.executor is ExecutorKind.LOCAL and policy.scheduler_config().executor is ExecutorKind.LOCAL
-    assert json.loads(json.dumps(dataclasses.asdict(policy)))["executor"] == "local"  # and saves as it did
+    assert json.loads(json.dumps(policy.options()))["executor"] == "local"  # and saves as it did
     assert get_distribution("sync").scheduler_config().executor.one_at_a_time
+
+
+_PLACED = '"placement": {"actors": "spread", "learner": null, "backends": "default"}'
+SAVED_POLICIES = [  # a run directory's config.json as written when each policy was a class of its own (issue 35)
+    ("sync", "{}", "Sync()"),
+    ("pipelined", '{"staleness": 0, "actors": 2}', "Pipelined(staleness=0, actors=2)"),
+    ("ray-actors", '{"staleness": 1, "actors": 3, ' + _PLACED + "}", "RayActors(staleness=1, actors=3, placement="
+     "Placement(actors='spread', learner=None, backends='default'))"),
+    ("multi-learner", '{"learners": 2, "staleness": 0, "actors": 1, "executor": "local", ' + _PLACED
+     + ', "compression": {"kind": "topk", "ratio": 0.25}}', "MultiLearner(learners=2, staleness=0, actors=1, "
+     "executor='local', placement=Placement(actors='spread', learner=None, backends='default'), "
+     "compression=Compression(kind='topk', ratio=0.25))"),
+]
+
+
+@pytest.mark.parametrize("name, saved, text", SAVED_POLICIES)
+def test_a_saved_policy_of_each_kind_loads_and_saves_as_it_was_written(name, saved, text):
+    """A distribution is one type with presets (issue 36); run directories written before still load, and
+    the policy saves the same options, byte for byte, and runs with the same scheduler settings."""
+    from hqflow.distribution import get_distribution
+
+    policy = get_distribution(name, **json.loads(saved))
+    assert str(policy) == text and json.dumps(policy.options()) == saved
+    assert get_distribution(policy) == policy == get_distribution(name, **policy.options())
+    config = policy.scheduler_config(seed=4)
+    options = json.loads(saved)
+    assert (config.seed, policy.staleness, config.cpu_workers) == (4, options.get("staleness", 0),
+                                                                   options.get("actors", 1))
+    assert config.executor == options.get("executor", {"sync": "sync", "pipelined": "local"}.get(name, "ray"))
+    assert (config.learners, config.gpu_workers) == (options.get("learners", 1),) * 2
 
 
 def test_a_run_s_statistics_name_its_executor():

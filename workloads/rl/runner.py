@@ -37,7 +37,7 @@ from hqflow.engine.collective import reduce, replica
 from hqflow.engine.distribution import get_distribution
 from hqflow.backends import backend_spec, make_backend
 from hqflow.engine import checkpoint
-from hqflow.engine.executors import ExecutorKind
+from hqflow.engine.scheduler_config import ExecutorKind
 from hqflow.engine.scheduler import Scheduler
 from hqflow.gradients import GradientMethod
 from hqflow.jobs import accounting
@@ -436,7 +436,7 @@ def _train(run: Setup, rd: RunDir, ckpt, resume, distribution, progress, resourc
     scheduler.setdefault("ledger", rd.ledger(resume, (tally.spend, tally.usage["shots"], tally.usage["currency"])
                                              if resume else paid_before))
     pools = None if placement.specs == (placement.name,) else {placement.name: list(placement.specs)}
-    part = {"distribution": policy.name, "distribution_options": dataclasses.asdict(policy),  # a placement
+    part = {"distribution": policy.name, "distribution_options": policy.options(),  # a placement
             "backends": json_pools(pools)}
     if ckpt is None:
         scheduler.setdefault("run_id", uuid.uuid4().hex)  # job ids derive from it; --resume reuses it

@@ -80,7 +80,7 @@ def test_the_policy_prints_and_validates():
 
 def _learner_pids() -> list[int]:
     import ray
-    from hqflow.engine.executors import _WORKERS
+    from hqflow.engine.executors.ray import _WORKERS
 
     return [ray.get(actor.pid.remote()) for key, actor in list(_WORKERS.items()) if key[3] == "gpu" and key[4] == 1]
 

@@ -1,12 +1,5 @@
-"""Executors: where fragment work runs. ``sync`` runs it inline on the scheduler's thread (the reference),
-``local`` on a thread pool per classical resource (the default), ``ray`` on Ray actors.
-
-The scheduler's one loop (and the cost model's simulated executor) drives each through
-``submit(fragment, args, resource, client, replica, kept) -> Future[(outputs, spans, node)]`` for classical
-fragments (``spans``: jobs the run's own job service did not see, timed from the call's start; ``node``: the
-Ray node, or None in this process) and ``backend(spec, default_in_flight) -> handle`` for quantum backends.
-A backend spec is a backend instance (``sync``/``local`` only), a registry name, or ``(name, options)``.
-"""
+"""The ray executor: classical slots as long-lived Ray actors, backends and the run's ledger and rendezvous
+in Ray actors of their own (what runs inside them: ``hqflow.engine.executors.actors``)."""
 from __future__ import annotations
 
 import concurrent.futures as cf
@@ -14,183 +7,22 @@ import contextlib
 import dataclasses
 import logging
 import os
-import pickle
-import re
 import sys
 import threading
-import time
-from enum import Enum
 from typing import Any
 
-from hqflow.backends import (Backend, FutureJob, as_backend, backend_spec, is_backend, make_backend,
-                             register_backend, registration)
+from hqflow.backends import Backend, FutureJob, as_backend, backend_spec, is_backend, registration
 from hqflow.ir.graph import CircuitCall, Fragment, Graph, resolve_fn
 from hqflow.ir.text import one_line
 
-from .collective import RayRendezvous, Rendezvous, Replica, as_replica
-from ..jobs.dispatch import Member, Pool
-from .fragments import call_fragment, execute_batch, execute_outputs
-from ..jobs.accounting import job_usage
-from ..jobs.client import JobClient
-from ..jobs.service import JobService
-from ..jobs.ledger import Ledger, RemoteLedger
-from .placement import Placement
-from ..common.threads import DaemonPool
-
-
-class ExecutorKind(str, Enum):
-    """Which executor a run uses (``SchedulerConfig.executor``). A kind equals, prints and saves to JSON as
-    its name, so configs written with names keep working; the scheduler asks its properties."""
-
-    SYNC = "sync"
-    LOCAL = "local"
-    RAY = "ray"
-
-    @staticmethod
-    def of(kind: ExecutorKind | str) -> ExecutorKind:
-        """The kind ``kind`` names (``ValueError`` for none)."""
-        try:
-            return ExecutorKind(kind)
-        except (TypeError, ValueError):
-            raise ValueError(f"executor must be 'sync', 'local' or 'ray', got {kind!r}") from None
-
-    @property
-    def one_at_a_time(self) -> bool:
-        """The reference: one fragment call or job at a time, in graph order, on the scheduler's thread."""
-        return self is ExecutorKind.SYNC
-
-    @property
-    def resizable(self) -> bool:
-        """Its classical worker slots can change mid-run (``RunHandle.set_workers``)."""
-        return self is ExecutorKind.LOCAL
-
-    def __str__(self) -> str:  # and so format(): Enum's defers to an overridden __str__
-        return self.value
-
-    def __repr__(self) -> str:
-        return repr(self.value)  # a config or a policy prints as it did with names
-
-
-_NO_TRAFFIC = {"driver_to_workers": 0, "workers_to_driver": 0, "worker_to_worker": 0}
-
-
-class Executor:
-    """What every executor shares: a circuit call's batch is built, and its outputs taken from its job's
-    result, on the scheduler's side (``hqflow.engine.fragments``); values stay in this process."""
-
-    def kept_ports(self, graph: Graph) -> dict[str, tuple[str, ...]]:
-        """Per classical fragment, the output ports that may stay where they were made (none: values stay here)."""
-        return {}
-
-    circuit_batch = staticmethod(execute_batch)  # (fragment, args, seed) -> (the call's one batch, postprocessing)
-    circuit_outputs = staticmethod(execute_outputs)  # (fragment, result, post) -> the call's output ports
-
-    _rendezvous = None
-    _new_rendezvous = Rendezvous
-
-    def rendezvous(self) -> Rendezvous | RayRendezvous:
-        """Where this run's fragment replicas reduce (``hqflow.engine.collective``), made at first use: in this
-        process, or in a Ray actor under ``ray``."""
-        if self._rendezvous is None:
-            self._rendezvous = self._new_rendezvous()
-        return self._rendezvous
-
-
-class _LocalHandle(Backend):
-    """A backend in this process."""
-
-    node = None  # in this process
-
-    def __init__(self, backend: Backend, default_in_flight: int, owned: bool = False):
-        self.backend, self.owned = backend, owned  # owned: made here from a name, so closed with the run
-        self.name = backend.name
-        self.capabilities = backend.capabilities
-        self.max_in_flight = backend.max_in_flight or default_in_flight
-        self.priced, self.estimate_cost = backend.priced, backend.estimate_cost  # priced backends (cloud QPUs)
-        self.submit, self.usage = backend.submit, backend.usage
-
-    def close(self) -> None:
-        if self.owned:
-            with contextlib.suppress(Exception):
-                self.backend.close()  # ends what the backend opened for the run (an Azure session, its threads)
-
-
-class SyncExecutor(Executor):
-    """Runs every task inline; the scheduler runs one thing at a time with it."""
-
-    kind = ExecutorKind.SYNC
-
-    def __init__(self):
-        self.handles: list[_LocalHandle] = []
-
-    def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None,
-               replica: Replica | None = None, kept: tuple = ()) -> cf.Future:
-        fut: cf.Future = cf.Future()
-        try:
-            fut.set_result(_local_call(fragment, args, client, replica))
-        except Exception as exc:
-            fut.set_exception(exc)
-        return fut
-
-    def moved(self) -> dict:
-        """Bytes this run moved between processes (none: everything ran in this one)."""
-        return dict(_NO_TRAFFIC, reduce=0)
-
-    def backend(self, spec: Any, default_in_flight: int) -> _LocalHandle:
-        handle = _LocalHandle(make_backend(spec), default_in_flight, owned=not is_backend(spec))
-        self.handles.append(handle)
-        return handle
-
-    ledger = staticmethod(Ledger)  # (budget, shot_budget, path) -> the run's spend and budgets, here with its jobs
-
-    def close(self) -> None:
-        for handle in self.handles:
-            handle.close()
-        self.handles.clear()
-
-
-class LocalExecutor(SyncExecutor):
-    """A thread pool per classical resource: ``cpu`` with ``cpu_workers``, ``gpu`` with ``gpu_workers``."""
-
-    kind = ExecutorKind.LOCAL
-
-    def __init__(self, cpu_workers: int = 1, gpu_workers: int = 1):
-        super().__init__()
-        self.pools = {"cpu": DaemonPool(cpu_workers, "hqflow-cpu"), "gpu": DaemonPool(gpu_workers, "hqflow-gpu")}
-
-    def submit(self, fragment: Fragment, args: dict, resource: str, client: JobClient | None = None,
-               replica: Replica | None = None, kept: tuple = ()) -> cf.Future:
-        return self.pools[resource].submit(_local_call, fragment, args, client, replica)
-
-    def close(self) -> None:
-        for pool in self.pools.values():
-            pool.shutdown()
-        super().close()
-
-
-def _local_call(fragment: Fragment, args: dict, client: JobClient | None, replica: Replica | None = None):
-    with as_replica(replica):
-        return call_fragment(fragment, args, client), [], None
-
-
-# A Ray worker process's pools, kept between calls of one run so their latency estimates and
-# circuit breakers carry over: (run id, pool name) -> Pool.
-_REMOTE_POOLS: dict[tuple, Pool] = {}
-
-
-def _remote_service(spec: dict, t0: float, record) -> JobService:
-    """A job service inside a Ray worker, for a call's client, over pools of the driver's backend actors: its
-    jobs go straight to the devices, with no round trip through the driver."""
-    pools = {}
-    for name, members in spec["pools"].items():
-        key = (spec["run"], name)
-        if key not in _REMOTE_POOLS:
-            if len(_REMOTE_POOLS) > 64:  # pools of finished runs
-                _REMOTE_POOLS.clear()
-            _REMOTE_POOLS[key] = Pool(name, [Member(handle, lane, devices, capacity, node=node)
-                                             for handle, lane, devices, capacity, node in members])
-        pools[name] = _REMOTE_POOLS[key]
-    return JobService(pools, spec["settings"], ledger=spec["ledger"], t0=t0, record=record, run_id=spec["run"])
+from . import _NO_TRAFFIC, Executor
+from .actors import _BackendActor, _size, _Worker
+from ..collective import RayRendezvous, Replica
+from ..scheduler_config import ExecutorKind
+from ..placement import Placement
+from ...common.remote import RayFailure, Remote, future, get
+from ...jobs.client import JobClient
+from ...jobs.ledger import RemoteLedger
 
 
 def _by_value(fragment: Fragment):
@@ -198,51 +30,6 @@ def _by_value(fragment: Fragment):
     can import: Ray sends it by value (cloudpickle pickles ``__main__`` functions whole). None otherwise."""
     in_main = isinstance(fragment.fn, str) and fragment.fn.startswith("__main__:")
     return resolve_fn(fragment.fn) if in_main else None
-
-
-class _Worker:
-    """A classical worker slot inside a Ray actor: calls fragments by reference."""
-
-    def call(self, fragment: Fragment, args: dict, client_spec: dict | None = None, fn=None,
-             replica: Replica | None = None, kept: tuple = (), taken: tuple = (), *payloads):
-        """Run ``fragment``; ``taken[i] = (arg, port)``: argument ``arg`` is ``payloads[i][port]``, a value another
-        call kept. Returns what the driver reads (the outputs but the ``kept`` ports, the spans, the node, bytes
-        moved, its jobs' counts and usage) and the kept outputs, which stay in Ray's object store (``RemoteValue``)."""
-        t0, spans = time.perf_counter(), []
-        args = dict(args, **{arg: payload[port] for (arg, port), payload in zip(taken, payloads)})
-        service = None if client_spec is None else _remote_service(client_spec, t0, spans.append)
-        client = service and JobClient(service, client_spec["names"], client_spec["parent"])
-        with as_replica(replica), contextlib.closing(service) if service else contextlib.nullcontext():
-            out = call_fragment(fragment, args, client, fn)  # (the service closes with it: its watchdog is a thread)
-        node = _node()  # span times: seconds from this call's start
-        keep = {port: out.pop(port) for port in kept if port in out}
-        moved = {"workers_to_driver": _size(out),
-                 "taken": sum(_size(payload[port]) for (_, port), payload in zip(taken, payloads))}
-        jobs = service and (service.stats, service.usage)  # for the driver's figures (``Books.absorb``)
-        return (out, [s if s.node else dataclasses.replace(s, node=node) for s in spans], node, moved, jobs), keep
-
-    def ready(self) -> bool:
-        return True
-
-    def pid(self) -> int:
-        """This worker's process id (what a fault test kills)."""
-        return os.getpid()
-
-    def node(self) -> str:
-        return _node()
-
-    def node_id(self) -> str:
-        """This worker's whole Ray node id (what node affinity takes)."""
-        import ray
-
-        return ray.get_runtime_context().get_node_id()
-
-
-def _size(value) -> int:
-    """Bytes of ``value`` as it crosses a process boundary (its pickle, buffers out of band)."""
-    buffers = []
-    head = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
-    return len(head) + sum(memoryview(b).nbytes for b in buffers)
 
 
 @dataclasses.dataclass(frozen=True, eq=False, slots=True)
@@ -257,102 +44,14 @@ class RemoteValue:
         return f"<RemoteValue {self.port} in Ray's object store>"
 
 
-def _node() -> str:
-    """This Ray process's node: the first 8 hex digits of its id (what spans carry)."""
-    import ray
-
-    return ray.get_runtime_context().get_node_id()[:8]
-
-
 # Worker actors hold no state (fragments travel by reference, state by value), so one
 # Ray session keeps them for every run: (namespace, job id, placement, resource, index) -> actor.
 _WORKERS: dict[tuple, Any] = {}
 # ... and the placement groups of packed ones: (namespace, job id, placement) -> (group, bundles).
 _GROUPS: dict[tuple, tuple] = {}
 
-
 _WORKER_RETRIES = 3  # calls redone on a worker actor that Ray restarted after its process died
 _READY_TIMEOUT = 120.0  # seconds for worker actors to answer before the run starts
-
-
-def _ray_failure(exc: BaseException) -> BaseException:
-    """A Ray exception as what the user should see: a fragment's own error as itself, anything else
-    (a dead or unreachable actor) as one line without Ray's colour codes and tracebacks."""
-    import ray.exceptions as rex
-
-    if isinstance(exc, rex.RayTaskError) and isinstance(exc.cause, BaseException):
-        return exc.cause
-    if isinstance(exc, rex.RayError):
-        text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
-        first = text.splitlines()[0] if text else ""
-        return RayFailure(one_line(f"{type(exc).__name__}: {first[:300]}"))
-    return exc
-
-
-class RayFailure(RuntimeError):
-    """A Ray actor died or could not be reached (the folded form of Ray's own error)."""
-
-
-def _folded(ref, then=None, lost=None) -> cf.Future:
-    """A future of a Ray call whose failure is :func:`_ray_failure`'s, and whose result is ``then(result)``;
-    ``lost()`` runs first when the failure is the actor's process (it died, or is starting again)."""
-    import ray.exceptions as rex
-
-    out: cf.Future = cf.Future()
-
-    def copy(fut: cf.Future) -> None:
-        if fut.cancelled():
-            out.cancel()
-        elif fut.exception() is not None:
-            if lost is not None and isinstance(fut.exception(), (rex.ActorUnavailableError, rex.RayActorError)):
-                lost()
-            out.set_exception(_ray_failure(fut.exception()))
-        else:
-            out.set_result(fut.result() if then is None else then(fut.result()))
-
-    ref.future().add_done_callback(copy)
-    return out
-
-
-def _ray_get(ref):
-    """``ray.get`` with Ray's error folded."""
-    import ray
-
-    try:
-        return ray.get(ref)
-    except ray.exceptions.RayError as exc:
-        raise _ray_failure(exc) from None
-
-
-class _BackendActor:
-    """Holds one backend inside a Ray actor; ``run`` blocks until its job is done."""
-
-    def __init__(self, name: str, options: dict, registration: tuple | None = None):
-        if registration is not None:  # a backend registered in the driver beyond the built-ins
-            prefix, factory, suffix = registration
-            register_backend(prefix, factory, listed=False, suffix=suffix)
-        self.backend = make_backend((name, options))
-
-    def describe(self):
-        b = self.backend
-        return b.name, b.capabilities, b.max_in_flight, b.priced, _node()
-
-    def estimate_cost(self, batch):
-        return self.backend.estimate_cost(batch)
-
-    def usage(self, batch):
-        return self.backend.usage(batch)
-
-    def run(self, batch, _back=None):
-        """``_back``: the answer of a call made after the actor was lost (resolved by Ray before this runs).
-        The result carries what the job used (``metadata["usage"]``, ``job_usage``), worked out here, where
-        the backend is: the job service then needs no call back to ask its prediction."""
-        result = self.backend.submit(batch).result()
-        result.metadata["usage"] = job_usage(self.backend, batch, result.metadata)
-        return result
-
-    def close(self) -> None:
-        self.backend.close()  # the run's session, the backend's threads
 
 
 class _RayJob(FutureJob):
@@ -360,7 +59,7 @@ class _RayJob(FutureJob):
     one (a job past its timeout) restarts the actor: a hung backend does not hold its slots."""
 
     def __init__(self, handle: "_RayHandle", ref):
-        super().__init__(_folded(ref, lost=handle.lost), handle.name)
+        super().__init__(future(ref, lost=handle.lost), handle.name)
         self._handle = handle
 
     def cancel(self) -> bool:
@@ -370,28 +69,25 @@ class _RayJob(FutureJob):
         return True
 
 
-class _RayHandle(Backend):
-    """A backend in a Ray actor that Ray restarts when its process dies: the job it held fails and is
-    retried. Ray fails a call made while the process starts again (seconds on a busy machine), so after a
-    loss each job waits for the actor to answer, and retries are not used up on a process still starting."""
+class _RayHandle(Remote, Backend, calls=("estimate_cost", "usage")):
+    """A backend in a Ray actor, as a ``Backend`` here (picklable: worker actors' job services submit to it
+    too). Ray restarts the actor when its process dies: the job it held fails and is retried. Ray fails a call
+    made while the process starts again (seconds on a busy machine), so after a loss each job waits for the
+    actor to answer, and retries are not used up on a process still starting."""
 
     def __init__(self, actor_cls, spec: Any, default_in_flight: int, node: str | None = None):
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         if is_backend(spec):
             raise ValueError(f"the ray executor makes its backends inside Ray actors; give "
                              f"{as_backend(spec).name!r} as a name or (name, options), not as an instance")
         name, options = backend_spec(spec)
         entry = registration(name)  # passed only where needed: a subclass of the actor may take (name, options)
-        extra = {} if entry is None else {"registration": entry}
         slots = int(options.get("max_in_flight", default_in_flight))
+        # slots for the jobs, and two more so that pricing and closing never wait behind them; with a node,
         # beside the worker actors that use it (Placement.backends="with-actors")
-        near = {} if node is None else {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}
-        # slots for the jobs, and two more so that pricing and closing never wait behind them
-        self.actor = actor_cls.options(max_concurrency=max(slots, 1) + 2, max_restarts=-1, **near).remote(name, options, **extra)
-        self.name, self.capabilities, own, self.priced, self.node = _ray_get(self.actor.describe.remote())
-        self.max_in_flight = own or default_in_flight
-        self._lock, self.restarts = threading.Lock(), 0
+        super().__init__(actor_cls, name, options, *(() if entry is None else (entry,)), node=node,
+                         max_concurrency=max(slots, 1) + 2, max_restarts=-1)
+        self.name, self.capabilities, self.max_in_flight, self.priced, self.node = self.call("describe")
+        self._lock = threading.Lock()
         self._back, self._lost = None, False  # after a loss or a restart: a call that returns once the actor answers
 
     def __getstate__(self):  # sent to worker actors inside their job clients' pools
@@ -402,21 +98,18 @@ class _RayHandle(Backend):
 
     priced = False  # set from the actor's backend: what the job service asks before estimate_cost
 
-    def estimate_cost(self, batch):
-        """The backend's ``estimate_cost`` (asked only where it is ``priced``)."""
-        return _ray_get(self.actor.estimate_cost.remote(batch))
-
-    def usage(self, batch):
-        """The backend's ``usage`` (asked where a job reports none: one that failed or was cancelled, and
-        before each job under a shot budget)."""
-        return _ray_get(self.actor.usage.remote(batch))
-
     def submit(self, batch) -> FutureJob:
         with self._lock:
             if self._lost:
                 self._lost, self._back = False, self.actor.describe.options(max_task_retries=-1).remote()
             back = self._back  # an argument Ray resolves before it sends the call: the actor is up again
-        return _RayJob(self, self.actor.run.remote(batch) if back is None else self.actor.run.remote(batch, back))
+        return _RayJob(self, self.send("run", batch) if back is None else self.send("run", batch, back))
+
+    def stop(self) -> None:
+        """Close the backend (its Azure session, say: best effort, the actor may be gone), then end the actor."""
+        with contextlib.suppress(Exception):
+            get(self.send("close"), timeout=10)
+        super().stop()
 
     def lost(self) -> None:
         """A job failed with the actor's process: the next jobs wait until it answers again. (Called on
@@ -433,7 +126,6 @@ class _RayHandle(Backend):
                 return  # still starting
             ray.kill(self.actor, no_restart=False)
             self._lost, self._back = False, self.actor.describe.options(max_task_retries=-1).remote()
-            self.restarts += 1
 
 
 class RayExecutor(Executor):
@@ -443,7 +135,7 @@ class RayExecutor(Executor):
     warm actor costs about a millisecond, a fresh task several, and the learner keeps its process (and GPU)."""
 
     kind = ExecutorKind.RAY
-    _new_rendezvous = staticmethod(RayRendezvous.start)
+    _new_rendezvous = RayRendezvous
 
     def kept_ports(self, graph: Graph) -> dict[str, tuple[str, ...]]:
         """Per classical fragment, the output ports that only other classical fragments read, in the same
@@ -487,7 +179,6 @@ class RayExecutor(Executor):
             finally:
                 auth_log.setLevel(level)
         self._ray = ray
-        self._actor = ray.remote(num_cpus=0)(_BackendActor)
         cluster = ray.cluster_resources()
         gpus = cluster.get("GPU", 0) > 0
         if cpu_workers > cluster.get("CPU", 0):
@@ -603,7 +294,7 @@ class RayExecutor(Executor):
             out.update({port: RemoteValue(payload, port) for port in kept})
             return out, spans, node
 
-        fut = _folded(meta, unpack)
+        fut = future(meta, unpack)
 
         def release(_):
             with self._lock:
@@ -620,14 +311,15 @@ class RayExecutor(Executor):
         return {"run": service.run_id, "names": client.names, "parent": client.parent, "pools": pools,
                 "settings": service.settings, "ledger": service.ledger}  # the settings as they are, pickled
 
-    def backend(self, spec: Any, default_in_flight: int) -> _RayHandle:
+    def backend(self, spec: Any, default_in_flight: int) -> tuple[_RayHandle, str]:
+        """A proxy of backend ``spec`` made in a Ray actor of its own, and the node that actor runs on."""
         node = None
         if self.placement.backends == "with-actors":  # round-robin over the cpu worker actors' nodes
             workers = self._idle["cpu"]
-            node = _ray_get(workers[len(self._backends) % len(workers)].node_id.remote())
-        handle = _RayHandle(self._actor, spec, default_in_flight, node)
+            node = get(workers[len(self._backends) % len(workers)].node_id.remote())
+        handle = _RayHandle(_BackendActor, spec, default_in_flight, node)
         self._backends.append(handle)
-        return handle
+        return handle, handle.node
 
     def moved(self) -> dict:
         """Bytes this run moved between processes: arguments the driver sent, outputs it read, outputs
@@ -636,7 +328,7 @@ class RayExecutor(Executor):
 
     def ledger(self, budget: float | None, shot_budget: int | None = None, path=None) -> RemoteLedger:
         """The run's spend and budgets in an actor: the workers' job services charge it too."""
-        ledger = RemoteLedger.start(budget, shot_budget, path)
+        ledger = RemoteLedger(budget, shot_budget, path)
         self._ledgers.append(ledger)
         return ledger
 
@@ -650,14 +342,8 @@ class RayExecutor(Executor):
             for key in [key for key, cached in _WORKERS.items() if cached is actor]:
                 del _WORKERS[key]
             self._ray.kill(actor, no_restart=True)
-        for handle in self._backends:
-            with contextlib.suppress(Exception):  # best effort: the actor may be gone already
-                self._ray.get(handle.actor.close.remote(), timeout=10)  # closes an Azure session
-            self._ray.kill(handle.actor)
-        for ledger in self._ledgers:
-            ledger.stop()
-        if self._rendezvous is not None:
-            self._rendezvous.stop()
+        for remote in [*self._backends, *self._ledgers, *([self._rendezvous] if self._rendezvous else [])]:
+            remote.stop()
         self._backends, self._ledgers, self._rendezvous = [], [], None
 
 
@@ -667,11 +353,3 @@ def _import_path() -> str:
     extra = os.environ.get("PYTHONPATH", "")
     return os.pathsep.join(dict.fromkeys([p for p in paths if os.path.isdir(p)] + ([extra] if extra else [])))
 
-
-def make_executor(kind: ExecutorKind | str, cpu_workers: int = 1, gpu_workers: int = 1, ray_num_cpus: int | None = None,
-                  ray_address: str | None = None, placement: Placement | None = None):
-    """An executor of ``kind`` (an :class:`ExecutorKind`, or its name)."""
-    kind = ExecutorKind.of(kind)
-    if kind is ExecutorKind.RAY:
-        return RayExecutor(ray_num_cpus, cpu_workers, gpu_workers, ray_address, placement or Placement())
-    return LocalExecutor(cpu_workers, gpu_workers) if kind is ExecutorKind.LOCAL else SyncExecutor()
