@@ -14,7 +14,8 @@ import hqflow as hq
 from hqflow.backends import Backend, BatchResult, Capabilities, CircuitBatch, FutureJob, JobFailed, Usage
 from hqflow.common.clock import SimClock
 from hqflow.common.lanes import Lane
-from hqflow.engine.executors import RayExecutor, _remote_service
+from hqflow.engine.executors.actors import _remote_service
+from hqflow.engine.executors.ray import RayExecutor
 from hqflow.ir import Circuit
 from hqflow.jobs.client import JobClient
 from hqflow.jobs.dispatch import Member, Pool
