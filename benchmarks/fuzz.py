@@ -474,7 +474,7 @@ class _Cli:
         import os
         import tempfile
 
-        from hqflow import cli
+        from hqflow.cli import run as cli_run
         from hqflow.cli import plan as cli_plan
         from hqflow.engine.distribution import get_distribution
         from hqflow.workloads import WORKLOADS, get_workload
@@ -514,7 +514,7 @@ class _Cli:
 
         runner.train = train
         trained.evaluate = lambda run, **kw: real_evaluate(run, **{**kw, "episodes": 1, "max_steps": 3, "record": None})
-        cli.make_plan = cli_plan.make_plan = make_plan
+        cli_run.make_plan = cli_plan.make_plan = make_plan
         planned.plan_training = plan_training
         for name in WORKLOADS:
             module = get_workload(name)

@@ -306,12 +306,12 @@ def test_a_backend_suffix_that_the_backend_does_not_take_is_refused(command, cap
 
 
 def test_ctrl_c_during_a_command_says_interrupted_not_an_empty_message(monkeypatch, capsys):
-    import hqflow.cli as cli
+    import hqflow.cli.run as cli_run
 
     def interrupted(args):
         raise KeyboardInterrupt  # what Ctrl-C raises: no message of its own
 
-    monkeypatch.setattr(cli, "cmd_run", interrupted)
+    monkeypatch.setattr(cli_run, "cmd_run", interrupted)
     assert main(["run", "vqe"]) == 130
     assert _err(capsys) == "hqflow: interrupted"
 

@@ -1,5 +1,6 @@
 """The ``hqflow`` command line: ``backends``, ``inspect``, ``run``, ``plan``, ``trace``, ``train`` and
-``eval`` (README "Command line"); ``train`` and ``eval`` are in ``cli_train``, ``plan`` in ``cli_plan``.
+``eval`` (README "Command line"). The parser and ``main`` are here; each subcommand's ``cmd_*`` is in its own
+module (``backends`` also holds ``inspect``).
 
 Bad usage or bad input, found before any job runs, exits with status 2 and a one-line message on
 stderr. A run that fails exits with status 1 and one line: a fragment's error, a job out of retries,
@@ -9,22 +10,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import importlib
-import json
 import os
 import sys
 
 from hqflow.ir.text import one_line
 
 from .. import __version__
-from .cost import (OBJECTIVES, _amount, _at_least, add_cost_arguments, add_dry_run_arguments, add_frugal_arguments,
-                   cost_overrides, dry_run_tally)
-from .plan import _spans, cmd_plan, fold, made, make_plan, with_options
-from .pool import (UsageError, backend_pool, choice, key_value, make_folder, make_member, output, show_figures,
-                   warn_secrets)
-from ..common.files import atomic_text
-from ..gradients import GradientMethod
+from .cost import OBJECTIVES, _amount, _at_least, add_cost_arguments, add_dry_run_arguments, add_frugal_arguments
+from .pool import UsageError, choice, make_member, output
 
 
 class _Parser(argparse.ArgumentParser):
@@ -227,188 +221,15 @@ def _names(module: str, table: str, *first: str):
     return lambda: [*first, *getattr(importlib.import_module(module), table)]
 
 
-def cmd_backends(args) -> int:
-    from hqflow.backends import backend_names, make_backend
-
-    azure = dict(key_value(item, "--azure-opt", parse=str) for item in args.azure_opt)  # values as text
-    warn_secrets(azure, "--azure-opt")
-    for name in backend_names():
-        try:
-            backend = make_backend(name)
-            caps = backend.capabilities
-            backend.close()  # made only to ask
-        except Exception as exc:  # a missing plugin or device shows as unavailable
-            _unavailable(args, name, str(exc))
-            continue
-        _line(args, {"name": name, "available": True, **dataclasses.asdict(caps)}, f"{name:<28} {caps.describe()}")
-    _azure_targets(args, azure)
-    return 0
-
-
-def _line(args, record: dict, text: str) -> None:
-    """One line of ``hqflow backends``: ``record`` with --json, else ``text``."""
-    print(json.dumps(record) if args.json else text, file=args.json_out)
-
-
-def _unavailable(args, name: str, reason: str) -> None:
-    reason = reason.splitlines()[0]
-    _line(args, {"name": name, "available": False, "reason": reason}, f"{name:<28} unavailable: {reason}")
-
-
-def _azure_targets(args, options: dict) -> None:
-    """The targets of the configured Azure Quantum workspace, or, in one line, why none (the settings unset)."""
-    from hqflow.backends import BackendError
-    from hqflow.backends.azure.backend import AzureBackend
-
-    try:
-        found = AzureBackend("any", **options).targets()
-    except (BackendError, TypeError) as exc:
-        return _unavailable(args, "azure:<target>", str(exc))
-    for provider, target, status in found:
-        _line(args, {"name": f"azure:{target}", "available": status == "Available", "provider": provider,
-                     "status": status}, f"{f'azure:{target}':<28} {status} (provider {provider})")
-
-
-def cmd_inspect(args) -> int:
-    from hqflow.ir.graph import Graph, GraphError
-
-    from ..pipeline import registry_backends
-    from ..trace import read_text
-
-    try:
-        graph = Graph.from_json(read_text(args.graph, "a graph document (JSON)"))
-        graph.validate(registry_backends(graph), resolve=not args.no_resolve)
-    except GraphError as exc:
-        hint = ("; --no-resolve checks the graph without importing its functions"
-                if not args.no_resolve and "cannot import function" in str(exc) else "")
-        raise UsageError(f"{args.graph}: {exc}{hint}") from None
-    except ValueError as exc:  # read_text's: no such file, not text
-        raise UsageError(str(exc)) from None
-    print(graph)
-    if args.png:
-        print(f"drew {one_line(graph.draw(args.png))}")
-    return 0
-
-
-def cmd_run(args) -> int:
-    from hqflow.workloads import get_workload
-
-    from .progress import Progress
-
-    module = get_workload(args.workload)  # a known name: argparse's type checked it
-    cfg = _run_config(args, module)
-    tally = None
-    if args.dry_run:  # cfg on dry-run:<its backend>, which prices every job into the tally and submits none
-        if not hasattr(cfg, "backend"):
-            raise UsageError(f"workload {args.workload!r} runs no quantum jobs to price")
-        tally, cfg = dry_run_tally(), dataclasses.replace(cfg, backend=f"dry-run:{cfg.backend}")  # registered first
-    with _run_options(args, module, cfg) as options, Progress(getattr(cfg, "steps", 1), args.workload) as bar:
-        result = module.run(cfg, progress=bar, **options)
-    if args.plan:
-        fold(args.profile, _spans(result))
-    if tally is not None:
-        print(json.dumps(tally.figures()) if args.json else tally.table(), file=args.json_out)
-        return 0
-    figures = {k: v for k, v in result.items() if not isinstance(v, (list, dict))}
-    show_figures(args, figures, 24)  # first: a file that cannot be written after all loses no figures
-    try:
-        if args.out:
-            atomic_text(args.out, json.dumps(result, indent=2, default=float))
-        if args.run_dir:
-            _write_run_dir(args.run_dir, args.workload, cfg, result)
-    except OSError as exc:
-        raise UsageError(f"cannot write {exc.filename}: {exc.strerror}") from None
-    return 0
-
-
-def _run_config(args, module):
-    """The workload's ``Config`` with --steps, --seed, --backend and the gradient and shots flags given."""
-    cfg, given = with_options(args.workload, module.Config(), args), cost_overrides(args)
-    flag = {field: "--" + field.replace("_", "-") for field in given}
-    for field in given:
-        if not hasattr(cfg, field):
-            raise UsageError(f"workload {args.workload!r} has no setting for {flag[field]}")
-    try:
-        cfg = dataclasses.replace(cfg, **given)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"workload {args.workload!r}: {exc}") from None
-    spsa_only = [flag[f] for f in ("spsa_samples", "spsa_epsilon") if f in given]
-    if spsa_only and getattr(cfg, "gradient", None) != GradientMethod.SPSA:
-        raise UsageError(f"{spsa_only[0]} goes with --gradient spsa")
-    return cfg
-
-
-@contextlib.contextmanager
-def _run_options(args, module, cfg):
-    """The keywords of the workload's ``run`` besides ``progress``: ``backends`` (--pool, --backend-opt)
-    and ``plan`` (--plan auto, made and printed to stderr here, its members made once for it and the run)."""
-    options = {}
-    if (args.pool or args.backend_opt) and not hasattr(cfg, "backend"):
-        raise UsageError(f"workload {args.workload!r} runs no quantum jobs for a pool")
-    if (args.pool or args.backend_opt) and not args.plan:
-        # under --dry-run every member is a dry-run:<backend> with the member's options: priced, never submitted
-        options["backends"] = {cfg.backend: backend_pool(args, name=cfg.backend if args.dry_run else None)}
-    given = [flag for flag, on in (("--profile", args.profile), ("--max-staleness", args.max_staleness is not None),
-                                   ("--objective", args.objective)) if on]
-    if given and not args.plan:
-        raise UsageError(f"{given[0]} goes with --plan auto")
-    if not args.plan:
-        yield options
-        return
-    if args.dry_run or not hasattr(cfg, "backend"):
-        raise UsageError("--plan auto needs a workload that runs quantum jobs, and no --dry-run")
-    with made(args, cfg.backend) as options["backends"]:
-        options["plan"] = make_plan(module, cfg, options["backends"], profile_path=args.profile,
-                                    max_staleness=args.max_staleness, objective=args.objective or "time")
-        print(f"{options['plan']}\n", file=sys.stderr)
-        yield options
-
-
-def _write_run_dir(folder: str, workload: str, cfg, result: dict) -> None:
-    """config.json, result.json and, if the result carries ``"spans"`` (span dicts), spans.json."""
-    from ..trace import save_spans
-
-    config = dataclasses.asdict(cfg)
-    atomic_text(os.path.join(folder, "config.json"), json.dumps(config, indent=2, default=float))
-    rest = {k: v for k, v in result.items() if k != "spans"}
-    atomic_text(os.path.join(folder, "result.json"), json.dumps(rest, indent=2, default=float))
-    if "spans" in result:
-        save_spans(os.path.join(folder, "spans.json"), _spans(result), {"workload": workload, "config": config})
-
-
-def cmd_trace(args) -> int:
-    from ..trace import TraceError, format_table, load_spans
-    from ..trace.export import draw_gantt, write_chrome_trace
-
-    path = os.path.join(args.run, "spans.json") if os.path.isdir(args.run) else args.run
-    if not os.path.exists(path):
-        what = "run directory has no spans.json" if os.path.isdir(args.run) else "no such run directory or file"
-        raise UsageError(f"{args.run}: {what}")
-    try:
-        spans, meta = load_spans(path)
-    except TraceError as exc:
-        raise UsageError(str(exc)) from None
-    out = args.out or os.path.dirname(os.path.abspath(path))
-    make_folder(out, "")
-    print(format_table(spans))
-    title = meta.get("workload") or os.path.basename(os.path.dirname(os.path.abspath(path)))
-    print(f"wrote {one_line(write_chrome_trace(os.path.join(out, 'trace.json'), spans, meta))}")
-    print(f"wrote {one_line(draw_gantt(spans, os.path.join(out, 'gantt.png'), title=one_line(str(title))))}")
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
-        from .train import cmd_eval, cmd_train
-
-        commands = {"backends": cmd_backends, "inspect": cmd_inspect, "run": cmd_run, "trace": cmd_trace,
-                    "train": cmd_train, "eval": cmd_eval, "plan": cmd_plan}
+        module = importlib.import_module(f"{__name__}.{'backends' if args.command == 'inspect' else args.command}")
         # --json: the figures alone on stdout; anything else printed meanwhile (Ray's messages about
         # its workers, a library's own prints) goes to stderr
         args.json_out = sys.stdout
         with contextlib.redirect_stdout(sys.stderr) if getattr(args, "json", False) else contextlib.nullcontext():
-            return commands[args.command](args)
+            return getattr(module, f"cmd_{args.command}")(args)
     except UsageError as exc:
         print(f"hqflow: error: {one_line(str(exc))}", file=sys.stderr)
         return 2

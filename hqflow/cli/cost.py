@@ -1,16 +1,19 @@
 """The CLI's settings of what a run costs on a paid target: shots, the gradient estimator, a shot budget.
 
 ``hqflow train`` takes them as flags (the same as ``--set shots=N`` and so on); ``add_cost_arguments`` adds
-the group and ``cost_overrides`` reads it back.
+the group and ``cost_overrides`` reads it back. ``cost_report`` and ``spend_figures`` say what a training run
+costs as it goes and what it spent.
 """
 from __future__ import annotations
 
 import argparse
+import sys
 
 from hqflow.ir.text import number, shown
 
 from .pool import choice
-from ..gradients import GRADIENTS, METHODS
+from ..gradients import GRADIENTS, METHODS, GradientMethod
+from ..jobs.ledger import money
 
 OBJECTIVES = ("time", "cost")
 
@@ -146,3 +149,48 @@ def check_target(members, algo: str, cfg, budget=None, dry_run: bool = False) ->
                             "--dry-run" if dry_run else None if budget is None else "--budget")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+def cost_report(bar, updates: int):
+    """The progress callback, plus one line after this process's first priced update: what that update cost and
+    what the run's updates left will cost at that rate."""
+    said = []
+
+    def report(done, metrics=None):
+        bar(done, metrics)
+        row = (metrics or {}).get("row", {})  # the update's metrics row
+        if row.get("currency") and row.get("list_cost") is not None and not said:
+            said.append(row)
+            cost, left = row["list_cost"], updates - row["update"] - 1
+            first = "the first update" if row["update"] == 0 else f"update {row['update'] + 1}"
+            bar.write(f"hqflow: {first} cost {money(cost, row['currency'])}; the {left} updates left at that rate: "
+                      f"about {money(cost * left, row['currency'])} more (--budget caps a run)")
+    return report
+
+
+def spend_figures(out: dict) -> dict:
+    """A training run's figures of spend (``out``: ``runner.train``'s), and one line on stderr when it paid for
+    more than its updates used."""
+    figures = {}
+    if out.get("currency"):
+        figures["spend"], figures["currency"] = out["spend"], out["currency"]  # None: a price is unknown
+    used, paid = out["usage"], out["paid"]
+    if used["circuits"]:  # jobs ran: what the updates' jobs used (list price where the backend prices its jobs)
+        figures.update(service_jobs=used["service_jobs"], circuits=used["circuits"], shots=used["shots"],
+                       list_cost=None if used["cost"] != used["cost"] else round(used["cost"], 6))
+        if used["currency"]:
+            figures["currency"] = used["currency"]
+    if out["currency"] and (paid["service_jobs"] > used["service_jobs"] or (out["spend"] or 0) > used["cost"] + 1e-6):
+        print(f"hqflow: the run paid for {paid['service_jobs']:,} service jobs ({money(out['spend'], out['currency'])})"
+              f"; its updates used {used['service_jobs']:,} ({money(used['cost'], used['currency'])}): the rest went "
+              "to work a stop or a kill cut short (ledger.jsonl has every charge)", file=sys.stderr)
+    return figures
+
+
+def say_step_cost(algo: str, cfg, circuits: float, parameters: int) -> None:
+    """One line on stderr: about how many circuits an environment step of a training run on a job backend runs."""
+    how = {GradientMethod.SPSA: f"SPSA with {cfg.spsa_samples} directions", GradientMethod.TWIN: "a local twin: no "
+           "circuit"}.get(cfg.gradient, f"parameter shift over the policy circuit's {parameters} parameters")
+    print(f"hqflow: an environment step runs about {circuits:.4g} circuits on {cfg.backend} (acting, and "
+          f"{algo}'s gradients by {how}); on a cloud target that takes one circuit per job (IonQ, "
+          "Quantinuum) each is a service job per measurement group", file=sys.stderr)

@@ -148,3 +148,22 @@ def make_member(spec, member: int = 0):
     except (BackendError, TypeError, ValueError) as exc:
         what = f"--backend-opt for {name!r} (member {member})" if options else "--backend"
         raise UsageError(f"{what}: {exc}") from None
+
+
+def importable_cwd() -> None:
+    """Let MODULE:ID environments come from the current directory, as ``python -m`` would find them."""
+    if os.getcwd() not in [os.path.abspath(p or os.curdir) for p in sys.path]:
+        sys.path.insert(0, os.getcwd())
+
+
+def with_module(env: str, module: str) -> str:
+    """``ENV`` with ``--env-module MODULE``: ``MODULE:ENV``, the form every process imports MODULE from."""
+    from hqflow.workloads.rl.envs import SHORT_NAMES
+
+    if not all(part.isidentifier() for part in module.split(".")):
+        raise UsageError(f"--env-module {module!r}: expected a module name such as mypkg.envs")
+    if ":" in env:
+        raise UsageError(f"--env-module {module!r} with {env!r}: give the module once, as MODULE:ID or --env-module")
+    if env in SHORT_NAMES:
+        raise UsageError(f"--env-module is for an id that MODULE registers, not the short name {env!r}")
+    return f"{module}:{env}"

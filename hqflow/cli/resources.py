@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping
 
 from hqflow.backends import BackendError, make_backend, threads
 
+from .pool import UsageError
+
 
 POLL = 0.5
 """seconds between two looks at the file's modification time"""
@@ -229,3 +231,44 @@ class ResourceWatcher:
         self._poked.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
+
+
+# --- hqflow train --resources FILE ------------------------------------------------------------------
+
+def watching(args) -> ResourceWatcher | None:
+    """``--resources FILE`` as a ``ResourceWatcher`` (None without it); the pool is the file's, so
+    ``--pool`` and ``--backend-opt`` are refused beside it."""
+    if args.resources is None:
+        return None
+    if args.pool or args.backend_opt:
+        raise UsageError("--resources names the pool's members: give them in the file, not with --pool or "
+                         "--backend-opt")
+    try:
+        return ResourceWatcher(args.resources)
+    except ValueError as exc:  # a ResourceError, or a name no file has (a lone surrogate, a NUL)
+        raise UsageError(f"--resources: {exc}") from None
+
+
+def file_pool(watcher, name: str | None) -> tuple[str, list]:
+    """The run's pool name and members from a resources file: ``name`` (the run's or ``--backend``),
+    or the file's one pool."""
+    pools = watcher.pools
+    if name is None:
+        if len(pools) != 1:
+            raise UsageError(f"{watcher.path} names {len(pools)} pools ({', '.join(map(repr, pools))}): give "
+                             "--backend NAME for the run's")
+        name = next(iter(pools))
+    others = sorted(set(pools) - {name})
+    if name not in pools or others:
+        raise UsageError(f"{watcher.path} must name this run's one backend pool {name!r}"
+                         + (f", not {others[0]!r}" if others else ""))
+    return name, pools[name]
+
+
+def in_process(policy, watcher) -> None:
+    """A resources file changes the pools of this process's job service; a Ray worker keeps its own."""
+    from ..engine.scheduler_config import ExecutorKind
+
+    if watcher is not None and not isinstance(policy, str) and policy.scheduler_config().executor is ExecutorKind.RAY:
+        raise UsageError(f"--resources needs a distribution that runs in this process (sync or pipelined), not "
+                         f"{policy.name} on Ray, whose workers keep the pool they started with")

@@ -29,80 +29,58 @@ from hqflow.backends import BackendAccessError, BackendError
 from hqflow.ir.text import one_line
 
 from .plan import QUOTES, fold, save_profile, saved_profile
-from .cost import check_target, cost_overrides
-from .pool import UsageError, backend_pool, key_value, make_folder, make_member, show_figures
+from .cost import check_target, cost_overrides, cost_report, say_step_cost, spend_figures
+from .resources import file_pool, in_process, watching
+from .pool import (UsageError, backend_pool, importable_cwd, key_value, make_folder, make_member, show_figures,
+                   with_module)
 from ..engine.result import RunFailed
-from ..gradients import GradientMethod
 from ..jobs.service import BudgetExceeded
-from ..jobs.ledger import ShotBudgetExceeded, money
+from ..jobs.ledger import ShotBudgetExceeded
 
 
 class RunStopped(RuntimeError):
     """Training failed mid-run; the message says how to resume (exit code 1, one line)."""
 
 
-def _config(args, mod):
+def _config(args, runner):
+    """--algo's module, and its Config with ENV, --seed, --episodes, --backend, the cost flags and --set."""
+    try:
+        mod = runner.algorithm(args.algo or "reinforce")
+    except (ValueError, ImportError) as exc:
+        raise UsageError(str(exc)) from None
     overrides = dict(key_value(item, "--set", {f.name for f in dataclasses.fields(mod.Config)}) for item in args.set)
     given = {"env": args.env, "seed": args.seed, "max_episodes": args.episodes, "backend": args.backend,
              **cost_overrides(args)}
     overrides.update({k: v for k, v in given.items() if v is not None})
     try:
-        return mod.Config(**overrides)
+        return mod, mod.Config(**overrides)
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc)) from None
 
 
-def _watcher(args):
-    """``--resources FILE`` as a ``ResourceWatcher`` (None without it); the pool is the file's, so
-    ``--pool`` and ``--backend-opt`` are refused beside it."""
-    from .resources import ResourceWatcher
-
-    if args.resources is None:
-        return None
-    if args.pool or args.backend_opt:
-        raise UsageError("--resources names the pool's members: give them in the file, not with --pool or "
-                         "--backend-opt")
+@contextlib.contextmanager
+def _closing(placement, refused=(), say=str):
+    """Close ``placement`` when the block raises; an error of a ``refused`` kind becomes ``UsageError(say(exc))``."""
     try:
-        return ResourceWatcher(args.resources)
-    except ValueError as exc:  # a ResourceError, or a name no file has (a lone surrogate, a NUL)
-        raise UsageError(f"--resources: {exc}") from None
+        yield
+    except BaseException as exc:
+        placement.close()
+        if isinstance(exc, refused):
+            raise UsageError(say(exc)) from None
+        raise
 
 
-def _file_pool(watcher, name: str | None) -> tuple[str, list]:
-    """The run's pool name and members from a resources file: ``name`` (the run's or ``--backend``),
-    or the file's one pool."""
-    pools = watcher.pools
-    if name is None:
-        if len(pools) != 1:
-            raise UsageError(f"{watcher.path} names {len(pools)} pools ({', '.join(map(repr, pools))}): give "
-                             "--backend NAME for the run's")
-        name = next(iter(pools))
-    others = sorted(set(pools) - {name})
-    if name not in pools or others:
-        raise UsageError(f"{watcher.path} must name this run's one backend pool {name!r}"
-                         + (f", not {others[0]!r}" if others else ""))
-    return name, pools[name]
-
-
-def _placement(runner, name: str, pool: list | None, what: str):
+def _placement(runner, name: str, pool: list | None, watcher=None):
     """The run's backend ``name`` (or its ``pool``) made once (``runner.Placement``). An in-process pool (the
     policy calls it directly) that stands in for another backend, or that a resources file would change, is
     refused."""
     placement = runner.Placement.of(name, None if pool is None else {name: pool}, make=make_member)
+    what = "--backend" if watcher is None else "--resources"
     if pool is not None and placement.in_process and (what == "--resources" or pool[0] != (name, {})):
         placement.close()
         raise UsageError(f"{what}: {pool[0][0]!r} alone runs in process, where no pool can change or stand in "
                          f"for {name!r}: give a job backend such as emulated-qpu, or two or more members")
     return placement
-
-
-def _in_process(policy, watcher) -> None:
-    """A resources file changes the pools of this process's job service; a Ray worker keeps its own."""
-    from ..engine.scheduler_config import ExecutorKind
-
-    if watcher is not None and not isinstance(policy, str) and policy.scheduler_config().executor is ExecutorKind.RAY:
-        raise UsageError(f"--resources needs a distribution that runs in this process (sync or pipelined), not "
-                         f"{policy.name} on Ray, whose workers keep the pool they started with")
 
 
 def _resumed(args, meta: dict, cfg, runner, watcher):
@@ -112,16 +90,16 @@ def _resumed(args, meta: dict, cfg, runner, watcher):
 
     saved = runner.resumed_distribution(meta)
     policy = _distribution(args, saved)
-    _in_process(policy, watcher)
+    in_process(policy, watcher)
     old = [tuple(m) for m in (meta.get("backends") or {}).get(cfg.backend, [(cfg.backend, {})])]
     if watcher is not None:
-        pool = _file_pool(watcher, cfg.backend)[1]
+        pool = file_pool(watcher, cfg.backend)[1]
         if args.backend:
             raise UsageError("--resources names the pool's members: give them in the file, not with --backend")
     else:
         given = args.backend or args.pool or args.backend_opt
         pool = backend_pool(args, args.backend or old[0][0], always=True, check=False) if given else None
-    placement = _placement(runner, cfg.backend, pool or old, "--resources" if watcher is not None else "--backend")
+    placement = _placement(runner, cfg.backend, pool or old, watcher)
     why = []
     if policy.staleness and policy != saved:
         why.append(f"staleness {policy.staleness} lets actors use older parameters, as timing has it")
@@ -146,64 +124,23 @@ def _kind(spec) -> tuple:
         json.dumps(options.get("wrapped_options"), sort_keys=True)
 
 
-def _cost_report(bar, updates: int):
-    """The progress callback, plus one line after this process's first priced update: what that update cost and
-    what the run's updates left will cost at that rate."""
-    said = []
-
-    def report(done, metrics=None):
-        bar(done, metrics)
-        row = (metrics or {}).get("row", {})  # the update's metrics row
-        if row.get("currency") and row.get("list_cost") is not None and not said:
-            said.append(row)
-            cost, left = row["list_cost"], updates - row["update"] - 1
-            first = "the first update" if row["update"] == 0 else f"update {row['update'] + 1}"
-            bar.write(f"hqflow: {first} cost {money(cost, row['currency'])}; the {left} updates left at that rate: "
-                      f"about {money(cost * left, row['currency'])} more (--budget caps a run)")
-    return report
-
-
-def _importable_cwd() -> None:
-    """Let MODULE:ID environments come from the current directory, as ``python -m`` would find them."""
-    if os.getcwd() not in [os.path.abspath(p or os.curdir) for p in sys.path]:
-        sys.path.insert(0, os.getcwd())
-
-
-def _with_module(env: str, module: str) -> str:
-    """``ENV`` with ``--env-module MODULE``: ``MODULE:ENV``, the form every process imports MODULE from."""
-    from hqflow.workloads.rl.envs import SHORT_NAMES
-
-    if not all(part.isidentifier() for part in module.split(".")):
-        raise UsageError(f"--env-module {module!r}: expected a module name such as mypkg.envs")
-    if ":" in env:
-        raise UsageError(f"--env-module {module!r} with {env!r}: give the module once, as MODULE:ID or --env-module")
-    if env in SHORT_NAMES:
-        raise UsageError(f"--env-module is for an id that MODULE registers, not the short name {env!r}")
-    return f"{module}:{env}"
-
-
-def _kept(run_dir: str) -> str:
+def _kept(runner, run_dir: str) -> str:
     """What a stopped run keeps: its last completed update, or nothing yet (a resume starts it afresh)."""
-    from hqflow.workloads.rl import runner
-
     try:
         update = runner.load_run(run_dir)[1]["update"]
     except (ValueError, TypeError):  # no checkpoint (None), or none readable
         update = -1
-    if update >= 0:
-        return f"the last completed update ({update + 1}) is checkpointed"
-    return "no update had completed, so none is checkpointed and a resume starts from the beginning"
+    return (f"the last completed update ({update + 1}) is checkpointed" if update >= 0 else
+            "no update had completed, so none is checkpointed and a resume starts from the beginning")
 
 
 def _caused_by(exc: BaseException, kind: type) -> bool:
     """Whether ``kind`` is in ``exc``'s chain of causes (a fragment's error wraps its job's)."""
     seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, kind):
-            return True
+    while exc is not None and id(exc) not in seen and not isinstance(exc, kind):
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
-    return False
+    return isinstance(exc, kind)
 
 
 def planned_lane(args, runner, algo, cfg, pool, watcher, distribution):
@@ -219,29 +156,19 @@ def planned_lane(args, runner, algo, cfg, pool, watcher, distribution):
     if args.plan and watcher is not None:
         raise UsageError("--plan auto chooses the pool's members and --resources names them: give one of the two")
     saved = saved_profile(args.profile)  # (a --profile that cannot be saved: refused before any member is made)
-    placement = _placement(runner, cfg.backend, pool, "--resources" if watcher is not None else "--backend")
+    placement = _placement(runner, cfg.backend, pool, watcher)
     if not args.plan:
         return distribution, placement, {}, cfg, None
     from hqflow.workloads.rl.frugal import policy_config
     from hqflow.workloads.rl.planned import plan_training
 
-    try:  # --shot-budget, --ray-address and the target's shots and prices: refused before a plan is made and printed
-        _scheduler_options(args, _Run(algo, cfg, "", "pipelined", placement))
+    with _closing(placement, ValueError):  # --shot-budget, --ray-address and the target's shots and prices:
+        _scheduler_options(args, _Run(algo, cfg, "", "pipelined", placement))  # refused before a plan is printed
         cfg = cfg if bounds is None else policy_config(runner.algorithm(algo), cfg, placement.members[0], bounds)
-    except BaseException as exc:
-        placement.close()
-        if isinstance(exc, ValueError):
-            raise UsageError(str(exc)) from None
-        raise
-    try:
+    with _closing(placement, (KeyError, ValueError), lambda exc: f"cannot plan the training: {str(exc).strip(QUOTES)}"):
         chosen, distribution, options, placement = plan_training(
             algo, cfg, placement, saved, save=lambda prof: save_profile(prof, args.profile),
             max_staleness=args.max_staleness, objective=args.objective or "time", budget=args.budget)
-    except BaseException as exc:
-        placement.close()
-        if isinstance(exc, (KeyError, ValueError)):
-            raise UsageError(f"cannot plan the training: {str(exc).strip(QUOTES)}") from None
-        raise
     print(f"{chosen}\n", file=sys.stderr)
     return distribution, placement, options, cfg, chosen
 
@@ -284,18 +211,7 @@ def cmd_train(args) -> int:
                "seconds": round(out["seconds"], 3), "env_steps": out["env_steps"],
                "env_steps_per_s": round(out["env_steps_per_s"], 1),
                "circuit_evals_per_s": round(out["circuit_evals_per_s"], 1), "run_dir": run.run_dir}
-    if out.get("currency"):
-        figures["spend"], figures["currency"] = out["spend"], out["currency"]  # None: a price is unknown
-    used, paid = out["usage"], out["paid"]
-    if used["circuits"]:  # jobs ran: what the updates' jobs used (list price where the backend prices its jobs)
-        figures.update(service_jobs=used["service_jobs"], circuits=used["circuits"], shots=used["shots"],
-                       list_cost=None if used["cost"] != used["cost"] else round(used["cost"], 6))
-        if used["currency"]:
-            figures["currency"] = used["currency"]
-    if out["currency"] and (paid["service_jobs"] > used["service_jobs"] or (out["spend"] or 0) > used["cost"] + 1e-6):
-        print(f"hqflow: the run paid for {paid['service_jobs']:,} service jobs ({money(out['spend'], out['currency'])})"
-              f"; its updates used {used['service_jobs']:,} ({money(used['cost'], used['currency'])}): the rest went "
-              "to work a stop or a kill cut short (ledger.jsonl has every charge)", file=sys.stderr)
+    figures.update(spend_figures(out))
     if not args.json and figures["episodes_to_solve"] is None:
         figures["episodes_to_solve"] = f"not within {run.cfg.max_episodes} episodes"
     show_figures(args, figures, 22)
@@ -319,16 +235,13 @@ def _dry_run(args, runner) -> int:
                          "and its bounds), --resources or --run-dir")
     if not args.env:
         raise UsageError("--dry-run needs an environment (cartpole, acrobot, a gymnasium id, ...)")
-    try:
-        mod = runner.algorithm(args.algo or "reinforce")
-    except (ValueError, ImportError) as exc:
-        raise UsageError(str(exc)) from None
-    cfg = _config(args, mod)
+    mod, cfg = _config(args, runner)
     tally, dry = dry_run_tally(), f"dry-run:{cfg.backend}"
     small = dataclasses.replace(cfg, backend=dry, stop_when_solved=False,
                                 max_episodes=args.dry_run_updates * mod.episodes_per_update(cfg))
-    placement = _placement(runner, dry, backend_pool(args, name=dry, check=False), "--backend")
-    check_target([m.inner for m in placement.members], mod.name, cfg, dry_run=True)  # the targets it prices
+    placement = _placement(runner, dry, backend_pool(args, name=dry, check=False))
+    with _closing(placement):
+        check_target([m.inner for m in placement.members], mod.name, cfg, dry_run=True)  # the targets it prices
     with tempfile.TemporaryDirectory() as scratch:
         try:
             out = runner.train(mod.name, small, _distribution(args), run_dir=scratch, tensorboard=False,
@@ -353,24 +266,21 @@ def _resumed_run(args, runner) -> _Run | None:
         raise UsageError("--resume continues the run's own algorithm and directory: ENV, --env-module, --algo, "
                          "--seed, --set, --episodes, --run-dir, --init-from, --shots, --gradient, --spsa-* and "
                          "--objective's bounds cannot change (the pool, the distribution, --resources and the budgets may)")
-    _importable_cwd()  # a MODULE:ID environment from the current directory, as a new run finds it
+    importable_cwd()  # a MODULE:ID environment from the current directory, as a new run finds it
     try:
         meta, ckpt = runner.load_run(args.resume)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     algo, run_dir = meta["algo"], args.resume
     cfg = runner.algorithm(algo).Config(**meta["config"])
-    watcher = _watcher(args)
+    watcher = watching(args)
     distribution, placement, warning = _resumed(args, meta, cfg, runner, watcher)
     run = _Run(algo, cfg, run_dir, distribution, placement, watcher)
     if ckpt is None:  # stopped before its first checkpoint: it starts again
         print(one_line(f"hqflow: {run_dir} has no checkpoint yet: training it from the start"), file=sys.stderr)
         return run
-    try:
+    with _closing(placement, runner.RunDirError):
         runner.check_resume(run_dir, algo, cfg, ckpt)
-    except runner.RunDirError as exc:
-        placement.close()
-        raise UsageError(str(exc)) from None
     if runner.complete(algo, cfg, ckpt):
         placement.close()
         print(one_line(f"hqflow: {run_dir} is complete ({ckpt['update'] + 1} updates, {len(ckpt.get('returns', []))} "
@@ -388,18 +298,13 @@ def _new_run(args, runner) -> _Run:
         raise UsageError("give an environment (cartpole, acrobot, frozenlake, a gymnasium id such as CartPole-v1, "
                          "or MODULE:ID) or --resume RUN_DIR")
     if args.env_module:
-        args.env = _with_module(args.env, args.env_module)
+        args.env = with_module(args.env, args.env_module)
     if ":" in args.env:
-        _importable_cwd()
-    algo = args.algo or "reinforce"
-    try:
-        mod = runner.algorithm(algo)
-    except (ValueError, ImportError) as exc:
-        raise UsageError(str(exc)) from None
-    watcher = _watcher(args)
+        importable_cwd()
+    watcher = watching(args)
     if watcher is not None:
-        args.backend, pool = _file_pool(watcher, args.backend)
-    cfg = _config(args, mod)
+        args.backend, pool = file_pool(watcher, args.backend)
+    algo, cfg = args.algo or "reinforce", _config(args, runner)[1]
     if args.init_from is not None:  # (before a --plan auto calibration spends)
         try:
             runner.init_params(args.init_from, algo, cfg)
@@ -408,7 +313,7 @@ def _new_run(args, runner) -> _Run:
     if watcher is None:
         pool = backend_pool(args, check=False)
     distribution = _distribution(args)
-    _in_process(distribution, watcher)
+    in_process(distribution, watcher)
     run_dir = args.run_dir
     if run_dir is None:  # runs/ALGO-ENV-seedN, then -2, -3, ... : never over an earlier run
         base = os.path.join("runs", f"{algo}-{cfg.env.replace('/', '-')}-seed{cfg.seed}")  # a namespace/ID too
@@ -418,11 +323,8 @@ def _new_run(args, runner) -> _Run:
         raise UsageError(f"{run_dir} already holds a run; use --resume {run_dir} (which also starts a run "
                          "stopped before its first checkpoint) or another --run-dir")
     distribution, placement, scheduler, cfg, plan = planned_lane(args, runner, algo, cfg, pool, watcher, distribution)
-    try:
+    with _closing(placement):
         make_folder(run_dir)
-    except UsageError:
-        placement.close()
-        raise
     return _Run(algo, cfg, run_dir, distribution, placement, watcher, scheduler, plan)
 
 
@@ -469,12 +371,7 @@ def _train(args, run: _Run, runner) -> dict:
 
     cfg, run_dir = run.cfg, run.run_dir
     if not args.resume and not run.placement.in_process:  # jobs: say what a step costs
-        circuits, parameters = runner.circuits_per_env_step(run.algo, cfg)
-        how = {GradientMethod.SPSA: f"SPSA with {cfg.spsa_samples} directions", GradientMethod.TWIN: "a local twin: no "
-               "circuit"}.get(cfg.gradient, f"parameter shift over the policy circuit's {parameters} parameters")
-        print(f"hqflow: an environment step runs about {circuits:.4g} circuits on {cfg.backend} (acting, and "
-              f"{run.algo}'s gradients by {how}); on a cloud target that takes one circuit per job (IonQ, "
-              "Quantinuum) each is a service job per measurement group", file=sys.stderr)
+        say_step_cost(run.algo, cfg, *runner.circuits_per_env_step(run.algo, cfg))
     with Progress(cfg.max_episodes, f"{run.algo} {cfg.env}") as bar, \
             run.watcher.sighup() if run.watcher is not None else contextlib.nullcontext():
         if run.watcher is not None:
@@ -482,7 +379,7 @@ def _train(args, run: _Run, runner) -> dict:
         try:
             return runner.train(run.algo, cfg, run.distribution, run_dir=run_dir, resume=bool(args.resume),
                                 checkpoint_every=args.checkpoint_every,
-                                progress=_cost_report(bar, runner.algorithm(run.algo).updates(cfg)),
+                                progress=cost_report(bar, runner.algorithm(run.algo).updates(cfg)),
                                 tensorboard=args.tensorboard, resources=run.watcher, backends=run.placement,
                                 init_from=args.init_from, **run.scheduler)
         except RunFailed as exc:
@@ -490,52 +387,12 @@ def _train(args, run: _Run, runner) -> dict:
                     "raise --budget" if _caused_by(exc, BudgetExceeded) else
                     "check the credentials and the endpoint" if _caused_by(exc, BackendAccessError) else
                     "fix the backend")
-            raise RunStopped(f"training stopped: {exc} ({_kept(run_dir)}: {what}, then hqflow train --resume "
+            raise RunStopped(f"training stopped: {exc} ({_kept(runner, run_dir)}: {what}, then hqflow train --resume "
                              f"{run_dir})") from None
         except KeyboardInterrupt:
-            raise KeyboardInterrupt(f"interrupted; {_kept(run_dir)}: continue with hqflow train --resume "
+            raise KeyboardInterrupt(f"interrupted; {_kept(runner, run_dir)}: continue with hqflow train --resume "
                                     f"{run_dir}") from None
         except runner.RunDirError as exc:  # a damaged run directory; the message names the file
             raise UsageError(str(exc)) from None
         except OSError as exc:  # a run directory that cannot be written
             raise UsageError(f"cannot write the run directory {run_dir}: {exc.strerror} ({exc.filename})") from None
-
-
-def cmd_eval(args) -> int:
-    """``hqflow eval RUN_DIR``: greedy episodes of a trained policy."""
-    from hqflow.workloads.rl.trained import evaluate, price_evaluation
-
-    _importable_cwd()  # a MODULE:ID environment from the current directory
-    args.pool = None
-    pool = backend_pool(args, name=args.backend or "compiled") if args.backend_opt else None
-    backend = pool[0] if pool else args.backend
-    try:
-        if args.dry_run:
-            figures = price_evaluation(args.run, args.episodes, backend, args.shots)
-        else:
-            figures = evaluate(args.run, episodes=args.episodes, seed=args.seed, backend=backend, record=args.record,
-                               shots=args.shots, budget=args.budget, keep=True)
-    except (ValueError, BackendError) as exc:
-        raise UsageError(str(exc).splitlines()[0]) from None
-    if args.dry_run:
-        print(json.dumps(figures) if args.json else f"at most {money(figures['at_most'], figures['currency'])}: "
-              f"{figures['episodes']} episodes side by side, up to {figures['max_steps']} steps of "
-              f"{money(figures['per_step'], figures['currency'])} ({figures['circuits_per_step']} circuits) each",
-              file=args.json_out if args.json else sys.stdout)
-        return 0
-    if args.json:
-        print(json.dumps(figures), file=args.json_out)
-    elif not figures["returns"]:
-        print(f"{figures['env']}: no episode completed")
-    else:
-        print(f"{figures['env']}: mean return {figures['mean_return']:.2f} ± {figures['std_return']:.2f} over "
-              f"{figures['episodes']} greedy episodes (seeds {args.seed}..{args.seed + args.episodes - 1})")
-        if figures.get("videos"):
-            print(f"wrote {len(figures['videos'])} videos to {one_line(args.record)}")
-        if figures["usage"]["cost"]:
-            print(f"spent {money(figures['usage']['cost'], figures['usage']['currency'])} list price on "
-                  f"{figures['usage']['circuits']:,} circuits")
-    if figures.get("stopped") == "budget":
-        print(f"hqflow: evaluation stopped: its next step would pass --budget {args.budget:g}", file=sys.stderr)
-        return 1
-    return 0
