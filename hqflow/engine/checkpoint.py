@@ -118,8 +118,8 @@ class Checkpointer:
         if self.path is None:
             return
         self.every, self.graph_digest = config.checkpoint_every, None if record else graph_digest(graph)
-        self.state_file, self.outputs_file = self.path / (record.file if record else "state.pkl"), \
-            None if record else self.path / "outputs.pkl"
+        self.state_file = self.path / (record.file if record else "state.pkl")
+        self.outputs_file = self.path / "outputs.pkl"
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             exists = self.state_file.exists()
@@ -131,8 +131,7 @@ class Checkpointer:
             raise CheckpointError(f"{self.path} holds a run's checkpoint: pass resume=True to continue it, "
                                   "or give an empty directory")
         self.saved_steps = self.saved["steps"]
-        if self.outputs_file is not None:
-            self._out = open(self.outputs_file, "ab")
+        self._out = None if record else open(self.outputs_file, "ab")  # (a record holds what it needs of the outputs)
 
     @property
     def run_id(self) -> str | None:
@@ -145,7 +144,7 @@ class Checkpointer:
             raise CheckpointError(f"{self.path} is the checkpoint of another graph; resume it with the graph it ran")
         if saved["seed"] != seed:
             raise CheckpointError(f"{self.path} ran with seed={saved['seed']!r}; resume it with that seed, not {seed!r}")
-        saved["outputs"] = [] if self.outputs_file is None else self._read_outputs(saved["steps"])
+        saved["outputs"] = [] if self.record else self._read_outputs(saved["steps"])
         self.saved = saved
 
     def _read_outputs(self, steps: int) -> list:

@@ -3,7 +3,7 @@
 * **Backpressure** (``Window``): at most ``size`` steps are admitted and unfinished.
 * **Values** (``Values``): each step's port values, from its stream item and its fragments' outputs, and every
   loop edge's versions. The value a loop edge's source produces at step ``t`` is version ``t + 1`` (its initial
-  value is version ``start``, the first step's number: 0 for a fresh run). A consumer at step ``i`` of an edge
+  value is version 0; a resumed run's, the number of its first step). A consumer at step ``i`` of an edge
   with ``max_staleness=k`` takes version ``i - k`` (or the first one, early on): ``k = 0`` is exactly one
   fragment at a time in graph order (bit-identical results for the same seed, whatever the executor), and
   ``k > 0`` lets producers run ``k`` versions ahead. The version taken never depends on timing, so a run is a
@@ -58,9 +58,9 @@ class Versions:
 class Values:
     """The values on a run's edges; a loop edge is known by its index in ``graph.edges``."""
 
-    def __init__(self, graph: Graph, initial_state: Mapping[PortRef | str, Any] | None = None, start: int = 0):
-        """Version ``start`` of each loop edge: ``initial_state``'s value for its source port (``PortRef`` or
-        ``"frag.port"``; a ``Versions``: older ones too), else the edge's ``init``."""
+    def __init__(self, graph: Graph, initial_state: Mapping[PortRef | str, Any] | None = None):
+        """Version 0 of each loop edge: ``initial_state``'s value for its source port (``PortRef`` or
+        ``"frag.port"``), else the edge's ``init`` (a checkpoint's values: :meth:`restore`)."""
         self.graph = graph
         incoming = {e.dst: i for i, e in enumerate(graph.edges)}
         # each fragment's inputs: (port, the index of the edge into it), worked out once
@@ -82,7 +82,7 @@ class Values:
             if value is None and not (e.start_empty and key not in overrides):
                 raise GraphError(f"loop-carried edge {e} has no initial value; give init= or "
                                  f"initial_state={{{str(key)!r}: ...}}")
-            self._set(i, start, value)
+            self._set(i, 0, value)
         unknown = sorted(str(named[k]) for k in set(named) - {PortRef(*e.src) for e in self.edges.values()})
         if unknown:
             raise GraphError(f"initial_state names {unknown}, which are not loop-carried sources")

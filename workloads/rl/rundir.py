@@ -124,6 +124,8 @@ class RunDir:
         if self.path is None:
             return
         self.path.mkdir(parents=True, exist_ok=True)
+        if fresh:  # a new run over an earlier one's files: not its checkpoint
+            (self.path / "checkpoint.pt").unlink(missing_ok=True)
         if fresh or json.loads(json.dumps(part)) != {k: self.meta.get(k) for k in part}:
             self.meta = meta if fresh else {**self.meta, **part}
             atomic_text(self.path / "config.json", json.dumps(self.meta, indent=2))
