@@ -47,6 +47,7 @@ The last line printed is one JSON object with the figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -381,7 +382,9 @@ def part_rl(options, svc, episodes=10, extra=(), env_name="cartpole"):
             "key_leaked": leaked}
 
 
-def main(argv=None) -> int:
+def main(argv=None, service=None) -> int:
+    """``service``: a running ``LoopbackService`` to use (the test suite's own, on its Azurite) instead of
+    starting Azurite and a service of this run's own."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer RL episodes, a smaller learn batch")
     ap.add_argument("--fault-rows", type=int, default=500, help="rows of the fault part (default 500)")
@@ -403,16 +406,20 @@ def main(argv=None) -> int:
     from hqflow.backends.azure.azurite import Azurite, ensure_installed
     from hqflow.backends.azure.loopback import LoopbackService
 
-    exe = ensure_installed(str(ROOT))
-    if exe is None:
+    exe = ensure_installed(str(ROOT)) if service is None else None
+    if service is None and exe is None:
         why = "node and npm are needed for Azurite (npm ci installs it from package.json)"
         print(why)
         print(json.dumps({"skipped": why}))
         return 0
     figures: dict = {}
     t0 = time.perf_counter()
-    with Azurite.start(exe) as azurite, LoopbackService.start(storage=azurite.connection_string,
-                                                             key="bench-" + os.urandom(8).hex()) as svc:
+    with contextlib.ExitStack() as stack:
+        if service is None:
+            azurite = stack.enter_context(Azurite.start(exe))
+            service = stack.enter_context(LoopbackService.start(storage=azurite.connection_string,
+                                                                key="bench-" + os.urandom(8).hex()))
+        svc = service
         options = svc.workspace_options()
         figures.update(part_batch(options, svc))
         figures.update(part_faults(options, svc, rows=args.fault_rows))

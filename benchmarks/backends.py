@@ -89,7 +89,7 @@ def scaling(sizes: list[int], figures: dict) -> list[tuple]:
     return rows
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small batches, one repeat (under a minute)")
     ap.add_argument("--scaling-child", metavar="BACKEND", help=argparse.SUPPRESS)
@@ -97,7 +97,7 @@ def main() -> None:
                                                   "(default 1000,4000,16000,32000; quick 1000,32000)")
     ap.add_argument("--batch", type=int, default=None, help="rows per forward job (default 1000; quick 200)")
     ap.add_argument("--repeats", type=int, default=None, help="timed repeats, best kept (default 3; quick 1)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     try:
         sizes = [int(v) for v in (args.sizes or ("1000,32000" if args.quick else "1000,4000,16000,32000")).split(",")]
     except ValueError:

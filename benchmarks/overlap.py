@@ -99,7 +99,7 @@ def bottleneck_util(res: hq.RunResult, c: float, q: float) -> float:
     return classical if c > q else quantum
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="Q = 20 ms (under a minute)")
     ap.add_argument("--q-ms", type=float, default=None, help="QPU latency per job in ms (default 50; quick 20)")
@@ -108,7 +108,7 @@ def main() -> None:
     ap.add_argument("--staleness", type=int, default=2, help="max_staleness of the learner -> circuit weights (default 2)")
     ap.add_argument("--rounds", type=int, default=None, help="rounds per ratio, median reported (default 3; quick 1)")
     ap.add_argument("--gantt", metavar="DIR", help="write Gantt PNGs of the sequential and local runs at C = Q")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.set_num_threads(1)
     q = (args.q_ms or (20.0 if args.quick else 50.0)) / 1e3
     n = args.steps

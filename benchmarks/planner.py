@@ -351,7 +351,7 @@ def part_elastic(steps: int) -> dict:
             "elastic_taken_back": sum(1 for s in res.spans if s.outcome == "cancelled")}
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="3 scenarios, fewer steps (< 2 minutes)")
     ap.add_argument("--steps", type=int, default=None, help="steps of each measured run (default 30; quick 16)")
@@ -359,7 +359,7 @@ def main() -> int:
     ap.add_argument("--elastic-steps", type=int, default=None, help="steps of the elastic run (default 200; quick 100)")
     ap.add_argument("--steps-classifier", type=int, default=None,
                     help="steps of the classifier's runs (default 60, the README's; quick 30)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     args.steps = args.steps or (16 if args.quick else 30)
     args.elastic_steps = args.elastic_steps or (100 if args.quick else 200)
     args.steps_classifier = args.steps_classifier or (30 if args.quick else 60)

@@ -72,7 +72,7 @@ def plot(curves: list, path: str, budget: int) -> None:
     plt.close(fig)
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="2 seeds, 50 emulated-QPU episodes, no part 3 (< 60 s)")
     ap.add_argument("--seeds", type=int, default=None, help="seeds 0..S-1 (default 10; quick 2)")
@@ -80,7 +80,7 @@ def main() -> int:
     ap.add_argument("--overlap-episodes", type=int, default=None, help="episodes timed on the emulated QPU (100)")
     ap.add_argument("--overlap-seeds", type=int, default=None, help="seeds timed on the emulated QPU (3; quick 1)")
     ap.add_argument("--plot", metavar="PNG", help="write the learning curves over the seeds here")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     seeds = args.seeds or (2 if args.quick else 10)
     overlap_episodes = args.overlap_episodes or (50 if args.quick else 100)
     if seeds < 1 or args.episodes < 10 or overlap_episodes < 10:

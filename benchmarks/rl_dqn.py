@@ -42,14 +42,14 @@ def plot(curves: dict, path: str, budgets: dict) -> None:
     plt.close(fig)
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="FrozenLake, 1 seed, 150 episodes (< 60 s)")
     ap.add_argument("--seeds", type=int, default=None, help="seeds 0..S-1 (default 10)")
     ap.add_argument("--envs", default="frozenlake,cartpole", help="comma-separated subset of cartpole,frozenlake")
     ap.add_argument("--budget", type=int, default=None, help="episode budget (default: 2000 cartpole, 1000 frozenlake)")
     ap.add_argument("--plot", metavar="PNG", help="write the learning curves over the seeds here")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     envs = ["frozenlake"] if args.quick else [e.strip() for e in args.envs.split(",") if e.strip()]
     if any(e not in BUDGET for e in envs):
         ap.error(f"unknown env in {envs}; known: {', '.join(BUDGET)}")

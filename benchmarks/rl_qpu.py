@@ -172,20 +172,32 @@ def part4(episodes: int, seeds: list[int]) -> dict:
     return {"compiled_ratio": round(ratio, 3), "compiled_env_steps_per_s": round(rate["defaults"], 1)}
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer episodes and seeds (< 90 s)")
     ap.add_argument("--gantt", metavar="PNG", help="draw the Gantt chart of a short run on two emulated QPUs here")
-    args = ap.parse_args()
+    ap.add_argument("--episodes", type=int, default=None, help="part 1: episodes per run (default 150; quick 40)")
+    ap.add_argument("--fault-episodes", type=int, default=None, help="part 2: episodes per run (default 60; quick 20)")
+    ap.add_argument("--jobs", type=int, default=None, help="part 3: jobs per pool (default 200; quick 60)")
+    ap.add_argument("--compiled-episodes", type=int, default=None,
+                    help="part 4: episodes per run (default 300; quick 100)")
+    args = ap.parse_args(argv)
+    episodes = args.episodes or (40 if args.quick else 150)
+    fault_episodes = args.fault_episodes or (20 if args.quick else 60)
+    jobs = args.jobs or (60 if args.quick else 200)
+    compiled_episodes = args.compiled_episodes or (100 if args.quick else 300)
+    if min(episodes, fault_episodes, compiled_episodes) < 10 or jobs < 11:
+        ap.error("need --episodes, --fault-episodes and --compiled-episodes >= 10 (one update) and --jobs >= 11 "
+                 "(the fast member's share counts the jobs after the first 10)")
     start = time.perf_counter()
     torch.set_num_threads(1)
     figures = {}
-    fig1 = part1(40 if args.quick else 150, [0] if args.quick else [0, 1, 2])
+    fig1 = part1(episodes, [0] if args.quick else [0, 1, 2])
     fig1.pop("last_new_run")
     figures.update(fig1)
-    figures.update(part2(20 if args.quick else 60))
-    figures.update(part3(60 if args.quick else 200))
-    figures.update(part4(100 if args.quick else 300, [0, 1] if args.quick else [0, 1, 2, 3]))
+    figures.update(part2(fault_episodes))
+    figures.update(part3(jobs))
+    figures.update(part4(compiled_episodes, [0, 1] if args.quick else [0, 1, 2, 3]))
     if args.gantt:
         gantt(args.gantt)
     figures["targets"] = {"qpu_speedup_ge_3": figures["qpu_speedup"] >= 3, "qpu_busy_ge_0.85": figures["qpu_busy"] >= 0.85,

@@ -208,7 +208,7 @@ def part_compression(seeds: int) -> dict:
     return figures
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1 overlap round, 80 episodes per actors run (< 2 minutes)")
     ap.add_argument("--q-ms", type=float, default=50.0, help="overlap: QPU latency per job in ms (default 50)")
@@ -219,7 +219,7 @@ def main() -> int:
                     help="updates of the multi-learner runs of parts 3-4 (default 20; the kill after half)")
     ap.add_argument("--compression-seeds", type=int, default=None,
                     help="seeds per compression in part 6 (default 5; quick 1; 0 skips the part)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     rounds = args.rounds or (1 if args.quick else 3)
     episodes = args.actor_episodes or (80 if args.quick else 240)
     if args.steps < 2 or rounds < 1 or episodes < 10 or args.q_ms <= 0 or args.learner_updates < 4:

@@ -735,7 +735,7 @@ class Case:
     dirs: np.ndarray | None = None
 
 
-def _options() -> tuple[argparse.Namespace, list[str], list[str], list[int]]:
+def _options(argv=None) -> tuple[argparse.Namespace, list[str], list[str], list[int]]:
     """The command line: the options, the peers, the circuits and --wide's qubit counts."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="one repeat, 2 s per cell (under a minute)")
@@ -759,7 +759,7 @@ def _options() -> tuple[argparse.Namespace, list[str], list[str], list[int]]:
     ap.add_argument("--learner", action="store_true",
                     help="seconds per update of hqflow train cartpole on compiled and compiled:cuda "
                          "instead of the circuit tables (with --wide: both sections)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     default_peers = ",".join(GPU_PEERS if args.device == "cuda" else PEERS)
     peers = ["compiled"] if args.no_peers else [p.strip() for p in (args.peers or default_peers).split(",")
                                                 if p.strip()]
@@ -798,8 +798,8 @@ def _session(args, peers: list[str]) -> Session:
                    figures=figures, device=args.device, own_batches=args.batch is None)
 
 
-def main() -> int:
-    args, peers, circuits, wide_qubits = _options()
+def main(argv=None) -> int:
+    args, peers, circuits, wide_qubits = _options(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print(f"simulators.py: --device cuda: CUDA is not available (torch {torch.__version__})", file=sys.stderr)
         return 2

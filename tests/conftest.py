@@ -1,11 +1,19 @@
 """Fixtures shared by the test folders."""
+import importlib.util
+import json
 import os
+import secrets
 import signal
 import subprocess
+import sys
 import threading
 import time
+import warnings
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # Files whose tests take tens of seconds each: collected first, so that the suite's workers (pytest-xdist,
 # README's test command) start them early and the short tests fill in around them, rather than one worker
@@ -39,6 +47,39 @@ def _ray_token() -> None:
             generate_and_save_token()
     except OSError:
         pass  # a home folder that cannot be written: Ray says so itself when it starts
+
+
+@pytest.fixture(scope="session")
+def _ray_stopped_at_the_end():
+    """This worker's Ray, whoever started it, stopped when its tests end (not left to the exit)."""
+    yield
+    if "ray" in sys.modules:
+        sys.modules["ray"].shutdown()
+
+
+@pytest.fixture
+def shared_ray(_ray_stopped_at_the_end):
+    """This worker's one local Ray, shared by its tests that run Ray in this process: started on 127.0.0.1 the
+    way hqflow starts one of its own (2 CPUs, no dashboard, workers at this process's priority and with its import
+    path), at the first such test, and again after a test that stopped it (test_ray_cluster.py connects to a
+    cluster instead). hqflow's runs find it running and use it."""
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        paths = [os.path.abspath(p or os.curdir) for p in sys.path]  # this process's, as hqflow gives its workers
+        extra = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
+        python_path = os.pathsep.join(dict.fromkeys([p for p in paths if os.path.isdir(p)] + extra))
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 _node_ip_address="127.0.0.1", _system_config={"worker_niceness": 0},
+                 runtime_env={"env_vars": {"PYTHONPATH": python_path}})
+    return ray
+
+
+@pytest.fixture(autouse=True)
+def _shared_ray_for_ray_tests(request):
+    """A test marked ``ray`` gets ``shared_ray``, unless it is also marked ``own_ray`` (it starts a Ray of its own,
+    a cluster or in a subprocess, and needs none here)."""
+    if request.node.get_closest_marker("ray") is not None and request.node.get_closest_marker("own_ray") is None:
+        request.getfixturevalue("shared_ray")
 
 
 def _ray_pids(title: str, driver: int) -> list[int]:
@@ -81,3 +122,98 @@ def kill_ray_process():
     for thread in threads:
         thread.stop.set()
         thread.join()
+
+
+# Azure Quantum over real HTTP, on 127.0.0.1: one Azurite (blob storage) and one loopback job service on it per
+# test worker, for the Azure tests (tests/backends/azure) and the azure_loopback benchmark's run alike.
+@pytest.fixture(scope="session")
+def azurite():
+    pytest.importorskip("azure.storage.blob", reason="needs the azure extra: pip install 'hqflow[azure]'")
+    from hqflow.backends.azure.azurite import Azurite, ensure_installed
+
+    exe = ensure_installed(str(ROOT))
+    if exe is None:
+        pytest.skip("Azurite is not installed and could not be: needs node and npm (then `npm ci` in the "
+                    "repository), or HQFLOW_AZURITE pointing at azurite-blob")
+    server = Azurite.start(exe)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def azure_service(azurite):
+    pytest.importorskip("azure.quantum", reason="needs the azure extra: pip install 'hqflow[azure]'")
+    from hqflow.backends.azure.loopback import LoopbackService
+
+    svc = LoopbackService.start(storage=azurite.connection_string, key="loopback-test-key-" + secrets.token_hex(8))
+    try:
+        yield svc
+    finally:
+        svc.stop()
+
+
+@pytest.fixture
+def hqflow_cli(capsys, monkeypatch, tmp_path):
+    """``hqflow_cli(*argv) -> CompletedProcess``: ``hqflow ARGV`` through ``hqflow.cli.main`` in this process, in
+    ``tmp_path``: its return value the exit status (``python -m hqflow.cli`` exits with it; argparse's own exit is
+    caught), stdout and stderr as the process would print them (Python's warnings too). No fresh interpreter
+    (seconds of imports each): a test of a signal, a kill or of what a fresh process sees (a Ray it starts, a
+    package on its PYTHONPATH) keeps its subprocess."""
+    from hqflow.cli import main
+
+    monkeypatch.setattr(sys, "path", list(sys.path))  # `train` puts the working folder on it, as `python -m` would
+    monkeypatch.chdir(tmp_path)  # what a run writes by default (runs/...) goes there
+
+    def run(*argv) -> subprocess.CompletedProcess:
+        argv = [str(a) for a in argv]
+        capsys.readouterr()
+        with warnings.catch_warnings(record=True) as caught:  # on stderr, as a fresh interpreter shows them
+            warnings.resetwarnings()
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                warnings.simplefilter("ignore", category)  # Python's default filters (no code runs as __main__)
+            try:
+                code = main(argv)
+            except SystemExit as exc:  # argparse: --help (0) and its own usage errors (2)
+                code = exc.code
+        out, err = capsys.readouterr()
+        err += "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in caught)
+        return subprocess.CompletedProcess(["hqflow", *argv], code, out, err)
+
+    return run
+
+
+_BENCHMARKS: dict = {}
+
+
+@pytest.fixture
+def benchmark(capsys, monkeypatch, tmp_path):
+    """``benchmark(script, *argv, **kwargs) -> figures``: ``benchmarks/SCRIPT``'s ``main(argv, **kwargs)`` in this process, in
+    ``tmp_path``; it must return 0 (or None) and print one JSON object last, which is returned. Torch's thread
+    count and the signal handlers are as they were after it (the benchmarks set one thread; simulators.py takes
+    SIGTERM). A script that stubs hqflow's functions or starts a Ray cluster of its own runs in a subprocess."""
+    import torch
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # the scripts import their neighbours (_circuits, ...)
+    monkeypatch.chdir(tmp_path)
+
+    def run(script: str, *argv, **kwargs) -> dict:
+        if script not in _BENCHMARKS:  # once per process, under a name of its own (not __main__)
+            spec = importlib.util.spec_from_file_location(f"bench_{script[:-3]}", ROOT / "benchmarks" / script)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module  # fragments name their functions by module
+            spec.loader.exec_module(module)
+            _BENCHMARKS[script] = module
+        threads, term = torch.get_num_threads(), signal.getsignal(signal.SIGTERM)
+        capsys.readouterr()
+        try:
+            code = _BENCHMARKS[script].main([str(a) for a in argv], **kwargs)
+        finally:
+            torch.set_num_threads(threads)
+            signal.signal(signal.SIGTERM, term)
+        out, err = capsys.readouterr()
+        assert code in (0, None), err[-2000:]
+        return json.loads(out.strip().splitlines()[-1])
+
+    return run

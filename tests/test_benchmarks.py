@@ -1,4 +1,5 @@
 """Benchmarks stay runnable: each accepts --quick and ends with one JSON line of figures."""
+import ast
 import json
 import subprocess
 import sys
@@ -7,28 +8,53 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-# Smaller than --quick alone, to keep CI short; each still runs every code path but Ray's.
-SMOKE = {"backends.py": ["--batch", "20", "--sizes", "200,800"], "overlap.py": ["--steps", "8", "--no-ray"],
+# Smaller than --quick alone, to keep CI short: the smallest sizes each script takes; each still runs every code path
+# but Ray's (scale_out.py's are Ray's).
+SMOKE = {"backends.py": ["--batch", "20", "--sizes", "20,40"], "overlap.py": ["--steps", "2", "--q-ms", "5", "--no-ray"],
          "simulators.py": ["--batch", "50", "--no-peers"],
-         "rl_cartpole.py": ["--seeds", "1", "--episodes", "20", "--overlap-episodes", "10"],
+         "rl_cartpole.py": ["--seeds", "1", "--episodes", "10", "--overlap-episodes", "10"],
          "rl_dqn.py": ["--budget", "20"],
          "cloud_rl.py": ["--seeds", "1", "--episodes", "10", "--variants", "baseline,twin_mux", "--workers", "1"],
-         "azure_loopback.py": ["--fault-rows", "100", "--rl-episodes", "1", "--learn-rows", "40", "--rate-rows", "32",
+         "azure_loopback.py": ["--fault-rows", "50", "--rl-episodes", "1", "--learn-rows", "8", "--rate-rows", "8",
                                "--rl-env", "frozenlake"],
-         "planner.py": ["--steps", "4", "--calibrate", "3", "--elastic-steps", "20"],
+         "planner.py": ["--steps", "4", "--calibrate", "3", "--elastic-steps", "20", "--steps-classifier", "4"],
          "rl_envs.py": ["--seeds", "1", "--envs", "cartpole,frozenlake", "--episodes", "10"],
-         "scale_out.py": ["--steps", "10", "--actor-episodes", "10", "--compression-seeds", "0", "--learner-updates",
+         "rl_qpu.py": ["--episodes", "10", "--fault-episodes", "10", "--jobs", "11", "--compiled-episodes", "10"],
+         "scale_out.py": ["--steps", "2", "--actor-episodes", "10", "--compression-seeds", "0", "--learner-updates",
                           "4"]}
+# Run as a user runs them, in an interpreter of their own: fuzz.py stubs hqflow's training, planning and
+# evaluation for its whole process, and scale_out.py stops this process's Ray to start a cluster of its own. The
+# others run here, through their main(argv) (the seconds of a fresh interpreter's imports, saved).
+FRESH = ("fuzz.py", "scale_out.py")
+SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if not p.name.startswith("_"))
 
 
-@pytest.mark.parametrize("script", sorted(p.name for p in BENCH.glob("*.py") if not p.name.startswith("_")))
-def test_benchmark_quick_ends_with_json(script, tmp_path):
-    proc = subprocess.run([sys.executable, str(BENCH / script), "--quick", *SMOKE.get(script, [])], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_benchmark_quick_ends_with_json(script, tmp_path, benchmark, request):
+    argv = ["--quick", *SMOKE.get(script, [])]
+    if script == "azure_loopback.py":  # on this worker's Azurite and loopback service, not a second of each
+        figures, err = benchmark(script, *argv, service=request.getfixturevalue("azure_service")), ""
+    elif script in FRESH:
+        proc = subprocess.run([sys.executable, str(BENCH / script), *argv], capture_output=True, text=True,
+                              cwd=tmp_path, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        figures, err = json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+    else:
+        figures, err = benchmark(script, *argv), ""
     assert isinstance(figures, dict) and figures
     if script == "fuzz.py":  # every fuzzed input accepted or refused with a one-line error of hqflow's own
-        assert figures["crashes"] == 0 and figures["accepted"] > 0 and figures["rejected"] > 0, proc.stderr[-2000:]
+        assert figures["crashes"] == 0 and figures["accepted"] > 0 and figures["rejected"] > 0, err[-2000:]
     diffs = [v for k, v in figures.items() if k.endswith("max_abs_diff_vs_reference")]
     assert all(d < 1e-6 for d in diffs)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_benchmark_run_as_a_script_calls_its_main(script):
+    """What the in-process runs above leave out of a user's ``python benchmarks/SCRIPT``: the script ends by
+    calling ``main()`` when run as one (and exits with its status)."""
+    tree = ast.parse((BENCH / script).read_text())
+    last = tree.body[-1]
+    assert ast.unparse(last.test) == "__name__ == '__main__'", ast.unparse(last)
+    assert ast.unparse(last.body[-1]) in ("sys.exit(main())", "raise SystemExit(main())", "main()"), ast.unparse(last)
+    assert any(isinstance(f, ast.FunctionDef) and f.name == "main" and [a.arg for a in f.args.args][:1] == ["argv"]
+               for f in tree.body), "main(argv=None): the tests call it with their argv"

@@ -181,7 +181,10 @@ def test_trace_help():
 
 def test_run_writes_run_dir(tmp_path, capsys):
     folder = tmp_path / "runs" / "qaoa-1"
-    assert main(["run", "qaoa", "--steps", "2", "--seed", "1", "--json", "--run-dir", str(folder)]) == 0
+    # on reference: what a run directory holds is the backend's no concern (test_run_workload_prints_json_figures_and_
+    # writes_out runs qaoa on the default backend, compiled, whose first program of the 8-qubit circuit takes seconds)
+    assert main(["run", "qaoa", "--steps", "2", "--seed", "1", "--json", "--run-dir", str(folder), "--backend",
+                 "reference"]) == 0
     config = json.loads((folder / "config.json").read_text())
     result = json.loads((folder / "result.json").read_text())
     assert config["steps"] == 2 and config["seed"] == 1
@@ -209,7 +212,7 @@ def test_run_dir_saves_spans_the_workload_reports(tmp_path, capsys, monkeypatch)
     monkeypatch.setattr(module, "run", lambda cfg, progress=None: {**real_run(cfg, progress),
                                                                    "spans": [s.to_dict() for s in spans]})
     folder = tmp_path / "run"
-    assert main(["run", "qaoa", "--steps", "1", "--json", "--run-dir", str(folder)]) == 0
+    assert main(["run", "qaoa", "--steps", "1", "--json", "--run-dir", str(folder), "--backend", "reference"]) == 0
     assert "spans" not in json.loads((folder / "result.json").read_text())
     assert load_spans(str(folder / "spans.json")) == (spans, {"workload": "qaoa", "config": json.loads(
         (folder / "config.json").read_text())})

@@ -6,7 +6,9 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-QUICK = {"quickstart.py": []}  # the others take --quick
+# the others take --quick; and where --quick leaves the size to another option, the smallest that runs every line
+QUICK = {"quickstart.py": [], "classifier_moons.py": ["--quick", "--samples", "20", "--batch-size", "2"],
+         "qaoa_maxcut.py": ["--quick", "--steps", "3"]}
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in EXAMPLES.glob("*.py")))

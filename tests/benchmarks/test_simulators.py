@@ -32,10 +32,22 @@ def sim():
         sys.path.remove(str(BENCH))
 
 
-def test_device_cuda_without_cuda_is_one_line_and_exit_2():
+def exits(sim, capsys, *argv) -> subprocess.CompletedProcess:
+    """``simulators.py ARGV`` through its ``main(argv)`` here, for what it refuses before it measures anything: the
+    status the script exits with (main's return value, or argparse's own exit), its stdout and stderr."""
+    capsys.readouterr()
+    try:
+        code = sim.main(list(argv))
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, code, out, err)
+
+
+def test_device_cuda_without_cuda_is_one_line_and_exit_2(sim, capsys):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present: --device cuda runs")
-    proc = run("--device", "cuda", "--quick")
+    proc = exits(sim, capsys, "--device", "cuda", "--quick")
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
@@ -43,8 +55,8 @@ def test_device_cuda_without_cuda_is_one_line_and_exit_2():
 
 
 @pytest.mark.parametrize("bad", ["16,x", "1", "16,40"])
-def test_bad_wide_qubits_exit_2(bad):
-    proc = run("--wide", "--wide-qubits", bad)
+def test_bad_wide_qubits_exit_2(bad, sim, capsys):
+    proc = exits(sim, capsys, "--wide", "--wide-qubits", bad)
     assert proc.returncode == 2
     assert "--wide-qubits" in proc.stderr.strip().splitlines()[-1]
 
@@ -82,7 +94,7 @@ def test_jax_runner_matches_the_reference(sim):
         tc.set_backend("numpy")
 
 
-def test_wide_section_on_cpu():
+def test_wide_section_on_cpu():  # in a process of its own: the section caps its process's address space
     figures = figures_of(run("--quick", "--wide", "--wide-qubits", "6"))
     assert figures["compiled_ok"] is True
     assert figures["cpu_wide_6q_rows"] == 8
@@ -98,8 +110,8 @@ def test_wide_section_on_cpu():
         assert figures["cpu_wide_6q_pl_lightning_qubit_max_abs_diff"] < 1e-5
 
 
-def test_learner_section_on_cpu():
-    figures = figures_of(run("--quick", "--learner"))
+def test_learner_section_on_cpu(benchmark):
+    figures = benchmark("simulators.py", "--quick", "--learner")
     assert figures["learner_s_per_update_cpu"] > 0
     assert figures["learner_updates_timed_cpu"] == 3  # 40 episodes, 10 per update, the first a warm-up
     assert figures["learner_env_steps_per_update_cpu"] > 0

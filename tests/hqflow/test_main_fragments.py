@@ -25,6 +25,7 @@ if __name__ == "__main__":
 
 
 @pytest.mark.ray
+@pytest.mark.own_ray
 def test_a_scripts_fragment_runs_under_ray(tmp_path):
     script = tmp_path / "script.py"
     script.write_text(SCRIPT)

@@ -9,7 +9,7 @@ import hqflow as hq
 from hqflow.backends import get_backend
 from hqflow.workloads import synthetic
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.own_ray, pytest.mark.slow]
 ray = pytest.importorskip("ray")
 
 CFG = synthetic.Config(staleness=0, backend="qpu")
@@ -75,19 +75,15 @@ def test_ray_address_options_are_checked():
         hq.SchedulerConfig(executor="ray", ray_address="")
 
 
-def test_hqflow_train_connects_to_a_cluster(cluster, tmp_path):
+def test_hqflow_train_connects_to_a_cluster(cluster, tmp_path, hqflow_cli):
     import json
-    import subprocess
-    import sys
 
-    proc = subprocess.run([sys.executable, "-m", "hqflow.cli", "train", "cartpole", "--distribution", "ray-actors",
-                           "--ray-address", cluster.address, "--episodes", "4", "--set", "n_layers=1", "--set",
-                           "batch_episodes=2", "--run-dir", str(tmp_path / "run"), "--json"],
-                          capture_output=True, text=True, timeout=300)
+    proc = hqflow_cli("train", "cartpole", "--distribution", "ray-actors", "--ray-address", cluster.address,
+                      "--episodes", "4", "--set", "n_layers=1", "--set", "batch_episodes=2", "--run-dir", tmp_path / "run",
+                      "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["episodes"] == 4
-    bad = subprocess.run([sys.executable, "-m", "hqflow.cli", "train", "cartpole", "--ray-address", cluster.address],
-                         capture_output=True, text=True, timeout=120)
+    bad = hqflow_cli("train", "cartpole", "--ray-address", cluster.address)
     assert bad.returncode == 2 and "--ray-address needs --distribution ray-actors" in bad.stderr
 
 

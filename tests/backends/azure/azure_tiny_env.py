@@ -1,5 +1,5 @@
-"""A tiny environment for training runs on the loopback job service (imported through PYTHONPATH by the
-subprocesses of test_backend.py): one binary feature, two actions, and three steps an episode."""
+"""A tiny environment for training runs on the loopback job service (imported by test_backend.py's ``hqflow
+train`` runs, with this folder on the path): one binary feature, two actions, and three steps an episode."""
 import gymnasium as gym
 
 

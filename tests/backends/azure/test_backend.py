@@ -4,8 +4,6 @@ ones, within 5 sigma by the exact binomial tail (conftest's ``sampled``); job co
 counters."""
 import json
 import os
-import subprocess
-import sys
 import time
 from dataclasses import replace
 
@@ -201,15 +199,13 @@ def test_unknown_targets_and_bad_options_are_one_line_errors(azure_workspace):
     backend.close()
 
 
-def _cli(*args, env=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "hqflow.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout)
-
-
-def _env(workspace):
-    env = dict(os.environ, AZURE_QUANTUM_API_KEY=workspace["key"])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(__file__), env.get("PYTHONPATH")) if p)
-    return env
+@pytest.fixture
+def cli(azure_workspace, hqflow_cli, monkeypatch):
+    """``hqflow`` in this process (conftest's ``hqflow_cli``) with the workspace's key in the environment, where
+    a user keeps it, and ``azure_tiny_env`` importable."""
+    monkeypatch.setenv("AZURE_QUANTUM_API_KEY", azure_workspace["key"])
+    monkeypatch.syspath_prepend(os.path.dirname(__file__))
+    return hqflow_cli
 
 
 # a tiny environment for the training runs on the service: one feature (so one qubit), three steps an
@@ -224,8 +220,8 @@ def _opts(workspace, flag):
     return out
 
 
-def test_hqflow_backends_lists_the_workspaces_targets(azure_workspace):
-    proc = _cli("backends", "--json", *_opts(azure_workspace, "--azure-opt"), env=_env(azure_workspace))
+def test_hqflow_backends_lists_the_workspaces_targets(azure_workspace, cli):
+    proc = cli("backends", "--json", *_opts(azure_workspace, "--azure-opt"))
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
     names = {r["name"] for r in rows}
@@ -233,9 +229,8 @@ def test_hqflow_backends_lists_the_workspaces_targets(azure_workspace):
     assert azure_workspace["key"] not in proc.stdout + proc.stderr
 
 
-def test_dry_run_prices_every_job_and_submits_none(azure_workspace, azure_service):
-    proc = _cli("run", "vqe", "--steps", "2", "--backend", "azure:ionq.qpu.aria-1", "--dry-run", "--json",
-                env=_env(azure_workspace))
+def test_dry_run_prices_every_job_and_submits_none(azure_workspace, azure_service, cli):
+    proc = cli("run", "vqe", "--steps", "2", "--backend", "azure:ionq.qpu.aria-1", "--dry-run", "--json")
     assert proc.returncode == 0, proc.stderr
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
     assert figures["jobs"] > 0 and figures["currency"] == "USD" and not figures["unpriced"]
@@ -243,15 +238,15 @@ def test_dry_run_prices_every_job_and_submits_none(azure_workspace, azure_servic
     assert azure_service.stats()["jobs"] == 0
 
 
-def test_train_on_azure_shows_its_jobs_in_the_trace_and_keeps_the_key_out(azure_workspace, azure_service, tmp_path):
+def test_train_on_azure_shows_its_jobs_in_the_trace_and_keeps_the_key_out(azure_workspace, azure_service, tmp_path,
+                                                                          cli):
     run = tmp_path / "run"
-    proc = _cli("train", *TINY, "--backend", "azure:ionq.simulator", "--episodes", "1",
-                "--set", "batch_episodes=1", "--run-dir", str(run), "--json",
-                *_opts(azure_workspace, "--backend-opt"), env=_env(azure_workspace))
+    proc = cli("train", *TINY, "--backend", "azure:ionq.simulator", "--episodes", "1",
+               "--set", "batch_episodes=1", "--run-dir", str(run), "--json", *_opts(azure_workspace, "--backend-opt"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 1 and rows[0]["spend"] == 0.0
-    trace = _cli("trace", str(run))
+    trace = cli("trace", str(run))
     assert trace.returncode == 0 and "qpu:azure:ionq.simulator" in trace.stdout
     spans = json.loads((run / "spans.json").read_text())["spans"]
     azure = [s for s in spans if s["resource"]["kind"] == "qpu" and s["resource"]["name"].startswith("azure:")]
@@ -293,11 +288,11 @@ def test_a_live_workspace_when_one_is_configured(sampled):
     assert sampled.within(res.values, _exact(t, ROWS[:2], [0.3]), 1000) == 1.0
 
 
-def test_a_train_run_stopped_by_its_budget_resumes_with_a_larger_one(azure_workspace, azure_service, tmp_path):
+def test_a_train_run_stopped_by_its_budget_resumes_with_a_larger_one(azure_workspace, azure_service, tmp_path, cli):
     run = tmp_path / "run"
     args = ["--set", "batch_episodes=1", "--checkpoint-every", "1"]
-    first = _cli("train", *TINY, "--backend", "azure:quantinuum.sim.h2-1e", "--episodes", "2", "--run-dir",
-                 str(run), "--budget", "400", *args, *_opts(azure_workspace, "--backend-opt"), env=_env(azure_workspace))
+    first = cli("train", *TINY, "--backend", "azure:quantinuum.sim.h2-1e", "--episodes", "2", "--run-dir",
+                str(run), "--budget", "400", *args, *_opts(azure_workspace, "--backend-opt"))
     assert first.returncode == 1, first.stderr[-2000:]
     message = first.stderr.strip().splitlines()[-1]
     assert "budget reached" in message and "raise --budget" in message and f"--resume {run}" in message
@@ -305,7 +300,7 @@ def test_a_train_run_stopped_by_its_budget_resumes_with_a_larger_one(azure_works
     assert len(rows) < 2 and all(r["spend"] <= 400 and r["currency"] == "EHQC" for r in rows)
     config = (run / "config.json").read_text()
     assert azure_workspace["key"] not in config and azure_workspace["endpoint"] in config
-    second = _cli("train", "--resume", str(run), "--budget", "1000000", "--json", env=_env(azure_workspace))
+    second = cli("train", "--resume", str(run), "--budget", "1000000", "--json")
     assert second.returncode == 0, second.stderr[-2000:]
     figures = json.loads(second.stdout.strip().splitlines()[-1])
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

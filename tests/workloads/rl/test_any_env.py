@@ -53,16 +53,15 @@ def test_a_users_own_environment_trains(distribution, monkeypatch):
     assert get_spec(cfg.env).n_features == 3  # Discrete(5): 3 bits
 
 
-def test_hqflow_train_takes_a_gymnasium_id_and_refuses_continuous_actions(tmp_path):
-    ok = subprocess.run([sys.executable, "-m", "hqflow.cli", "train", "CartPole-v1", "--episodes", "10",
-                         "--run-dir", str(tmp_path / "run"), "--json"], capture_output=True, text=True, timeout=300)
+def test_hqflow_train_takes_a_gymnasium_id_and_refuses_continuous_actions(tmp_path, hqflow_cli):
+    ok = hqflow_cli("train", "CartPole-v1", "--episodes", "10", "--run-dir", tmp_path / "run", "--json")
     assert ok.returncode == 0, ok.stderr[-2000:]
-    bad = subprocess.run([sys.executable, "-m", "hqflow.cli", "train", "Pendulum-v1", "--algo", "reinforce"],
-                         capture_output=True, text=True, timeout=120)
+    bad = hqflow_cli("train", "Pendulum-v1", "--algo", "reinforce")
     assert bad.returncode == 2 and "Pendulum-v1" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.ray
+@pytest.mark.own_ray
 def test_a_users_own_environment_under_ray_actors(tmp_path):
     """Ray's workers import the user's module too: hqflow starts Ray with the driver's import path."""
     proc = subprocess.run([sys.executable, "-m", "hqflow.cli", "train", "corridor_env:Corridor-v0", "--distribution",
@@ -97,15 +96,13 @@ def test_continuous_actions_get_a_gaussian_head_in_ppo(tmp_path):
         reinforce.Config(env="Pendulum-v1")
 
 
-def test_hqflow_train_pendulum_with_ppo_and_evaluate_it(tmp_path):
+def test_hqflow_train_pendulum_with_ppo_and_evaluate_it(tmp_path, hqflow_cli):
     run = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "hqflow.cli", "train", "Pendulum-v1", "--algo", "ppo", "--episodes", "8",
-                           "--set", "num_steps=200", "--set", "n_layers=1", "--run-dir", str(run), "--json",
-                           "--checkpoint-every", "1"], capture_output=True, text=True, timeout=300)
+    proc = hqflow_cli("train", "Pendulum-v1", "--algo", "ppo", "--episodes", "8", "--set", "num_steps=200", "--set",
+                      "n_layers=1", "--run-dir", run, "--json", "--checkpoint-every", "1")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert '"episodes": 8' in proc.stdout
-    ev = subprocess.run([sys.executable, "-m", "hqflow.cli", "eval", str(run), "--episodes", "2", "--json"],
-                        capture_output=True, text=True, timeout=120)
+    ev = hqflow_cli("eval", run, "--episodes", "2", "--json")
     assert ev.returncode == 0, ev.stderr
     assert all(-2000 < r < 0 for r in json.loads(ev.stdout)["returns"])
 

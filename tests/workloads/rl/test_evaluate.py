@@ -1,7 +1,5 @@
 """Using a trained policy: load_policy, evaluate and hqflow eval."""
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -56,18 +54,16 @@ def test_a_q_value_policy_evaluates_too(tmp_path):
     assert figures["env"] == "frozenlake" and all(r in (0.0, 1.0) for r in figures["returns"])
 
 
-def test_hqflow_eval(trained, tmp_path):
+def test_hqflow_eval(trained, tmp_path, hqflow_cli):
     run, _ = trained
-    proc = subprocess.run([sys.executable, "-m", "hqflow.cli", "eval", str(run), "--episodes", "3", "--json"],
-                          capture_output=True, text=True, timeout=120)
+    proc = hqflow_cli("eval", run, "--episodes", "3", "--json")
     assert proc.returncode == 0, proc.stderr
     figures = json.loads(proc.stdout)
     assert figures["episodes"] == 3 and figures["returns"] == evaluate(run, episodes=3)["returns"]
-    text = subprocess.run([sys.executable, "-m", "hqflow.cli", "eval", str(run), "--episodes", "2"],
-                          capture_output=True, text=True, timeout=120)
+    text = hqflow_cli("eval", run, "--episodes", "2")
     assert text.returncode == 0 and "mean return" in text.stdout and "±" in text.stdout
     (tmp_path / "config.json").write_text(json.dumps({"algo": "reinforce", "config": {}}))
-    empty = subprocess.run([sys.executable, "-m", "hqflow.cli", "eval", str(tmp_path)], capture_output=True, text=True)
+    empty = hqflow_cli("eval", tmp_path)
     assert empty.returncode == 2 and "no checkpoint" in empty.stderr and len(empty.stderr.splitlines()) == 1
 
 
@@ -104,21 +100,18 @@ def test_tensorboard_has_each_algorithms_losses(tmp_path, algo, cfg, losses):
     assert {f"losses/{name}" for name in losses} <= tags and "charts/episodic_length" in tags, tags
 
 
-def test_no_tensorboard_writes_none(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "hqflow.cli", "train", "cartpole", "--episodes", "10",
-                           "--run-dir", str(tmp_path / "run"), "--no-tensorboard"], capture_output=True, text=True,
-                          timeout=120)
+def test_no_tensorboard_writes_none(tmp_path, hqflow_cli):
+    proc = hqflow_cli("train", "cartpole", "--episodes", "10", "--run-dir", tmp_path / "run", "--no-tensorboard")
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / "run" / "tensorboard").exists() and (tmp_path / "run" / "metrics.jsonl").exists()
 
 
-def test_record_saves_videos_or_says_what_is_missing(trained, tmp_path):
+def test_record_saves_videos_or_says_what_is_missing(trained, tmp_path, hqflow_cli):
     run, _ = trained
     try:
         import moviepy  # noqa: F401
     except ImportError:
-        proc = subprocess.run([sys.executable, "-m", "hqflow.cli", "eval", str(run), "--episodes", "1", "--record",
-                               str(tmp_path / "videos")], capture_output=True, text=True, timeout=120)
+        proc = hqflow_cli("eval", run, "--episodes", "1", "--record", tmp_path / "videos")
         assert proc.returncode == 2 and "gymnasium[other]" in proc.stderr and len(proc.stderr.splitlines()) == 1
         pytest.skip("videos need gymnasium's other extra (moviepy); the error without it is checked")
     figures = evaluate(run, episodes=2, record=str(tmp_path / "videos"))

@@ -3,8 +3,6 @@ NormalizeObservation arithmetic, actor state carried between updates, checkpoint
 distributions and frozen in the trained policy."""
 import dataclasses
 import json
-import subprocess
-import sys
 
 import gymnasium as gym
 import numpy as np
@@ -150,7 +148,7 @@ def test_resume_continues_bit_exactly(tmp_path, algo, cfg):
     assert _same_stats(_stats(tmp_path / "clean"), _stats(tmp_path / "cut"))
 
 
-def test_the_trained_policy_keeps_its_statistics_frozen(tmp_path):
+def test_the_trained_policy_keeps_its_statistics_frozen(tmp_path, hqflow_cli):
     run = tmp_path / "run"
     runner.train("reinforce", SMALL, "sync", run_dir=run, checkpoint_every=1)
     assert json.loads((run / "config.json").read_text())["config"]["obs_encoding"] == "running"
@@ -162,21 +160,18 @@ def test_the_trained_policy_keeps_its_statistics_frozen(tmp_path):
     np.testing.assert_array_equal(policy.env_spec.encode(obs), get_spec("CartPole-v1", "running").encode(obs, stats))
     a, b = evaluate(run, episodes=3, seed=4), evaluate(run, episodes=3, seed=4)
     assert a["returns"] == b["returns"] and _same_stats(load_policy(run).obs_stats, stats)
-    ev = subprocess.run([sys.executable, "-m", "hqflow.cli", "eval", str(run), "--episodes", "3", "--seed", "4",
-                         "--json"], capture_output=True, text=True, timeout=120)
+    ev = hqflow_cli("eval", run, "--episodes", "3", "--seed", "4", "--json")
     assert ev.returncode == 0, ev.stderr
     assert json.loads(ev.stdout)["returns"] == a["returns"]
 
 
-def test_hqflow_train_takes_the_encoding(tmp_path):
+def test_hqflow_train_takes_the_encoding(tmp_path, hqflow_cli):
     run = tmp_path / "run"
-    ok = subprocess.run([sys.executable, "-m", "hqflow.cli", "train", "CartPole-v1", "--algo", "dqn", "--episodes", "2",
-                         "--set", "obs_encoding=running", "--set", "n_layers=1", "--run-dir", str(run), "--json"],
-                        capture_output=True, text=True, timeout=300)
+    ok = hqflow_cli("train", "CartPole-v1", "--algo", "dqn", "--episodes", "2", "--set", "obs_encoding=running",
+                    "--set", "n_layers=1", "--run-dir", run, "--json")
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert _stats(run).count > 2
-    bad = subprocess.run([sys.executable, "-m", "hqflow.cli", "train", "frozenlake", "--set", "obs_encoding=running"],
-                         capture_output=True, text=True, timeout=120)
+    bad = hqflow_cli("train", "frozenlake", "--set", "obs_encoding=running")
     assert bad.returncode == 2 and "'running' is for Box" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
 
