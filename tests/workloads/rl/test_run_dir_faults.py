@@ -146,7 +146,7 @@ def test_an_unsolved_run_says_so_in_words(tmp_path, capsys):
 
 
 def test_a_run_directory_written_before_the_engine_s_format_resumes_bit_for_bit(tmp_path):
-    """legacy_run/: a run directory that hqflow wrote before checkpoint.pt was the engine's format (at 158859d:
+    """legacy_run/: a run directory that hqflow wrote before checkpoint.pt was the engine's format (at d304e22:
     ``runner.train("reinforce", reinforce.Config(seed=4, n_layers=1, batch_episodes=1, max_episodes=6,
     stop_when_solved=False, autoreset=True), Pipelined(staleness=1), run_dir=..., checkpoint_every=2)`` stopped by
     Ctrl-C after update 2; its checkpoint pickles envs.EnvSpec, envs.ScaledEncoder and reinforce.Carry and keeps
