@@ -127,3 +127,12 @@ def test_the_ground_floors_load_alone():
     proc = subprocess.run([sys.executable, "-c", "import hqflow as hq; print(hq.run.__module__, hq.trace.__name__)"],
                           capture_output=True, text=True, timeout=120)
     assert proc.stdout.split() == ["hqflow", "hqflow.trace"], proc.stderr[-2000:]
+
+
+def test_every_package_is_installed():
+    """A plain ``pip install .`` ships every package on disk: pyproject.toml lists them by hand."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {name for name, path in MODULES.items() if path.name == "__init__.py"}
+    assert on_disk - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
