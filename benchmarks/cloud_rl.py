@@ -1,7 +1,7 @@
 """RL on a paid QPU under its noise: circuits, list price per step and per solved run, by gradient and sharing.
 
     python benchmarks/cloud_rl.py [--quick] [--seeds N] [--episodes 1000] [--variants A,B] [--workers 2]
-                                  [--spsa-samples 8] [--no-sim-to-qpu] [--keep DIR]
+                                  [--spsa-samples 8] [--no-sim-to-qpu] [--keep DIR] [--twin-as-mux]
 
 REINFORCE on CartPole-v1 (the default 4-qubit, 5-layer policy: 92 circuit parameters), 10 environments stepped
 together (autoreset) in one group, 10 episodes per update, ``--distribution sync`` (a run is a function of its
@@ -35,6 +35,10 @@ emulated QPU at 1,000 shots with shared circuits: the mean return and the list p
 ``--keep DIR`` keeps the run directories there (each with its ``result.json``) and reuses the runs it finds
 finished (unfinished ones resume from their last checkpoint, bit for bit), so a long benchmark stopped part way
 goes on where it was. ``--quick`` (under 300 s on 2 cores): 2 seeds, 20 episodes: the per-step circuits and prices of every variant.
+``--twin-as-mux`` takes ``twin``'s runs from ``twin_mux``'s, repriced: sharing a circuit changes no value (the
+differential tests), so the two learn bit for bit alike; ``twin``'s circuits are its rows, one job per step of the
+10 envs, each row an Aria circuit alone. Where a seed has both runs kept, their learning columns and the repricing
+are checked equal first (``twin_as_mux_checked``). It saves ``twin``'s hours of emulated-QPU runs.
 The last line is one JSON object.
 """
 from __future__ import annotations
@@ -162,6 +166,31 @@ def figures_of(variant: str, runs: list[dict], episodes: int, p: dict) -> dict:
             "errors": [r["error"] for r in runs if "error" in r]}
 
 
+LEARNING = ("update", "episodes", "returns", "lengths", "env_steps", "loss", "service_jobs", "service_jobs_total")
+PRICED = ("circuits", "circuits_total", "shots", "shots_total", "list_cost", "list_cost_total", "spend", "seconds")
+
+
+def twin_from_mux(mux: dict, usd: float, rows_per_job: int = 10) -> dict:
+    """``twin``'s run as ``twin_mux``'s run repriced: each job's rows are circuits alone, at ``usd`` each."""
+    def reprice(row: dict) -> dict:
+        jobs, total = row["service_jobs"], row["service_jobs_total"]
+        return {k: v for k, v in row.items() if k not in PRICED} | {
+            "circuits": rows_per_job * jobs, "circuits_total": rows_per_job * total,
+            "list_cost": usd * rows_per_job * jobs, "list_cost_total": usd * rows_per_job * total}
+    return {**mux, "rows": [reprice(row) for row in mux["rows"]], "derived_from": mux["run_dir"]}
+
+
+def check_twin_from_mux(twin: dict, mux: dict, usd: float) -> None:
+    """A kept ``twin`` run equals ``twin_mux``'s repriced, update by update: the learning columns and the circuits
+    exactly, the list price to 1e-6."""
+    derived = twin_from_mux(mux, usd)["rows"]
+    same = len(derived) == len(twin["rows"]) and all(
+        all(a[k] == b[k] for k in (*LEARNING, "circuits_total")) and abs(a["list_cost_total"] - b["list_cost_total"])
+        <= 1e-6 for a, b in zip(twin["rows"], derived))
+    if not same:
+        raise SystemExit(f"--twin-as-mux: {twin['run_dir']} is not {mux['run_dir']} repriced")
+
+
 def twin_cosine(folder: str, states: int = 24) -> dict:
     """The cosine, per sampled state, between the twin's gradient of log π(a|s) and parameter shift's on the noisy
     emulated QPU at 1,000 shots (median), at the initial policy's parameters, for a noisy and a noiseless twin."""
@@ -273,6 +302,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-sim-to-qpu", action="store_true", help="skip the pretrain-then-evaluate figures")
     ap.add_argument("--no-cosine", action="store_true", help="skip the twin's gradient bias")
     ap.add_argument("--keep", metavar="DIR", help="keep the run directories in DIR and reuse the finished ones there")
+    ap.add_argument("--twin-as-mux", action="store_true",
+                    help="twin's runs are twin_mux's repriced (checked where both are kept); needs both variants")
     args = ap.parse_args(argv)
     args.variants = [v for v in args.variants.split(",") if v]
     if not args.variants or set(args.variants) - set(VARIANTS):
@@ -281,6 +312,8 @@ def main(argv=None) -> int:
     episodes = args.episodes or (20 if args.quick else 1000)
     if seeds < 1 or episodes < 1 or args.workers < 1 or args.spsa_samples < 1:
         ap.error("--seeds, --episodes, --workers and --spsa-samples must be at least 1")
+    if args.twin_as_mux and not {"twin", "twin_mux"} <= set(args.variants):
+        ap.error("--twin-as-mux needs both twin and twin_mux in --variants")
     t0 = time.perf_counter()
     p = prices()
     figures: dict = {"seeds": seeds, "episodes_cap": episodes, "shots": SHOTS, "noise": ARIA,
@@ -289,9 +322,21 @@ def main(argv=None) -> int:
                      "baseline_circuits_per_step_formula": p["circuits_per_step"]}
     with tempfile.TemporaryDirectory() if args.keep is None else _kept(args.keep) as folder:
         with cf.ThreadPoolExecutor(args.workers) as pool:
-            futures = {(v, s): pool.submit(train, command(v, s, episodes, args), os.path.join(folder, f"{v}-{s}"))
-                       for s in range(seeds) for v in args.variants}
+            at = lambda v, s: os.path.join(folder, f"{v}-{s}")  # noqa: E731
+            kept_twin = {s for s in range(seeds) if os.path.exists(os.path.join(at("twin", s), "result.json"))}
+            futures = {(v, s): pool.submit(train, command(v, s, episodes, args), at(v, s))
+                       for s in range(seeds) for v in args.variants
+                       if not (args.twin_as_mux and v == "twin" and s not in kept_twin)}
             runs = {key: f.result() for key, f in futures.items()}
+        if args.twin_as_mux:
+            checked = [s for s in sorted(kept_twin) if "error" not in runs[("twin", s)] and "error" not in
+                       runs[("twin_mux", s)] and check_twin_from_mux(runs[("twin", s)], runs[("twin_mux", s)], p["usd"])
+                       is None]
+            for s in range(seeds):
+                if s not in kept_twin:
+                    mux = runs[("twin_mux", s)]
+                    runs[("twin", s)] = mux if "error" in mux else twin_from_mux(mux, p["usd"])
+            figures["twin_as_mux_checked"], figures["twin_as_mux_derived"] = checked, sorted(set(range(seeds)) - kept_twin)
         for v in args.variants:
             for k, value in figures_of(v, [runs[(v, s)] for s in range(seeds)], episodes, p).items():
                 figures[f"{v}_{k}"] = value

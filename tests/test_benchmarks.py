@@ -58,3 +58,36 @@ def test_a_benchmark_run_as_a_script_calls_its_main(script):
     assert ast.unparse(last.body[-1]) in ("sys.exit(main())", "raise SystemExit(main())", "main()"), ast.unparse(last)
     assert any(isinstance(f, ast.FunctionDef) and f.name == "main" and [a.arg for a in f.args.args][:1] == ["argv"]
                for f in tree.body), "main(argv=None): the tests call it with their argv"
+
+
+def test_cloud_rl_twin_as_mux_is_twin_repriced(tmp_path, benchmark):
+    """``--twin-as-mux`` checks a kept twin run against twin_mux's, repriced, and derives twin's figures where it
+    has no run: the derived figures are those of the real run."""
+    keep = tmp_path / "keep"
+    argv = ["--quick", "--seeds", "1", "--episodes", "10", "--variants", "twin,twin_mux", "--workers", "1",
+            "--no-cosine", "--no-sim-to-qpu", "--keep", keep]
+    real = benchmark("cloud_rl.py", *argv)
+    checked = benchmark("cloud_rl.py", *argv, "--twin-as-mux")
+    assert (checked["twin_as_mux_checked"], checked["twin_as_mux_derived"]) == ([0], [])
+    (keep / "twin-0").rename(tmp_path / "twin-0")
+    derived = benchmark("cloud_rl.py", *argv, "--twin-as-mux")
+    assert (derived["twin_as_mux_checked"], derived["twin_as_mux_derived"]) == ([], [0])
+    twin = {k: v for k, v in real.items() if k.startswith("twin_") and not k.startswith("twin_mux")}
+    assert twin and twin["twin_circuits_per_step"] > real["twin_mux_circuits_per_step"]
+    assert {k: derived[k] for k in twin} == twin
+
+
+def test_cloud_rl_twin_as_mux_refuses_a_twin_run_that_differs():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_cloud_rl_check", BENCH / "cloud_rl.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    row = {"update": 0, "episodes": 10, "returns": [9.0] * 10, "lengths": [9] * 10, "env_steps": 90, "loss": 0.5,
+           "service_jobs": 9, "service_jobs_total": 9, "circuits_total": 18, "list_cost_total": 1800.0}
+    mux = {"run_dir": "twin_mux-0", "rows": [row]}
+    twin = module.twin_from_mux(mux, 97.5) | {"run_dir": "twin-0"}
+    module.check_twin_from_mux(twin, mux, 97.5)
+    twin["rows"] = [twin["rows"][0] | {"returns": [10.0] * 10}]
+    with pytest.raises(SystemExit, match="twin-0 is not twin_mux-0 repriced"):
+        module.check_twin_from_mux(twin, mux, 97.5)
