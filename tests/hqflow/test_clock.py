@@ -4,7 +4,7 @@ import queue
 import pytest
 
 import hqflow as hq
-from hqflow.planning import costmodel
+from hqflow.planning import costmodel, simulated
 from hqflow.common.clock import REAL, SimClock
 from hqflow.common.lanes import Lane
 from hqflow.planning.profile import BackendProfile, FragmentProfile, Profile
@@ -56,9 +56,9 @@ def test_the_prediction_is_the_schedulers_own_loop_so_a_changed_rule_changes_it(
 def test_a_simulated_run_computes_nothing_and_its_trace_has_the_predicted_times():
     graph = synthetic.build_graph(synthetic.Config(staleness=0, backend="qpu"))
     clock = SimClock()
-    host = costmodel._Host(clock, None)
-    backend = costmodel._SimBackend(_profile(0.01, 0.02).backends[0], clock, host, 0.0, None)
-    executor = costmodel._SimExecutor(_profile(0.01, 0.02), clock, host, {f.name: 4 for f in graph.fragments}, {})
+    host = simulated.Host(clock, None)
+    backend = simulated.SimBackend(_profile(0.01, 0.02).backends[0], clock, host, 0.0, None)
+    executor = simulated.SimExecutor(_profile(0.01, 0.02), clock, host, {f.name: 4 for f in graph.fragments}, {})
     result = Scheduler(graph, {"qpu": backend}, hq.SchedulerConfig(executor="local"), executor=executor,
                        clock=clock).run(({"x": None} for _ in range(3)))
     assert result.seconds == pytest.approx(3 * 0.03)
@@ -70,13 +70,13 @@ def test_a_simulated_run_computes_nothing_and_its_trace_has_the_predicted_times(
 
 def test_work_on_the_host_shares_its_cores():
     clock, events = SimClock(), queue.Queue()
-    host = costmodel._Host(clock, 1.0)
+    host = simulated.Host(clock, 1.0)
     host.run(1.0, lambda: events.put(("a", clock.now())))
     clock.at(0.5, lambda: host.run(0.25, lambda: events.put(("b", clock.now()))))
     # from 0.5 both run at half speed: b's 0.25 s of work ends at 1.0, a's last 0.25 s then at full speed
     assert clock.wait(events) == ("b", pytest.approx(1.0))
     assert clock.wait(events) == ("a", pytest.approx(1.25))
-    two = costmodel._Host(clock, 2.0)
+    two = simulated.Host(clock, 2.0)
     start = clock.now()
     for name in "xyz":
         two.run(1.0, lambda name=name: events.put((name, clock.now() - start)))
@@ -101,7 +101,7 @@ def test_work_shared_far_from_time_zero_always_ends():
     clock, events = SimClock(), queue.Queue()
     clock.at(8 * 3600.0, lambda: events.put("late"))
     assert clock.wait(events) == "late"
-    host, draw = costmodel._Host(clock, 1.3), random.Random(7)
+    host, draw = simulated.Host(clock, 1.3), random.Random(7)
     works = [draw.uniform(1e-6, 0.05) for _ in range(200)]
     for k, work in enumerate(works):
         clock.at(clock.now() + draw.uniform(0, 0.5), lambda k=k, work=work: host.run(work, lambda k=k: events.put(k)))
