@@ -49,9 +49,10 @@ def _ray_token() -> None:
         pass  # a home folder that cannot be written: Ray says so itself when it starts
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def _ray_stopped_at_the_end():
-    """This worker's Ray, whoever started it, stopped when its tests end (not left to the exit)."""
+    """This worker's Ray, whoever started it (shared_ray, or an hqflow run), stopped when its tests end, not left
+    to the exit."""
     yield
     if "ray" in sys.modules:
         sys.modules["ray"].shutdown()
@@ -189,10 +190,11 @@ _BENCHMARKS: dict = {}
 
 @pytest.fixture
 def benchmark(capsys, monkeypatch, tmp_path):
-    """``benchmark(script, *argv, **kwargs) -> figures``: ``benchmarks/SCRIPT``'s ``main(argv, **kwargs)`` in this process, in
-    ``tmp_path``; it must return 0 (or None) and print one JSON object last, which is returned. Torch's thread
-    count and the signal handlers are as they were after it (the benchmarks set one thread; simulators.py takes
-    SIGTERM). A script that stubs hqflow's functions or starts a Ray cluster of its own runs in a subprocess."""
+    """``benchmark(script, *argv, **kwargs) -> figures``: ``benchmarks/SCRIPT``'s ``main(argv, **kwargs)`` in this
+    process, in ``tmp_path``; it must return 0 (or None) and print one JSON object last, which is returned. Torch's
+    thread count and the signal handlers are as they were after it (the benchmarks set one thread; simulators.py
+    takes SIGTERM). A script that stubs hqflow's functions, starts a Ray cluster of its own or caps its process's
+    memory runs in a subprocess instead."""
     import torch
 
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # the scripts import their neighbours (_circuits, ...)

@@ -10,7 +10,8 @@ import pytest
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 # Smaller than --quick alone, to keep CI short: the smallest sizes each script takes; each still runs every code path
 # but Ray's (scale_out.py's are Ray's).
-SMOKE = {"backends.py": ["--batch", "20", "--sizes", "20,40"], "overlap.py": ["--steps", "2", "--q-ms", "5", "--no-ray"],
+SMOKE = {"backends.py": ["--batch", "20", "--sizes", "20,40"],
+         "overlap.py": ["--steps", "2", "--q-ms", "5", "--no-ray"],
          "simulators.py": ["--batch", "50", "--no-peers"],
          "rl_cartpole.py": ["--seeds", "1", "--episodes", "10", "--overlap-episodes", "10"],
          "rl_dqn.py": ["--budget", "20"],

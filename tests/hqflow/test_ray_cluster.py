@@ -79,8 +79,8 @@ def test_hqflow_train_connects_to_a_cluster(cluster, tmp_path, hqflow_cli):
     import json
 
     proc = hqflow_cli("train", "cartpole", "--distribution", "ray-actors", "--ray-address", cluster.address,
-                      "--episodes", "4", "--set", "n_layers=1", "--set", "batch_episodes=2", "--run-dir", tmp_path / "run",
-                      "--json")
+                      "--episodes", "4", "--set", "n_layers=1", "--set", "batch_episodes=2",
+                      "--run-dir", tmp_path / "run", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["episodes"] == 4
     bad = hqflow_cli("train", "cartpole", "--ray-address", cluster.address)

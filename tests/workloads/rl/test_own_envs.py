@@ -66,7 +66,8 @@ def _hqflow(*argv, env, cwd):
 SMALL = ["--episodes", "4", "--set", "n_layers=1", "--set", "batch_episodes=2", "--json"]
 
 
-@pytest.mark.parametrize("distribution", ["sync", pytest.param("ray-actors", marks=[pytest.mark.ray, pytest.mark.own_ray])])
+@pytest.mark.parametrize("distribution", ["sync",  # (in subprocesses: the user's package is on their PYTHONPATH)
+                                          pytest.param("ray-actors", marks=[pytest.mark.ray, pytest.mark.own_ray])])
 @pytest.mark.parametrize("how", ["entry point", "env module"])
 def test_a_users_environment_trains_and_evaluates(site, tmp_path, distribution, how):
     root, env = site
