@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # README's test command) start them early and the short tests fill in around them, rather than one worker
 # ending the run alone with a long test.
 _SLOW_FIRST = ("tests/test_benchmarks.py", "tests/workloads/rl/test_multi_learner.py", "tests/test_examples.py",
-               "tests/workloads/rl/test_own_envs.py", "tests/hqflow/test_ray_cluster.py")
+               "tests/backends/azure/test_translate.py", "tests/workloads/rl/test_own_envs.py",
+               "tests/hqflow/test_ray_cluster.py", "tests/workloads/rl/test_runner.py")
 
 
 def pytest_collection_modifyitems(config, items):
