@@ -16,7 +16,6 @@ SMOKE = {"backends.py": ["--batch", "20", "--sizes", "20,40"],
          "simulators.py": ["--batch", "50", "--no-peers"],
          "rl_cartpole.py": ["--seeds", "1", "--episodes", "10", "--overlap-episodes", "10"],
          "rl_dqn.py": ["--budget", "20"],
-         "cloud_rl.py": ["--seeds", "1", "--episodes", "10", "--variants", "baseline,twin_mux", "--workers", "1"],
          "azure_loopback.py": ["--fault-rows", "50", "--rl-episodes", "1", "--learn-rows", "8", "--rate-rows", "8",
                                "--rl-env", "azure_tiny_env:Blink-v0"],  # 3 steps an episode, 1 qubit
          "planner.py": ["--steps", "4", "--calibrate", "3", "--elastic-steps", "20", "--steps-classifier", "4"],
@@ -29,9 +28,10 @@ SMOKE = {"backends.py": ["--batch", "20", "--sizes", "20,40"],
 # others run here, through their main(argv) (the seconds of a fresh interpreter's imports, saved).
 FRESH = ("fuzz.py", "scale_out.py")
 SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if not p.name.startswith("_"))
+OWN_TEST = ("cloud_rl.py",)  # smoke-run by a test of its own below, which goes on to check more of it
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", [s for s in SCRIPTS if s not in OWN_TEST])
 def test_benchmark_quick_ends_with_json(script, tmp_path, benchmark, request, monkeypatch):
     argv = ["--quick", *SMOKE.get(script, [])]
     if script == "azure_loopback.py":  # on this worker's Azurite and loopback service, not a second of each
@@ -45,6 +45,11 @@ def test_benchmark_quick_ends_with_json(script, tmp_path, benchmark, request, mo
         figures, err = json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
     else:
         figures, err = benchmark(script, *argv), ""
+    _check(script, figures, err)
+
+
+def _check(script: str, figures, err: str) -> None:
+    """What every benchmark's smoke run must show: its JSON figures, no failed sub-run, exact values exact."""
     assert isinstance(figures, dict) and figures
     # the runs a benchmark starts in processes of its own succeeded (a failed one is only a figure, its message or
     # their count, not the benchmark's exit status)
@@ -70,18 +75,22 @@ def test_a_benchmark_run_as_a_script_calls_its_main(script):
 
 
 def test_cloud_rl_twin_as_mux_is_twin_repriced(tmp_path, benchmark):
-    """``--twin-as-mux`` checks a kept twin run against twin_mux's, repriced, and derives twin's figures where it
+    """cloud_rl.py's smoke run (baseline, twin and twin_mux, the twin's cosine and sim_to_qpu), then
+    ``--twin-as-mux``: it checks the kept twin run against twin_mux's, repriced, and derives twin's figures where it
     has no run: the derived figures are those of the real run."""
     keep = tmp_path / "keep"
-    argv = ["--quick", "--seeds", "1", "--episodes", "10", "--variants", "twin,twin_mux", "--workers", "1",
-            "--no-cosine", "--no-sim-to-qpu", "--keep", keep]
+    argv = ["--quick", "--seeds", "1", "--episodes", "10", "--variants", "baseline,twin,twin_mux", "--workers", "1",
+            "--keep", keep]
     real = benchmark("cloud_rl.py", *argv)
+    _check("cloud_rl.py", real, "")
+    assert real["twin_cosine_median"] is not None and real["sim_to_qpu_mean_return"] is not None
+    argv += ["--no-cosine", "--no-sim-to-qpu"]
     checked = benchmark("cloud_rl.py", *argv, "--twin-as-mux")
     assert (checked["twin_as_mux_checked"], checked["twin_as_mux_derived"]) == ([0], [])
     (keep / "twin-0").rename(tmp_path / "twin-0")
     derived = benchmark("cloud_rl.py", *argv, "--twin-as-mux")
     assert (derived["twin_as_mux_checked"], derived["twin_as_mux_derived"]) == ([], [0])
-    twin = {k: v for k, v in real.items() if k.startswith("twin_") and not k.startswith("twin_mux")}
+    twin = {k: v for k, v in real.items() if k.startswith(("twin_solved", "twin_median", "twin_circuits", "twin_usd"))}
     assert twin and twin["twin_circuits_per_step"] > real["twin_mux_circuits_per_step"]
     assert {k: derived[k] for k in twin} == twin
 
