@@ -2,7 +2,8 @@
 named with ``--env-module``, trains under sync and ray-actors and evaluates.
 
 Nothing is installed: the package and its ``.dist-info`` (with ``entry_points.txt``) live in a
-temporary folder that the subprocesses get on their PYTHONPATH.
+temporary folder that the subprocesses get on their PYTHONPATH (the tests that run ``hqflow`` in this process, where
+a fresh one is not what they check, on ``sys.path``).
 """
 import json
 import os
@@ -85,9 +86,10 @@ def test_a_users_environment_trains_and_evaluates(site, tmp_path, distribution, 
     assert all(r in (0.0, 1.0) for r in json.loads(ev.stdout)["returns"])
 
 
-def test_the_default_run_directory_of_a_namespaced_id_is_one_folder(site, tmp_path):
-    root, env = site
-    proc = _hqflow("train", "hqplug/Corridor-v0", *SMALL, env=env, cwd=tmp_path)
+def test_the_default_run_directory_of_a_namespaced_id_is_one_folder(site, hqflow_cli, monkeypatch):
+    root, _ = site
+    monkeypatch.syspath_prepend(str(root))  # (in this process: sync training needs no fresh one)
+    proc = hqflow_cli("train", "hqplug/Corridor-v0", *SMALL)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["run_dir"] == os.path.join("runs", "reinforce-hqplug-Corridor-v0-seed0")
 
@@ -100,9 +102,11 @@ def test_the_default_run_directory_of_a_namespaced_id_is_one_folder(site, tmp_pa
     (["Missing-v0", "--env-module", "ownenvs"], "unknown environment 'ownenvs:Missing-v0'"),
     (["hqplug/Nothing-v0"], "unknown environment 'hqplug/Nothing-v0'"),
 ])
-def test_bad_environments_exit_2_with_one_line(site, tmp_path, argv, message):
-    root, env = site
-    proc = _hqflow("train", *argv, "--episodes", "2", env=env, cwd=tmp_path)
+def test_bad_environments_exit_2_with_one_line(site, argv, message, hqflow_cli, monkeypatch):
+    """In this process (refused before anything runs: no fresh interpreter's seconds), the site on its path."""
+    root, _ = site
+    monkeypatch.syspath_prepend(str(root))
+    proc = hqflow_cli("train", *argv, "--episodes", "2")
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
