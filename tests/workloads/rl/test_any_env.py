@@ -1,8 +1,6 @@
 """Any gymnasium environment: encodings from the observation space, a user's own environment
 by MODULE:ID, and one-line errors for what the policies cannot take."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -58,18 +56,6 @@ def test_hqflow_train_takes_a_gymnasium_id_and_refuses_continuous_actions(tmp_pa
     assert ok.returncode == 0, ok.stderr[-2000:]
     bad = hqflow_cli("train", "Pendulum-v1", "--algo", "reinforce")
     assert bad.returncode == 2 and "Pendulum-v1" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
-
-
-@pytest.mark.ray
-@pytest.mark.own_ray
-def test_a_users_own_environment_under_ray_actors(tmp_path):
-    """Ray's workers import the user's module too: hqflow starts Ray with the driver's import path."""
-    proc = subprocess.run([sys.executable, "-m", "hqflow.cli", "train", "corridor_env:Corridor-v0", "--distribution",
-                           "ray-actors", "--episodes", "4", "--set", "n_layers=1", "--set", "batch_episodes=2",
-                           "--run-dir", str(tmp_path / "run"), "--json"],
-                          capture_output=True, text=True, timeout=300, cwd=HERE)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert '"episodes": 4' in proc.stdout and '"distribution": "ray-actors"' in proc.stdout
 
 
 def test_continuous_actions_get_a_gaussian_head_in_ppo(tmp_path):

@@ -71,17 +71,20 @@ SMALL = ["--episodes", "4", "--set", "n_layers=1", "--set", "batch_episodes=2", 
                                           pytest.param("ray-actors", marks=[pytest.mark.ray, pytest.mark.own_ray])])
 @pytest.mark.parametrize("how", ["entry point", "env module"])
 def test_a_users_environment_trains_and_evaluates(site, tmp_path, distribution, how):
+    """The package by its entry point, from PYTHONPATH; the module from the working folder, where a user's own
+    module most often is (under ray-actors: Ray's workers get the driver's import path, that folder made absolute)."""
     root, env = site
     given = ["hqplug/Corridor-v0"] if how == "entry point" else ["OwnCorridor-v0", "--env-module", "ownenvs"]
+    env, cwd = (env, tmp_path) if how == "entry point" else (dict(os.environ), root)
     run = tmp_path / "run"
     proc = _hqflow("train", *given, "--distribution", distribution, "--run-dir", str(run), "--checkpoint-every", "1",
-                   *SMALL, env=env, cwd=tmp_path)
+                   *SMALL, env=env, cwd=cwd)
     assert proc.returncode == 0, proc.stderr[-2000:]
     figures = json.loads(proc.stdout)
     assert figures["episodes"] == 4 and figures["distribution"] == distribution
     expected = "hqplug/Corridor-v0" if how == "entry point" else "ownenvs:OwnCorridor-v0"
     assert json.loads((run / "config.json").read_text())["config"]["env"] == expected
-    ev = _hqflow("eval", str(run), "--episodes", "2", "--json", env=env, cwd=tmp_path)
+    ev = _hqflow("eval", str(run), "--episodes", "2", "--json", env=env, cwd=cwd)
     assert ev.returncode == 0, ev.stderr[-2000:]
     assert all(r in (0.0, 1.0) for r in json.loads(ev.stdout)["returns"])
 
