@@ -33,6 +33,29 @@ def pytest_configure(config):
         signal.signal(signal.SIGINT, signal.default_int_handler)  # processes the tests interrupt must take Ctrl-C
     if not hasattr(config, "workerinput"):  # once, in the process that starts the workers
         _ray_token()
+        _azurite_installing()
+
+
+_INSTALLING: list[threading.Thread] = []
+
+
+def _azurite_installing() -> None:
+    """On a fresh clone Azurite is not installed yet: ``npm ci`` (tens of seconds) starts now, beside collection
+    and the first tests, instead of holding up the worker whose first Azure test needs it. It holds the install's
+    lock file, so a worker that asks meanwhile (``ensure_installed``) waits for it and finds it installed."""
+    try:
+        from hqflow.backends.azure.azurite import ensure_installed, find
+    except ImportError:
+        return
+    if find(str(ROOT)) is None:
+        thread = threading.Thread(target=ensure_installed, args=(str(ROOT),), name="hqflow-npm-ci", daemon=True)
+        thread.start()
+        _INSTALLING.append(thread)
+
+
+def pytest_unconfigure(config):
+    for thread in _INSTALLING:  # not left half-installed
+        thread.join(timeout=900)
 
 
 def _ray_token() -> None:
