@@ -329,14 +329,16 @@ def main(argv=None) -> int:
                        if not (args.twin_as_mux and v == "twin" and s not in kept_twin)}
             runs = {key: f.result() for key, f in futures.items()}
         if args.twin_as_mux:
-            checked = [s for s in sorted(kept_twin) if "error" not in runs[("twin", s)] and "error" not in
-                       runs[("twin_mux", s)] and check_twin_from_mux(runs[("twin", s)], runs[("twin_mux", s)], p["usd"])
-                       is None]
+            checked, derived = [], []
             for s in range(seeds):
-                if s not in kept_twin:
-                    mux = runs[("twin_mux", s)]
+                twin, mux = runs.get(("twin", s)), runs[("twin_mux", s)]
+                if twin is None:  # no kept twin run: twin_mux's, repriced
                     runs[("twin", s)] = mux if "error" in mux else twin_from_mux(mux, p["usd"])
-            figures["twin_as_mux_checked"], figures["twin_as_mux_derived"] = checked, sorted(set(range(seeds)) - kept_twin)
+                    derived.append(s)
+                elif "error" not in twin and "error" not in mux:  # both ran: they must agree
+                    check_twin_from_mux(twin, mux, p["usd"])
+                    checked.append(s)
+            figures["twin_as_mux_checked"], figures["twin_as_mux_derived"] = checked, derived
         for v in args.variants:
             for k, value in figures_of(v, [runs[(v, s)] for s in range(seeds)], episodes, p).items():
                 figures[f"{v}_{k}"] = value
