@@ -8,7 +8,7 @@
 """
 import os as _os
 
-# In a source checkout, ir/, backends/ and workloads/ sit beside this folder (installed as hqflow.ir, ...):
+# In a source checkout, ir/, backends/, workloads/ and cli/ sit beside this folder (installed as hqflow.ir, ...):
 # when Python imports hqflow from the checkout itself (``python -c`` at the repo root), find them there too.
 _root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
 if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isdir(_os.path.join(_root, "ir")):

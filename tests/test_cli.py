@@ -71,6 +71,16 @@ def test_backends_lists_reference(capsys):
     assert ref["available"] and ref["max_qubits"] >= 8 and ref["exact"]
 
 
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """``hqflow backends | head -1``: the pipe closes before the listing ends; the command stops quietly."""
+    proc = subprocess.Popen([sys.executable, "-m", "hqflow.cli", "backends"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the command prints its first line (its imports take longer)
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
 def test_inspect_missing_file(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "missing.json")]) == 2
     assert "cannot read" in _err(capsys)

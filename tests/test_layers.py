@@ -5,7 +5,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = {"ir": "hqflow.ir", "backends": "hqflow.backends", "workloads": "hqflow.workloads", "hqflow": "hqflow"}
+PACKAGES = {"ir": "hqflow.ir", "backends": "hqflow.backends", "workloads": "hqflow.workloads", "cli": "hqflow.cli",
+            "hqflow": "hqflow"}
 
 
 def _modules() -> dict[str, Path]:

@@ -27,7 +27,7 @@ def _functions(paths):
 
 
 def test_the_cli_and_the_rl_trainer_have_no_function_over_80_lines():
-    paths = [*ROOT.glob("hqflow/cli/*.py"), *ROOT.glob("workloads/rl/*.py")]
+    paths = [*ROOT.glob("cli/*.py"), *ROOT.glob("workloads/rl/*.py")]
     long = [f"{p.relative_to(ROOT)}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)"
             for p, n in _functions(paths) if n.end_lineno - n.lineno + 1 > 80]
     assert not long, long

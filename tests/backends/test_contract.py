@@ -234,7 +234,8 @@ def test_the_runtime_never_probes_a_backend():
     members = {"submit", "capabilities", "max_in_flight", "estimate_cost", "priced", "program", "close",
                "add_done_callback", "started", "node", "metadata"}
     root, found = Path(__file__).resolve().parents[2], []
-    for path in sorted([*root.joinpath("hqflow").rglob("*.py"), *root.joinpath("workloads").rglob("*.py")]):
+    for path in sorted([*root.joinpath("hqflow").rglob("*.py"), *root.joinpath("workloads").rglob("*.py"),
+                         *root.joinpath("cli").rglob("*.py")]):
         for call in ast.walk(ast.parse(path.read_text())):
             if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
                     and call.func.id in ("hasattr", "getattr") and len(call.args) >= 2

@@ -8,7 +8,7 @@ from hqflow.backends import BackendError
 from hqflow.ir.text import one_line
 
 from .pool import UsageError, backend_pool, importable_cwd
-from ..jobs.ledger import money
+from hqflow.jobs.ledger import money
 
 
 def cmd_eval(args) -> int:

@@ -33,9 +33,9 @@ from .cost import check_target, cost_overrides, cost_report, say_step_cost, spen
 from .resources import file_pool, in_process, watching
 from .pool import (UsageError, backend_pool, importable_cwd, key_value, make_folder, make_member, show_figures,
                    with_module)
-from ..engine.result import RunFailed
-from ..jobs.service import BudgetExceeded
-from ..jobs.ledger import ShotBudgetExceeded
+from hqflow.engine.result import RunFailed
+from hqflow.jobs.service import BudgetExceeded
+from hqflow.jobs.ledger import ShotBudgetExceeded
 
 
 class RunStopped(RuntimeError):
@@ -86,7 +86,7 @@ def _placement(runner, name: str, pool: list | None, watcher=None):
 def _resumed(args, meta: dict, cfg, runner, watcher):
     """The distribution and placement the resumed part runs with, and a warning line when they cannot keep an
     undisturbed run's result (or None)."""
-    from ..torch import differentiates
+    from hqflow.torch import differentiates
 
     saved = runner.resumed_distribution(meta)
     policy = _distribution(args, saved)

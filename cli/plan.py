@@ -24,7 +24,7 @@ QUOTES = "'\""  # around a KeyError's message
 
 
 def _spans(result: dict):
-    from ..trace import Span
+    from hqflow.trace import Span
 
     return [s if isinstance(s, Span) else Span.from_dict(s) for s in result.get("spans", [])]
 
@@ -33,7 +33,7 @@ def _target(args):
     """``(workload module, its name, config, spans of a run directory or None)``."""
     from hqflow.workloads import WORKLOADS, get_workload
 
-    from ..trace import TraceError, load_spans
+    from hqflow.trace import TraceError, load_spans
 
     folder = name = args.workload  # a workload's name (argparse's type checked it), or a run directory
     spans, saved = None, {}
@@ -151,7 +151,7 @@ def cmd_plan(args) -> int:
         if not args.json:
             print(f"plan for {name}, {cfg.steps} steps\n{chosen}")
         if args.measure:
-            from ..trace import makespan
+            from hqflow.trace import makespan
 
             spans = _spans(module.run(cfg, backends=backends, plan=chosen))
             measured = makespan(spans)

@@ -16,7 +16,7 @@ import sys
 
 from hqflow.ir.text import one_line
 
-from .. import __version__
+from hqflow import __version__
 from .cost import OBJECTIVES, _amount, _at_least, add_cost_arguments, add_dry_run_arguments, add_frugal_arguments
 from .pool import UsageError, choice, make_member, output
 
@@ -237,12 +237,15 @@ def main(argv: list[str] | None = None) -> int:
         from hqflow.backends import BackendError
 
         from .train import RunStopped
-        from ..common.remote import RayFailure
-        from ..engine.fragments import FragmentError
+        from hqflow.common.remote import RayFailure
+        from hqflow.engine.fragments import FragmentError
 
         if not isinstance(exc, (RunStopped, FragmentError, BackendError, RayFailure)):  # a failure, not a usage error
             raise  # a bug: its traceback
         print(f"hqflow: {one_line(str(exc))}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # the reader of stdout left (``hqflow backends | head``): no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nor one at exit, flushing to it
         return 1
     except KeyboardInterrupt as exc:  # a command that can be continued says how
         from hqflow.backends import threads

@@ -267,7 +267,7 @@ def file_pool(watcher, name: str | None) -> tuple[str, list]:
 
 def in_process(policy, watcher) -> None:
     """A resources file changes the pools of this process's job service; a Ray worker keeps its own."""
-    from ..engine.scheduler_config import ExecutorKind
+    from hqflow.engine.scheduler_config import ExecutorKind
 
     if watcher is not None and not isinstance(policy, str) and policy.scheduler_config().executor is ExecutorKind.RAY:
         raise UsageError(f"--resources needs a distribution that runs in this process (sync or pipelined), not "

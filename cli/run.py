@@ -11,8 +11,8 @@ import sys
 from .cost import cost_overrides, dry_run_tally
 from .plan import _spans, fold, made, make_plan, with_options
 from .pool import UsageError, backend_pool, show_figures
-from ..common.files import atomic_text
-from ..gradients import GradientMethod
+from hqflow.common.files import atomic_text
+from hqflow.gradients import GradientMethod
 
 
 def cmd_run(args) -> int:
@@ -91,7 +91,7 @@ def _run_options(args, module, cfg):
 
 def _write_run_dir(folder: str, workload: str, cfg, result: dict) -> None:
     """config.json, result.json and, if the result carries ``"spans"`` (span dicts), spans.json."""
-    from ..trace import save_spans
+    from hqflow.trace import save_spans
 
     config = dataclasses.asdict(cfg)
     atomic_text(os.path.join(folder, "config.json"), json.dumps(config, indent=2, default=float))

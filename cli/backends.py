@@ -55,8 +55,8 @@ def _azure_targets(args, options: dict) -> None:
 def cmd_inspect(args) -> int:
     from hqflow.ir.graph import Graph, GraphError
 
-    from ..pipeline import registry_backends
-    from ..trace import read_text
+    from hqflow.pipeline import registry_backends
+    from hqflow.trace import read_text
 
     try:
         graph = Graph.from_json(read_text(args.graph, "a graph document (JSON)"))

@@ -12,8 +12,8 @@ import sys
 from hqflow.ir.text import number, shown
 
 from .pool import choice
-from ..gradients import GRADIENTS, METHODS, GradientMethod
-from ..jobs.ledger import money
+from hqflow.gradients import GRADIENTS, METHODS, GradientMethod
+from hqflow.jobs.ledger import money
 
 OBJECTIVES = ("time", "cost")
 

@@ -9,8 +9,8 @@ from .pool import UsageError, make_folder
 
 
 def cmd_trace(args) -> int:
-    from ..trace import TraceError, format_table, load_spans
-    from ..trace.export import draw_gantt, write_chrome_trace
+    from hqflow.trace import TraceError, format_table, load_spans
+    from hqflow.trace.export import draw_gantt, write_chrome_trace
 
     path = os.path.join(args.run, "spans.json") if os.path.isdir(args.run) else args.run
     if not os.path.exists(path):
