@@ -74,6 +74,14 @@ def test_the_rooms_import_one_way():
     assert bad == []
 
 
+def test_the_core_folder_knows_no_workload():
+    """``hqflow/`` (the core) imports neither the workloads nor the face above them: the hqflow command is
+    ``cli/``, a folder of its own at the top like ``workloads/`` (installed as ``hqflow.cli``)."""
+    core = {m: ts for m, ts in GRAPH.items() if MODULES[m].is_relative_to(ROOT / "hqflow")}
+    assert "hqflow.engine.scheduler" in core and not any(room(m) in ("workloads", "cli") for m in core)
+    assert sorted(f"{m} imports {t}" for m, ts in core.items() for t in ts if room(t) in ("workloads", "cli")) == []
+
+
 def test_every_core_module_sits_in_a_room():
     """The core's folders are its rooms; at the top of the package sit only the public faces users import."""
     top = sorted(m for m in GRAPH if m.count(".") == 1 and room(m) == "api")
