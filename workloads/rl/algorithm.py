@@ -25,8 +25,9 @@ from typing import ClassVar
 import torch
 from hqflow.backends import DEFAULT_BACKEND
 from hqflow.common.config import check_fields
-from hqflow.gradients import GradientMethod, gradient_method
+from hqflow.gradients import GradientMethod, Spsa, gradient_method
 from hqflow.workloads.rl.envs import EnvSpec, get_spec
+from hqflow.workloads.rl.policies import ENCODINGS
 
 BOUNDS = {
     "n_qubits": (1, 32), "n_layers": (1, 100), "beta": (0, 1e3, "(]"), "max_episodes": (1, 10**7),
@@ -104,8 +105,6 @@ class Config:
 
     def __post_init__(self):
         check_fields(self, BOUNDS)  # types and ranges, the field named in the error
-        from hqflow.workloads.rl.policies import ENCODINGS
-
         spec = self.spec  # ValueError naming the known environments
         if spec.continuous and not self.CONTINUOUS:
             raise ValueError(f"{self.env} has continuous actions (a Box of {spec.n_actions}); train it with --algo ppo")
@@ -135,8 +134,6 @@ def setting(cfg: Config, name: str):
 
 def circuit_options(cfg: Config) -> dict:
     """The policy circuit's ``QuantumLayer`` settings: shots and gradient estimator."""
-    from hqflow.gradients import Spsa
-
     twin = "compiled" if cfg.twin_noise is None else ("density", {"noise": cfg.twin_noise})
     return {"shots": cfg.shots, "gradient": cfg.gradient, "twin": twin,
             "spsa": Spsa(cfg.spsa_samples, cfg.spsa_epsilon) if cfg.gradient is GradientMethod.SPSA else None}
@@ -145,13 +142,6 @@ def circuit_options(cfg: Config) -> dict:
 def params(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     """A detached copy of the module's parameters, by name."""
     return {k: v.detach().clone() for k, v in module.named_parameters()}
-
-
-def load_params(module: torch.nn.Module, values: dict[str, torch.Tensor]) -> None:
-    """Copy ``values`` (``params``) into the module's parameters."""
-    with torch.no_grad():
-        for k, p in module.named_parameters():
-            p.copy_(values[k])
 
 
 def obs_stats_carry(cfg: Config) -> dict | None:

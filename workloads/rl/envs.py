@@ -5,17 +5,13 @@
     obs, _ = envs.reset(seed=[1, 2, ..., 10])    # raw observations, one row per env
     x = spec.encode(obs)                         # [n, n_features] float32 circuit features
 
-The short names (``SHORT_NAMES``, fixed) have their own encodings (``_SHORT``): ``cartpole`` (CartPole-v1, the
-TensorFlow Quantum tutorial's), ``acrobot`` (Acrobot-v1, [cos θ1, sin θ1, cos θ2, sin θ2, ω1, ω2], the velocities
-divided by their bounds) and ``frozenlake`` (FrozenLake-v1, 4x4, not slippery, the state index in binary: Skolik et
-al. 2022). Any registered gymnasium id works too, and a user's own: ``"mypkg.envs:MyEnv-v0"`` (or ``--env-module
-mypkg.envs``) imports the module that registers it in every process that makes the env (Ray's workers too), and an
-id nothing registered yet is looked for in installed packages' entry points (``load_plugin_envs``). Their encoding
-follows the observation space, one feature per qubit: a ``Box`` of shape ``[n]`` onto [-1, 1] (``BoxEncoder``, what
-``auto`` gives: on CartPole-v1 it solved sooner than ``running``, ``RunningBoxEncoder``, with REINFORCE, median 230
-against 305 episodes over 10 seeds, and PPO, 419 against 487 over 5); a ``Discrete(n)`` in binary (``BinaryEncoder``)
-or one-hot (``onehot``). Actions are ``Discrete``, or a bounded ``Box`` of shape ``[d]`` (PPO's Gaussian head:
-[-1, 1]^d scaled onto the bounds); anything else is a ``ValueError``.
+The short names (``SHORT_NAMES``, fixed) have their own encodings (``_SHORT``). Any registered gymnasium id works
+too, and a user's own: ``"MODULE:ID"`` imports MODULE, which registers ID, in every process that makes the env, and
+an id nothing registered yet is looked for in installed packages' entry points (``load_plugin_envs``). Their encoding
+follows the observation space, one feature per qubit: a ``Box`` onto [-1, 1] (``BoxEncoder``, or with running
+statistics ``RunningBoxEncoder``), a ``Discrete(n)`` in binary (``BinaryEncoder``) or one-hot. Actions are
+``Discrete``, or a bounded ``Box`` of shape ``[d]`` (PPO's Gaussian head); anything else is a ``ValueError``. The
+README's "Environments" says more, and why ``auto`` is ``box``, not ``running``, for a Box (measured).
 """
 from __future__ import annotations
 
@@ -29,6 +25,7 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from types import MappingProxyType
 
 import gymnasium as gym
@@ -101,7 +98,7 @@ class EnvSpec:
 
 
 OBS_ENCODINGS = ("auto", "box", "running", "binary", "onehot")
-AUTO_BOX = "box"  # what auto gives a Box that is not a short name's: not running (measured: module docstring)
+AUTO_BOX = "box"  # what auto gives a Box that is not a short name's: not running (measured: README)
 
 
 def get_spec(name: str, encoding: str = "auto") -> EnvSpec:
@@ -302,8 +299,6 @@ def load_plugin_envs() -> list[str]:
     registered yet): the entry point's name is the namespace of the ids it registers (``__root__``: none, ``mypkg``:
     ``mypkg/Env-v0``), its value a function that registers them (``mypkg.envs:register_envs``) or a module that does
     on import. Returns what failed, one short line each (the others still load)."""
-    from importlib.metadata import entry_points
-
     failed = []
     with _PLUGINS_LOCK:
         for ep in entry_points(group=PLUGIN_GROUP):

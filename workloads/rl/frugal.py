@@ -23,8 +23,9 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from hqflow.backends import BackendError, CircuitBatch, as_backend
+from hqflow.backends import BackendError, CircuitBatch, as_backend, preflight
 from hqflow.gradients import GRADIENTS, GradientMethod
+from hqflow.workloads.rl.policies import policy_rows
 
 
 @dataclass(frozen=True)
@@ -160,8 +161,6 @@ def policy_config(mod, cfg, backend, bounds: Bounds, say=lambda text: print(text
     """``cfg`` (of the algorithm module ``mod``) with the settings ``choose`` makes for ``backend`` (the pool's first
     member) within ``bounds``; ``say`` gets each choice, its reason and the predicted use per state and episode.
     A ``ValueError`` (one line) where nothing can be chosen."""
-    from hqflow.workloads.rl.policies import policy_rows
-
     one = policy_rows(mod.make_policy(cfg))
     try:
         chosen = choose(backend, one, one.template.n_inputs + one.template.n_weights, bounds, gradient=cfg.gradient,
@@ -189,9 +188,6 @@ def check_target(members, mod, cfg, needs_price: str | None = None, warn=lambda 
     """Before a run of ``mod`` (an algorithm's module) with ``cfg``: a one-line ``ValueError`` where a member
     refuses the policy circuit's shots, or has no price where ``needs_price`` (what needs one: ``"--budget"``)
     is given; ``warn`` gets each member without a price otherwise."""
-    from hqflow.backends import preflight
-    from hqflow.workloads.rl.policies import policy_rows
-
     for refused, unpriced in (preflight(b, policy_rows(mod.make_policy(cfg))) for b in members):
         if refused or (unpriced and needs_price):
             raise ValueError(refused or f"{needs_price} needs a price: {unpriced}")
@@ -209,14 +205,11 @@ def projection(out: dict, cfg, longest: int | None, circuits_per_step: float) ->
     steps = out["env_steps"] / episodes
     figures = {"dry_run_updates": out["updates"], "dry_run_episodes": len(out["returns"]),
                "mean_episode_length": round(steps, 1), "circuits_per_env_step": round(circuits_per_step, 2)}
-    for k, v in per.items():
-        figures[f"{k}_per_episode"] = round(v, 4)
-    for k, v in per.items():
-        figures[f"{k}_for_{cfg.max_episodes}_episodes"] = round(v * cfg.max_episodes, 2)
+    figures |= {f"{k}_per_episode": round(v, 4) for k, v in per.items()}
+    figures |= {f"{k}_for_{cfg.max_episodes}_episodes": round(v * cfg.max_episodes, 2) for k, v in per.items()}
     if longest:
         scale = longest / max(steps, 1e-9)  # a learning policy's episodes grow: the bound at the longest
-        for k, v in per.items():
-            figures[f"{k}_bound_at_{longest}_steps"] = round(v * scale * cfg.max_episodes, 2)
+        figures |= {f"{k}_bound_at_{longest}_steps": round(v * scale * cfg.max_episodes, 2) for k, v in per.items()}
     figures["currency"] = used["currency"]
     return figures
 

@@ -13,12 +13,9 @@ from hqflow.planning.planner import apply, calibration, with_staleness
 from hqflow.workloads.rl import runner
 
 
-def _say(text: str) -> None:
-    print(f"hqflow: {text}", file=sys.stderr)
-
-
 def plan_training(algo: str, cfg, placement, profile=None, *, save=lambda profile: None, max_staleness=None,
-                  calibrate_updates: int = 3, objective: str = "time", budget: float | None = None, say=_say):
+                  calibrate_updates: int = 3, objective: str = "time", budget: float | None = None,
+                  say=lambda text: print(f"hqflow: {text}", file=sys.stderr)):
     """``(plan, distribution, scheduler options, placement)``, planned from ``profile``, else from
     ``calibrate_updates`` updates of the default distribution on ``placement`` (``runner.Placement``, made once;
     the one returned holds the plan's members, the others closed), whose profile goes to ``save``. The planner

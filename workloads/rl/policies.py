@@ -157,21 +157,17 @@ class SoftmaxPQC(_PQC):
                          seed, dtype, [(-1.0) ** a for a in range(n_actions)], circuit)
         self.beta = float(beta)
 
-    def logits(self, states: torch.Tensor, offset=None) -> torch.Tensor:
-        """β · w_a · <O>: [B, n_actions] (``offset``: ``expectations``')."""
-        return self.readout(self.expectations(states, offset))
-
     def readout(self, values: torch.Tensor) -> torch.Tensor:
         """The logits β · w_a · <O> of the circuit's values [B, n_obs]."""
         return self.beta * values[:, :1] * self.output[None]
 
     def forward(self, states: torch.Tensor) -> torch.Tensor:
         """Action probabilities [B, n_actions]."""
-        return torch.softmax(self.logits(states), dim=-1)
+        return torch.softmax(self.readout(self.expectations(states)), dim=-1)
 
     def log_probs(self, states: torch.Tensor, offset=None) -> torch.Tensor:
         """log π(a|s) for every action: [B, n_actions] (``offset``: ``expectations``')."""
-        return torch.log_softmax(self.logits(states, offset), dim=-1)
+        return torch.log_softmax(self.readout(self.expectations(states, offset)), dim=-1)
 
 
 class QValuePQC(_PQC):

@@ -14,11 +14,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import torch
 from hqflow.backends import SECRETS, backend_spec
 from hqflow.common.files import atomic_text, atomic_write
 from hqflow.engine import checkpoint
 from hqflow.engine.ports import PortRef
 from hqflow.engine.window import Versions
+from hqflow.trace import save_spans
+from hqflow.trace.export import write_chrome_trace
 
 
 RunDirError = checkpoint.CheckpointError  # a run directory that cannot be resumed: damaged, or not a run (one line)
@@ -165,8 +168,6 @@ class RunDir:
     def initial(self, params: dict | None) -> dict | None:
         """``init.pt``: the parameters a run started from (``--init-from``), kept with ``params``, else read back
         (a resume before the first checkpoint starts there again); None where the run started from its seed."""
-        import torch
-
         path = None if self.path is None else self.path / "init.pt"
         if params is not None and path is not None:
             self.path.mkdir(parents=True, exist_ok=True)
@@ -195,9 +196,6 @@ class RunDir:
 
     def finish(self, spans, returns: list, title: str) -> None:
         """spans.json, trace.json and learning_curve.png."""
-        from hqflow.trace import save_spans
-        from hqflow.trace.export import write_chrome_trace
-
         if self.path is not None:
             save_spans(str(self.path / "spans.json"), spans)
             write_chrome_trace(str(self.path / "trace.json"), spans)
@@ -215,8 +213,6 @@ class RunDir:
 def _legacy(path: Path, meta: dict, seed: int) -> dict:
     """A checkpoint.pt of hqflow before it kept the engine's format (``torch.save`` of the trainer's record, its
     ``"state"`` by name and the older parameters, ``"stale"``), as the engine's."""
-    import torch
-
     try:
         data = torch.load(path, weights_only=False)
     except OSError as exc:

@@ -39,12 +39,12 @@ from hqflow.backends import backend_spec, make_backend
 from hqflow.engine import checkpoint
 from hqflow.engine.scheduler_config import ExecutorKind
 from hqflow.engine.scheduler import Scheduler
-from hqflow.gradients import GradientMethod
+from hqflow.gradients import GradientMethod, estimate
 from hqflow.jobs import accounting
 from hqflow.torch import ReducedGradients, differentiates, seeded
-from hqflow.workloads.rl.algorithm import Algorithm, load_params
+from hqflow.workloads.rl.algorithm import Algorithm, circuit_options
 from hqflow.workloads.rl.algorithm import params as _params
-from hqflow.workloads.rl.envs import EnvImportError
+from hqflow.workloads.rl.envs import EnvImportError, get_spec, legacy_encoding
 from hqflow.workloads.rl.policies import circuits, learning_on_twin, shard_rows
 from hqflow.workloads.rl.rundir import RunDir, RunDirError, json_pools
 
@@ -177,8 +177,6 @@ def _pinned_encoding(cfg, fresh: bool):
     """``cfg`` with an ``obs_encoding`` of "auto" made the one it stands for now (box, running, binary,
     onehot; a short name's own stays "auto"), so the run directory records it. A run from before
     running statistics recorded "auto" where a Box then meant "box" (``load_policy`` reads it so too)."""
-    from hqflow.workloads.rl.envs import get_spec, legacy_encoding
-
     if cfg.obs_encoding != "auto":
         return cfg
     name = get_spec(cfg.env).obs_encoding if fresh else legacy_encoding(cfg.env, "auto")
@@ -192,9 +190,7 @@ _LOCAL = threading.local()
 
 def _scratch(algo: str, cfg, local: str | None, role: str):
     """This thread's (policy, optimizer, envs) for a run: scratch state, overwritten every call."""
-    cache = getattr(_LOCAL, "cache", None)
-    if cache is None:
-        cache = _LOCAL.cache = {}
+    cache = _LOCAL.__dict__.setdefault("cache", {})
     key = (algo, cfg, local, role)
     if key not in cache:
         mod = algorithm(algo)
@@ -208,7 +204,7 @@ def rollout(params, step, algo, cfg, local=None, carry=None):
     """The actor: run the environments with ``params`` (and the ``carry`` of an algorithm that keeps state between
     updates, ``init_carry``: then an input port); what its jobs used."""
     policy, _, envs = _scratch(algo, cfg, local, "actor")
-    load_params(policy, params)
+    policy.load_state_dict(params)
     with accounting.meter() as used, seeded(cfg.seed, int(step), "act"):  # shot seeds: a function of (seed, step)
         batch, kept = algorithm(algo).act(policy, envs, cfg, int(step), None if carry is None else carry["value"])
     return {"batch": batch, "usage": used.total} | ({} if carry is None else {"carry": {"value": kept}})
@@ -229,7 +225,7 @@ def learn(batch, params, opt, extra, step, algo, cfg, local=None):
             "loss": float("nan"), "losses": {}, "usage": Usage()}}
     batch = mod.within_budget(batch, cfg, left)  # the budget's last rollout stops on its last episode
     policy, optimizer, _ = _scratch(algo, cfg, local, "learner")
-    load_params(policy, params)
+    policy.load_state_dict(params)
     optimizer.load_state_dict(copy.deepcopy(opt))
     rep = replica()
     sharded = shard_rows(policy, *((rep.rank, rep.size) if rep is not None else (None,)))
@@ -245,14 +241,10 @@ def learn(batch, params, opt, extra, step, algo, cfg, local=None):
               "env_steps_taken": int(batch.n_steps if batch.steps_taken < 0 else batch.steps_taken),
               "circuit_evals": int(batch.circuit_evals) + int(metrics.get("circuit_evals", 0)),  # + the learner's
               "loss": float(metrics["loss"]), "losses": {k: float(v) for k, v in metrics["losses"].items()},
-              "usage": used.total if rep is None else accounting.across(used.total, _summed)}
+              "usage": used.total if rep is None else accounting.across(  # summed over the replicas, in rank order
+                  used.total, lambda arrays: reduce(arrays, "sum", key="usage"))}
     return {"params": _params(policy), "opt": copy.deepcopy(optimizer.state_dict()),
             "extra": {"value": value, "episodes": extra["episodes"] + len(batch.episode_returns)}, "report": report}
-
-
-def _summed(arrays: list) -> list:
-    """Arrays summed over every learner replica, in rank order (what each one's jobs used: its share of the batch)."""
-    return reduce(arrays, "sum", key="usage")
 
 
 def build_graph(algo: str, cfg, staleness: int = 0, job_backends: tuple[str, ...] = (),
@@ -295,9 +287,6 @@ def circuits_per_env_step(algo: str, cfg) -> tuple[float, int]:
     """``(circuits, parameters)``: what an environment step costs in circuits where the policy's circuit runs
     as jobs (each one service job per measurement group on a cloud target), from the policy's template and
     the algorithm (``Algorithm.circuits_per_step``), and the circuit's parameters (inputs and weights)."""
-    from hqflow.gradients import estimate
-    from hqflow.workloads.rl.algorithm import circuit_options
-
     mod = algorithm(algo)
     t = circuits(mod.make_policy(cfg))[0].template  # (no backend made)
     rows = 0 if cfg.gradient is GradientMethod.TWIN else estimate(cfg.gradient, t, np.zeros((1, t.n_inputs)), np.zeros(
@@ -338,7 +327,7 @@ def check_resume(run_dir, algo: str, cfg, ckpt: dict) -> list[dict]:
     """What ``train(resume=True)`` reads besides ``load_run``: the checkpoint's parameters against the config, and
     ``metrics.jsonl`` where the checkpoint does not hold the rows (``RunDirError``); returns the run's rows."""
     rd = RunDir(run_dir)
-    _check_state(ckpt["state"], initial_state(algo, cfg), rd.path / "checkpoint.pt")
+    _check_params(ckpt, algo, cfg, rd.path / "checkpoint.pt")
     return ckpt["metrics"] if "metrics" in ckpt else rd.rows(ckpt["update"])
 
 
@@ -351,23 +340,20 @@ def init_params(run_dir, algo: str, cfg) -> dict:
         raise RunDirError(f"{run_dir} has no checkpoint.pt to start from: train it longer, or with --checkpoint-every 1")
     if meta["algo"] != algo:
         raise RunDirError(f"{run_dir} trained {meta['algo']}, not {algo}: a run starts from one of its own algorithm")
-    _check_state(ckpt["state"], initial_state(algo, cfg), RunDir(run_dir).path / "checkpoint.pt", "this run's")
+    _check_params(ckpt, algo, cfg, RunDir(run_dir).path / "checkpoint.pt", "this run's")
     return ckpt["state"]["learn.params"]
 
 
-def _check_state(saved: dict, fresh: dict, path, whose: str = "its run's") -> None:
-    """A checkpoint's state has the structure and tensor shapes this run's config makes."""
-    def walk(a, b, where):
-        if isinstance(b, dict):
-            if not isinstance(a, dict) or set(a) != set(b):
-                raise RunDirError(f"{path} does not match {whose} config: {where or 'the state'} differs")
-            for k in b:
-                walk(a[k], b[k], f"{where}.{k}" if where else str(k))
-        elif isinstance(b, torch.Tensor) and (not isinstance(a, torch.Tensor) or a.shape != b.shape):
-            shape = list(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__
-            raise RunDirError(f"{path} does not match {whose} config: {where} is {shape}, expected {list(b.shape)}")
-
-    walk(saved.get("learn.params"), fresh.get("learn.params"), "learn.params")  # what a resumed run computes with
+def _check_params(ckpt: dict, algo: str, cfg, path, whose: str = "its run's") -> None:
+    """A checkpoint's parameters (what a resumed run computes with) have the names and shapes ``cfg`` makes."""
+    saved, fresh = ckpt["state"].get("learn.params"), _params(algorithm(algo).make_policy(cfg))
+    if not isinstance(saved, dict) or set(saved) != set(fresh):
+        raise RunDirError(f"{path} does not match {whose} config: learn.params differs")
+    for k, b in fresh.items():
+        if not isinstance(saved[k], torch.Tensor) or saved[k].shape != b.shape:
+            shape = list(saved[k].shape) if isinstance(saved[k], torch.Tensor) else type(saved[k]).__name__
+            raise RunDirError(f"{path} does not match {whose} config: learn.params.{k} is {shape}, "
+                              f"expected {list(b.shape)}")
 
 
 # --- training ------------------------------------------------------------------------------

@@ -12,10 +12,7 @@
 most probable action, the largest Q-value, or the mean action of a Gaussian policy (scaled onto the env's Box).
 
 ``evaluate`` steps its episodes side by side: each time step is one forward pass, one job of a row per episode
-still running, wherever the circuit runs (``backend``, with ``shots``). On a priced backend ``price_evaluation``
-says what it costs at most before it runs (``hqflow eval --dry-run``), a ``budget`` stops it before a step that
-would pass it (the episodes done so far are its figures), and its usage is in the figures and, with
-``keep=True``, a line of the run directory's ``evaluations.jsonl``.
+still running, wherever the circuit runs; ``price_evaluation`` says what that costs at most on a priced backend.
 """
 from __future__ import annotations
 
@@ -23,12 +20,15 @@ import dataclasses
 import json
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 from hqflow.backends import as_backend
+from hqflow.jobs import accounting
 from torch import nn
 
 from hqflow.workloads.rl.envs import get_spec, legacy_encoding
 from hqflow.workloads.rl.policies import circuits, policy_rows
+from hqflow.workloads.rl.runner import algorithm, load_run
 
 
 def load_policy(run_dir, backend=None, shots: int | None = None) -> nn.Module:
@@ -37,9 +37,6 @@ def load_policy(run_dir, backend=None, shots: int | None = None) -> nn.Module:
     circuit there, None: the run's). ``policy.env_spec`` encodes observations (a
     ``running`` encoding by the checkpoint's statistics, frozen: ``policy.obs_stats``); ``policy.config`` is the
     run's algorithm config."""
-    from hqflow.workloads.rl.algorithm import load_params
-    from hqflow.workloads.rl.runner import algorithm, load_run
-
     meta, ckpt = load_run(run_dir)
     if ckpt is None:
         raise ValueError(f"{run_dir} has no checkpoint.pt: train longer, or with --checkpoint-every 1")
@@ -48,7 +45,7 @@ def load_policy(run_dir, backend=None, shots: int | None = None) -> nn.Module:
     cfg = dataclasses.replace(cfg, obs_encoding=legacy_encoding(cfg.env, cfg.obs_encoding),
                               shots=cfg.shots if shots is None else shots)
     policy = mod.make_policy(cfg, None if backend is None else backend)
-    load_params(policy, ckpt["state"]["learn.params"])
+    policy.load_state_dict(ckpt["state"]["learn.params"])
     policy.eval()
     carry = ckpt["state"].get("rollout.carry", {}).get("value")
     policy.obs_stats = carry.get("obs_stats") if isinstance(carry, dict) else None
@@ -68,8 +65,6 @@ def evaluate(run_dir, episodes: int = 10, seed: int = 10_000, backend=None, max_
     ``stopped`` is ``"budget"`` and the figures are the episodes completed). ``record``: a folder for one video per
     episode (gymnasium's ``RecordVideo``, which needs its ``other`` extra: ``pip install "gymnasium[other]"``).
     ``keep``: append the figures to the run directory's ``evaluations.jsonl``."""
-    from hqflow.jobs import accounting
-
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes must be a positive integer, got {episodes!r}")
     policy = load_policy(run_dir, backend, shots)
@@ -136,8 +131,6 @@ def _recording(spec, folder: str, episode: int = 0):
         import moviepy  # noqa: F401  (RecordVideo writes through it)
     except ImportError:
         raise ValueError('--record needs gymnasium\'s video extra: pip install "gymnasium[other]"') from None
-    import gymnasium as gym
-
     try:
         env = gym.make(spec.gym_id, render_mode="rgb_array", **dict(spec.kwargs))
         env.reset(seed=0)
