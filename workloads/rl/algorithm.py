@@ -132,11 +132,14 @@ def setting(cfg: Config, name: str):
     return table.get(cfg.env, table["*"])[name]
 
 
-def circuit_options(cfg: Config) -> dict:
-    """The policy circuit's ``QuantumLayer`` settings: shots and gradient estimator."""
-    twin = "compiled" if cfg.twin_noise is None else ("density", {"noise": cfg.twin_noise})
-    return {"shots": cfg.shots, "gradient": cfg.gradient, "twin": twin,
-            "spsa": Spsa(cfg.spsa_samples, cfg.spsa_epsilon) if cfg.gradient is GradientMethod.SPSA else None}
+def policy_options(cfg: Config, backend=None) -> dict:
+    """The keywords every policy takes from the config: its sizes, ``backend`` (an instance; None: ``cfg.backend``),
+    the seed, and the circuit's ``QuantumLayer`` settings (shots and gradient estimator)."""
+    spec, twin = cfg.spec, "compiled" if cfg.twin_noise is None else ("density", {"noise": cfg.twin_noise})
+    spsa = Spsa(cfg.spsa_samples, cfg.spsa_epsilon) if cfg.gradient is GradientMethod.SPSA else None
+    return {"n_qubits": cfg.n_qubits or spec.n_qubits, "n_layers": cfg.n_layers, "n_actions": spec.n_actions,
+            "backend": cfg.backend if backend is None else backend, "seed": cfg.seed,
+            "circuit": {"shots": cfg.shots, "gradient": cfg.gradient, "twin": twin, "spsa": spsa}}
 
 
 def params(module: torch.nn.Module) -> dict[str, torch.Tensor]:

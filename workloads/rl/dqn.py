@@ -138,10 +138,8 @@ class Batch:
 # --- the policy ------------------------------------------------------------------------------
 
 def make_policy(cfg: Config, backend=None) -> QValuePQC:
-    spec, backend = cfg.spec, cfg.backend if backend is None else backend
-    return QValuePQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
-                     encoding=setting(cfg, "encoding"), observables=observables(cfg), backend=backend,
-                     seed=cfg.seed, circuit=algorithm.circuit_options(cfg))
+    return QValuePQC(encoding=setting(cfg, "encoding"), observables=observables(cfg),
+                     **algorithm.policy_options(cfg, backend))
 
 
 def make_optimizer(policy, cfg: Config) -> torch.optim.Optimizer:

@@ -155,10 +155,7 @@ class ActorCritic(Acting, nn.Module):
 
 
 def make_policy(cfg: Config, backend=None) -> ActorCritic:
-    spec = cfg.spec
-    common = dict(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
-                  encoding=cfg.encoding, backend=cfg.backend if backend is None else backend, seed=cfg.seed,
-                  circuit=algorithm.circuit_options(cfg))
+    spec, common = cfg.spec, algorithm.policy_options(cfg, backend) | {"encoding": cfg.encoding}
     actor = GaussianPQC(**common) if spec.continuous else SoftmaxPQC(beta=cfg.beta, **common)  # Gaussian: [-1, 1]^d
     return ActorCritic(actor, spec.n_features, cfg.critic_hidden, seed=cfg.seed)
 

@@ -106,10 +106,8 @@ class Batch:
 # --- the policy ------------------------------------------------------------------------------
 
 def make_policy(cfg: Config, backend=None) -> SoftmaxPQC:
-    spec, backend = cfg.spec, cfg.backend if backend is None else backend
-    return SoftmaxPQC(n_qubits=cfg.n_qubits or spec.n_qubits, n_layers=cfg.n_layers, n_actions=spec.n_actions,
-                      encoding=cfg.encoding, beta=cfg.beta, backend=backend, seed=cfg.seed,
-                      dtype=getattr(torch, cfg.dtype), circuit=algorithm.circuit_options(cfg))
+    return SoftmaxPQC(encoding=cfg.encoding, beta=cfg.beta, dtype=getattr(torch, cfg.dtype),
+                      **algorithm.policy_options(cfg, backend))
 
 
 def make_optimizer(policy, cfg: Config) -> torch.optim.Optimizer:

@@ -42,7 +42,7 @@ from hqflow.engine.scheduler import Scheduler
 from hqflow.gradients import GradientMethod, estimate
 from hqflow.jobs import accounting
 from hqflow.torch import ReducedGradients, differentiates, seeded
-from hqflow.workloads.rl.algorithm import Algorithm, circuit_options
+from hqflow.workloads.rl.algorithm import Algorithm, policy_options
 from hqflow.workloads.rl.algorithm import params as _params
 from hqflow.workloads.rl.envs import EnvImportError, get_spec, legacy_encoding
 from hqflow.workloads.rl.policies import circuits, learning_on_twin, shard_rows
@@ -290,7 +290,7 @@ def circuits_per_env_step(algo: str, cfg) -> tuple[float, int]:
     mod = algorithm(algo)
     t = circuits(mod.make_policy(cfg))[0].template  # (no backend made)
     rows = 0 if cfg.gradient is GradientMethod.TWIN else estimate(cfg.gradient, t, np.zeros((1, t.n_inputs)), np.zeros(
-        t.n_weights), settings=circuit_options(cfg)["spsa"], wrt="both")[0].size  # the layer's rows for one row
+        t.n_weights), settings=policy_options(cfg)["circuit"]["spsa"], wrt="both")[0].size  # the layer's rows for one row
     return mod.circuits_per_step(cfg, rows), t.n_inputs + t.n_weights
 
 
