@@ -8,15 +8,10 @@ tanh(λ·s) (its ``activation="tanh"``), ``"atan"`` x = arctan(λ·s) (Skolik et
 in (-π/2, π/2)). State feature f feeds qubit f; missing features (fewer than qubits) are zeros: angle 0.
 
 Every policy's circuit is a ``hqflow.torch.QuantumLayer`` (its ``weights`` are θ), so backends and gradients are
-the layer's: ``backend=`` is a backend object or a name (inside a fragment that declared it, ``job_backends``, the
-run's pool through the fragment's job client); autograd where it differentiates in process (``compiled``), else a
-forward pass is one job, parameter-shift rows included (``gradient_in_forward=True``): a learner step is one job.
-
-A twin policy (``circuit={"gradient": "twin", "twin": ...}``) acts on its backend (the QPU: one circuit per row) and
-learns on its local twin (``learning_on_twin``): inside the learner every circuit value is the twin's, in the
-autograd graph, plus the row's ``offset``, what the QPU measured minus what the twin computed as the row was
-acted (``twin_offsets``). At the parameters that acted the learner's values are then the QPU's, and their
-gradient is the twin's; after the parameters move, the twin's change is added to what the QPU measured.
+the layer's (the README's "Policies"); a forward pass off process is one job, parameter-shift rows included
+(``gradient_in_forward=True``): a learner step is one job. A twin policy (``circuit={"gradient": "twin", ...}``)
+acts on its backend and learns on its local twin (``learning_on_twin``, ``twin_offsets``; the README's "Act on the
+QPU, differentiate a twin").
 """
 from __future__ import annotations
 

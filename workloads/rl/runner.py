@@ -6,13 +6,10 @@ distribution policy, with a run directory (``rundir.RunDir``). Each update (stre
     learn.params, learn.opt, learn.extra ~> learn.* (strictly sequential)
     rollout.carry ~> rollout.carry (only with an actor that carries state: it orders the rollouts)
 
-Resolved once: ``setup`` pins the config (its observation encoding, the settings that depend on the backend)
-and makes the backend's members once (``Placement``: an in-process backend once per process); fragments get
-the frozen config itself. On a job backend both fragments declare it in ``job_backends``, so every circuit
-job goes through the scheduler's pool: dispatch over several QPUs, retries with failover, timeouts, spans.
-Fragments are pure functions of their inputs (parameters and optimizer state travel on loop edges), so a
-checkpoint (the engine's, ``hqflow.engine.checkpoint``, with the run's record in it: ``_Tally``) is their latest
-values and a resumed run continues bit for bit, under another distribution or pool too (Tenplex-style: at
+Resolved once (``setup``), the fragments get the frozen config itself; on a job backend both declare it in
+``job_backends``, so every circuit job goes through the scheduler's pool (the README's "On a QPU"). Fragments are
+pure functions of their inputs, so a checkpoint (the engine's, with the run's record in it: ``_Tally``) is their
+latest values and a resumed run continues bit for bit, under another distribution or pool too (Tenplex-style: at
 staleness 0 on exact backends of the same kind, to the same result).
 """
 from __future__ import annotations
