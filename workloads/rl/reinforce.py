@@ -5,16 +5,13 @@ CartPole-v1, 4 qubits, 5 layers, 10 episodes per update, γ = 1, Adam with learn
 
 * The actor (``act``) runs the update's episodes side by side, one batched no-grad policy forward per time step,
   actions sampled by inverse CDF with numpy ``Generator``s seeded from ``(seed, step)`` (env resets too):
-  deterministic. Its envs are split into ``groups``, each with its own generator, that run side by side
-  (``run_groups``): while one group waits for its forward pass (a job) on the QPU, the CPU steps the others' envs (as
-  in Sample Factory or EnvPool's async mode; on a job backend each group's env work is a span of its own, lane
-  ``cpu/0/envs1``...). Any completion order gives the same batch.
+  deterministic. Its envs are split into ``groups`` (the README's "On a QPU"), each with its own generator, that run
+  side by side (``run_groups``, as in Sample Factory or EnvPool's async mode; on a job backend each group's env work
+  is a span of its own, lane ``cpu/0/envs1``...). Any completion order gives the same batch.
 * Without ``autoreset`` (``fresh_episodes``) a group runs its share of new episodes to the end, in waves of its envs
-  (``envs.FreshEnvs``), and jobs shrink as episodes end. With it (``continuous_episodes``) a finished env starts its
-  next episode at once, seeded from the group's generator, so jobs stay full; the groups step in lockstep rounds, an
-  update takes the first episodes completed by (round, group, env), and the rest carry over with the running ones in
-  each group's ``Carry`` (a loop-carried value: checkpointed, so a resumed run continues bit for bit; an episode that
-  spans updates was acted by the parameters of the updates it ran in).
+  (``envs.FreshEnvs``). With it (``continuous_episodes``) the groups step in lockstep rounds, an update takes the
+  first episodes completed by (round, group, env), and the rest carry over with the running ones in each group's
+  ``Carry`` (an episode that spans updates was acted by the parameters of the updates it ran in).
 * The learner (``learn``): normalized returns-to-go, one Adam step (one forward+backward on all the batch's states).
 
 Train it with ``hqflow train cartpole`` or ``runner.train("reinforce", reinforce.Config(seed=1))``.
