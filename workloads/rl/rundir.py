@@ -58,12 +58,7 @@ class RunDir:
         if not is_run:
             raise RunDirError(f"{self.path}: no such run directory" if not self.path.exists() else
                               f"{self.path} is not a run directory (no config.json)")
-        try:
-            meta = json.loads(path.read_bytes().decode("utf-8"))
-        except OSError as exc:
-            raise RunDirError(f"cannot read {path}: {exc.strerror}") from None
-        except (UnicodeDecodeError, RecursionError, ValueError):
-            raise RunDirError(f"{path} is damaged: not a JSON document") from None
+        meta = _read(path, lambda p: json.loads(p.read_bytes().decode("utf-8")), ": not a JSON document")
         if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict) \
                 or not isinstance(meta.get("distribution_options", {}), dict):
             raise RunDirError(f"{path} is damaged: it must be an object with 'algo', 'config' and 'distribution'")
@@ -93,14 +88,7 @@ class RunDir:
         before hqflow kept them there). A half-written last line (what a kill leaves) is dropped; anything else
         wrong, or fewer rows than the checkpoint's updates, is a ``RunDirError``."""
         path = self.path / "metrics.jsonl"
-        try:
-            lines = path.read_bytes().decode("utf-8").splitlines()
-        except FileNotFoundError:
-            lines = []
-        except OSError as exc:
-            raise RunDirError(f"cannot read {path}: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            raise RunDirError(f"{path} is damaged: not text") from None
+        lines = _read(path, lambda p: p.read_bytes().decode("utf-8"), ": not text").splitlines() if path.exists() else []
         rows = []
         for k, line in enumerate(lines):
             try:
@@ -158,7 +146,6 @@ class RunDir:
         if self.path is None:
             return None
         path = self.path / "ledger.jsonl"
-        self.path.mkdir(parents=True, exist_ok=True)
         if not resume or not path.exists():
             spend, shots, currency = start or (0.0, 0, None)
             atomic_text(path, json.dumps({"spend": spend, "shots": shots, "currency": currency}) + "\n"
@@ -170,13 +157,9 @@ class RunDir:
         (a resume before the first checkpoint starts there again); None where the run started from its seed."""
         path = None if self.path is None else self.path / "init.pt"
         if params is not None and path is not None:
-            self.path.mkdir(parents=True, exist_ok=True)
             atomic_write(path, lambda p: torch.save(params, p))
         elif params is None and path is not None and path.exists():
-            try:
-                params = torch.load(path, weights_only=True)
-            except Exception as exc:  # noqa: BLE001 - torch.load raises EOFError, UnpicklingError, RuntimeError, ...
-                raise RunDirError(f"{path} is damaged ({type(exc).__name__}): truncated, or not parameters") from None
+            params = _read(path, lambda p: torch.load(p, weights_only=True), " ({kind}): truncated, or not parameters")
         return params
 
     def changed(self, change: dict, update: int) -> None:
@@ -210,15 +193,21 @@ class RunDir:
             fh.write(json.dumps(entry) + "\n")
 
 
+def _read(path: Path, parse, damaged: str):
+    """``parse(path)``, or a one-line ``RunDirError``: the file cannot be read, or it is damaged (``damaged`` says
+    how; ``{kind}`` in it: the error's type)."""
+    try:
+        return parse(path)
+    except OSError as exc:
+        raise RunDirError(f"cannot read {path}: {exc.strerror}") from None
+    except Exception as exc:  # noqa: BLE001 - JSON, UTF-8 and torch.load raise many kinds (EOFError, UnpicklingError, ...)
+        raise RunDirError(f"{path} is damaged{damaged.format(kind=type(exc).__name__)}") from None
+
+
 def _legacy(path: Path, meta: dict, seed: int) -> dict:
     """A checkpoint.pt of hqflow before it kept the engine's format (``torch.save`` of the trainer's record, its
     ``"state"`` by name and the older parameters, ``"stale"``), as the engine's."""
-    try:
-        data = torch.load(path, weights_only=False)
-    except OSError as exc:
-        raise RunDirError(f"cannot read {path}: {exc.strerror}") from None
-    except Exception as exc:  # noqa: BLE001 - torch.load raises EOFError, UnpicklingError, RuntimeError, ...
-        raise RunDirError(f"{path} is damaged ({type(exc).__name__}): truncated, or not a checkpoint") from None
+    data = _read(path, lambda p: torch.load(p, weights_only=False), " ({kind}): truncated, or not a checkpoint")
     if not (isinstance(data, dict) and isinstance(data.get("state"), dict) and isinstance(data.get("update"), int)):
         return {"state": None, "record": None}  # (named damaged by read_checkpoint)
     state, steps = {PortRef.parse(k): v for k, v in data.pop("state").items()}, data["update"] + 1
