@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Files whose tests take tens of seconds each: collected first, so that the suite's workers (pytest-xdist,
 # README's test command) start them early and the short tests fill in around them, rather than one worker
-# ending the run alone with a long test.
+# ending the run alone with a long test (the other steals the short ones queued behind it: --dist worksteal).
 _SLOW_FIRST = ("tests/test_benchmarks.py", "tests/workloads/rl/test_multi_learner.py", "tests/test_examples.py",
                "tests/backends/azure/test_translate.py", "tests/workloads/rl/test_own_envs.py",
                "tests/hqflow/test_ray_cluster.py", "tests/workloads/rl/test_runner.py")
