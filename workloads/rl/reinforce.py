@@ -18,7 +18,6 @@ Train it with ``hqflow train cartpole`` or ``runner.train("reinforce", reinforce
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
 import contextvars
 import copy
 import itertools
@@ -35,6 +34,7 @@ from hqflow.workloads.rl.algorithm import Algorithm
 from hqflow.workloads.rl.envs import EnvSpec, FreshEnvs, ObsEncoder, reset_finished, vector_env
 from hqflow.workloads.rl.policies import SoftmaxPQC, twin_offsets
 
+from hqflow.common.threads import DaemonPool
 from hqflow.jobs.client import current_client
 from hqflow.torch import seeded_part
 
@@ -196,7 +196,7 @@ def _step(obs, action, reward, offsets, k: int) -> tuple:
     return (obs, action, reward) if offsets is None else (obs, action, reward, offsets[k])
 
 
-_POOLS: dict[int, cf.ThreadPoolExecutor] = {}
+_POOLS: dict[int, DaemonPool] = {}  # daemon threads: Ctrl-C's exit does not wait for a group's episode
 
 
 def run_groups(fn: Callable, items: Sequence) -> list:
@@ -207,7 +207,7 @@ def run_groups(fn: Callable, items: Sequence) -> list:
         return [fn(items[0])]
     workers = len(items) - 1
     if workers not in _POOLS:
-        _POOLS[workers] = cf.ThreadPoolExecutor(workers, thread_name_prefix="hqflow-actor-group")
+        _POOLS[workers] = DaemonPool(workers, "hqflow-actor-group")
     grad = torch.is_grad_enabled()
 
     def call(index, ctx):  # each group counts its own jobs' seeds (seeded_part): timing changes none

@@ -91,3 +91,12 @@ def test_cli_backend_options_and_a_failing_pool(tmp_path, capsys):
     assert err[0].startswith("hqflow: an environment step runs about 58 circuits on emulated-qpu")
     assert main(["train", "cartpole", "--backend", "emulated-qpu", "--backend-opt", "bogus=1"]) == 2
     assert "bogus" in capsys.readouterr().err
+
+
+def test_actor_groups_run_on_daemon_threads_so_ctrl_c_does_not_wait_for_them():
+    """Python joins a non-daemon thread at exit: a group still waiting on a QPU job would hold a Ctrl-C'd run's
+    exit until its episode ends. The first group runs on the caller's thread, the others on daemon threads."""
+    import threading
+
+    seen = reinforce.run_groups(lambda item: (item, threading.current_thread().daemon), [0, 1, 2])
+    assert seen == [(0, threading.current_thread().daemon), (1, True), (2, True)]
