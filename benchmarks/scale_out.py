@@ -12,7 +12,7 @@ learner="learner")``). Torch uses one thread throughout.
    it (``overlap_nodes_used``: the nodes the spans show). Efficiency: the lower bound
    N * max(C, Q) + min(C, Q) over the makespan (the median of ``--rounds``).
 2. Actors: REINFORCE (1-layer policy, one environment group, fresh episodes) on an emulated QPU
-   (compiled simulator, exact, 50 ms queue wait per job, 4 device slots) under ``ray-actors``
+   (compiled simulator, exact, Q ms queue wait per job as in part 1, 4 device slots) under ``ray-actors``
    with 1 and with 4 actors spread over the nodes, staleness 8 (rollouts need not wait for a
    slow one ahead of them), the same first E episodes. Environment steps per second over the
    training itself (the first rollout's start to the last update's end, from the spans);
@@ -92,9 +92,9 @@ def part_overlap(address: str, q: float, n: int, rounds: int) -> dict:
             "overlap_bound_s": bound, "overlap_ray_s": seconds, "overlap_nodes_used": nodes}
 
 
-def part_actors(address: str, episodes: int) -> dict:
-    pool = {"qpu": [("emulated-qpu", {"wrapped": "compiled", "queue_wait": 0.05, "max_in_flight": 4,
-                                      "name": "qpu-50ms"})]}
+def part_actors(address: str, q: float, episodes: int) -> dict:
+    pool = {"qpu": [("emulated-qpu", {"wrapped": "compiled", "queue_wait": q, "max_in_flight": 4,
+                                      "name": f"qpu-{q * 1e3:g}ms"})]}
     cfg = reinforce.Config(seed=0, backend="qpu", n_layers=1, batch_episodes=10, stop_when_solved=False, groups=1,
                            autoreset=False)  # no carry between updates: rollouts are independent
 
@@ -211,7 +211,7 @@ def part_compression(seeds: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1 overlap round, 80 episodes per actors run (< 2 minutes)")
-    ap.add_argument("--q-ms", type=float, default=50.0, help="overlap: QPU latency per job in ms (default 50)")
+    ap.add_argument("--q-ms", type=float, default=50.0, help="the emulated QPU's latency per job in ms, parts 1 and 2 (default 50)")
     ap.add_argument("--steps", type=int, default=50, help="overlap: micro-batches N (default 50)")
     ap.add_argument("--rounds", type=int, default=None, help="overlap: rounds, median reported (default 3; quick 1)")
     ap.add_argument("--actor-episodes", type=int, default=None, help="episodes per actors run (default 240; quick 80)")
@@ -237,8 +237,9 @@ def main(argv=None) -> int:
               f"cores, at {cluster.address}")
         print(f"\n1. overlap at C = Q, ray executor, N = {args.steps}, {rounds} round(s)")
         figures.update(part_overlap(cluster.address, args.q_ms / 1e3, args.steps, rounds))
-        print(f"\n2. REINFORCE on an emulated QPU (50 ms per job, 4 slots): 1 vs 4 actors, first {episodes} episodes")
-        figures.update(part_actors(cluster.address, episodes))
+        print(f"\n2. REINFORCE on an emulated QPU ({args.q_ms:g} ms per job, 4 slots): 1 vs 4 actors, first {episodes} "
+              "episodes")
+        figures.update(part_actors(cluster.address, args.q_ms / 1e3, episodes))
         print(f"\n3-4. multi-learner (2 learners) vs sync, {args.learner_updates} updates, float64; then learner 1 "
               f"killed after update {args.learner_updates // 2}")
         figures.update(part_learners(cluster.address, args.learner_updates))

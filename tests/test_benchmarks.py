@@ -21,7 +21,7 @@ SMOKE = {"backends.py": ["--batch", "20", "--sizes", "20,40"],
          "planner.py": ["--steps", "4", "--calibrate", "3", "--elastic-steps", "20", "--steps-classifier", "4"],
          "rl_envs.py": ["--seeds", "1", "--envs", "cartpole,frozenlake", "--episodes", "10"],
          "rl_qpu.py": ["--episodes", "10", "--fault-episodes", "10", "--jobs", "11", "--compiled-episodes", "10"],
-         "scale_out.py": ["--steps", "2", "--actor-episodes", "10", "--compression-seeds", "0", "--learner-updates",
+         "scale_out.py": ["--steps", "2", "--q-ms", "5", "--actor-episodes", "10", "--compression-seeds", "0", "--learner-updates",
                           "4"]}
 # Run as a user runs them, in an interpreter of their own: fuzz.py stubs hqflow's training, planning and
 # evaluation for its whole process, and scale_out.py stops this process's Ray to start a cluster of its own. The
