@@ -171,13 +171,15 @@ def cost_report(bar, updates: int):
 def spend_figures(out: dict) -> dict:
     """A training run's figures of spend (``out``: ``runner.train``'s), and one line on stderr when it paid for
     more than its updates used."""
+    from hqflow.workloads.rl.runner import record_amount
+
     figures = {}
     if out.get("currency"):
         figures["spend"], figures["currency"] = out["spend"], out["currency"]  # None: a price is unknown
     used, paid = out["usage"], out["paid"]
     if used["circuits"]:  # jobs ran: what the updates' jobs used (list price where the backend prices its jobs)
         figures.update(service_jobs=used["service_jobs"], circuits=used["circuits"], shots=used["shots"],
-                       list_cost=None if used["cost"] != used["cost"] else round(used["cost"], 6))
+                       list_cost=record_amount(used["cost"]))
         if used["currency"]:
             figures["currency"] = used["currency"]
     if out["currency"] and (paid["service_jobs"] > used["service_jobs"] or (out["spend"] or 0) > used["cost"] + 1e-6):

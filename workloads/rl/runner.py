@@ -542,16 +542,16 @@ class _Tally(checkpoint.Record):
         self.usage = total.as_dict()
         if total.circuits:  # the update's jobs and the updates' so far: what the metrics row says, whatever the timing
             row.update(service_jobs=used.service_jobs, circuits=used.circuits, shots=used.shots,
-                       list_cost=_money(used.cost), service_jobs_total=total.service_jobs,
-                       circuits_total=total.circuits, shots_total=total.shots, list_cost_total=_money(total.cost))
+                       list_cost=record_amount(used.cost), service_jobs_total=total.service_jobs,
+                       circuits_total=total.circuits, shots_total=total.shots, list_cost_total=record_amount(total.cost))
             if total.currency is not None:  # priced jobs: the updates' spend so far
-                row["spend"], row["currency"] = _money(total.cost), total.currency
+                row["spend"], row["currency"] = record_amount(total.cost), total.currency
 
     def summary(self, run: Setup, distribution: str, result) -> dict:
         seconds = self.elapsed()
         spend, currency = self.spent()
         paid = result.extra.get("paid") or self.usage  # every job the run paid for: its ledger's, all processes
-        spend = _money(spend + 0 * paid["cost"])  # None where a job's price is unknown: never counted free
+        spend = record_amount(spend + 0 * paid["cost"])  # None where a job's price is unknown: never counted free
         return {"algo": run.name, "config": dataclasses.asdict(run.cfg), "distribution": distribution,
                 "returns": self.returns, "episodes_to_solve": self.solved_at, "updates": self.update + 1,
                 "seconds": seconds, "env_steps": self.env_steps, "env_steps_per_s": self.env_steps / seconds,
@@ -563,7 +563,7 @@ class _Tally(checkpoint.Record):
                                       if k != "currency"}}
 
 
-def _money(amount: float) -> float | None:
+def record_amount(amount: float) -> float | None:
     """An amount for the record: None where a price is unknown (NaN), never 0."""
     return None if amount != amount else round(amount, 6)
 
