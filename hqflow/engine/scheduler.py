@@ -134,8 +134,7 @@ class Scheduler:
 
     def _close(self) -> None:
         if self.service is not None:
-            self.service.close()
-            self.service.ledger.close()
+            self.service.close()  # (and its ledger)
         try:
             self.moved = self.executor.moved()
         except Exception:  # noqa: BLE001 - a dead rendezvous actor: the figure is lost, not the run

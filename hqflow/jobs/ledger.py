@@ -133,12 +133,12 @@ def money(amount: float, currency: str | None) -> str:
     return f"{amount:,.2f}" + (f" {currency}" if currency else "")
 
 
-class RemoteLedger(Remote, calls=("charge", "settle", "charge_shots")):
+class RemoteLedger(Remote, calls=("charge", "charge_shots")):
     """The same calls on a ``Ledger`` inside a Ray actor on this node (its file is this process's run
-    directory's), picklable: it travels to the workers. Its calls block on Ray (``blocking``), so the job
+    directory's), picklable: it travels to the workers. Its charges block on Ray (``blocking``), so the job
     service handles completions off Ray's callback thread."""
 
-    blocking = True
+    blocking, _sent = True, False
 
     def __init__(self, budget: float | None, shot_budget: int | None = None, path=None):
         check_budgets(budget, shot_budget)  # a bad budget fails here, in the caller
@@ -148,8 +148,16 @@ class RemoteLedger(Remote, calls=("charge", "settle", "charge_shots")):
     def figures(self) -> dict:
         return dict(self._final) if self._final is not None else self.call("figures")
 
+    def settle(self, used: Usage, spend: float = 0.0, shots: int = 0) -> None:
+        """``Ledger.settle``, not waited for: a job's end waits for no round trip (the run's first, for the actor's
+        process to start). Ray runs one process's calls to the actor in order, so its later calls see it."""
+        self.send("settle", used, spend, shots)
+        self._sent = True
+
     def close(self) -> None:
-        """Nothing: the executor that started the actor stops it (``stop``), its file with it."""
+        """Wait until this process's settles are in: one call after them (the executor stops the actor)."""
+        if self._sent:
+            self.call("figures")
 
     def stop(self) -> None:
         """Keep the final figures and end the actor (at the end of the run)."""

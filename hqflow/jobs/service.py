@@ -298,7 +298,7 @@ class JobService:
 
     # -- the end -----------------------------------------------------------------------
     def close(self) -> None:
-        """Cancel every unfinished and every failed attempt's job; pending futures fail."""
+        """Cancel every unfinished and every failed attempt's job; pending futures fail; the ledger closes."""
         with self._lock:
             self._closed = True
             live, self._live = list(self._live.values()), {}
@@ -311,6 +311,7 @@ class JobService:
         self._cancelled([att for att in live if att.job is not None])  # those still being submitted: by _pump
         for req in [a.request for a in live] + [r for r, _ in waiting]:
             self.books.hand_on(req, error=BackendError("the run ended before this job finished"))
+        self.ledger.close()
 
 
 class _Watchdog:

@@ -151,6 +151,40 @@ def test_a_shot_budget_holds_for_jobs_submitted_in_ray_workers():
     assert len(partial.outputs) == 3 and partial.extra["shot_spend"] == 600 and partial.extra["refused_jobs"] == 1
 
 
+@pytest.mark.ray
+def test_a_ray_ledger_is_settled_without_waiting_and_closing_waits_for_the_settles(monkeypatch):
+    """A job's end sends its settle to the ledger actor and goes on (it waited for a round trip, and the first one
+    for the actor's process to start: a second in each Ray run); ``close`` waits for this process's settles, and
+    the figures count every one, in order after this process's charges."""
+    import pickle
+
+    from hqflow.backends import Usage
+    from hqflow.common import remote
+    from hqflow.jobs.ledger import RemoteLedger
+
+    waited = []
+
+    def get(ref, timeout=None):
+        waited.append(ref)
+        return real(ref, timeout)
+
+    real = remote.get
+    monkeypatch.setattr(remote, "get", get)  # every call that waits for the actor's answer
+    ledger = RemoteLedger(10.0)
+    assert ledger.charge(4.0, "USD", "a") is None and len(waited) == 1
+    for _ in range(3):
+        ledger.settle(Usage(1, 2, 0, 1.0, "USD"), -1.0)
+    assert len(waited) == 1  # none of the settles waited
+    copy = pickle.loads(pickle.dumps(ledger))  # as a Ray worker gets it
+    copy.settle(Usage(1, 2, 0, 1.0, "USD"), -1.0)
+    copy.close()
+    ledger.close()
+    assert len(waited) == 3  # one call each after the settles, at close
+    figures = ledger.figures()
+    assert figures["spend"] == 0.0 and figures["paid"]["service_jobs"] == 4 and figures["paid"]["circuits"] == 8
+    ledger.stop()
+
+
 def test_the_ledger_is_written_ahead_and_a_ledger_on_its_file_goes_on_from_its_totals(tmp_path):
     """34.29: a resumed run knows what a killed one paid: every charge is on file before its job is submitted (a
     job in flight at the kill counts at its estimate), every ended job's usage too; a line a kill cut short is
