@@ -211,7 +211,8 @@ def part_compression(seeds: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1 overlap round, 80 episodes per actors run (< 2 minutes)")
-    ap.add_argument("--q-ms", type=float, default=50.0, help="the emulated QPU's latency per job in ms, parts 1 and 2 (default 50)")
+    ap.add_argument("--q-ms", type=float, default=50.0,
+                    help="the emulated QPU's latency per job in ms, parts 1 and 2 (default 50)")
     ap.add_argument("--steps", type=int, default=50, help="overlap: micro-batches N (default 50)")
     ap.add_argument("--rounds", type=int, default=None, help="overlap: rounds, median reported (default 3; quick 1)")
     ap.add_argument("--actor-episodes", type=int, default=None, help="episodes per actors run (default 240; quick 80)")
